@@ -1,0 +1,37 @@
+# comem - the two commands a newcomer needs:
+#   make demo    installs what is missing, builds, runs the demo
+#   make check   installs what is missing, builds, runs every test
+# Other targets: make (build only), make asan, make tsan, make clean.
+
+BUILD ?= build
+SANITIZE ?=
+CMAKE_FLAGS ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all build deps demo check asan tsan clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCOMEM_SANITIZE="$(SANITIZE)" $(CMAKE_FLAGS)
+
+build: $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: deps build
+	$(BUILD)/bin/comem demo
+
+check: deps build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+asan:
+	$(MAKE) check BUILD=build-asan SANITIZE=address,undefined
+
+tsan:
+	$(MAKE) check BUILD=build-tsan SANITIZE=thread
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz

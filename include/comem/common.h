@@ -1,0 +1,50 @@
+/*
+ * comem/common.h - what every comem header shares: the export marker and the
+ * status codes that every fallible call returns.
+ *
+ * Byte counts are int64_t everywhere. Functions return a comem_status and
+ * write results through out parameters; there is no hidden error state.
+ */
+#ifndef COMEM_COMMON_H
+#define COMEM_COMMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define COMEM_API __attribute__((visibility("default")))
+#else
+#define COMEM_API
+#endif
+
+/* Negative-errno style: 0 is success, every failure is negative. */
+typedef enum comem_status {
+    COMEM_OK = 0,
+    COMEM_EINVAL = -1,    /* bad argument */
+    COMEM_ENOMEM = -2,    /* host allocation failed */
+    COMEM_ENODEV = -3,    /* no such device, or the driver/library is absent */
+    COMEM_EIO = -4,       /* reading or writing a file or socket failed */
+    COMEM_ETIMEDOUT = -5, /* a deadline passed */
+    COMEM_EPROTO = -6,    /* malformed or unexpected frame */
+    COMEM_EPERM = -7,     /* authentication or permission refused */
+    COMEM_EBUSY = -8,     /* the holder is busy; try later */
+    COMEM_ENOSPC = -9,    /* not enough memory could be found (refusal) */
+    COMEM_ENOENT = -10,   /* no such holder, entry, grant or file */
+    COMEM_ECLOSED = -11,  /* the peer closed the connection */
+    COMEM_ENOTSUP = -12,  /* the operation is not supported here */
+    COMEM_EDRIVER = -13,  /* the GPU driver returned an error */
+    COMEM_EEXIST = -14,   /* already exists / already registered */
+    COMEM_ERANGE = -15    /* a value is out of range */
+} comem_status;
+
+/* A short, stable, lower-case description of a status ("ok", "busy", ...). */
+COMEM_API const char *comem_status_str(int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

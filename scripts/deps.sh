@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what comem needs to build and test on Debian/Ubuntu, and nothing more.
+# Run by `make demo`, `make check` and `.ci/run`. Already-installed packages are
+# detected with dpkg-query, so a second run costs a few milliseconds and needs no root.
+set -euo pipefail
+
+packages=(
+  gcc make cmake ninja-build pkg-config   # the build
+  libcmocka-dev                            # unit-test framework
+  libjson-c-dev                            # JSON for the CLI, vectors and status output
+  clang libclang-rt-dev                    # libFuzzer and sanitizer runtimes
+  python3                                  # Python binding, CLI and adapter tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "deps: missing packages (${missing[*]}) and no apt-get here; install them by hand" >&2
+  exit 1
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+    echo "deps: missing packages (${missing[*]}); run this script as root" >&2
+    exit 1
+  fi
+fi
+echo "deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,152 @@
+/* arith/pinned.c - pinned-RAM ceiling, host buffer size, RAM and page-lock gates, tiers. */
+#include "arith/pinned.h"
+
+#include <string.h>
+
+#include "base/bytes.h"
+
+double comem_max_pinned(const comem_pin_ceiling_in *in)
+{
+    if (!in->enabled)
+        return COMEM_PINNING_DISABLED;
+    double ram = in->ram;
+    if (in->windows)
+        return ram * 0.40; /* Windows caps page-locked memory near half of RAM */
+    double swap = in->cgroup_limited ? 0 : (double)in->disk_swap;
+    double gib = 1024.0 * 1024 * 1024;
+    double inner = comem_fmin(comem_fmin(ram * 0.90, ram - 4 * gib), ram + swap - 16 * gib);
+    return comem_fmax(ram * 0.40, inner);
+}
+
+int64_t comem_disk_swap_total(const comem_swap_entry *rows, size_t n)
+{
+    int64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].basename && strncmp(rows[i].basename, "zram", 4) == 0)
+            continue; /* compressed RAM is not disk: it cannot back pinned pages */
+        total = comem_add(total, comem_mul(rows[i].size_kib, 1024));
+    }
+    return total;
+}
+
+int64_t comem_pinned_hostbuf_size(double size, double max_pinned, bool high_ram)
+{
+    if (high_ram)
+        return comem_clamp0(comem_trunc(size * 2));
+    return comem_clamp0(comem_trunc(comem_fmin(size, max_pinned) * 2));
+}
+
+static const comem_pin_tier k_pin_tiers_base[] = {
+    {COMEM_PIN_SET_FAST, COMEM_NO, COMEM_NO, false},
+    {COMEM_PIN_SET, COMEM_NO, COMEM_ANY, false},
+    {COMEM_PIN_SET_LOADED, COMEM_NO, COMEM_ANY, false},
+    {COMEM_PIN_SET_FAST, COMEM_YES, COMEM_NO, false},
+    {COMEM_PIN_SET_LOADED, COMEM_YES, COMEM_ANY, false},
+};
+static const comem_pin_tier k_pin_tier_not_loaded = {COMEM_PIN_SET, COMEM_YES, COMEM_NO, false};
+static const comem_pin_tier k_pin_tiers_active[] = {
+    {COMEM_PIN_SET_FAST, COMEM_NO, COMEM_YES, false},
+    {COMEM_PIN_SET_FAST, COMEM_YES, COMEM_YES, false},
+    {COMEM_PIN_SET, COMEM_YES, COMEM_YES, false},
+};
+
+size_t comem_pin_eviction_tiers(bool loaded, bool evict_active, comem_pin_tier *out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof k_pin_tiers_base / sizeof k_pin_tiers_base[0]; i++)
+        out[n++] = k_pin_tiers_base[i];
+    if (!loaded) {
+        out[n++] = k_pin_tier_not_loaded;
+        if (evict_active)
+            for (size_t i = 0; i < sizeof k_pin_tiers_active / sizeof k_pin_tiers_active[0]; i++)
+                out[n++] = k_pin_tiers_active[i];
+    }
+    return n;
+}
+
+size_t comem_registration_eviction_tiers(bool evict_active, comem_pin_tier *out)
+{
+    const unsigned all = COMEM_PIN_SET | COMEM_PIN_SET_LOADED;
+    size_t n = 0;
+    int passes = evict_active ? 2 : 1;
+    for (int p = 0; p < passes; p++) {
+        comem_tristate active = p == 0 ? COMEM_NO : COMEM_YES;
+        /* Fast pins are destroyed outright; the others only lose their registration. */
+        out[n++] = (comem_pin_tier){COMEM_PIN_SET_FAST, COMEM_NO, active, false};
+        out[n++] = (comem_pin_tier){all, COMEM_NO, active, true};
+        out[n++] = (comem_pin_tier){COMEM_PIN_SET_FAST, COMEM_YES, active, false};
+        out[n++] = (comem_pin_tier){all, COMEM_YES, active, true};
+    }
+    return n;
+}
+
+double comem_free_pins(double size, bool loaded, bool evict_active, comem_free_model_pins_fn fn, void *user)
+{
+    comem_pin_tier tiers[COMEM_PIN_TIERS_MAX];
+    size_t n = comem_pin_eviction_tiers(loaded, evict_active, tiers);
+    double freed = 0;
+    for (size_t i = 0; i < n; i++)
+        freed += fn(user, size - freed, &tiers[i]);
+    return freed;
+}
+
+void comem_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
+                      comem_pin_budget_check *out)
+{
+    if (high_ram) {
+        *out = (comem_pin_budget_check){.passes_now = true};
+        return;
+    }
+    double floor = comem_fmax((double)ram_cache_headroom / 2, (double)COMEM_PIN_RAM_FLOOR);
+    out->shortfall = size + floor - available;
+    out->passes_now = out->shortfall <= 0;
+    out->ask = out->shortfall + (double)COMEM_PIN_PRESSURE_HYSTERESIS;
+}
+
+bool comem_ensure_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
+                             bool evict_active, bool loaded, comem_free_model_pins_fn fn, void *user)
+{
+    comem_pin_budget_check c;
+    comem_pin_budget(size, ram_cache_headroom, available, high_ram, &c);
+    if (c.passes_now)
+        return true;
+    return comem_free_pins(c.ask, loaded, evict_active, fn, user) >= c.shortfall;
+}
+
+void comem_pin_registerable(double total_pinned, double size, double max_pinned,
+                            comem_pin_registerable_check *out)
+{
+    out->refused = max_pinned <= 0;
+    out->shortfall = total_pinned + size - max_pinned;
+    out->passes_now = !out->refused && out->shortfall <= 0;
+    out->target = out->shortfall + (double)COMEM_REGISTERABLE_HYSTERESIS;
+}
+
+bool comem_free_registrations(double shortfall, double max_pinned, bool evict_active,
+                              comem_free_model_pins_fn fn, void *user)
+{
+    if (max_pinned <= 0)
+        return false;
+    if (shortfall <= 0)
+        return true;
+    comem_pin_tier tiers[COMEM_PIN_TIERS_MAX];
+    size_t n = comem_registration_eviction_tiers(evict_active, tiers);
+    double s = shortfall + (double)COMEM_REGISTERABLE_HYSTERESIS;
+    for (size_t i = 0; i < n; i++)
+        s -= fn(user, s, &tiers[i]);
+    return s <= (double)COMEM_REGISTERABLE_HYSTERESIS;
+}
+
+bool comem_should_free_pins_for_ram_pressure(double shortfall, bool windows, double available,
+                                             bool swap_known, double swap_percent)
+{
+    if (shortfall <= 0)
+        return false;
+    if (!windows)
+        return true;
+    if (available < (double)COMEM_WINDOWS_PIN_EMERGENCY_AVAILABLE)
+        return true;
+    if (!swap_known)
+        return true; /* cannot read swap: fall back to evicting under RAM pressure */
+    return swap_percent >= COMEM_WINDOWS_PIN_SWAP_PERCENT;
+}

@@ -1,0 +1,131 @@
+/*
+ * arith/pinned.h - pinned (page-locked) host RAM: ceiling, buffer size, gates.
+ *
+ *   ceiling (Windows) = 0.40 * R
+ *   ceiling (other)   = max(0.40 R, min(0.90 R, R - 4 GiB, R + swap - 16 GiB))
+ *                       swap = 0 under a cgroup limit, else /proc/swaps minus zram
+ *   host buffer       = max(0, int(min(size, ceiling) * 2))   (int(size * 2) with --high-ram)
+ *   RAM gate          shortfall = size + max(headroom / 2, 2 GiB) - available;
+ *                     passes if <= 0, else ask free_pins(shortfall + 256 MiB)
+ *                     and pass if that freed >= shortfall
+ *   page-lock gate    shortfall = total_pinned + size - ceiling; refused when the
+ *                     ceiling <= 0; passes if <= 0, else walk the registration
+ *                     tiers from shortfall + 2 GiB and pass if what is left <= 2 GiB
+ *
+ * R is the cgroup-clamped RAM total. Pinning is disabled (ceiling -1) unless
+ * the device is NVIDIA or AMD and --disable-pinned-memory is absent.
+ * Source: comfyui-manager-code.md section 9; vectors V7, V12, V13.
+ */
+#ifndef COMEM_ARITH_PINNED_H
+#define COMEM_ARITH_PINNED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define COMEM_PIN_PRESSURE_HYSTERESIS ((int64_t)256 << 20)
+#define COMEM_REGISTERABLE_HYSTERESIS ((int64_t)2048 << 20)
+#define COMEM_PIN_RAM_FLOOR ((int64_t)2048 << 20)
+#define COMEM_WINDOWS_PIN_SWAP_PERCENT 5.0
+#define COMEM_WINDOWS_PIN_EMERGENCY_AVAILABLE ((int64_t)512 << 20)
+#define COMEM_PINNING_DISABLED (-1.0)
+
+typedef struct comem_pin_ceiling_in {
+    double ram;          /* cgroup-clamped RAM total, bytes */
+    int64_t disk_swap;   /* swap excluding zram, bytes */
+    bool windows;
+    bool cgroup_limited; /* a cgroup limit applies: swap is ignored */
+    bool enabled;        /* NVIDIA/AMD and pinning not disabled */
+} comem_pin_ceiling_in;
+
+/* MAX_PINNED_MEMORY: a double, or COMEM_PINNING_DISABLED. */
+double comem_max_pinned(const comem_pin_ceiling_in *in);
+
+/* A /proc/swaps row: the resolved device basename and its size in KiB. */
+typedef struct comem_swap_entry {
+    const char *basename;
+    int64_t size_kib;
+} comem_swap_entry;
+
+/* Disk swap: the rows' sizes in bytes, skipping devices named zram*. */
+int64_t comem_disk_swap_total(const comem_swap_entry *rows, size_t n);
+
+/* pinned_hostbuf_size(size). */
+int64_t comem_pinned_hostbuf_size(double size, double max_pinned, bool high_ram);
+
+/* Pin subsets of a dynamic model, as bits. */
+enum {
+    COMEM_PIN_WEIGHTS = 1 << 0,
+    COMEM_PIN_PATCHES = 1 << 1,
+    COMEM_PIN_WEIGHTS_LOADED = 1 << 2,
+    COMEM_PIN_PATCHES_LOADED = 1 << 3,
+    COMEM_PIN_WEIGHTS_FAST = 1 << 4,
+    COMEM_PIN_PATCHES_FAST = 1 << 5,
+};
+#define COMEM_PIN_SET (COMEM_PIN_WEIGHTS | COMEM_PIN_PATCHES)
+#define COMEM_PIN_SET_LOADED (COMEM_PIN_WEIGHTS_LOADED | COMEM_PIN_PATCHES_LOADED)
+#define COMEM_PIN_SET_FAST (COMEM_PIN_WEIGHTS_FAST | COMEM_PIN_PATCHES_FAST)
+
+/* A filter that is either "any" or must match. */
+typedef enum comem_tristate { COMEM_ANY = -1, COMEM_NO = 0, COMEM_YES = 1 } comem_tristate;
+
+/* One rung of a pin eviction ladder. */
+typedef struct comem_pin_tier {
+    unsigned subsets;
+    comem_tristate current_prompt; /* used by the running prompt? */
+    comem_tristate active;         /* in use by a running model? */
+    bool unregister;               /* unregister (keep the RAM) instead of destroying */
+} comem_pin_tier;
+
+#define COMEM_PIN_TIERS_MAX 9 /* the longest ladder: 5 base + 1 not-loaded + 3 active */
+
+/* pin_eviction_tiers(loaded, evict_active); returns the count. */
+size_t comem_pin_eviction_tiers(bool loaded, bool evict_active, comem_pin_tier *out);
+
+/* registration_eviction_tiers(evict_active); returns the count. */
+size_t comem_registration_eviction_tiers(bool evict_active, comem_pin_tier *out);
+
+/* free_model_pins(size, tier): frees up to size from matching models; returns bytes freed. */
+typedef double (*comem_free_model_pins_fn)(void *user, double size, const comem_pin_tier *tier);
+
+/* free_pins(size): walks the eviction tiers; returns the total freed (may exceed size). */
+double comem_free_pins(double size, bool loaded, bool evict_active, comem_free_model_pins_fn fn, void *user);
+
+typedef struct comem_pin_budget_check {
+    bool passes_now; /* shortfall <= 0 (or --high-ram) */
+    double shortfall;
+    double ask; /* shortfall + 256 MiB: what free_pins is asked for */
+} comem_pin_budget_check;
+
+/* The RAM gate's arithmetic (ensure_pin_budget without the eviction). */
+void comem_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
+                      comem_pin_budget_check *out);
+
+/* ensure_pin_budget: the gate, then free_pins(ask) when short. */
+bool comem_ensure_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
+                             bool evict_active, bool loaded, comem_free_model_pins_fn fn, void *user);
+
+typedef struct comem_pin_registerable_check {
+    bool refused;    /* pinning disabled (ceiling <= 0) */
+    bool passes_now; /* shortfall <= 0 */
+    double shortfall;
+    double target; /* shortfall + 2 GiB: where the registration tiers start */
+} comem_pin_registerable_check;
+
+/* The page-lock gate's arithmetic (ensure_pin_registerable without the eviction). */
+void comem_pin_registerable(double total_pinned, double size, double max_pinned,
+                            comem_pin_registerable_check *out);
+
+/* free_registrations(shortfall): walks the registration tiers. */
+bool comem_free_registrations(double shortfall, double max_pinned, bool evict_active,
+                              comem_free_model_pins_fn fn, void *user);
+
+/*
+ * should_free_pins_for_ram_pressure: never for shortfall <= 0; always off
+ * Windows; on Windows when available < 512 MiB or swap use >= 5 %, or when the
+ * swap reading failed (swap_known false).
+ */
+bool comem_should_free_pins_for_ram_pressure(double shortfall, bool windows, double available,
+                                             bool swap_known, double swap_percent);
+
+#endif

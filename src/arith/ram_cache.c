@@ -1,0 +1,12 @@
+/* arith/ram_cache.c - default active and inactive RAM-cache headroom. */
+#include "arith/ram_cache.h"
+
+#include "base/bytes.h"
+
+void comem_ram_cache_headroom(double total_ram_mib, comem_cache_headroom *out)
+{
+    out->active_gb = comem_fmin(10.0, comem_fmax(2.0, total_ram_mib * 0.10 / 1024.0));
+    out->inactive_gb = comem_fmin(128.0, total_ram_mib / 1024.0);
+    out->active = comem_clamp0(comem_trunc(out->active_gb * (double)COMEM_GIB));
+    out->inactive = comem_clamp0(comem_trunc(out->inactive_gb * (double)COMEM_GIB));
+}

@@ -1,0 +1,356 @@
+/*
+ * tests/unit/test_arith.c - the rules the vectors cannot reach: callbacks and invariants.
+ *
+ * The eviction ladder re-measures free memory through its callback per victim,
+ * escalates a short partial unload to a detach, and accumulates dynamic
+ * reductions; the pin ladders walk their tiers in ComfyUI's order. These
+ * tests drive the callbacks with scripted cards and check every step.
+ */
+#include "unit/cmocka_all.h"
+
+#include <string.h>
+
+#include "arith/admission.h"
+#include "arith/cross_reserve.h"
+#include "arith/evict.h"
+#include "arith/pinned.h"
+#include "arith/planners.h"
+#include "base/bytes.h"
+#include "comem/common.h"
+
+/* ---- eviction ladder ---- */
+
+typedef struct script {
+    double free;
+    int measures;       /* free_now calls */
+    double short_by;    /* a partial unload frees asked - short_by (falls short when > 0) */
+    size_t detached[8];
+    size_t n_detached;
+    const comem_evict_entry *e;
+} script;
+
+static double s_free(void *u)
+{
+    script *s = u;
+    s->measures++;
+    return s->free;
+}
+static double s_partial(void *u, size_t i, double asked)
+{
+    script *s = u;
+    (void)i;
+    double got = asked - s->short_by;
+    s->free += got;
+    return got;
+}
+static void s_detach(void *u, size_t i)
+{
+    script *s = u;
+    s->free += (double)s->e[i].loaded;
+    s->detached[s->n_detached++] = i;
+}
+
+static void test_ladder_remeasures_every_victim(void **st)
+{
+    (void)st;
+    comem_evict_entry e[3] = {
+        {.size = 1 * COMEM_GIB, .loaded = 1 * COMEM_GIB, .refs = 1},
+        {.size = 1 * COMEM_GIB, .loaded = 1 * COMEM_GIB, .refs = 1},
+        {.size = 1 * COMEM_GIB, .loaded = 1 * COMEM_GIB, .refs = 1},
+    };
+    script s = {.free = 0, .e = e};
+    comem_evict_request req = {.required = 2.5 * (double)COMEM_GIB, .smart_memory = true};
+    comem_evict_ops ops = {s_free, s_partial, s_detach, &s};
+    size_t order[3];
+    comem_evict_action a[3];
+    comem_evict_result r;
+    assert_int_equal(comem_evict_run(&req, e, 3, &ops, order, a, &r), 0);
+    assert_int_equal(s.measures, 3);
+    assert_int_equal(r.n_actions, 3);
+    /* two detaches (1 GiB asked >= loaded is a detach only when asked >= loaded) */
+    assert_true(a[0].asked == 2.5 * (double)COMEM_GIB && a[0].kind == COMEM_EVICT_DETACH);
+    assert_true(a[1].asked == 1.5 * (double)COMEM_GIB && a[1].kind == COMEM_EVICT_DETACH);
+    assert_true(a[2].asked == 0.5 * (double)COMEM_GIB && a[2].kind == COMEM_EVICT_PARTIAL);
+    assert_true(s.free == 2.5 * (double)COMEM_GIB);
+}
+
+static void test_short_partial_escalates_to_detach(void **st)
+{
+    (void)st;
+    comem_evict_entry e[1] = {{.size = 4 * COMEM_GIB, .loaded = 4 * COMEM_GIB, .refs = 1}};
+    script s = {.free = 0, .short_by = 1, .e = e};
+    comem_evict_request req = {.required = 1 * (double)COMEM_GIB, .smart_memory = true};
+    comem_evict_ops ops = {s_free, s_partial, s_detach, &s};
+    size_t order[1];
+    comem_evict_action a[1];
+    comem_evict_result r;
+    assert_int_equal(comem_evict_run(&req, e, 1, &ops, order, a, &r), 0);
+    assert_int_equal(r.n_actions, 1);
+    assert_int_equal(a[0].kind, COMEM_EVICT_DETACH);
+    assert_true(a[0].tried_partial);
+    assert_true(a[0].partial_freed == (double)COMEM_GIB - 1);
+    assert_int_equal(s.n_detached, 1);
+    assert_int_equal(r.n_detached, 1);
+}
+
+static void test_dynamic_reduction_accumulates(void **st)
+{
+    (void)st;
+    /* Two dynamic residents of 1 GiB reduce the requirement before the static victim is measured. */
+    comem_evict_entry e[3] = {
+        {.size = 1 * COMEM_GIB, .loaded = 1 * COMEM_GIB, .refs = 1, .dynamic = true},
+        {.size = 1 * COMEM_GIB, .loaded = 1 * COMEM_GIB, .refs = 1, .dynamic = true},
+        {.size = 8 * COMEM_GIB, .loaded = 8 * COMEM_GIB, .refs = 1},
+    };
+    script s = {.free = 1 * (double)COMEM_GIB, .e = e};
+    comem_evict_request req = {.required = 5 * (double)COMEM_GIB, .for_dynamic = true, .smart_memory = true};
+    comem_evict_ops ops = {s_free, s_partial, s_detach, &s};
+    size_t order[3];
+    comem_evict_action a[3];
+    comem_evict_result r;
+    assert_int_equal(comem_evict_run(&req, e, 3, &ops, order, a, &r), 0);
+    assert_true(r.required_after == 3 * (double)COMEM_GIB);
+    assert_int_equal(r.n_actions, 1);
+    assert_int_equal(a[0].entry, 2);
+    assert_true(a[0].asked == 2 * (double)COMEM_GIB); /* 5 - 1 - 1 GiB required, 1 GiB free */
+    assert_int_equal(a[0].kind, COMEM_EVICT_PARTIAL);
+}
+
+static void test_filters_device_keep_dead(void **st)
+{
+    (void)st;
+    comem_evict_entry e[4] = {
+        {.size = 1, .loaded = 1, .device = 1},
+        {.size = 1, .loaded = 1, .device = 0, .keep = true},
+        {.size = 1, .loaded = 1, .device = 0, .dead = true},
+        {.size = 1, .loaded = 1, .device = 0},
+    };
+    size_t order[4];
+    comem_evict_request req = {.device = 0, .smart_memory = true};
+    assert_int_equal(comem_evict_order(&req, e, 4, order), 1);
+    assert_int_equal(order[0], 3);
+    req.device_none = true; /* any device: the device filter goes, keep and dead stay */
+    assert_int_equal(comem_evict_order(&req, e, 4, order), 2);
+}
+
+static void test_device_none_frees_nothing(void **st)
+{
+    (void)st;
+    comem_evict_entry e[1] = {{.size = 4, .loaded = 4}};
+    script s = {.free = 0, .e = e};
+    comem_evict_request req = {.required = 1e30, .device_none = true, .smart_memory = false};
+    comem_evict_ops ops = {s_free, s_partial, s_detach, &s};
+    size_t order[1];
+    comem_evict_action a[1];
+    comem_evict_result r;
+    assert_int_equal(comem_evict_run(&req, e, 1, &ops, order, a, &r), 0);
+    assert_int_equal(r.n_actions, 0);
+    assert_int_equal(s.measures, 0);
+}
+
+static void test_ladder_rejects_missing_callbacks(void **st)
+{
+    (void)st;
+    comem_evict_entry e[1] = {{.size = 4, .loaded = 4}};
+    comem_evict_request req = {.required = 1, .smart_memory = true};
+    comem_evict_ops ops = {0};
+    size_t order[1];
+    comem_evict_action a[1];
+    comem_evict_result r;
+    assert_int_equal(comem_evict_run(&req, e, 1, &ops, order, a, &r), -1);
+}
+
+static void test_empty_cache_rule(void **st)
+{
+    (void)st;
+    assert_true(comem_should_empty_cache(true, false, COMEM_VRAM_HIGH, 0, 0));
+    assert_false(comem_should_empty_cache(false, true, COMEM_VRAM_NORMAL, 1, 100));
+    assert_false(comem_should_empty_cache(false, false, COMEM_VRAM_HIGH, 1, 100));
+    assert_true(comem_should_empty_cache(false, false, COMEM_VRAM_NORMAL, 4, 1.0000001));
+    assert_false(comem_should_empty_cache(false, false, COMEM_VRAM_NORMAL, 4, 1));
+}
+
+/* ---- admission sums ---- */
+
+static void test_admission_needs_per_device(void **st)
+{
+    (void)st;
+    comem_load_model m[4] = {
+        {.size = 6 * COMEM_GIB, .loaded = 2 * COMEM_GIB, .load_device = 0, .current_device = 0},  /* offloaded part */
+        {.size = 2 * COMEM_GIB, .loaded = 0, .load_device = 0, .current_device = COMEM_DEVICE_CPU}, /* full */
+        {.size = 1 * COMEM_GIB, .loaded = 1 * COMEM_GIB, .load_device = 1, .current_device = 1, .dynamic = true},
+        {.size = 3 * COMEM_GIB, .loaded = 3 * COMEM_GIB, .load_device = 1, .current_device = 0}, /* elsewhere: full */
+    };
+    comem_device_need rows[4];
+    size_t n;
+    bool all_dynamic;
+    assert_int_equal(comem_admission_needs(m, 4, rows, 4, &n, &all_dynamic), 0);
+    assert_int_equal(n, 2);
+    assert_false(all_dynamic);
+    assert_int_equal(rows[0].device, 0);
+    assert_int_equal(rows[0].need, 6 * COMEM_GIB);
+    assert_int_equal(rows[0].pins, 8 * COMEM_GIB);
+    assert_int_equal(rows[1].device, 1);
+    assert_int_equal(rows[1].need, 3 * COMEM_GIB);
+    assert_int_equal(rows[1].pins, 3 * COMEM_GIB); /* the dynamic model adds no pins */
+    assert_int_equal(comem_admission_needs(m, 4, rows, 1, &n, &all_dynamic), COMEM_ERANGE);
+    assert_int_equal(comem_admission_needs(&m[2], 1, rows, 4, &n, &all_dynamic), 0);
+    assert_true(all_dynamic);
+}
+
+/* ---- pin ladders ---- */
+
+typedef struct pin_walk {
+    comem_pin_tier seen[16];
+    double asked[16];
+    int n;
+    double give; /* bytes each tier frees */
+} pin_walk;
+
+static double walk_fn(void *u, double size, const comem_pin_tier *t)
+{
+    pin_walk *w = u;
+    w->seen[w->n] = *t;
+    w->asked[w->n++] = size;
+    return size > 0 ? w->give : 0;
+}
+
+static void test_pin_eviction_tiers(void **st)
+{
+    (void)st;
+    comem_pin_tier t[COMEM_PIN_TIERS_MAX];
+    assert_int_equal(comem_pin_eviction_tiers(true, true, t), 5);
+    assert_int_equal(comem_pin_eviction_tiers(false, false, t), 6);
+    assert_int_equal(comem_pin_eviction_tiers(false, true, t), 9);
+    assert_int_equal(t[0].subsets, COMEM_PIN_SET_FAST);
+    assert_int_equal(t[0].current_prompt, COMEM_NO);
+    assert_int_equal(t[0].active, COMEM_NO);
+    assert_int_equal(t[1].subsets, COMEM_PIN_SET);
+    assert_int_equal(t[1].active, COMEM_ANY);
+    assert_int_equal(t[5].subsets, COMEM_PIN_SET);
+    assert_int_equal(t[5].current_prompt, COMEM_YES);
+    assert_int_equal(t[6].subsets, COMEM_PIN_SET_FAST);
+    assert_int_equal(t[8].subsets, COMEM_PIN_SET);
+    assert_int_equal(t[8].active, COMEM_YES);
+    assert_int_equal(comem_registration_eviction_tiers(false, t), 4);
+    assert_int_equal(comem_registration_eviction_tiers(true, t), 8);
+    assert_false(t[0].unregister); /* fast pins are destroyed */
+    assert_true(t[1].unregister);
+    assert_int_equal(t[1].subsets, COMEM_PIN_SET | COMEM_PIN_SET_LOADED);
+    assert_int_equal(t[4].active, COMEM_YES);
+}
+
+static void test_free_pins_asks_remaining(void **st)
+{
+    (void)st;
+    pin_walk w = {.give = 100};
+    double freed = comem_free_pins(250, false, false, walk_fn, &w);
+    assert_int_equal(w.n, 6);
+    assert_true(w.asked[0] == 250 && w.asked[1] == 150 && w.asked[2] == 50 && w.asked[3] == -50);
+    assert_true(freed == 300); /* whole pins over-free */
+}
+
+static void test_ensure_pin_budget(void **st)
+{
+    (void)st;
+    /* V12 row 1: shortfall 641728512, ask 910163968; passes only if >= shortfall is freed */
+    pin_walk enough = {.give = 641728512};
+    assert_true(comem_ensure_pin_budget(104857600, 3435973836, 1610612736, false, false, false, walk_fn, &enough));
+    assert_true(enough.asked[0] == 910163968);
+    pin_walk little = {.give = 1000};
+    assert_false(comem_ensure_pin_budget(104857600, 3435973836, 1610612736, false, false, false, walk_fn, &little));
+    pin_walk none = {.give = 0};
+    assert_true(comem_ensure_pin_budget(64 * COMEM_MIB, 0, 3 * (double)COMEM_GIB, false, false, false, walk_fn, &none));
+    assert_int_equal(none.n, 0);
+    assert_true(comem_ensure_pin_budget(1e15, 0, 0, true, false, false, walk_fn, &none)); /* --high-ram */
+}
+
+static void test_free_registrations(void **st)
+{
+    (void)st;
+    pin_walk w = {.give = 1 * (double)COMEM_GIB};
+    assert_false(comem_free_registrations(1, -1, true, walk_fn, &w));
+    assert_true(comem_free_registrations(0, 48 * (double)COMEM_GIB, true, walk_fn, &w));
+    assert_int_equal(w.n, 0);
+    /* shortfall 0.5 GiB: target 2.5 GiB; the first tier frees 1 GiB, leaving 1.5 <= 2 GiB */
+    assert_true(comem_free_registrations(0.5 * (double)COMEM_GIB, 48 * (double)COMEM_GIB, false, walk_fn, &w));
+    assert_true(w.asked[0] == 2.5 * (double)COMEM_GIB);
+    assert_true(w.asked[1] == 1.5 * (double)COMEM_GIB);
+    pin_walk tiny = {.give = 1};
+    assert_false(comem_free_registrations(0.5 * (double)COMEM_GIB, 48 * (double)COMEM_GIB, false, walk_fn, &tiny));
+}
+
+static void test_windows_pin_pressure(void **st)
+{
+    (void)st;
+    assert_false(comem_should_free_pins_for_ram_pressure(0, false, 0, true, 0));
+    assert_true(comem_should_free_pins_for_ram_pressure(1, false, 1e12, true, 0));
+    assert_false(comem_should_free_pins_for_ram_pressure(1, true, 1e12, true, 4.9));
+    assert_true(comem_should_free_pins_for_ram_pressure(1, true, 1e12, true, 5.0));
+    assert_true(comem_should_free_pins_for_ram_pressure(1, true, 511.0 * COMEM_MIB, true, 0));
+    assert_true(comem_should_free_pins_for_ram_pressure(1, true, 1e12, false, 0));
+}
+
+static void test_disk_swap(void **st)
+{
+    (void)st;
+    comem_swap_entry rows[3] = {{"zram0", 100}, {"sda2", 10}, {"swapfile", 5}};
+    assert_int_equal(comem_disk_swap_total(rows, 3), 15 * 1024);
+}
+
+/* ---- planners: invariants over many random inputs ---- */
+
+static void test_pressure_plan_invariants(void **st)
+{
+    (void)st;
+    static const char *keys[] = {"a", "b", "c", "d", "e", "f"};
+    unsigned seed = 12345;
+    for (int round = 0; round < 2000; round++) {
+        comem_release_holder h[6];
+        for (int i = 0; i < 6; i++) {
+            seed = seed * 1103515245u + 12345u;
+            h[i] = (comem_release_holder){keys[i], (seed >> 3) % 7 != 0, (seed >> 5) % 9 != 0, (seed >> 7) % 5 == 0,
+                                          (int64_t)((seed >> 9) % 8) * COMEM_GIB - COMEM_GIB};
+        }
+        int64_t shortfall = (int64_t)(seed % 20) * COMEM_GIB / 2 - COMEM_GIB;
+        size_t req = (seed >> 11) % 7; /* 6 means no requester */
+        comem_release_ask asks[6];
+        size_t k = comem_plan_pressure_release(h, 6, shortfall, req == 6 ? SIZE_MAX : req, asks);
+        int64_t sum = 0, eligible = 0;
+        for (int i = 0; i < 6; i++)
+            if ((size_t)i != req && h[i].alive && h[i].advertises && !h[i].in_flight && h[i].held > 0)
+                eligible += h[i].held;
+        for (size_t j = 0; j < k; j++) {
+            const comem_release_holder *x = &h[asks[j].holder];
+            assert_true(asks[j].holder != req && x->alive && x->advertises && !x->in_flight);
+            assert_true(asks[j].bytes > 0 && asks[j].bytes <= x->held);
+            if (j > 0)
+                assert_true(h[asks[j - 1].holder].held >= x->held); /* largest first */
+            sum += asks[j].bytes;
+        }
+        /* never more than the shortfall; as much of it as the eligible holders have */
+        assert_true(sum == comem_min(comem_clamp0(shortfall), eligible));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ladder_remeasures_every_victim),
+        cmocka_unit_test(test_short_partial_escalates_to_detach),
+        cmocka_unit_test(test_dynamic_reduction_accumulates),
+        cmocka_unit_test(test_filters_device_keep_dead),
+        cmocka_unit_test(test_device_none_frees_nothing),
+        cmocka_unit_test(test_ladder_rejects_missing_callbacks),
+        cmocka_unit_test(test_empty_cache_rule),
+        cmocka_unit_test(test_admission_needs_per_device),
+        cmocka_unit_test(test_pin_eviction_tiers),
+        cmocka_unit_test(test_free_pins_asks_remaining),
+        cmocka_unit_test(test_ensure_pin_budget),
+        cmocka_unit_test(test_free_registrations),
+        cmocka_unit_test(test_windows_pin_pressure),
+        cmocka_unit_test(test_disk_swap),
+        cmocka_unit_test(test_pressure_plan_invariants),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,129 @@
+/* tests/unit/test_base.c - saturating byte arithmetic, size parsing, round-trip printing. */
+#include "unit/cmocka_all.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/bytes.h"
+#include "base/size.h"
+#include "comem/common.h"
+
+static void test_saturation(void **s)
+{
+    (void)s;
+    assert_true(comem_add(INT64_MAX, 1) == INT64_MAX);
+    assert_true(comem_add(INT64_MIN, -1) == INT64_MIN);
+    assert_true(comem_sub(INT64_MIN, 1) == INT64_MIN);
+    assert_true(comem_sub(INT64_MAX, -1) == INT64_MAX);
+    assert_true(comem_sub(0, INT64_MIN) == INT64_MAX);
+    assert_true(comem_mul(INT64_MAX / 2, 3) == INT64_MAX);
+    assert_true(comem_mul(-(INT64_MAX / 2), 3) == INT64_MIN);
+    assert_int_equal(comem_add(5, -7), -2);
+    assert_int_equal(comem_clamp0(-3), 0);
+}
+
+static void test_trunc_is_python_int(void **s)
+{
+    (void)s;
+    assert_int_equal(comem_trunc(3435973836.8), 3435973836);
+    assert_int_equal(comem_trunc(-2.9), -2);
+    assert_true(comem_trunc(1e30) == INT64_MAX);
+    assert_true(comem_trunc(-1e30) == INT64_MIN);
+    assert_int_equal(comem_trunc(NAN), 0);
+    /* int(8 GiB * 1.1) - int(4 GiB * 1.1) is not int(4 GiB * 1.1) */
+    assert_int_equal(comem_trunc(8589934592.0 * 1.1) - comem_trunc(4294967296.0 * 1.1), 4724464026);
+}
+
+static void test_python_max_min_tie(void **s)
+{
+    (void)s;
+    assert_true(comem_fmax(1.0, 1.0) == 1.0);
+    assert_true(comem_fmax(-0.0, 0.0) == 0.0 && signbit(comem_fmax(-0.0, 0.0))); /* first wins ties */
+    assert_true(comem_fmin(2.0, 1.0) == 1.0);
+}
+
+static void test_parse_size(void **s)
+{
+    (void)s;
+    double v;
+    char err[128];
+    assert_int_equal(comem_parse_size("6GiB", &v, err, sizeof err), 0);
+    assert_true(v == 6442450944.0);
+    assert_int_equal(comem_parse_size("  0.3 gib", &v, err, sizeof err), 0);
+    assert_true(v == 0.3 * 1073741824.0);
+    assert_int_equal(comem_parse_size("1e3", &v, err, sizeof err), 0);
+    assert_true(v == 1000.0);
+    assert_int_equal(comem_parse_size("512B", &v, err, sizeof err), 0);
+    assert_true(v == 512.0);
+    assert_int_equal(comem_parse_size("8579868262.400001", &v, err, sizeof err), 0);
+    assert_true(v == 6442450944.0 * 1.1 + 1493172224.0);
+    assert_int_equal(comem_parse_size("2TiB", &v, err, sizeof err), 0);
+    assert_true(v == 2199023255552.0);
+    assert_int_equal(comem_parse_size("-1", &v, err, sizeof err), COMEM_EINVAL);
+    assert_non_null(strstr(err, "negative"));
+    assert_int_equal(comem_parse_size("-0", &v, err, sizeof err), COMEM_EINVAL);
+    assert_int_equal(comem_parse_size("6GB", &v, err, sizeof err), COMEM_EINVAL);
+    assert_non_null(strstr(err, "ambiguous"));
+    assert_int_equal(comem_parse_size("", &v, err, sizeof err), COMEM_EINVAL);
+    assert_int_equal(comem_parse_size("nan", &v, err, sizeof err), COMEM_EINVAL);
+    assert_int_equal(comem_parse_size("1e999", &v, err, sizeof err), COMEM_EINVAL);
+    assert_int_equal(comem_parse_size("1e300TiB", &v, err, sizeof err), COMEM_EINVAL);
+    assert_int_equal(comem_parse_size(".", &v, err, sizeof err), COMEM_EINVAL);
+    assert_int_equal(comem_parse_size("5 5", &v, err, sizeof err), COMEM_EINVAL);
+    assert_int_equal(comem_parse_size(NULL, &v, NULL, 0), COMEM_EINVAL);
+}
+
+static void round_trip(double x)
+{
+    char buf[40];
+    comem_format_double(x, buf, sizeof buf);
+    assert_true(strtod(buf, NULL) == x);
+}
+
+static void test_format_double(void **s)
+{
+    (void)s;
+    char buf[40];
+    assert_string_equal(comem_format_double(8579868262.400001, buf, sizeof buf), "8579868262.400001");
+    assert_string_equal(comem_format_double(1278423859.2, buf, sizeof buf), "1278423859.2");
+    assert_string_equal(comem_format_double(419430400.0, buf, sizeof buf), "419430400");
+    assert_string_equal(comem_format_double(-956301312.0, buf, sizeof buf), "-956301312");
+    assert_string_equal(comem_format_double(0.1, buf, sizeof buf), "0.1");
+    assert_string_equal(comem_format_double(1e32, buf, sizeof buf), "1e+32");
+    srand(7);
+    for (int i = 0; i < 20000; i++) {
+        double x = ((double)rand() / RAND_MAX) * pow(10, rand() % 30 - 5) * (rand() % 2 ? 1 : -1);
+        round_trip(x);
+    }
+    round_trip(161061273.59999847);
+    round_trip(5e-324);
+}
+
+static void test_format_bytes(void **s)
+{
+    (void)s;
+    char buf[32];
+    assert_string_equal(comem_format_bytes(512, buf, sizeof buf), "512 B");
+    assert_string_equal(comem_format_bytes(300 * COMEM_MIB, buf, sizeof buf), "300.00 MiB");
+    assert_string_equal(comem_format_bytes(-3 * COMEM_GIB / 2, buf, sizeof buf), "-1.50 GiB");
+}
+
+static void test_status_strings(void **s)
+{
+    (void)s;
+    assert_string_equal(comem_status_str(COMEM_OK), "ok");
+    assert_string_equal(comem_status_str(COMEM_EBUSY), "busy");
+    assert_string_equal(comem_status_str(12345), "unknown status");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_saturation),   cmocka_unit_test(test_trunc_is_python_int),
+        cmocka_unit_test(test_python_max_min_tie), cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_format_double), cmocka_unit_test(test_format_bytes),
+        cmocka_unit_test(test_status_strings),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,8 @@
+/* tools/comem/cmds.h - the subcommands of the comem CLI. */
+#ifndef COMEM_TOOLS_CMDS_H
+#define COMEM_TOOLS_CMDS_H
+
+int cmd_calc(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * tools/comem/main.c - the comem command line.
+ *
+ *   comem calc RULE [--flag VALUE]...   evaluate one rule, print JSON
+ *   comem demo                          the walkthrough the README runs
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmds.h"
+
+#ifndef COMEM_VERSION
+#define COMEM_VERSION "0.1.0"
+#endif
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: comem COMMAND [ARGS]\n\n"
+            "commands:\n"
+            "  calc RULE [--flag VALUE]...  evaluate one memory rule and print a JSON object\n"
+            "  demo                         walk through an admission on a simulated card\n"
+            "  version                      print the version\n\n"
+            "Run 'comem COMMAND --help' for a command's flags.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "calc"))
+        return cmd_calc(argc - 2, argv + 2);
+    if (!strcmp(cmd, "demo"))
+        return cmd_demo(argc - 2, argv + 2);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("comem %s\n", COMEM_VERSION);
+        return 0;
+    }
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "comem: unknown command '%s' (see comem --help)\n", cmd);
+    return 2;
+}
