@@ -91,7 +91,9 @@ int cmd_demo(int argc, char **argv)
     comem_budget bud = comem_lowvram_budget(&lin);
     printf("  lowvram budget %.0f B (%s): %s\n", bud.value, b(bud.value, b1),
            bud.value > 6.0 * (double)COMEM_GIB ? "above the model's size, so it loads fully" : "a partial load");
-    printf("\nTry it yourself: build/bin/comem calc evict --required %.1f --free 6GiB \\\n"
-           "    --entry size=300MiB,loaded=300MiB,refs=2 --entry size=2GiB,loaded=2GiB,refs=2\n", target);
+    char exact[40];
+    printf("\nTry it yourself: build/bin/comem calc evict --required %s --free 6GiB \\\n"
+           "    --entry size=300MiB,loaded=300MiB,refs=2 --entry size=2GiB,loaded=2GiB,refs=2\n",
+           comem_format_double(target, exact, sizeof exact));
     return 0;
 }
