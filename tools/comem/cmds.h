@@ -4,5 +4,6 @@
 
 int cmd_calc(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
 
 #endif

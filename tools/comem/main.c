@@ -19,6 +19,7 @@ static void usage(FILE *f)
             "usage: comem COMMAND [ARGS]\n\n"
             "commands:\n"
             "  calc RULE [--flag VALUE]...  evaluate one memory rule and print a JSON object\n"
+            "  devices [--device SPEC]      the cards and host RAM as comem reads them\n"
             "  demo                         walk through an admission on a simulated card\n"
             "  version                      print the version\n\n"
             "Run 'comem COMMAND --help' for a command's flags.\n");
@@ -33,6 +34,8 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "calc"))
         return cmd_calc(argc - 2, argv + 2);
+    if (!strcmp(cmd, "devices"))
+        return cmd_devices(argc - 2, argv + 2);
     if (!strcmp(cmd, "demo"))
         return cmd_demo(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

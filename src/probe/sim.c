@@ -1,0 +1,581 @@
+/* probe/sim.c - the simulated card: a shared file, a robust lock, per-process slots. */
+#include "probe/sim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/bytes.h"
+#include "base/log.h"
+#include "base/rundir.h"
+#include "comem/common.h"
+
+#define SIM_MAGIC 0x4d49534d454d4f43ULL /* "COMEMSIM" */
+#define SIM_VERSION 1u
+
+typedef struct sim_card {
+    int64_t capacity;
+    int64_t reserved;
+    int64_t context_cost;
+    int32_t semantics;
+    int32_t pad;
+} sim_card;
+
+/* One process. pid 0 marks a free slot. */
+typedef struct sim_slot {
+    int32_t pid;
+    uint32_t has_context; /* bit c: a context exists on card c */
+    uint64_t start_time;  /* to tell a reused pid from the original */
+    int64_t context[COMEM_SIM_MAX_CARDS];
+    int64_t allocated[COMEM_SIM_MAX_CARDS];
+} sim_slot;
+
+typedef struct sim_shared {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t size;
+    pthread_mutex_t lock; /* robust and process-shared; guards everything below */
+    uint64_t recoveries;  /* locks recovered from dead owners */
+    int32_t n_cards;
+    int32_t pad;
+    sim_card cards[COMEM_SIM_MAX_CARDS];
+    sim_slot slots[COMEM_SIM_MAX_PROCS];
+} sim_shared;
+
+typedef struct sim_view {
+    comem_device_source base;
+    comem_sim *sim;
+    bool local; /* cuMemGetInfo-style view */
+    bool owns;  /* closing the source closes the sim */
+} sim_view;
+
+struct comem_sim {
+    sim_shared *sh;
+    int fd;
+    comem_sim_spec spec; /* spec.path is the resolved file */
+    int32_t pid;         /* the process this handle belongs to */
+    uint64_t start_time;
+    int slot; /* this process's slot, or -1 before its first allocation */
+    char uuid_base[40];
+    sim_view device_view, local_view;
+};
+
+/* ---- processes ---- */
+
+/* Reads state and start time from /proc/<pid>/stat; false when the process is gone. */
+static bool proc_stat(int32_t pid, char *state, uint64_t *start)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+    if (!p)
+        return false;
+    p++;
+    unsigned long long st = 0;
+    char s = '?';
+    /* fields after comm: 3 state ... 22 starttime */
+    if (sscanf(p, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &s, &st) != 2)
+        return false;
+    *state = s;
+    *start = st;
+    return true;
+}
+
+static bool proc_alive(int32_t pid, uint64_t start_time)
+{
+    char state;
+    uint64_t start;
+    if (!proc_stat(pid, &state, &start))
+        return false;
+    /* A zombie has exited: the driver has already released its memory. */
+    return state != 'Z' && state != 'X' && start == start_time;
+}
+
+/* Frees the slots of processes that are gone. Caller holds the lock. */
+static void reap(sim_shared *sh, int32_t self)
+{
+    for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++) {
+        sim_slot *s = &sh->slots[i];
+        if (s->pid == 0 || s->pid == self)
+            continue;
+        if (!proc_alive(s->pid, s->start_time)) {
+            comem_debug("sim: process %d is gone; released its context and allocations", (int)s->pid);
+            memset(s, 0, sizeof *s);
+        }
+    }
+}
+
+static int lock(comem_sim *sim)
+{
+    int rc = pthread_mutex_lock(&sim->sh->lock);
+    if (rc == EOWNERDEAD) {
+        /* The owner died mid-operation; its slot is dead and reap() clears it. */
+        pthread_mutex_consistent(&sim->sh->lock);
+        sim->sh->recoveries++;
+        comem_warn("sim: recovered the card lock from a process that died holding it");
+        rc = 0;
+    }
+    if (rc != 0) {
+        comem_error("sim: cannot lock the card: %s", strerror(rc));
+        return COMEM_EIO;
+    }
+    reap(sim->sh, sim->pid);
+    return COMEM_OK;
+}
+
+static void unlock(comem_sim *sim) { pthread_mutex_unlock(&sim->sh->lock); }
+
+/* A forked child inherits the parent's handle; it must not act as the parent. */
+static int check_owner(comem_sim *sim)
+{
+    if (getpid() != sim->pid) {
+        comem_error("sim: this handle belongs to process %d; open the card again after fork", (int)sim->pid);
+        return COMEM_EINVAL;
+    }
+    return COMEM_OK;
+}
+
+/* This process's slot, claimed if needed. Caller holds the lock. */
+static sim_slot *own_slot(comem_sim *sim, bool claim)
+{
+    sim_shared *sh = sim->sh;
+    if (sim->slot >= 0 && sh->slots[sim->slot].pid == sim->pid && sh->slots[sim->slot].start_time == sim->start_time)
+        return &sh->slots[sim->slot];
+    int free_slot = -1;
+    for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++) {
+        if (sh->slots[i].pid == sim->pid && sh->slots[i].start_time == sim->start_time) {
+            sim->slot = i;
+            return &sh->slots[i];
+        }
+        if (sh->slots[i].pid == 0 && free_slot < 0)
+            free_slot = i;
+    }
+    if (!claim || free_slot < 0)
+        return NULL;
+    sim_slot *s = &sh->slots[free_slot];
+    memset(s, 0, sizeof *s);
+    s->start_time = sim->start_time;
+    s->pid = sim->pid; /* last: a slot with a pid is a claimed slot */
+    sim->slot = free_slot;
+    return s;
+}
+
+/* Σ context + allocated on card over every process. Caller holds the lock. */
+static int64_t card_used(const sim_shared *sh, int card)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++)
+        if (sh->slots[i].pid != 0)
+            sum = comem_add(sum, comem_add(sh->slots[i].context[card], sh->slots[i].allocated[card]));
+    return sum;
+}
+
+static int64_t slot_used(const sim_slot *s, int card) { return s ? comem_add(s->context[card], s->allocated[card]) : 0; }
+
+/* ---- opening ---- */
+
+static uint64_t fnv1a(const char *s, uint64_t h)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+static void init_shared(sim_shared *sh, const comem_sim_spec *spec)
+{
+    memset(sh, 0, sizeof *sh);
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&sh->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    sh->n_cards = spec->n_cards;
+    for (int c = 0; c < spec->n_cards; c++)
+        sh->cards[c] = (sim_card){spec->capacity, spec->reserved, spec->context_cost, (int32_t)spec->semantics, 0};
+    sh->version = SIM_VERSION;
+    sh->size = (uint32_t)sizeof *sh;
+    __atomic_store_n(&sh->magic, SIM_MAGIC, __ATOMIC_RELEASE);
+}
+
+static bool same_settings(const sim_shared *sh, const comem_sim_spec *spec)
+{
+    if (sh->n_cards != spec->n_cards)
+        return false;
+    for (int c = 0; c < spec->n_cards; c++) {
+        const sim_card *k = &sh->cards[c];
+        if (k->capacity != spec->capacity || k->reserved != spec->reserved || k->context_cost != spec->context_cost ||
+            k->semantics != (int32_t)spec->semantics)
+            return false;
+    }
+    return true;
+}
+
+/* Creates the file fully initialised under a temporary name, then links it into place. */
+static int create_file(const char *path, const comem_sim_spec *spec)
+{
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return COMEM_EIO;
+    int rc = COMEM_EIO;
+    if (ftruncate(fd, (off_t)sizeof(sim_shared)) == 0) {
+        sim_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (sh != MAP_FAILED) {
+            init_shared(sh, spec);
+            munmap(sh, sizeof *sh);
+            /* link() fails if another process won the race; then we use theirs. */
+            rc = (link(tmp, path) == 0 || errno == EEXIST) ? COMEM_OK : COMEM_EIO;
+        }
+    }
+    close(fd);
+    unlink(tmp);
+    return rc;
+}
+
+int comem_sim_open(const comem_sim_spec *spec, comem_sim **out)
+{
+    comem_sim_spec s = *spec;
+    if (s.n_cards < 1 || s.n_cards > COMEM_SIM_MAX_CARDS || s.capacity <= 0)
+        return COMEM_EINVAL;
+    if (s.path[0] == '\0') {
+        char dir[PATH_MAX - 128], canon[128];
+        int rc = comem_runtime_dir(dir, sizeof dir);
+        if (rc != COMEM_OK)
+            return rc;
+        comem_sim_spec_format(&s, canon, sizeof canon);
+        for (char *c = canon; *c; c++)
+            if (*c == ':')
+                *c = '-';
+        snprintf(s.path, sizeof s.path, "%s/%s", dir, canon);
+    }
+    int fd = open(s.path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ENOENT) {
+        if (create_file(s.path, &s) != COMEM_OK) {
+            comem_error("sim: cannot create %s: %s", s.path, strerror(errno));
+            return COMEM_EIO;
+        }
+        fd = open(s.path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (fd < 0) {
+        comem_error("sim: cannot open %s: %s", s.path, strerror(errno));
+        return COMEM_EIO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077) != 0) {
+        comem_error("sim: refusing %s: it must be a regular file of uid %d with mode 0600", s.path, (int)getuid());
+        close(fd);
+        return COMEM_EPERM;
+    }
+    if (st.st_size < (off_t)sizeof(sim_shared)) {
+        comem_error("sim: %s is not a simulated card (too small)", s.path);
+        close(fd);
+        return COMEM_EINVAL;
+    }
+    sim_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (sh == MAP_FAILED) {
+        close(fd);
+        return COMEM_EIO;
+    }
+    if (__atomic_load_n(&sh->magic, __ATOMIC_ACQUIRE) != SIM_MAGIC || sh->version != SIM_VERSION ||
+        sh->size != sizeof *sh) {
+        comem_error("sim: %s is not a simulated card of this version", s.path);
+        munmap(sh, sizeof *sh);
+        close(fd);
+        return COMEM_EINVAL;
+    }
+    if (!same_settings(sh, &s)) {
+        char want[128];
+        comem_sim_spec_format(&s, want, sizeof want);
+        comem_error("sim: %s holds a card with other settings than %s; remove it or choose another path=", s.path,
+                    want);
+        munmap(sh, sizeof *sh);
+        close(fd);
+        return COMEM_EEXIST;
+    }
+    comem_sim *sim = calloc(1, sizeof *sim);
+    if (!sim) {
+        munmap(sh, sizeof *sh);
+        close(fd);
+        return COMEM_ENOMEM;
+    }
+    char state;
+    sim->sh = sh;
+    sim->fd = fd;
+    sim->spec = s;
+    sim->pid = (int32_t)getpid();
+    sim->slot = -1;
+    if (!proc_stat(sim->pid, &state, &sim->start_time))
+        sim->start_time = 0;
+    uint64_t h1 = fnv1a(s.path, 0xcbf29ce484222325ULL), h2 = fnv1a(s.path, 0x84222325cbf29ce4ULL);
+    snprintf(sim->uuid_base, sizeof sim->uuid_base, "SIM-%08x-%04x-%04x-%04x-%08x", (unsigned)(h1 >> 32),
+             (unsigned)(h1 >> 16) & 0xffff, (unsigned)h1 & 0xffff, (unsigned)(h2 >> 48), (unsigned)(h2 >> 16));
+    *out = sim;
+    return COMEM_OK;
+}
+
+void comem_sim_close(comem_sim *sim)
+{
+    if (!sim)
+        return;
+    munmap(sim->sh, sizeof *sim->sh);
+    close(sim->fd);
+    free(sim);
+}
+
+const char *comem_sim_path(const comem_sim *sim) { return sim->spec.path; }
+int comem_sim_cards(const comem_sim *sim) { return sim->spec.n_cards; }
+const comem_sim_spec *comem_sim_settings(const comem_sim *sim) { return &sim->spec; }
+
+/* ---- allocation ---- */
+
+static int check_card(const comem_sim *sim, int card)
+{
+    return (card >= 0 && card < sim->spec.n_cards) ? COMEM_OK : COMEM_ENODEV;
+}
+
+/* Creates this process's context on card if it has none. Caller holds the lock. */
+static int ensure_context(comem_sim *sim, sim_slot *s, int card)
+{
+    if (s->has_context & (1u << card))
+        return COMEM_OK;
+    const sim_card *k = &sim->sh->cards[card];
+    int64_t visible = k->capacity - k->reserved;
+    if (k->semantics == COMEM_SIM_LINUX && comem_add(card_used(sim->sh, card), k->context_cost) > visible)
+        return COMEM_ENOSPC;
+    s->context[card] = k->context_cost;
+    s->has_context |= 1u << card;
+    return COMEM_OK;
+}
+
+int comem_sim_alloc(comem_sim *sim, int card, int64_t bytes)
+{
+    int rc = check_owner(sim);
+    if (rc == COMEM_OK)
+        rc = check_card(sim, card);
+    if (rc != COMEM_OK)
+        return rc;
+    if (bytes < 0)
+        return COMEM_EINVAL;
+    if ((rc = lock(sim)) != COMEM_OK)
+        return rc;
+    sim_slot *s = own_slot(sim, true);
+    if (!s) {
+        rc = COMEM_ERANGE; /* every slot is taken by a live process */
+    } else if ((rc = ensure_context(sim, s, card)) == COMEM_OK) {
+        const sim_card *k = &sim->sh->cards[card];
+        int64_t visible = k->capacity - k->reserved;
+        /* Linux: physical memory bounds everyone. WDDM: only the caller's own budget does. */
+        int64_t counted = k->semantics == COMEM_SIM_LINUX ? card_used(sim->sh, card) : slot_used(s, card);
+        if (comem_add(counted, bytes) > visible)
+            rc = COMEM_ENOSPC;
+        else
+            s->allocated[card] = comem_add(s->allocated[card], bytes);
+    }
+    unlock(sim);
+    return rc;
+}
+
+int comem_sim_free(comem_sim *sim, int card, int64_t bytes)
+{
+    int rc = check_owner(sim);
+    if (rc == COMEM_OK)
+        rc = check_card(sim, card);
+    if (rc != COMEM_OK)
+        return rc;
+    if (bytes < 0)
+        return COMEM_EINVAL;
+    if ((rc = lock(sim)) != COMEM_OK)
+        return rc;
+    sim_slot *s = own_slot(sim, false);
+    if (!s || s->allocated[card] < bytes) {
+        comem_error("sim: process %d frees %lld bytes on card %d but holds %lld", (int)sim->pid, (long long)bytes,
+                    card, (long long)(s ? s->allocated[card] : 0));
+        rc = COMEM_EINVAL;
+    } else {
+        s->allocated[card] -= bytes;
+    }
+    unlock(sim);
+    return rc;
+}
+
+int comem_sim_touch(comem_sim *sim, int card)
+{
+    int rc = check_owner(sim);
+    if (rc == COMEM_OK)
+        rc = check_card(sim, card);
+    if (rc != COMEM_OK)
+        return rc;
+    if ((rc = lock(sim)) != COMEM_OK)
+        return rc;
+    sim_slot *s = own_slot(sim, true);
+    rc = s ? ensure_context(sim, s, card) : COMEM_ERANGE;
+    unlock(sim);
+    return rc;
+}
+
+int comem_sim_release_self(comem_sim *sim)
+{
+    int rc = check_owner(sim);
+    if (rc != COMEM_OK || (rc = lock(sim)) != COMEM_OK)
+        return rc;
+    sim_slot *s = own_slot(sim, false);
+    if (s)
+        memset(s, 0, sizeof *s);
+    sim->slot = -1;
+    unlock(sim);
+    return COMEM_OK;
+}
+
+/* ---- readings ---- */
+
+static void fill_identity(const comem_sim *sim, int card, comem_device_reading *out)
+{
+    comem_device_reading_clear(out);
+    out->index = card;
+    out->source = "sim";
+    snprintf(out->uuid, sizeof out->uuid, "%s%04x", sim->uuid_base, (unsigned)card);
+    snprintf(out->name, sizeof out->name, "comem simulated card (%s)",
+             sim->spec.semantics == COMEM_SIM_WDDM ? "wddm" : "linux");
+}
+
+int comem_sim_read(comem_sim *sim, int card, comem_device_reading *out)
+{
+    int rc = check_card(sim, card);
+    if (rc != COMEM_OK || (rc = lock(sim)) != COMEM_OK)
+        return rc;
+    const sim_card *k = &sim->sh->cards[card];
+    fill_identity(sim, card, out);
+    out->scope = COMEM_SCOPE_DEVICE_WIDE;
+    out->total = k->capacity;
+    out->reserved = k->reserved;
+    out->used = comem_add(k->reserved, card_used(sim->sh, card));
+    out->free = comem_clamp0(out->total - out->used);
+    out->overcommit = comem_clamp0(out->used - out->total);
+    out->procs_known = true;
+    out->n_procs = 0;
+    for (int i = 0; i < COMEM_SIM_MAX_PROCS && out->n_procs < COMEM_MAX_DEVICE_PROCS; i++) {
+        const sim_slot *s = &sim->sh->slots[i];
+        if (s->pid != 0 && (s->has_context & (1u << card)))
+            out->procs[out->n_procs++] = (comem_proc_use){s->pid, slot_used(s, card)};
+    }
+    unlock(sim);
+    out->timestamp_ns = comem_now_ns();
+    return COMEM_OK;
+}
+
+int comem_sim_read_local(comem_sim *sim, int card, comem_device_reading *out)
+{
+    int rc = check_card(sim, card);
+    if (rc != COMEM_OK || (rc = lock(sim)) != COMEM_OK)
+        return rc;
+    const sim_card *k = &sim->sh->cards[card];
+    fill_identity(sim, card, out);
+    /* cuMemGetInfo's total leaves the driver's reserved slice out. */
+    out->total = k->capacity - k->reserved;
+    if (k->semantics == COMEM_SIM_WDDM) {
+        out->scope = COMEM_SCOPE_PROCESS_LOCAL; /* the budget sees only this process */
+        out->free = comem_clamp0(out->total - slot_used(own_slot(sim, false), card));
+    } else {
+        out->scope = COMEM_SCOPE_DEVICE_WIDE;
+        out->free = comem_clamp0(out->total - card_used(sim->sh, card));
+    }
+    out->used = out->total - out->free;
+    unlock(sim);
+    out->timestamp_ns = comem_now_ns();
+    return COMEM_OK;
+}
+
+int comem_sim_usage(comem_sim *sim, int card, int32_t pid, int64_t *context, int64_t *allocated)
+{
+    int rc = check_card(sim, card);
+    if (rc != COMEM_OK || (rc = lock(sim)) != COMEM_OK)
+        return rc;
+    *context = *allocated = 0;
+    for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++) {
+        const sim_slot *s = &sim->sh->slots[i];
+        if (s->pid == pid) {
+            *context = s->context[card];
+            *allocated = s->allocated[card];
+        }
+    }
+    unlock(sim);
+    return COMEM_OK;
+}
+
+uint64_t comem_sim_recoveries(comem_sim *sim)
+{
+    if (lock(sim) != COMEM_OK)
+        return 0;
+    uint64_t r = sim->sh->recoveries;
+    unlock(sim);
+    return r;
+}
+
+int comem_sim_debug_hold_lock(comem_sim *sim) { return lock(sim); }
+
+/* ---- as a device source ---- */
+
+static int view_count(comem_device_source *src, int *n)
+{
+    *n = ((sim_view *)src)->sim->spec.n_cards;
+    return COMEM_OK;
+}
+
+static int view_read(comem_device_source *src, int index, comem_device_reading *out)
+{
+    sim_view *v = (sim_view *)src;
+    return v->local ? comem_sim_read_local(v->sim, index, out) : comem_sim_read(v->sim, index, out);
+}
+
+static void view_close(comem_device_source *src)
+{
+    sim_view *v = (sim_view *)src;
+    if (v->owns)
+        comem_sim_close(v->sim);
+}
+
+static const comem_device_source_ops k_view_ops = {view_count, view_read, view_close};
+
+static comem_device_source *view(comem_sim *sim, sim_view *v, bool local)
+{
+    v->base = (comem_device_source){&k_view_ops, "sim"};
+    v->sim = sim;
+    v->local = local;
+    return &v->base;
+}
+
+comem_device_source *comem_sim_source(comem_sim *sim) { return view(sim, &sim->device_view, false); }
+comem_device_source *comem_sim_local_source(comem_sim *sim) { return view(sim, &sim->local_view, true); }
+
+int comem_sim_open_source(const char *spec_text, comem_device_source **out, char *err, size_t errlen)
+{
+    comem_sim_spec spec;
+    int rc = comem_sim_spec_parse(spec_text, &spec, err, errlen);
+    if (rc != COMEM_OK)
+        return rc;
+    comem_sim *sim;
+    if ((rc = comem_sim_open(&spec, &sim)) != COMEM_OK) {
+        snprintf(err, errlen, "cannot open the simulated card: %s", comem_status_str(rc));
+        return rc;
+    }
+    comem_device_source *src = comem_sim_source(sim);
+    sim->device_view.owns = true;
+    *out = src;
+    return COMEM_OK;
+}
