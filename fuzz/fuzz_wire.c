@@ -1,0 +1,113 @@
+/*
+ * fuzz/fuzz_wire.c - libFuzzer target: the wire decoder against arbitrary bytes.
+ *
+ * The input is read as a stream of frames, the way a connection delivers
+ * them. For every frame the decoder accepts, the target checks what the
+ * decoder promises, and abort()s when a promise is broken:
+ *   - success means the whole payload was consumed: the same header with a
+ *     length one shorter, or one longer (an extra byte present), is refused;
+ *   - what was decoded encodes again, into exactly the bytes that came in
+ *     (the encoding is canonical), and decoding those and encoding once more
+ *     gives the same bytes (the two decoded messages are the same);
+ *   - every failure is COMEM_EPROTO, never another status.
+ * The payload is handed to the decoder in a heap block of exactly its length,
+ * so ASan reports a read past payload[h->length - 1].
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comem/common.h"
+#include "wire/wire.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Large: kept off the stack. */
+static comem_msg g_first, g_second, g_scratch;
+static uint8_t g_enc1[COMEM_WIRE_MAX_FRAME], g_enc2[COMEM_WIRE_MAX_FRAME];
+
+static void *copy_exact(const uint8_t *src, size_t n, size_t extra)
+{
+    uint8_t *p = malloc(n + extra ? n + extra : 1);
+    if (p == NULL)
+        abort();
+    memcpy(p, src, n);
+    memset(p + n, 0x5a, extra);
+    return p;
+}
+
+/* The decoded message must re-encode to `frame` exactly, and survive a second trip. */
+static void check_round_trip(const uint8_t *frame, size_t len)
+{
+    int n1 = comem_wire_encode(&g_first, g_enc1, sizeof g_enc1);
+    if (n1 < 0 || (size_t)n1 != len || memcmp(g_enc1, frame, len) != 0)
+        abort();
+    comem_wire_header h2;
+    if (comem_wire_decode_header(g_enc1, (size_t)n1, &h2) != 0)
+        abort();
+    if (comem_wire_decode(&h2, g_enc1 + COMEM_WIRE_HEADER_SIZE, &g_second) != 0)
+        abort();
+    int n2 = comem_wire_encode(&g_second, g_enc2, sizeof g_enc2);
+    if (n2 != n1 || memcmp(g_enc1, g_enc2, (size_t)n1) != 0)
+        abort();
+}
+
+/* A successful decode claimed exactly h->length bytes: one fewer or one more must fail. */
+static void check_exact_length(const comem_wire_header *h, const uint8_t *payload)
+{
+    comem_wire_header other = *h;
+    if (h->length > 0) {
+        other.length = h->length - 1;
+        if (comem_wire_decode(&other, payload, &g_scratch) != COMEM_EPROTO)
+            abort();
+    }
+    if (h->length < COMEM_WIRE_MAX_PAYLOAD) {
+        uint8_t *longer = copy_exact(payload, h->length, 1);
+        other.length = h->length + 1;
+        if (comem_wire_decode(&other, longer, &g_scratch) != COMEM_EPROTO)
+            abort();
+        free(longer);
+    }
+}
+
+/* Checks the frame at data; returns its size, or 0 when no frame can be taken from data. */
+static size_t one_frame(const uint8_t *data, size_t size)
+{
+    comem_wire_header h;
+    int rc = comem_wire_decode_header(data, size, &h);
+    if (rc != 0) {
+        if (rc != COMEM_EPROTO)
+            abort();
+        return 0;
+    }
+    if (size < COMEM_WIRE_HEADER_SIZE || h.length > COMEM_WIRE_MAX_PAYLOAD)
+        abort(); /* accepted a header it could not have read, or an oversize one */
+    size_t frame = COMEM_WIRE_HEADER_SIZE + (size_t)h.length;
+    if (frame > size)
+        return 0; /* incomplete: a reader would wait for more */
+
+    uint8_t *payload = copy_exact(data + COMEM_WIRE_HEADER_SIZE, h.length, 0);
+    rc = comem_wire_decode(&h, payload, &g_first);
+    if (rc == 0) {
+        if (g_first.type != h.type || g_first.request_id != h.request_id)
+            abort();
+        check_round_trip(data, frame); /* before free: status text points into payload */
+        check_exact_length(&h, payload);
+    } else if (rc != COMEM_EPROTO) {
+        abort();
+    }
+    free(payload);
+    return frame;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    while (size > 0) {
+        size_t n = one_frame(data, size);
+        if (n == 0)
+            break;
+        data += n;
+        size -= n;
+    }
+    return 0;
+}

@@ -1,0 +1,254 @@
+/*
+ * fuzz/make_corpus.c - writes the wire fuzzer's seed corpus: one valid frame
+ * per message type, plus one stream of several frames, each a file in DIR.
+ *
+ * Usage: fuzz_wire_corpus DIR (DIR must exist). The seeds are generated at
+ * fuzz time by the codec itself, so no binary blobs live in the repository
+ * and the seeds follow the layout whenever it changes.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comem/common.h"
+#include "wire/wire.h"
+
+static const uint16_t types[] = {
+    COMEM_MSG_HELLO,          COMEM_MSG_DEVICES,       COMEM_MSG_HOLDER_ADD,
+    COMEM_MSG_HOLDER_REMOVE,  COMEM_MSG_ENTRY_ADD,     COMEM_MSG_ENTRY_REMOVE,
+    COMEM_MSG_CENSUS,         COMEM_MSG_ADMIT,         COMEM_MSG_GRANT_DONE,
+    COMEM_MSG_ACTIVITY,       COMEM_MSG_PRESSURE,      COMEM_MSG_PIN_ACQUIRE,
+    COMEM_MSG_PIN_RELEASE,    COMEM_MSG_RESERVE,       COMEM_MSG_STATUS,
+    COMEM_MSG_RECEIPT,        COMEM_MSG_REPLY,         COMEM_MSG_HELLO_REPLY,
+    COMEM_MSG_DEVICES_REPLY,  COMEM_MSG_ID_REPLY,      COMEM_MSG_ADMIT_REPLY,
+    COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
+    COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,
+};
+
+static comem_msg g_msg; /* large: kept off the stack */
+static uint8_t g_buf[COMEM_WIRE_MAX_FRAME];
+
+static void residencies(comem_wire_residency *it, uint16_t n)
+{
+    for (uint16_t i = 0; i < n; i++) {
+        it[i].entry_id = 100u + i;
+        it[i].seq = 7u + i;
+        it[i].resident = (int64_t)(i + 1) << 30;
+    }
+}
+
+/* A small, valid message of each type: short lists and texts keep the fuzzer fast. */
+static void sample(comem_msg *m, uint16_t type)
+{
+    memset(m, 0, sizeof *m);
+    m->type = type;
+    m->request_id = type == COMEM_MSG_ASK ? 0 : 1000u + type;
+    comem_msg_hello *he = &m->u.hello;
+    switch (type) {
+    case COMEM_MSG_HELLO:
+        he->proto_version = COMEM_WIRE_VERSION;
+        he->role = COMEM_ROLE_WORKER;
+        he->scope = 1;
+        he->pid = 4321;
+        he->caps = COMEM_CAP_RELEASE | COMEM_CAP_IDLE_RELEASE;
+        he->reserve_base = -1;
+        strcpy(he->name, "sam3-worker");
+        strcpy(he->token, "0123456789abcdef");
+        break;
+    case COMEM_MSG_HOLDER_ADD:
+        m->u.holder_add.device = 0;
+        m->u.holder_add.kind = COMEM_HOLDER_PAGER;
+        m->u.holder_add.flags = COMEM_CAP_RELEASE | COMEM_CAP_WHILE_BUSY;
+        strcpy(m->u.holder_add.name, "pager");
+        break;
+    case COMEM_MSG_HOLDER_REMOVE:
+    case COMEM_MSG_ENTRY_REMOVE:
+    case COMEM_MSG_ID_REPLY: m->u.id.id = 17; break;
+    case COMEM_MSG_ENTRY_ADD:
+        m->u.entry_add.holder_id = 3;
+        m->u.entry_add.size = 6442450944;
+        m->u.entry_add.resident = 1 << 30;
+        m->u.entry_add.flags = COMEM_ENTRY_DYNAMIC;
+        strcpy(m->u.entry_add.name, "flux-dev");
+        break;
+    case COMEM_MSG_CENSUS:
+        m->u.census.holder_id = 3;
+        m->u.census.seq = 9;
+        m->u.census.has = COMEM_CENSUS_PINNED;
+        m->u.census.pinned = 1 << 20;
+        m->u.census.overhead = -1;
+        m->u.census.n = 3;
+        residencies(m->u.census.items, 3);
+        break;
+    case COMEM_MSG_ADMIT:
+        m->u.admit.device = 0;
+        m->u.admit.holder_id = 3;
+        m->u.admit.weights = 6442450944;
+        m->u.admit.inference = 1073741824;
+        m->u.admit.cast_forward = 268435456;
+        m->u.admit.timeout_ms = 5000;
+        m->u.admit.n_keep = 2;
+        m->u.admit.keep[0] = 11;
+        m->u.admit.keep[1] = 12;
+        break;
+    case COMEM_MSG_GRANT_DONE:
+        m->u.grant_done.grant_id = 5;
+        m->u.grant_done.entry_id = 11;
+        m->u.grant_done.used = 6442450944;
+        break;
+    case COMEM_MSG_ACTIVITY:
+        m->u.activity.holder_id = 3;
+        m->u.activity.busy = 1;
+        strcpy(m->u.activity.prompt, "prompt-42");
+        break;
+    case COMEM_MSG_PRESSURE:
+        m->u.pressure.device = 1;
+        m->u.pressure.bytes = 2147483648;
+        m->u.pressure.timeout_ms = 1000;
+        break;
+    case COMEM_MSG_PIN_ACQUIRE:
+    case COMEM_MSG_PIN_RELEASE:
+        m->u.pin.holder_id = 4;
+        m->u.pin.bytes = 1 << 28;
+        break;
+    case COMEM_MSG_RESERVE: m->u.reserve.device = 0; break;
+    case COMEM_MSG_RECEIPT:
+        m->u.receipt.ask_id = 8;
+        m->u.receipt.outcome = COMEM_RECEIPT_DONE;
+        m->u.receipt.freed = 1 << 30;
+        m->u.receipt.n = 2;
+        residencies(m->u.receipt.items, 2);
+        break;
+    case COMEM_MSG_REPLY:
+        m->u.reply.status = COMEM_ENOENT;
+        strcpy(m->u.reply.message, "no such holder");
+        break;
+    case COMEM_MSG_HELLO_REPLY:
+        m->u.hello_reply.session_id = 77;
+        m->u.hello_reply.coord_pid = 1234;
+        m->u.hello_reply.proto_version = COMEM_WIRE_VERSION;
+        m->u.hello_reply.n_devices = 2;
+        break;
+    case COMEM_MSG_DEVICES_REPLY:
+        m->u.devices_reply.n = 2;
+        for (uint16_t i = 0; i < 2; i++) {
+            comem_wire_device *d = &m->u.devices_reply.devices[i];
+            d->index = i;
+            d->scope = (uint8_t)i;
+            d->total = (int64_t)24 << 30;
+            d->free = (int64_t)20 << 30;
+            d->reserved = 300 << 20;
+            snprintf(d->uuid, sizeof d->uuid, "GPU-0000000%u", (unsigned)i);
+            strcpy(d->name, "SIM card");
+        }
+        break;
+    case COMEM_MSG_ADMIT_REPLY:
+        m->u.admit_reply.granted = 1;
+        m->u.admit_reply.grant_id = 5;
+        m->u.admit_reply.bytes = 6442450944;
+        m->u.admit_reply.need = 8579868262;
+        m->u.admit_reply.free_before = 4294967296;
+        m->u.admit_reply.free_after = 9663676416;
+        m->u.admit_reply.freed = 5368709120;
+        m->u.admit_reply.reserve = 419430400;
+        m->u.admit_reply.pager_headroom = 268435456;
+        m->u.admit_reply.n_asked = 1;
+        break;
+    case COMEM_MSG_PRESSURE_REPLY:
+        m->u.pressure_reply.freed = 1 << 30;
+        m->u.pressure_reply.free_after = 3221225472;
+        m->u.pressure_reply.n_asked = 2;
+        m->u.pressure_reply.n_busy = 1;
+        break;
+    case COMEM_MSG_PIN_REPLY:
+        m->u.pin_reply.granted = 0;
+        m->u.pin_reply.total_pinned = 1 << 30;
+        m->u.pin_reply.max_pinned = -1;
+        m->u.pin_reply.shortfall = 1 << 20;
+        break;
+    case COMEM_MSG_RESERVE_REPLY:
+        m->u.reserve_reply.published = 734003200;
+        m->u.reserve_reply.base = 419430400;
+        m->u.reserve_reply.for_requester = 419430400;
+        m->u.reserve_reply.pager_headroom = 268435456;
+        break;
+    case COMEM_MSG_STATUS_REPLY:
+        m->u.status_reply.offset = 0;
+        m->u.status_reply.total = 40;
+        m->u.status_reply.len = 17;
+        m->u.status_reply.text = (const uint8_t *)"{\"devices\":[{}]}\n";
+        break;
+    case COMEM_MSG_ASK:
+        m->u.ask.ask_id = 8;
+        m->u.ask.holder_id = 3;
+        m->u.ask.kind = COMEM_ASK_RELEASE;
+        m->u.ask.device = 0;
+        m->u.ask.bytes = 2147483648;
+        m->u.ask.deadline_ms = 2000;
+        m->u.ask.n = 2;
+        m->u.ask.items[0].entry_id = 11;
+        m->u.ask.items[0].bytes = 1 << 30;
+        m->u.ask.items[1].entry_id = 12;
+        m->u.ask.items[1].bytes = 1 << 30;
+        break;
+    default: break; /* DEVICES and STATUS have nothing to fill */
+    }
+}
+
+static int write_file(const char *dir, const char *name, const uint8_t *p, size_t n)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) {
+        fprintf(stderr, "fuzz_wire_corpus: path too long: %s/%s\n", dir, name);
+        return -1;
+    }
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) {
+        fprintf(stderr, "fuzz_wire_corpus: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t w = fwrite(p, 1, n, f);
+    if (fclose(f) != 0 || w != n) {
+        fprintf(stderr, "fuzz_wire_corpus: %s: write failed\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Encodes the sample of type at out; returns its size or exits. */
+static size_t encode_sample(uint16_t type, uint8_t *out, size_t cap)
+{
+    sample(&g_msg, type);
+    int n = comem_wire_encode(&g_msg, out, cap);
+    if (n < 0) {
+        fprintf(stderr, "fuzz_wire_corpus: cannot encode %s: status %d\n", comem_wire_type_name(type), n);
+        exit(1);
+    }
+    return (size_t)n;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: fuzz_wire_corpus DIR\n");
+        return 2;
+    }
+    size_t n_types = sizeof types / sizeof types[0];
+    for (size_t t = 0; t < n_types; t++) {
+        size_t n = encode_sample(types[t], g_buf, sizeof g_buf);
+        char name[64];
+        snprintf(name, sizeof name, "seed-%02u-%s", (unsigned)types[t], comem_wire_type_name(types[t]));
+        if (write_file(argv[1], name, g_buf, n) != 0)
+            return 1;
+    }
+    /* A conversation's opening as one stream: HELLO, DEVICES, HOLDER_ADD. */
+    size_t len = 0;
+    len += encode_sample(COMEM_MSG_HELLO, g_buf + len, sizeof g_buf - len);
+    len += encode_sample(COMEM_MSG_DEVICES, g_buf + len, sizeof g_buf - len);
+    len += encode_sample(COMEM_MSG_HOLDER_ADD, g_buf + len, sizeof g_buf - len);
+    if (write_file(argv[1], "seed-stream-opening", g_buf, len) != 0)
+        return 1;
+    printf("fuzz_wire_corpus: wrote %zu seeds to %s\n", n_types + 1, argv[1]);
+    return 0;
+}
