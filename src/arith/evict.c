@@ -36,6 +36,90 @@ size_t comem_evict_order(const comem_evict_request *req, const comem_evict_entry
     return m;
 }
 
+/* One victim: what free_memory does for it. Returns true when an action was taken. */
+static bool visit(const comem_evict_request *req, double *required, size_t i, const comem_evict_entry *e,
+                  double (*free_now)(void *), double (*partial)(void *, size_t, double), void (*detach)(void *, size_t),
+                  void *user, comem_evict_action *a, bool *covered)
+{
+    double to_free = COMEM_SMART_OFF_TO_FREE;
+    *covered = false;
+    if (req->smart_memory || req->device_none) {
+        if (e->dynamic && req->for_dynamic) {
+            /* Dynamic residents page on demand; count them as reclaimable instead. */
+            *required -= (double)e->loaded;
+            to_free = 0;
+        } else {
+            to_free = req->device_none ? 0 : *required - free_now(user);
+            *covered = !(to_free > 0);
+        }
+    }
+    if (!(to_free > 0))
+        return false;
+    *a = (comem_evict_action){.entry = i, .asked = to_free};
+    if (to_free < (double)e->loaded && partial) {
+        a->partial_freed = partial(user, i, to_free);
+        if (a->partial_freed >= to_free) {
+            a->kind = COMEM_EVICT_PARTIAL;
+            return true;
+        }
+        a->tried_partial = true;
+    }
+    a->kind = COMEM_EVICT_DETACH;
+    if (detach)
+        detach(user, i);
+    return true;
+}
+
+int comem_evict_walk(const comem_evict_request *req, const comem_evict_walk_ops *ops, comem_evict_action *actions,
+                     size_t max_actions, comem_evict_result *result)
+{
+    if (!req || !ops || !ops->next || !result || (max_actions && !actions))
+        return COMEM_EINVAL;
+    if (!req->device_none && req->smart_memory && !ops->free_now)
+        return COMEM_EINVAL;
+    double required = req->required;
+    size_t visited = 0, n_actions = 0, n_detached = 0, i;
+    comem_evict_entry e;
+    while (n_actions < max_actions && ops->next(ops->user, &i, &e)) {
+        visited++;
+        bool covered;
+        comem_evict_action *a = &actions[n_actions];
+        if (visit(req, &required, i, &e, ops->free_now, ops->partial, ops->detach, ops->user, a, &covered)) {
+            n_detached += a->kind == COMEM_EVICT_DETACH;
+            n_actions++;
+        } else if (covered && req->stop_when_covered) {
+            break;
+        }
+    }
+    *result = (comem_evict_result){.n_order = visited, .n_actions = n_actions, .n_detached = n_detached,
+                                   .required_after = required};
+    return COMEM_OK;
+}
+
+/* The array form walks a sorted index list. */
+typedef struct array_walk {
+    const comem_evict_entry *entries;
+    const size_t *order;
+    size_t n, pos;
+    const comem_evict_ops *ops;
+} array_walk;
+
+static bool array_next(void *u, size_t *index, comem_evict_entry *e)
+{
+    array_walk *w = u;
+    if (w->pos >= w->n)
+        return false;
+    *index = w->order[w->pos++];
+    *e = w->entries[*index];
+    return true;
+}
+static double array_free(void *u) { return ((array_walk *)u)->ops->free_now(((array_walk *)u)->ops->user); }
+static double array_partial(void *u, size_t i, double f)
+{
+    return ((array_walk *)u)->ops->partial(((array_walk *)u)->ops->user, i, f);
+}
+static void array_detach(void *u, size_t i) { ((array_walk *)u)->ops->detach(((array_walk *)u)->ops->user, i); }
+
 int comem_evict_run(const comem_evict_request *req, const comem_evict_entry *entries, size_t n,
                     const comem_evict_ops *ops, size_t *order, comem_evict_action *actions,
                     comem_evict_result *result)
@@ -44,48 +128,20 @@ int comem_evict_run(const comem_evict_request *req, const comem_evict_entry *ent
         return COMEM_EINVAL;
     if (!req->device_none && req->smart_memory && !ops->free_now)
         return COMEM_EINVAL;
-
     size_t m = comem_evict_order(req, entries, n, order);
-    double required = req->required;
-    size_t n_actions = 0, n_detached = 0;
-
-    for (size_t k = 0; k < m; k++) {
-        size_t i = order[k];
-        const comem_evict_entry *e = &entries[i];
-        double to_free = COMEM_SMART_OFF_TO_FREE;
-        if (req->smart_memory || req->device_none) {
-            if (e->dynamic && req->for_dynamic) {
-                /* Dynamic residents page on demand; count them as reclaimable instead. */
-                required -= (double)e->loaded;
-                to_free = 0;
-            } else {
-                to_free = req->device_none ? 0 : required - ops->free_now(ops->user);
-            }
-        }
-        if (!(to_free > 0))
-            continue;
-
-        comem_evict_action a = {.entry = i, .asked = to_free};
-        if (to_free < (double)e->loaded && ops->partial) {
-            a.partial_freed = ops->partial(ops->user, i, to_free);
-            if (a.partial_freed >= to_free) {
-                a.kind = COMEM_EVICT_PARTIAL;
-                actions[n_actions++] = a;
-                continue;
-            }
-            a.tried_partial = true;
-        }
-        a.kind = COMEM_EVICT_DETACH;
-        if (ops->detach)
-            ops->detach(ops->user, i);
-        actions[n_actions++] = a;
-        n_detached++;
-    }
+    array_walk w = {.entries = entries, .order = order, .n = m, .ops = ops};
+    comem_evict_walk_ops wops = {
+        .next = array_next,
+        .free_now = ops->free_now ? array_free : NULL,
+        .partial = ops->partial ? array_partial : NULL,
+        .detach = ops->detach ? array_detach : NULL,
+        .user = &w,
+    };
+    comem_evict_request r = *req;
+    r.stop_when_covered = false; /* ComfyUI visits every candidate */
+    int rc = comem_evict_walk(&r, &wops, actions, m, result);
     result->n_order = m;
-    result->n_actions = n_actions;
-    result->n_detached = n_detached;
-    result->required_after = required;
-    return COMEM_OK;
+    return rc;
 }
 
 bool comem_should_empty_cache(bool unloaded_any, bool device_none, comem_vram_state state,

@@ -74,6 +74,13 @@ typedef struct comem_evict_request {
     int device;
     bool for_dynamic;
     bool smart_memory; /* not --disable-smart-memory */
+    /*
+     * Stop at the first candidate that needs nothing freed. Only valid when
+     * free_now never decreases during the walk (a planner's projection does
+     * not), because then every later candidate would need nothing either.
+     * ComfyUI itself visits every candidate; the array form leaves this off.
+     */
+    bool stop_when_covered;
 } comem_evict_request;
 
 typedef struct comem_evict_result {
@@ -90,6 +97,24 @@ typedef struct comem_evict_result {
 int comem_evict_run(const comem_evict_request *req, const comem_evict_entry *entries, size_t n,
                     const comem_evict_ops *ops, size_t *order, comem_evict_action *actions,
                     comem_evict_result *result);
+
+/*
+ * The ladder over candidates that a callback hands out already in eviction
+ * order (the coordinator keeps them ordered, so it need not sort per plan).
+ * next() returns false when there are no more; it is responsible for the
+ * device/keep/dead filtering. actions[] has room for max_actions; the walk
+ * stops early (without error) when it is full.
+ */
+typedef struct comem_evict_walk_ops {
+    bool (*next)(void *user, size_t *index, comem_evict_entry *entry);
+    double (*free_now)(void *user);
+    double (*partial)(void *user, size_t index, double to_free);
+    void (*detach)(void *user, size_t index);
+    void *user;
+} comem_evict_walk_ops;
+
+int comem_evict_walk(const comem_evict_request *req, const comem_evict_walk_ops *ops, comem_evict_action *actions,
+                     size_t max_actions, comem_evict_result *result);
 
 /*
  * Candidate order only (no callbacks): writes the indices free_memory would

@@ -1,0 +1,533 @@
+/* ledger/ledger.c - sessions, holders, entries, grants and pins, with their invariants. */
+#include "ledger/ledger.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/bytes.h"
+#include "base/log.h"
+#include "comem/common.h"
+
+static void copy_name(char *dst, const char *src)
+{
+    snprintf(dst, COMEM_LEDGER_NAME_MAX, "%s", src ? src : "");
+}
+
+static bool valid_device(const comem_ledger *l, int device) { return device >= 0 && device < l->n_devices; }
+
+/* After a mutation: verify when checking is on, count and report a violation. */
+static void after_mutation(comem_ledger *l, const char *what)
+{
+    if (!l->checking)
+        return;
+    char why[256];
+    l->checks++;
+    if (comem_ledger_check(l, why, sizeof why) != COMEM_OK) {
+        l->violations++;
+        comem_error("ledger invariant broken after %s: %s", what, why);
+    }
+}
+
+int comem_ledger_init(comem_ledger *l, const ledger_device *devices, int n, int64_t max_pinned)
+{
+    if (n < 0 || n > COMEM_MAX_DEVICES)
+        return COMEM_EINVAL;
+    memset(l, 0, sizeof *l);
+    l->n_devices = n;
+    for (int i = 0; i < n; i++)
+        l->devices[i] = devices[i];
+    comem_slab_init(&l->sessions, sizeof(ledger_session));
+    comem_slab_init(&l->holders, sizeof(ledger_holder));
+    comem_slab_init(&l->entries, sizeof(ledger_entry));
+    comem_slab_init(&l->grants, sizeof(ledger_grant));
+    l->max_pinned = max_pinned;
+    return COMEM_OK;
+}
+
+void comem_ledger_fini(comem_ledger *l)
+{
+    comem_slab_fini(&l->sessions);
+    comem_slab_fini(&l->holders);
+    comem_slab_fini(&l->entries);
+    comem_slab_fini(&l->grants);
+}
+
+void comem_ledger_set_checking(comem_ledger *l, bool on) { l->checking = on; }
+
+/* ---- sums ---- */
+
+int64_t comem_ledger_resident(const comem_ledger *l, int device)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
+        const ledger_entry *e = comem_slab_at(&l->entries, i, NULL);
+        if (e && e->device == device)
+            sum = comem_add(sum, e->resident);
+    }
+    return sum;
+}
+
+int64_t comem_ledger_granted(const comem_ledger *l, int device)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < comem_slab_slots(&l->grants); i++) {
+        const ledger_grant *g = comem_slab_at(&l->grants, i, NULL);
+        if (g && g->device == device)
+            sum = comem_add(sum, g->bytes);
+    }
+    return sum;
+}
+
+int64_t comem_ledger_floors(const comem_ledger *l, int device)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < comem_slab_slots(&l->sessions); i++) {
+        const ledger_session *s = comem_slab_at(&l->sessions, i, NULL);
+        if (s)
+            sum = comem_add(sum, s->floor[device]);
+    }
+    return sum;
+}
+
+int64_t comem_ledger_attributed(const comem_ledger *l, int device)
+{
+    return comem_add(comem_add(comem_ledger_resident(l, device), comem_ledger_floors(l, device)),
+                     comem_ledger_granted(l, device));
+}
+
+int64_t comem_ledger_session_resident(const comem_ledger *l, uint64_t session, uint64_t holder, int device)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
+        const ledger_entry *e = comem_slab_at(&l->entries, i, NULL);
+        if (e && e->session == session && (holder == 0 || e->holder == holder) && (device < 0 || e->device == device))
+            sum = comem_add(sum, e->resident);
+    }
+    return sum;
+}
+
+/* ---- the invariants ---- */
+
+int comem_ledger_check(const comem_ledger *l, char *why, size_t len)
+{
+    uint64_t id;
+    int64_t pinned = 0;
+    for (size_t i = 0; i < comem_slab_slots(&l->sessions); i++) {
+        const ledger_session *s = comem_slab_at(&l->sessions, i, &id);
+        if (!s)
+            continue;
+        if (s->pinned < 0) {
+            snprintf(why, len, "session %llx has negative pins", (unsigned long long)id);
+            return COMEM_ERANGE;
+        }
+        pinned = comem_add(pinned, s->pinned);
+        for (int d = 0; d < l->n_devices; d++) {
+            if (s->floor[d] < 0) {
+                snprintf(why, len, "session %llx has a negative floor on device %d", (unsigned long long)id, d);
+                return COMEM_ERANGE;
+            }
+        }
+    }
+    if (pinned != l->total_pinned || l->total_pinned < 0 ||
+        (l->total_pinned > 0 && l->max_pinned > 0 && l->total_pinned > l->max_pinned)) {
+        snprintf(why, len, "pins: total %lld, sessions %lld, ceiling %lld", (long long)l->total_pinned,
+                 (long long)pinned, (long long)l->max_pinned);
+        return COMEM_ERANGE;
+    }
+    for (size_t i = 0; i < comem_slab_slots(&l->holders); i++) {
+        const ledger_holder *h = comem_slab_at(&l->holders, i, &id);
+        if (!h)
+            continue;
+        if (!comem_slab_get(&l->sessions, h->session) || !valid_device(l, h->device)) {
+            snprintf(why, len, "holder %llx belongs to no live session or device", (unsigned long long)id);
+            return COMEM_ERANGE;
+        }
+    }
+    for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
+        const ledger_entry *e = comem_slab_at(&l->entries, i, &id);
+        if (!e)
+            continue;
+        const ledger_holder *h = comem_slab_get(&l->holders, e->holder);
+        if (!h || h->session != e->session || h->device != e->device) {
+            snprintf(why, len, "entry %llx belongs to no live holder of its session", (unsigned long long)id);
+            return COMEM_ERANGE;
+        }
+        if (e->size < 0 || e->resident < 0 || e->resident > e->size || e->peak < 0) {
+            snprintf(why, len, "entry %llx: size %lld, resident %lld", (unsigned long long)id, (long long)e->size,
+                     (long long)e->resident);
+            return COMEM_ERANGE;
+        }
+    }
+    for (size_t i = 0; i < comem_slab_slots(&l->grants); i++) {
+        const ledger_grant *g = comem_slab_at(&l->grants, i, &id);
+        if (!g)
+            continue;
+        if (!comem_slab_get(&l->sessions, g->session) || !valid_device(l, g->device) || g->bytes <= 0) {
+            snprintf(why, len, "grant %llx: no live session, or %lld bytes", (unsigned long long)id,
+                     (long long)g->bytes);
+            return COMEM_ERANGE;
+        }
+    }
+    for (int d = 0; d < l->n_devices; d++) {
+        int64_t a = comem_ledger_attributed(l, d);
+        if (a > l->devices[d].capacity) {
+            snprintf(why, len, "device %d: attributed %lld above capacity %lld", d, (long long)a,
+                     (long long)l->devices[d].capacity);
+            return COMEM_ERANGE;
+        }
+    }
+    return COMEM_OK;
+}
+
+/* ---- sessions ---- */
+
+int comem_ledger_session_add(comem_ledger *l, int32_t pid, uint32_t uid, uint8_t role, uint8_t scope, uint32_t caps,
+                             const char *name, int64_t now_ns, uint64_t *id)
+{
+    ledger_session *s = comem_slab_alloc(&l->sessions, id);
+    if (!s)
+        return COMEM_ENOMEM;
+    s->pid = pid;
+    s->uid = uid;
+    s->role = role;
+    s->scope = scope;
+    s->caps = caps;
+    s->started_ns = now_ns;
+    copy_name(s->name, name);
+    after_mutation(l, "session add");
+    return COMEM_OK;
+}
+
+ledger_session *comem_ledger_session(comem_ledger *l, uint64_t id) { return comem_slab_get(&l->sessions, id); }
+
+int comem_ledger_session_end(comem_ledger *l, uint64_t id, ledger_release_summary *out)
+{
+    ledger_session *s = comem_slab_get(&l->sessions, id);
+    ledger_release_summary sum = {0};
+    if (!s)
+        return COMEM_ENOENT;
+    uint64_t rid;
+    for (size_t i = 0; i < comem_slab_slots(&l->grants); i++) {
+        ledger_grant *g = comem_slab_at(&l->grants, i, &rid);
+        if (g && g->session == id) {
+            sum.grants++;
+            sum.grant_bytes = comem_add(sum.grant_bytes, g->bytes);
+            comem_slab_free(&l->grants, rid);
+        }
+    }
+    for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
+        ledger_entry *e = comem_slab_at(&l->entries, i, &rid);
+        if (e && e->session == id) {
+            sum.entries++;
+            sum.resident_bytes = comem_add(sum.resident_bytes, e->resident);
+            comem_slab_free(&l->entries, rid);
+        }
+    }
+    for (size_t i = 0; i < comem_slab_slots(&l->holders); i++) {
+        ledger_holder *h = comem_slab_at(&l->holders, i, &rid);
+        if (h && h->session == id) {
+            sum.holders++;
+            comem_slab_free(&l->holders, rid);
+        }
+    }
+    sum.pinned_bytes = s->pinned;
+    l->total_pinned = comem_sub(l->total_pinned, s->pinned);
+    comem_slab_free(&l->sessions, id);
+    if (out)
+        *out = sum;
+    after_mutation(l, "session end");
+    return COMEM_OK;
+}
+
+static void mark(ledger_holder *h, bool busy, const char *prompt, double now_s)
+{
+    if (busy) {
+        h->busy = true;
+        return;
+    }
+    if (h->busy || !h->idle_known) {
+        h->idle_known = true;
+        h->idle_since = now_s;
+    }
+    h->busy = false;
+    if (prompt && *prompt)
+        copy_name(h->last_prompt, prompt);
+}
+
+int comem_ledger_activity(comem_ledger *l, uint64_t session, uint64_t holder, bool busy, const char *prompt,
+                          double now_s)
+{
+    ledger_session *s = comem_slab_get(&l->sessions, session);
+    if (!s)
+        return COMEM_ENOENT;
+    if (holder) {
+        ledger_holder *h = comem_slab_get(&l->holders, holder);
+        if (!h || h->session != session)
+            return COMEM_ENOENT;
+        mark(h, busy, prompt, now_s);
+        return COMEM_OK;
+    }
+    s->busy = busy;
+    if (busy && prompt)
+        copy_name(s->prompt, prompt);
+    for (size_t i = 0; i < comem_slab_slots(&l->holders); i++) {
+        ledger_holder *h = comem_slab_at(&l->holders, i, NULL);
+        if (h && h->session == session)
+            mark(h, busy, busy ? NULL : (prompt && *prompt ? prompt : s->prompt), now_s);
+    }
+    return COMEM_OK;
+}
+
+int comem_ledger_set_floor(comem_ledger *l, uint64_t session, int device, int64_t floor)
+{
+    ledger_session *s = comem_slab_get(&l->sessions, session);
+    if (!s || !valid_device(l, device))
+        return COMEM_ENOENT;
+    floor = comem_clamp0(floor);
+    int64_t after = comem_add(comem_sub(comem_ledger_attributed(l, device), s->floor[device]), floor);
+    if (after > l->devices[device].capacity)
+        return COMEM_ERANGE;
+    s->floor[device] = floor;
+    after_mutation(l, "floor");
+    return COMEM_OK;
+}
+
+/* ---- holders ---- */
+
+int comem_ledger_holder_add(comem_ledger *l, uint64_t session, int device, uint8_t kind, uint32_t flags,
+                            const char *name, double now_s, uint64_t *id)
+{
+    if (!comem_slab_get(&l->sessions, session))
+        return COMEM_ENOENT;
+    if (!valid_device(l, device))
+        return COMEM_ENODEV;
+    if (kind < COMEM_HOLDER_MODELS || kind > COMEM_HOLDER_RAW)
+        return COMEM_EINVAL;
+    ledger_holder *h = comem_slab_alloc(&l->holders, id);
+    if (!h)
+        return COMEM_ENOMEM;
+    h->session = session;
+    h->device = device;
+    h->kind = kind;
+    h->flags = flags;
+    h->idle_known = true;
+    h->idle_since = now_s;
+    copy_name(h->name, name);
+    after_mutation(l, "holder add");
+    return COMEM_OK;
+}
+
+ledger_holder *comem_ledger_holder(comem_ledger *l, uint64_t id) { return comem_slab_get(&l->holders, id); }
+
+int comem_ledger_holder_remove(comem_ledger *l, uint64_t session, uint64_t holder)
+{
+    ledger_holder *h = comem_slab_get(&l->holders, holder);
+    if (!h || h->session != session)
+        return COMEM_ENOENT;
+    uint64_t eid;
+    for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
+        ledger_entry *e = comem_slab_at(&l->entries, i, &eid);
+        if (e && e->holder == holder)
+            comem_slab_free(&l->entries, eid);
+    }
+    comem_slab_free(&l->holders, holder);
+    after_mutation(l, "holder remove");
+    return COMEM_OK;
+}
+
+/* ---- entries ---- */
+
+int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, const char *name, int64_t size,
+                           int64_t resident, bool dynamic, int64_t now_ns, uint64_t *id)
+{
+    ledger_holder *h = comem_slab_get(&l->holders, holder);
+    if (!h || h->session != session)
+        return COMEM_ENOENT;
+    if (size < 0)
+        return COMEM_EINVAL;
+    resident = comem_min(comem_clamp0(resident), size);
+    if (comem_add(comem_ledger_attributed(l, h->device), resident) > l->devices[h->device].capacity)
+        return COMEM_ERANGE;
+    ledger_entry *e = comem_slab_alloc(&l->entries, id);
+    if (!e)
+        return COMEM_ENOMEM;
+    e->holder = holder;
+    e->session = session;
+    e->device = h->device;
+    e->size = size;
+    e->resident = resident;
+    e->peak = size; /* registration counts as a full-size receipt until the first census */
+    e->seq = -1;
+    e->dynamic = dynamic;
+    e->last_use_ns = now_ns;
+    copy_name(e->name, name);
+    after_mutation(l, "entry add");
+    return COMEM_OK;
+}
+
+ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id) { return comem_slab_get(&l->entries, id); }
+
+int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry)
+{
+    ledger_entry *e = comem_slab_get(&l->entries, entry);
+    if (!e || e->session != session)
+        return COMEM_ENOENT;
+    comem_slab_free(&l->entries, entry);
+    after_mutation(l, "entry remove");
+    return COMEM_OK;
+}
+
+int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
+                        int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *changed)
+{
+    ledger_holder *h = comem_slab_get(&l->holders, holder);
+    if (!h || h->session != session)
+        return COMEM_ENOENT;
+    /* First pass: would the census fit on the card? Apply nothing if not. */
+    int64_t delta = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ledger_entry *e = comem_slab_get(&l->entries, items[i].entry_id);
+        if (!e || e->holder != holder || (int64_t)items[i].seq < e->seq)
+            continue;
+        int64_t r = comem_min(comem_clamp0(items[i].resident), e->size);
+        delta = comem_add(delta, comem_sub(r, e->resident));
+    }
+    if (delta > 0 && comem_add(comem_ledger_attributed(l, h->device), delta) > l->devices[h->device].capacity) {
+        comem_warn("census from holder '%s' claims %lld more bytes than device %d can hold; refused", h->name,
+                   (long long)delta, h->device);
+        return COMEM_ERANGE;
+    }
+    int moved = 0;
+    for (size_t i = 0; i < n; i++) {
+        ledger_entry *e = comem_slab_get(&l->entries, items[i].entry_id);
+        if (!e || e->holder != holder)
+            continue; /* unknown ids are skipped, as a census from an older registration */
+        if ((int64_t)items[i].seq < e->seq)
+            continue; /* strictly older: dropped; an equal sequence applies */
+        int64_t r = comem_min(comem_clamp0(items[i].resident), e->size);
+        e->seq = (int64_t)items[i].seq;
+        e->peak = r; /* the census is the authority that lets the peak decay */
+        if (r != e->resident) {
+            e->resident = r;
+            e->last_use_ns = now_ns;
+            moved++;
+        }
+    }
+    if (!h->census_seen || seq > h->census_seq) {
+        /* pins and overhead: an equal sequence is dropped */
+        if (has & COMEM_CENSUS_PINNED)
+            h->pinned = comem_clamp0(pinned);
+        if (has & COMEM_CENSUS_OVERHEAD)
+            h->overhead = comem_clamp0(overhead);
+        h->census_seq = seq;
+        h->census_seen = true;
+    }
+    if (changed)
+        *changed = moved;
+    after_mutation(l, "census");
+    return COMEM_OK;
+}
+
+/* ---- grants ---- */
+
+int comem_ledger_grant_add(comem_ledger *l, uint64_t session, uint64_t holder, int device, int64_t bytes,
+                           int64_t expires_ns, uint64_t *id)
+{
+    if (!comem_slab_get(&l->sessions, session))
+        return COMEM_ENOENT;
+    if (!valid_device(l, device))
+        return COMEM_ENODEV;
+    if (bytes <= 0)
+        return COMEM_EINVAL;
+    if (comem_add(comem_ledger_attributed(l, device), bytes) > l->devices[device].capacity)
+        return COMEM_ENOSPC;
+    ledger_grant *g = comem_slab_alloc(&l->grants, id);
+    if (!g)
+        return COMEM_ENOMEM;
+    g->session = session;
+    g->holder = holder;
+    g->device = device;
+    g->bytes = bytes;
+    g->expires_ns = expires_ns;
+    after_mutation(l, "grant add");
+    return COMEM_OK;
+}
+
+ledger_grant *comem_ledger_grant(comem_ledger *l, uint64_t id) { return comem_slab_get(&l->grants, id); }
+
+int comem_ledger_grant_done(comem_ledger *l, uint64_t session, uint64_t grant, uint64_t entry, int64_t used)
+{
+    ledger_grant *g = comem_slab_get(&l->grants, grant);
+    if (!g || g->session != session)
+        return COMEM_ENOENT;
+    if (entry) {
+        ledger_entry *e = comem_slab_get(&l->entries, entry);
+        if (!e || e->session != session || e->device != g->device)
+            return COMEM_ENOENT;
+        /* The grant's bytes turn into residency; never more than the grant booked. */
+        int64_t grow = comem_min(comem_clamp0(comem_sub(comem_clamp0(used), e->resident)), g->bytes);
+        e->resident = comem_min(comem_add(e->resident, grow), e->size);
+        e->peak = comem_max(e->peak, e->resident);
+    }
+    comem_slab_free(&l->grants, grant);
+    after_mutation(l, "grant done");
+    return COMEM_OK;
+}
+
+int comem_ledger_grants_expire(comem_ledger *l, int64_t now_ns)
+{
+    int n = 0;
+    uint64_t id;
+    for (size_t i = 0; i < comem_slab_slots(&l->grants); i++) {
+        ledger_grant *g = comem_slab_at(&l->grants, i, &id);
+        if (g && g->expires_ns <= now_ns) {
+            comem_slab_free(&l->grants, id);
+            n++;
+        }
+    }
+    if (n)
+        after_mutation(l, "grant expiry");
+    return n;
+}
+
+/* ---- pins ---- */
+
+int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, int64_t *shortfall)
+{
+    ledger_session *s = comem_slab_get(&l->sessions, session);
+    if (!s)
+        return COMEM_ENOENT;
+    if (bytes < 0)
+        return COMEM_EINVAL;
+    /* Book, compare, roll back: two racing pins can never both pass the ceiling. */
+    int64_t after = comem_add(l->total_pinned, bytes);
+    if (l->max_pinned <= 0 || after > l->max_pinned) {
+        if (shortfall)
+            *shortfall = l->max_pinned <= 0 ? bytes : comem_sub(after, l->max_pinned);
+        return COMEM_ENOSPC;
+    }
+    l->total_pinned = after;
+    s->pinned = comem_add(s->pinned, bytes);
+    if (shortfall)
+        *shortfall = 0;
+    after_mutation(l, "pin acquire");
+    return COMEM_OK;
+}
+
+int comem_ledger_pin_release(comem_ledger *l, uint64_t session, int64_t bytes)
+{
+    ledger_session *s = comem_slab_get(&l->sessions, session);
+    if (!s)
+        return COMEM_ENOENT;
+    if (bytes < 0)
+        return COMEM_EINVAL;
+    if (bytes > s->pinned) {
+        comem_warn("session '%s' releases %lld pinned bytes but holds %lld; clamped", s->name, (long long)bytes,
+                   (long long)s->pinned);
+        bytes = s->pinned;
+    }
+    s->pinned -= bytes;
+    l->total_pinned -= bytes;
+    after_mutation(l, "pin release");
+    return COMEM_OK;
+}

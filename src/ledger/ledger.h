@@ -1,0 +1,188 @@
+/*
+ * ledger/ledger.h - the machine-wide state: who holds what, on which device.
+ *
+ *   ledger
+ *   ├── devices[]   capacity, free-reading scope, reserve (base read once, published value)
+ *   ├── sessions    one per connected process: pid, role, name, busy mark, prompt, pins,
+ *   │   │           context floor per device
+ *   │   └── holders one per thing that holds memory and can be asked (a model list,
+ *   │       │       a pager, a pin set): device, kind, flags, census sequence
+ *   │       └── entries one per model/VBAR/buffer: size, resident, peak, sequence,
+ *   │                   dynamic, last use
+ *   └── grants      admission grants: bytes booked on a device for a session until
+ *                   they become residency or expire
+ *
+ * Ownership is strict: an entry belongs to one holder, a holder to one session,
+ * a grant to one session; ending a session releases all of it at once. Ids are
+ * generational (ledger/slab.h): a stale id never resolves to a newer record.
+ *
+ * The ledger is touched only from the coordinator's loop thread, so it has no
+ * lock. Every mutation keeps the invariants that comem_ledger_check() verifies:
+ * nothing negative, resident <= size, every record's owner alive, and per
+ * device the attributed bytes (resident + context floors + outstanding grants)
+ * never above capacity. With checking on (tests, debug builds) every mutation
+ * ends with a check, and a violation is counted and logged.
+ */
+#ifndef COMEM_LEDGER_LEDGER_H
+#define COMEM_LEDGER_LEDGER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ledger/slab.h"
+#include "probe/device.h"
+#include "wire/wire.h"
+
+#define COMEM_LEDGER_NAME_MAX COMEM_WIRE_NAME_MAX
+
+typedef struct ledger_device {
+    int index;
+    char uuid[80];
+    char name[96];
+    int64_t capacity;
+    comem_scope scope;     /* of the coordinator's own reading of this device */
+    int64_t reserve_base;  /* the operator's reserve, read once */
+    int64_t published;     /* the total reserve published to the host */
+    int64_t last_free;     /* true free at the last reading (-1 before any) */
+    int64_t last_read_ns;
+} ledger_device;
+
+typedef struct ledger_session {
+    int32_t pid;
+    uint32_t uid;
+    uint8_t role;  /* comem_role */
+    uint8_t scope; /* comem_scope of the process's own free reading */
+    uint32_t caps;
+    char name[COMEM_LEDGER_NAME_MAX];
+    bool busy;
+    char prompt[COMEM_LEDGER_NAME_MAX]; /* the prompt it serves while busy */
+    int64_t pinned;                     /* pinned host RAM booked */
+    int64_t floor[COMEM_MAX_DEVICES];   /* context floor per device, 0 when no context */
+    int64_t started_ns;
+} ledger_session;
+
+typedef struct ledger_holder {
+    uint64_t session;
+    int device;
+    uint8_t kind; /* comem_holder_kind */
+    uint32_t flags;
+    char name[COMEM_LEDGER_NAME_MAX];
+    bool census_seen;
+    uint64_t census_seq; /* for pinned/overhead: an equal sequence is dropped */
+    int64_t pinned;
+    int64_t overhead;
+    bool busy;
+    bool idle_known;
+    double idle_since; /* seconds on the coordinator's clock */
+    char last_prompt[COMEM_LEDGER_NAME_MAX];
+} ledger_holder;
+
+typedef struct ledger_entry {
+    uint64_t holder;
+    uint64_t session;
+    int device;
+    char name[COMEM_LEDGER_NAME_MAX];
+    int64_t size;
+    int64_t resident;
+    int64_t peak;
+    int64_t seq; /* -1 until the first census; an equal sequence applies */
+    bool dynamic;
+    int64_t last_use_ns;
+} ledger_entry;
+
+typedef struct ledger_grant {
+    uint64_t session;
+    uint64_t holder;
+    int device;
+    int64_t bytes;
+    int64_t expires_ns;
+} ledger_grant;
+
+typedef struct comem_ledger {
+    int n_devices;
+    ledger_device devices[COMEM_MAX_DEVICES];
+    comem_slab sessions, holders, entries, grants;
+    int64_t total_pinned;
+    int64_t max_pinned; /* machine ceiling; <= 0: pinning refused */
+    bool checking;
+    uint64_t checks, violations;
+} comem_ledger;
+
+/* What ending a session released, for its one log line. */
+typedef struct ledger_release_summary {
+    int grants, entries, holders;
+    int64_t grant_bytes, resident_bytes, pinned_bytes;
+} ledger_release_summary;
+
+int comem_ledger_init(comem_ledger *l, const ledger_device *devices, int n, int64_t max_pinned);
+void comem_ledger_fini(comem_ledger *l);
+void comem_ledger_set_checking(comem_ledger *l, bool on);
+
+/* Verifies every invariant; 0, or COMEM_ERANGE with the first violation described in why. */
+int comem_ledger_check(const comem_ledger *l, char *why, size_t len);
+
+/* ---- sessions ---- */
+int comem_ledger_session_add(comem_ledger *l, int32_t pid, uint32_t uid, uint8_t role, uint8_t scope, uint32_t caps,
+                             const char *name, int64_t now_ns, uint64_t *id);
+/* Releases everything the session owns and removes it. */
+int comem_ledger_session_end(comem_ledger *l, uint64_t id, ledger_release_summary *out);
+ledger_session *comem_ledger_session(comem_ledger *l, uint64_t id);
+/* Marks a busy/idle boundary for a session (holder 0) or one of its holders. */
+int comem_ledger_activity(comem_ledger *l, uint64_t session, uint64_t holder, bool busy, const char *prompt,
+                          double now_s);
+/* Records the context floor of a session on a device (its context exists there). */
+int comem_ledger_set_floor(comem_ledger *l, uint64_t session, int device, int64_t floor);
+
+/* ---- holders and entries ---- */
+int comem_ledger_holder_add(comem_ledger *l, uint64_t session, int device, uint8_t kind, uint32_t flags,
+                            const char *name, double now_s, uint64_t *id);
+int comem_ledger_holder_remove(comem_ledger *l, uint64_t session, uint64_t holder);
+ledger_holder *comem_ledger_holder(comem_ledger *l, uint64_t id);
+
+int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, const char *name, int64_t size,
+                           int64_t resident, bool dynamic, int64_t now_ns, uint64_t *id);
+int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry);
+ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id);
+
+/*
+ * Applies a census (or a receipt's residency list) from session for holder:
+ * per entry, a strictly older sequence is dropped and an equal one applies;
+ * resident is clamped to [0, size]; the peak follows the census; an entry not
+ * listed keeps its value (missing means unknown, not zero). Pinned/overhead
+ * apply only with a holder sequence newer than the last (equal is dropped).
+ * An item that would put the device above capacity is refused
+ * (COMEM_ERANGE, nothing applied). *changed counts entries whose resident moved.
+ */
+int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
+                        int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *changed);
+
+/* ---- grants ---- */
+/*
+ * Books bytes on device for session. The caller has already decided that the
+ * device has room; the ledger refuses (COMEM_ENOSPC) only if booking would put
+ * attributed bytes above capacity.
+ */
+int comem_ledger_grant_add(comem_ledger *l, uint64_t session, uint64_t holder, int device, int64_t bytes,
+                           int64_t expires_ns, uint64_t *id);
+/* The grant became residency in entry (0: cancelled): removes it; entry resident grows to used. */
+int comem_ledger_grant_done(comem_ledger *l, uint64_t session, uint64_t grant, uint64_t entry, int64_t used);
+/* Removes grants whose time ran out; returns how many. */
+int comem_ledger_grants_expire(comem_ledger *l, int64_t now_ns);
+ledger_grant *comem_ledger_grant(comem_ledger *l, uint64_t id);
+
+/* ---- pins ---- */
+/* Books pinned RAM within the machine ceiling; COMEM_ENOSPC with *shortfall when over. */
+int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, int64_t *shortfall);
+int comem_ledger_pin_release(comem_ledger *l, uint64_t session, int64_t bytes);
+
+/* ---- sums ---- */
+int64_t comem_ledger_resident(const comem_ledger *l, int device);
+int64_t comem_ledger_granted(const comem_ledger *l, int device);
+int64_t comem_ledger_floors(const comem_ledger *l, int device);
+/* resident + floors + grants on device */
+int64_t comem_ledger_attributed(const comem_ledger *l, int device);
+/* Σ resident of one session (or one holder when holder != 0) on device (-1: any device). */
+int64_t comem_ledger_session_resident(const comem_ledger *l, uint64_t session, uint64_t holder, int device);
+
+#endif

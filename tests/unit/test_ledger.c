@@ -1,0 +1,253 @@
+/*
+ * tests/unit/test_ledger.c - the ledger's rules and invariants.
+ *
+ * Census sequence rules follow comfy-env's apply_residency vectors
+ * (comfy-env-code.md 5.3); every test runs with checking on and asserts that
+ * no invariant broke, and one test corrupts the ledger to prove the check fires.
+ */
+#include "unit/cmocka_all.h"
+
+#include <string.h>
+
+#include "base/bytes.h"
+#include "comem/common.h"
+#include "ledger/ledger.h"
+
+#define GIB COMEM_GIB
+
+static comem_ledger g_l;
+
+static int setup(void **s)
+{
+    (void)s;
+    ledger_device d[2] = {{.index = 0, .capacity = 24 * GIB}, {.index = 1, .capacity = 8 * GIB}};
+    assert_int_equal(comem_ledger_init(&g_l, d, 2, 16 * GIB), 0);
+    comem_ledger_set_checking(&g_l, true);
+    return 0;
+}
+
+static int teardown(void **s)
+{
+    (void)s;
+    assert_int_equal(g_l.violations, 0);
+    assert_true(g_l.checks > 0);
+    comem_ledger_fini(&g_l);
+    return 0;
+}
+
+static uint64_t session(const char *name)
+{
+    uint64_t id;
+    assert_int_equal(comem_ledger_session_add(&g_l, 100, 0, COMEM_ROLE_WORKER, 0, COMEM_CAP_RELEASE, name, 0, &id), 0);
+    return id;
+}
+
+static uint64_t holder(uint64_t s, int device)
+{
+    uint64_t id;
+    assert_int_equal(comem_ledger_holder_add(&g_l, s, device, COMEM_HOLDER_MODELS, COMEM_CAP_RELEASE, "models", 0, &id),
+                     0);
+    return id;
+}
+
+static uint64_t entry(uint64_t s, uint64_t h, int64_t size, int64_t resident)
+{
+    uint64_t id;
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "m", size, resident, false, 0, &id), 0);
+    return id;
+}
+
+static void census1(uint64_t s, uint64_t h, uint64_t e, uint64_t seq, int64_t resident)
+{
+    comem_wire_residency it = {e, seq, resident};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, seq, 0, 0, 0, &it, 1, 0, NULL), 0);
+}
+
+static void test_census_sequence_rules(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 0);
+    uint64_t e = entry(s, h, 8 * GIB, 0);
+    ledger_entry *x = comem_ledger_entry(&g_l, e);
+    assert_true(x->peak == 8 * GIB); /* registration primes the peak to the size */
+    census1(s, h, e, 1, 2 * GIB);
+    assert_true(x->resident == 2 * GIB && x->peak == 2 * GIB);
+    census1(s, h, e, 5, 0);
+    census1(s, h, e, 4, 8 * GIB); /* strictly older: dropped */
+    assert_true(x->resident == 0);
+    census1(s, h, e, 5, 6 * GIB); /* equal: applies */
+    assert_true(x->resident == 6 * GIB);
+    census1(s, h, e, 5, 1 * GIB);
+    assert_true(x->resident == 1 * GIB && x->peak == 1 * GIB);
+    census1(s, h, e, 6, 9 * GIB); /* above size: clamped */
+    assert_true(x->resident == 8 * GIB);
+    /* an empty census and an unknown id change nothing */
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 7, 0, 0, 0, NULL, 0, 0, NULL), 0);
+    comem_wire_residency unknown = {0x12345, 9, 1};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 8, 0, 0, 0, &unknown, 1, 0, NULL), 0);
+    assert_true(x->resident == 8 * GIB);
+}
+
+static void test_census_pins_equal_seq_dropped(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 0);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 10, COMEM_CENSUS_PINNED, 5 * GIB, 0, NULL, 0, 0, NULL), 0);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 9, COMEM_CENSUS_PINNED, 99 * GIB, 0, NULL, 0, 0, NULL), 0);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 10, COMEM_CENSUS_PINNED, 1, 0, NULL, 0, 0, NULL), 0);
+    assert_true(comem_ledger_holder(&g_l, h)->pinned == 5 * GIB);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 11, COMEM_CENSUS_OVERHEAD, 0, 700, NULL, 0, 0, NULL), 0);
+    assert_true(comem_ledger_holder(&g_l, h)->overhead == 700);
+    assert_true(comem_ledger_holder(&g_l, h)->pinned == 5 * GIB); /* not listed: kept */
+}
+
+static void test_census_refused_above_capacity(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 1); /* 8 GiB device */
+    uint64_t a = entry(s, h, 6 * GIB, 6 * GIB), b = entry(s, h, 6 * GIB, 0);
+    comem_wire_residency it[2] = {{a, 1, 6 * GIB}, {b, 1, 3 * GIB}};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, it, 2, 0, NULL), COMEM_ERANGE);
+    assert_true(comem_ledger_entry(&g_l, b)->resident == 0); /* nothing applied */
+    uint64_t id;
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "big", 4 * GIB, 4 * GIB, false, 0, &id), COMEM_ERANGE);
+}
+
+static void test_ownership(void **st)
+{
+    (void)st;
+    uint64_t a = session("a"), b = session("b");
+    uint64_t ha = holder(a, 0);
+    uint64_t ea = entry(a, ha, GIB, GIB);
+    uint64_t id;
+    assert_int_equal(comem_ledger_entry_add(&g_l, b, ha, "x", 1, 0, false, 0, &id), COMEM_ENOENT);
+    assert_int_equal(comem_ledger_entry_remove(&g_l, b, ea), COMEM_ENOENT);
+    assert_int_equal(comem_ledger_holder_remove(&g_l, b, ha), COMEM_ENOENT);
+    comem_wire_residency it = {ea, 1, 0};
+    assert_int_equal(comem_ledger_census(&g_l, b, ha, 1, 0, 0, 0, &it, 1, 0, NULL), COMEM_ENOENT);
+    assert_int_equal(comem_ledger_holder_add(&g_l, a, 7, COMEM_HOLDER_MODELS, 0, "x", 0, &id), COMEM_ENODEV);
+    assert_int_equal(comem_ledger_holder_add(&g_l, a, 0, 9, 0, "x", 0, &id), COMEM_EINVAL);
+    /* removing a holder removes its entries; the stale id never resolves again */
+    assert_int_equal(comem_ledger_holder_remove(&g_l, a, ha), 0);
+    assert_null(comem_ledger_entry(&g_l, ea));
+    assert_null(comem_ledger_holder(&g_l, ha));
+    uint64_t hb = holder(b, 0);
+    assert_null(comem_ledger_holder(&g_l, ha));
+    assert_non_null(comem_ledger_holder(&g_l, hb));
+}
+
+static void test_session_end_releases_everything(void **st)
+{
+    (void)st;
+    uint64_t s = session("sam3"), other = session("host");
+    uint64_t h = holder(s, 0), ho = holder(other, 0);
+    entry(s, h, 6 * GIB, 6 * GIB);
+    entry(s, h, 2 * GIB, 1 * GIB);
+    entry(other, ho, 3 * GIB, 3 * GIB);
+    uint64_t g;
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 0, 4 * GIB, 1000, &g), 0);
+    int64_t sf;
+    assert_int_equal(comem_ledger_pin_acquire(&g_l, s, 2 * GIB, &sf), 0);
+    assert_int_equal(comem_ledger_set_floor(&g_l, s, 0, 300 * COMEM_MIB), 0);
+    assert_true(comem_ledger_attributed(&g_l, 0) == 14 * GIB + 300 * COMEM_MIB);
+    ledger_release_summary sum;
+    assert_int_equal(comem_ledger_session_end(&g_l, s, &sum), 0);
+    assert_int_equal(sum.grants, 1);
+    assert_int_equal(sum.entries, 2);
+    assert_int_equal(sum.holders, 1);
+    assert_true(sum.grant_bytes == 4 * GIB && sum.resident_bytes == 7 * GIB && sum.pinned_bytes == 2 * GIB);
+    assert_true(comem_ledger_attributed(&g_l, 0) == 3 * GIB); /* only the other session's */
+    assert_true(g_l.total_pinned == 0);
+    assert_null(comem_ledger_grant(&g_l, g));
+    assert_int_equal(comem_ledger_session_end(&g_l, s, NULL), COMEM_ENOENT);
+}
+
+static void test_grants(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 1);
+    uint64_t e = entry(s, h, 6 * GIB, 0);
+    uint64_t g1, g2, g3;
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 1, 5 * GIB, 100, &g1), 0);
+    /* two grants never share bytes: 3 GiB more does not fit on the 8 GiB card */
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 1, 3 * GIB + 1, 100, &g2), COMEM_ENOSPC);
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 1, 3 * GIB, 50, &g2), 0);
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 1, 0, 50, &g3), COMEM_EINVAL);
+    /* grant turns into residency, never more than it booked */
+    assert_int_equal(comem_ledger_grant_done(&g_l, s, g1, e, 7 * GIB), 0);
+    assert_true(comem_ledger_entry(&g_l, e)->resident == 5 * GIB);
+    assert_true(comem_ledger_granted(&g_l, 1) == 3 * GIB);
+    assert_int_equal(comem_ledger_grant_done(&g_l, s, g1, e, 1), COMEM_ENOENT); /* once */
+    assert_int_equal(comem_ledger_grants_expire(&g_l, 49), 0);
+    assert_int_equal(comem_ledger_grants_expire(&g_l, 50), 1);
+    assert_true(comem_ledger_granted(&g_l, 1) == 0);
+}
+
+static void test_pins(void **st)
+{
+    (void)st;
+    uint64_t a = session("a"), b = session("b");
+    int64_t sf = -1;
+    assert_int_equal(comem_ledger_pin_acquire(&g_l, a, 10 * GIB, &sf), 0);
+    assert_int_equal(sf, 0);
+    assert_int_equal(comem_ledger_pin_acquire(&g_l, b, 7 * GIB, &sf), COMEM_ENOSPC);
+    assert_true(sf == 1 * GIB); /* the refusal says how short */
+    assert_int_equal(comem_ledger_pin_acquire(&g_l, b, 6 * GIB, &sf), 0);
+    assert_int_equal(comem_ledger_pin_release(&g_l, a, 11 * GIB), 0); /* clamped to what a holds */
+    assert_true(g_l.total_pinned == 6 * GIB);
+    assert_int_equal(comem_ledger_pin_acquire(&g_l, a, -1, &sf), COMEM_EINVAL);
+}
+
+static void test_activity(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 0);
+    assert_int_equal(comem_ledger_activity(&g_l, s, 0, true, "p1", 10.0), 0);
+    assert_true(comem_ledger_holder(&g_l, h)->busy);
+    assert_int_equal(comem_ledger_activity(&g_l, s, 0, false, NULL, 12.5), 0);
+    ledger_holder *x = comem_ledger_holder(&g_l, h);
+    assert_false(x->busy);
+    assert_true(x->idle_known && x->idle_since == 12.5);
+    assert_string_equal(x->last_prompt, "p1");
+    assert_int_equal(comem_ledger_activity(&g_l, s, 0, false, NULL, 20.0), 0);
+    assert_true(x->idle_since == 12.5); /* idle stays idle since it started */
+}
+
+static void test_check_detects_corruption(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 1);
+    uint64_t e = entry(s, h, 4 * GIB, 4 * GIB);
+    char why[256];
+    assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), 0);
+    ledger_entry *x = comem_ledger_entry(&g_l, e);
+    x->resident = -1;
+    assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), COMEM_ERANGE);
+    assert_non_null(strstr(why, "resident"));
+    x->resident = 4 * GIB;
+    x->size = 100 * GIB;
+    x->resident = 9 * GIB; /* more than the 8 GiB card */
+    assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), COMEM_ERANGE);
+    assert_non_null(strstr(why, "capacity"));
+    x->resident = 0;
+    g_l.total_pinned = 5;
+    assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), COMEM_ERANGE);
+    g_l.total_pinned = 0;
+    assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_census_sequence_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_census_pins_equal_seq_dropped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_census_refused_above_capacity, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ownership, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_session_end_releases_everything, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grants, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pins, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_activity, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_detects_corruption, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
