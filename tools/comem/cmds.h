@@ -4,6 +4,8 @@
 
 int cmd_calc(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_demo_worker(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 
 #endif

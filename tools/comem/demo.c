@@ -1,99 +1,369 @@
 /*
- * tools/comem/demo.c - a narrated admission on a simulated 24 GiB card.
+ * tools/comem/demo.c - `comem demo`: three processes share a simulated 24 GiB card.
  *
- * ComfyUI's worked example V10: a VAE (300 MiB) and a CLIP (2 GiB) are
- * resident, 6 GiB is free, and a 6 GiB UNet arrives with 1 GiB of inference
- * memory. Every figure printed comes from the arith/ functions.
+ * This process is the host (ComfyUI's place): it starts an embedded
+ * coordinator on a simulated card in a temp directory, loads two models, and
+ * answers release asks by freeing part of them. Two workers (this binary
+ * re-executed as `comem demo-worker`, real processes using libcomem) join:
+ *
+ *   1. the host loads a 12 GiB UNet and a 5 GiB text encoder;
+ *   2. worker "sam3" asks to load 6 GiB: the card is short, the coordinator
+ *      asks the host for a sized release, the host frees part of a model, and
+ *      the worker is granted;
+ *   3. worker "depth" loads 2 GiB, works, goes idle, and is asked to release;
+ *   4. "sam3" is killed with SIGKILL and its bytes come back.
+ *
+ * The ledger is printed after each step. Every figure comes from the
+ * coordinator's status snapshot and the simulated card.
  */
-#include <math.h>
+#include <errno.h>
+#include <json-c/json.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
-#include "arith/admission.h"
-#include "arith/evict.h"
-#include "arith/lowvram.h"
-#include "arith/reserve.h"
 #include "base/bytes.h"
 #include "base/size.h"
 #include "cmds.h"
+#include "comem/comem.h"
+#include "probe/sim.h"
 
-typedef struct card {
-    double free;
-    comem_evict_entry *models;
-    double freed_by[2]; /* bytes each model gave back */
-} card;
+#define GIB COMEM_GIB
+#define MIB COMEM_MIB
 
-static double card_free(void *u) { return ((card *)u)->free; }
+/* ---- a process's models on the simulated card ---- */
 
-/* A model of ComfyUI's partial unload: 64 MiB modules, over-freeing by the buffer growth. */
-static double card_partial(void *u, size_t i, double to_free)
+typedef struct model {
+    const char *name;
+    int64_t size, resident;
+    uint64_t entry;
+} model;
+
+typedef struct holder_state {
+    pthread_mutex_t lock;
+    comem_sim *sim;
+    comem_client *client;
+    model models[4];
+    int n;
+    uint64_t holder;
+    bool is_host; /* the host narrates the releases it is asked for */
+} holder_state;
+
+/* Loads a model: ask the coordinator, allocate what was granted, report it. */
+static int load(holder_state *hs, const char *name, int64_t size, bool verbose)
 {
-    card *c = u;
-    const double module = 64.0 * 1024 * 1024, buffer = 3 * module;
-    double freed = 0;
-    while (!(freed > to_free + buffer) && freed < (double)c->models[i].loaded)
-        freed += module;
-    c->models[i].loaded -= (int64_t)freed;
-    c->free += freed;
-    c->freed_by[i] += freed;
-    return freed;
+    uint64_t grant = 0;
+    int64_t short_by = 0;
+    int rc = comem_admit(hs->client, 0, hs->holder, size, 1 * GIB, 0, NULL, 0, 20000, &grant, &short_by);
+    int64_t need = 0, freed = 0;
+    int asked = 0;
+    comem_admit_details(hs->client, &need, NULL, NULL, &freed, &asked, NULL);
+    char a[32], b[32], c[32];
+    if (rc != COMEM_OK) {
+        printf("    %s: admission for %s refused (%s short)\n", name, comem_format_bytes(size, a, 32),
+               comem_format_bytes(short_by, b, 32));
+        return rc;
+    }
+    if (verbose)
+        printf("    %s: admission for %s granted (ask target %s; %d holder(s) asked, %s freed for it)\n", name,
+               comem_format_bytes(size, a, 32), comem_format_bytes(need, b, 32), asked,
+               comem_format_bytes(freed, c, 32));
+    pthread_mutex_lock(&hs->lock);
+    rc = comem_sim_alloc(hs->sim, 0, size);
+    model *m = &hs->models[hs->n++];
+    *m = (model){.name = name, .size = size, .resident = rc == COMEM_OK ? size : 0};
+    comem_entry_add(hs->client, hs->holder, name, size, 0, 0, &m->entry);
+    pthread_mutex_unlock(&hs->lock);
+    comem_grant_done(hs->client, grant, m->entry, m->resident);
+    return rc;
 }
 
-static void card_detach(void *u, size_t i)
+/* The release callback: free what the coordinator planned, in whole 64 MiB modules. */
+static int on_release(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
+                      const int64_t *amounts, size_t n, int64_t *freed)
 {
-    card *c = u;
-    c->free += (double)c->models[i].loaded;
-    c->freed_by[i] += (double)c->models[i].loaded;
-    c->models[i].loaded = 0;
+    (void)holder;
+    holder_state *hs = user;
+    *freed = 0;
+    pthread_mutex_lock(&hs->lock);
+    for (int i = 0; i < hs->n; i++) {
+        model *m = &hs->models[i];
+        int64_t want = 0;
+        if (kind == COMEM_RELEASE_IDLE)
+            want = m->resident;
+        for (size_t k = 0; k < n; k++)
+            if (entries[k] == m->entry)
+                want = amounts[k];
+        if (n == 0 && kind == COMEM_RELEASE_BYTES)
+            want = comem_min(m->resident, bytes - *freed);
+        int64_t mod = 64 * MIB, give = comem_min(m->resident, (want + mod - 1) / mod * mod);
+        if (give <= 0)
+            continue;
+        comem_sim_free(hs->sim, 0, give);
+        m->resident -= give;
+        *freed += give;
+        comem_entry_set_resident(hs->client, m->entry, m->resident);
+        if (hs->is_host) {
+            char a[32], b[32];
+            printf("    host: asked to release %s of %s; freed %s (64 MiB modules)\n",
+                   comem_format_bytes(want, a, 32), m->name, comem_format_bytes(give, b, 32));
+        }
+    }
+    pthread_mutex_unlock(&hs->lock);
+    return COMEM_OK;
 }
 
-static const char *b(double v, char *buf) { return comem_format_bytes(comem_trunc(v), buf, 32); }
+static int open_state(holder_state *hs, const char *sock, const char *spec, int role, const char *name)
+{
+    memset(hs, 0, sizeof *hs);
+    pthread_mutex_init(&hs->lock, NULL);
+    comem_sim_spec sp;
+    if (comem_sim_spec_parse(spec, &sp, NULL, 0) != COMEM_OK || comem_sim_open(&sp, &hs->sim) != COMEM_OK)
+        return COMEM_EIO;
+    int rc = comem_client_open(sock, role, name, role == COMEM_CLIENT_HOST ? 400 * MIB : -1, COMEM_OPEN_NO_LOCAL,
+                               &hs->client);
+    if (rc != COMEM_OK)
+        return rc;
+    comem_sim_touch(hs->sim, 0); /* CUDA initialisation: the context exists from now on */
+    /* ComfyUI's own list answers sized releases; a worker also gives everything back when idle. */
+    unsigned flags = COMEM_ANSWERS_RELEASE | (role == COMEM_CLIENT_WORKER ? COMEM_ANSWERS_IDLE : 0);
+    hs->is_host = role == COMEM_CLIENT_HOST;
+    return comem_holder_add(hs->client, "models", 0, COMEM_KIND_MODELS, flags, on_release, hs, &hs->holder);
+}
+
+/* ---- the worker side: `comem demo-worker SOCKET SPEC NAME BYTES` ---- */
+
+int cmd_demo_worker(int argc, char **argv)
+{
+    if (argc != 4)
+        return 2;
+    holder_state hs;
+    if (open_state(&hs, argv[0], argv[1], COMEM_CLIENT_WORKER, argv[2]) != COMEM_OK)
+        return 1;
+    int64_t bytes = strtoll(argv[3], NULL, 10);
+    int rc = load(&hs, "model", bytes, false);
+    printf("%s\n", rc == COMEM_OK ? "loaded" : "refused");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) { /* the demo drives node boundaries */
+        if (!strncmp(line, "busy", 4))
+            comem_holder_busy(hs.client, 0, 1, "prompt-1");
+        else if (!strncmp(line, "idle", 4))
+            comem_holder_busy(hs.client, 0, 0, "prompt-1");
+        printf("ok\n");
+        fflush(stdout);
+    }
+    comem_client_close(hs.client);
+    return 0;
+}
+
+typedef struct worker {
+    pid_t pid;
+    FILE *to, *from;
+} worker;
+
+static int spawn(worker *w, const char *sock, const char *spec, const char *name, int64_t bytes)
+{
+    int in[2], out[2];
+    if (pipe(in) || pipe(out))
+        return -1;
+    char b[32];
+    snprintf(b, sizeof b, "%lld", (long long)bytes);
+    w->pid = fork();
+    if (w->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        execl("/proc/self/exe", "comem", "demo-worker", sock, spec, name, b, (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    w->to = fdopen(in[1], "w");
+    w->from = fdopen(out[0], "r");
+    return 0;
+}
+
+static bool expect(worker *w, const char *what)
+{
+    char line[64];
+    struct pollfd p = {.fd = fileno(w->from), .events = POLLIN};
+    if (poll(&p, 1, 30000) <= 0 || !fgets(line, sizeof line, w->from))
+        return false;
+    return strncmp(line, what, strlen(what)) == 0;
+}
+
+static void say(worker *w, const char *line)
+{
+    fprintf(w->to, "%s\n", line);
+    fflush(w->to);
+}
+
+/* ---- printing the ledger ---- */
+
+static json_object *get(json_object *o, const char *k)
+{
+    json_object *v = NULL;
+    json_object_object_get_ex(o, k, &v);
+    return v;
+}
+static int64_t geti(json_object *o, const char *k) { return get(o, k) ? json_object_get_int64(get(o, k)) : -1; }
+
+static json_object *snapshot(comem_client *c)
+{
+    char *text = NULL;
+    if (comem_status_json(c, &text) != COMEM_OK)
+        return NULL;
+    json_object *root = json_tokener_parse(text);
+    comem_free(text);
+    return root;
+}
+
+static void print_ledger(comem_client *c)
+{
+    json_object *root = snapshot(c);
+    if (!root) {
+        printf("    (no status)\n");
+        return;
+    }
+    char b[5][32];
+    json_object *d = json_object_array_get_idx(get(root, "devices"), 0);
+    printf("    card %s: free %s, reserve %s, attributed %s, unattributed %s\n",
+           comem_format_bytes(geti(d, "capacity"), b[0], 32), comem_format_bytes(geti(d, "free"), b[1], 32),
+           comem_format_bytes(geti(get(d, "reserve"), "published"), b[2], 32),
+           comem_format_bytes(geti(d, "attributed"), b[3], 32), comem_format_bytes(geti(d, "unattributed"), b[4], 32));
+    json_object *ps = get(d, "processes");
+    for (size_t i = 0; ps && i < json_object_array_length(ps); i++) {
+        json_object *p = json_object_array_get_idx(ps, i);
+        if (!strcmp(json_object_get_string(get(p, "role")), "tool"))
+            continue;
+        printf("    %-6s %-14s pid %-7lld context %-10s resident %-10s %s\n", json_object_get_string(get(p, "role")),
+               json_object_get_string(get(p, "name")), (long long)geti(p, "pid"),
+               comem_format_bytes(geti(p, "context_floor"), b[0], 32), comem_format_bytes(geti(p, "resident"), b[1], 32),
+               json_object_get_boolean(get(p, "busy")) ? "busy" : "idle");
+        json_object *hs = get(p, "holders");
+        for (size_t k = 0; hs && k < json_object_array_length(hs); k++) {
+            json_object *es = get(json_object_array_get_idx(hs, k), "entries");
+            for (size_t e = 0; es && e < json_object_array_length(es); e++) {
+                json_object *x = json_object_array_get_idx(es, e);
+                printf("             %-20s %10s of %s\n", json_object_get_string(get(x, "name")),
+                       comem_format_bytes(geti(x, "resident"), b[0], 32), comem_format_bytes(geti(x, "size"), b[1], 32));
+            }
+        }
+    }
+    json_object_put(root);
+}
+
+/* Waits until the named worker's residency (or its whole session) satisfies pred. */
+static bool wait_for(comem_client *c, const char *name, bool gone, int64_t max_resident, int timeout_ms)
+{
+    for (int t = 0; t < timeout_ms; t += 50) {
+        json_object *root = snapshot(c);
+        bool found = false, ok = false;
+        json_object *d = root ? json_object_array_get_idx(get(root, "devices"), 0) : NULL;
+        json_object *ps = d ? get(d, "processes") : NULL;
+        for (size_t i = 0; ps && i < json_object_array_length(ps); i++) {
+            json_object *p = json_object_array_get_idx(ps, i);
+            if (!strcmp(json_object_get_string(get(p, "name")), name)) {
+                found = true;
+                ok = geti(p, "resident") <= max_resident;
+            }
+        }
+        if (root)
+            json_object_put(root);
+        if (gone ? !found : ok)
+            return true;
+        usleep(50000);
+    }
+    return false;
+}
 
 int cmd_demo(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    char b1[32], b2[32], b3[32];
-    comem_evict_entry models[] = {
-        {.size = 300 * COMEM_MIB, .loaded = 300 * COMEM_MIB, .refs = 2, .device = 0},
-        {.size = 2 * COMEM_GIB, .loaded = 2 * COMEM_GIB, .refs = 2, .device = 0},
-    };
-    const char *names[] = {"VAE", "CLIP"};
-    card c = {.free = 6.0 * (double)COMEM_GIB, .models = models};
-
-    printf("comem demo: one admission on a simulated 24 GiB Linux card (ComfyUI's vector V10)\n\n");
-    comem_reserve_opts ro = {.total_vram_mib = 24 * 1024.0};
-    double reserve = comem_extra_reserved_vram(&ro);
-    comem_admission_targets t;
-    comem_admission_targets_compute(1.0 * (double)COMEM_GIB, false, 0, reserve, &t);
-    double target = comem_admission_free_target(6.0 * (double)COMEM_GIB, t.extra_mem);
-    printf("  reserve %s, minimum inference %s\n", b(reserve, b1), b(t.inference, b2));
-    printf("  loading a 6 GiB UNet with 1 GiB of inference memory: free target %.1f B (%s)\n", target, b(target, b3));
-    printf("  resident: VAE 300 MiB (index 0, newest), CLIP 2 GiB (index 1); free %s\n\n", b(c.free, b1));
-
-    comem_evict_request req = {.required = target, .device = 0, .smart_memory = true};
-    comem_evict_ops ops = {.free_now = card_free, .partial = card_partial, .detach = card_detach, .user = &c};
-    size_t order[2];
-    comem_evict_action actions[2];
-    comem_evict_result res;
-    if (comem_evict_run(&req, models, 2, &ops, order, actions, &res) != 0)
+    char dir[] = "/tmp/comem-demo-XXXXXX", sock[128], spec[192];
+    if (!mkdtemp(dir)) {
+        perror("comem demo: mkdtemp");
         return 1;
-    for (size_t k = 0; k < res.n_actions; k++) {
-        const comem_evict_action *a = &actions[k];
-        printf("  evict %-4s asked %.1f B -> %s, freed %s\n", names[a->entry], a->asked,
-               a->kind == COMEM_EVICT_PARTIAL ? "partial unload, stays listed" : "detached",
-               b(c.freed_by[a->entry], b1));
     }
-    printf("\n  free now %s; second pass needed: %s\n", b(c.free, b1),
-           comem_admission_needs_second_pass(c.free, t.mmr) ? "yes" : "no");
+    snprintf(sock, sizeof sock, "%s/comem.sock", dir);
+    snprintf(spec, sizeof spec, "sim:24GiB:path=%s/card", dir);
+    setenv("COMEM_IDLE_SECONDS", "2", 1); /* short, so the idle release shows within the demo */
+    if (!getenv("COMEM_LOG"))
+        setenv("COMEM_LOG", "warn", 1);
+    signal(SIGPIPE, SIG_IGN);
 
-    comem_lowvram_in lin = {.vram_state = COMEM_VRAM_NORMAL, .lowvram_available = true, .free = c.free,
-                            .mmr = t.mmr, .inference = t.inference, .ratio = COMEM_WEIGHT_RATIO_NVIDIA};
-    comem_budget bud = comem_lowvram_budget(&lin);
-    printf("  lowvram budget %.0f B (%s): %s\n", bud.value, b(bud.value, b1),
-           bud.value > 6.0 * (double)COMEM_GIB ? "above the model's size, so it loads fully" : "a partial load");
-    char exact[40];
-    printf("\nTry it yourself: build/bin/comem calc evict --required %s --free 6GiB \\\n"
-           "    --entry size=300MiB,loaded=300MiB,refs=2 --entry size=2GiB,loaded=2GiB,refs=2\n",
-           comem_format_double(target, exact, sizeof exact));
-    return 0;
+    printf("comem demo: one simulated 24 GiB card (linux semantics), shared by three real processes\n");
+    printf("  coordinator: embedded in this process, socket %s\n\n", sock);
+    comem_coord *coord = NULL;
+    int rc = comem_coord_start(sock, spec, &coord);
+    holder_state host;
+    if (rc == COMEM_OK)
+        rc = open_state(&host, sock, spec, COMEM_CLIENT_HOST, "comfyui-host");
+    if (rc != COMEM_OK) {
+        fprintf(stderr, "comem demo: cannot start: %s\n", comem_status_str(rc));
+        return 1;
+    }
+    int status = 0;
+    worker sam = {0}, depth = {0};
+
+    printf("1. The host loads a 12 GiB UNet and a 5 GiB text encoder.\n");
+    if (load(&host, "flux-unet", 12 * GIB, true) || load(&host, "t5-encoder", 5 * GIB, true))
+        status = 1;
+    print_ledger(host.client);
+
+    printf("\n2. Worker 'sam3' asks to load 6 GiB: the card is short, so the coordinator asks the host\n"
+           "   for a sized release (ComfyUI's order: the smallest model first), then grants.\n");
+    if (spawn(&sam, sock, spec, "sam3", 6 * GIB) || !expect(&sam, "loaded"))
+        status = 1;
+    print_ledger(host.client);
+
+    say(&sam, "busy"); /* sam3 now runs a node: a busy worker is never asked to release */
+    expect(&sam, "ok");
+    printf("\n3. Worker 'depth' loads 2 GiB, runs a node, and goes idle; after 2 s idle the coordinator\n"
+           "   asks it to release (sam3 is busy, so it is left alone).\n");
+    if (spawn(&depth, sock, spec, "depth", 2 * GIB) || !expect(&depth, "loaded"))
+        status = 1;
+    say(&depth, "busy");
+    expect(&depth, "ok");
+    say(&depth, "idle");
+    expect(&depth, "ok");
+    if (!wait_for(host.client, "depth", false, 0, 10000)) {
+        printf("    (depth was not released in time)\n");
+        status = 1;
+    }
+    print_ledger(host.client);
+
+    printf("\n4. 'sam3' is killed with SIGKILL: its session ends and its bytes come back.\n");
+    kill(sam.pid, SIGKILL);
+    waitpid(sam.pid, NULL, 0);
+    if (!wait_for(host.client, "sam3", true, 0, 5000)) {
+        printf("    (sam3's session did not end in time)\n");
+        status = 1;
+    }
+    print_ledger(host.client);
+
+    if (depth.to)
+        fclose(depth.to); /* its stdin closes: it exits */
+    if (depth.pid > 0)
+        waitpid(depth.pid, NULL, 0);
+    if (sam.to)
+        fclose(sam.to);
+    comem_client_close(host.client);
+    comem_sim_close(host.sim);
+    comem_coord_stop(coord);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        status = 1;
+    printf("\n%s\n", status == 0 ? "demo finished." : "demo FAILED: a step did not happen as described.");
+    return status;
 }

@@ -20,7 +20,8 @@ static void usage(FILE *f)
             "commands:\n"
             "  calc RULE [--flag VALUE]...  evaluate one memory rule and print a JSON object\n"
             "  devices [--device SPEC]      the cards and host RAM as comem reads them\n"
-            "  demo                         walk through an admission on a simulated card\n"
+            "  status [--socket PATH]       the machine's memory as the coordinator's ledger sees it\n"
+            "  demo                         three processes share a simulated 24 GiB card\n"
             "  version                      print the version\n\n"
             "Run 'comem COMMAND --help' for a command's flags.\n");
 }
@@ -34,8 +35,12 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "calc"))
         return cmd_calc(argc - 2, argv + 2);
+    if (!strcmp(cmd, "status"))
+        return cmd_status(argc - 2, argv + 2);
     if (!strcmp(cmd, "devices"))
         return cmd_devices(argc - 2, argv + 2);
+    if (!strcmp(cmd, "demo-worker")) /* used by the demo to start its workers */
+        return cmd_demo_worker(argc - 2, argv + 2);
     if (!strcmp(cmd, "demo"))
         return cmd_demo(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

@@ -1,0 +1,206 @@
+/*
+ * comem/comem.h - the client library: join the machine-wide ledger, register
+ * what you hold, ask before you load, answer release asks.
+ *
+ * A process opens one client. The client connects to the coordinator on the
+ * per-user Unix socket (or starts one inside this process when asked to), and
+ * runs a service thread of its own: replies are matched there, and release
+ * asks from the coordinator run the holders' callbacks there, never on the
+ * caller's threads. Every call that waits takes a timeout. If no coordinator
+ * can be reached the client works locally (decisions from this process's own
+ * device reading) and says so once in the log; it keeps trying to connect in
+ * the background and re-registers everything when it gets through, and again
+ * after a coordinator restart, so nothing is booked twice.
+ *
+ * The API is what a ctypes binding calls as it is: opaque handles, plain C
+ * types, callbacks that take a user pointer, no structs passed by value.
+ * Identifiers returned here (holders, entries, grants) are this client's own
+ * and stay valid across reconnects. All functions are thread-safe.
+ */
+#ifndef COMEM_COMEM_H
+#define COMEM_COMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comem/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct comem_client comem_client;
+
+/* Roles (what this process is to the ledger). */
+#define COMEM_CLIENT_HOST 1   /* owns the main model list; publishes the reserve */
+#define COMEM_CLIENT_WORKER 2 /* an isolated process holding its own models */
+#define COMEM_CLIENT_TOOL 3   /* only looks (status) */
+
+/* comem_client_open flags. */
+#define COMEM_OPEN_EMBED 1u      /* start a coordinator thread in this process if none answers */
+#define COMEM_OPEN_NO_LOCAL 2u   /* fail with COMEM_ECLOSED instead of working locally */
+
+/*
+ * Opens a client. socket_path NULL means COMEM_SOCKET, else the per-user
+ * socket ($XDG_RUNTIME_DIR/comem/comem.sock or /tmp/comem-<uid>/comem.sock).
+ * name identifies this process in logs and status ("host", "sam3").
+ * reserve_base is the operator reserve the host reads once (ComfyUI's
+ * EXTRA_RESERVED_VRAM before anyone adds to it); pass -1 when unknown or not
+ * a host. The token, when the coordinator requires one, comes from COMEM_TOKEN.
+ * An embedded coordinator uses COMEM_DEVICE (default: a GPU via NVML, else a
+ * simulated 24 GiB card).
+ */
+COMEM_API int comem_client_open(const char *socket_path, int role, const char *name, int64_t reserve_base,
+                                unsigned flags, comem_client **out);
+
+/* Unregisters everything, stops the service thread (and an embedded coordinator), frees. */
+COMEM_API void comem_client_close(comem_client *c);
+
+/* 1 when talking to a coordinator now, 0 in local-only mode. */
+COMEM_API int comem_client_connected(comem_client *c);
+
+/* The default timeout (ms) for calls that take timeout_ms < 0. Default 10000. */
+COMEM_API void comem_client_set_timeout(comem_client *c, int timeout_ms);
+
+/* ---- holders and entries ---- */
+
+/* Holder kinds. */
+#define COMEM_KIND_MODELS 1
+#define COMEM_KIND_PAGER 2
+#define COMEM_KIND_PINS 3
+#define COMEM_KIND_RAW 4
+
+/* Holder flags: what asks this holder answers. */
+#define COMEM_ANSWERS_RELEASE 1u      /* sized releases of device memory */
+#define COMEM_ANSWERS_IDLE 2u         /* full release when idle */
+#define COMEM_ANSWERS_PINS 4u         /* pinned host RAM releases */
+#define COMEM_RELEASES_WHILE_BUSY 8u  /* may release while computing (a pager) */
+
+/* Ask kinds passed to a release callback. */
+#define COMEM_RELEASE_BYTES 1 /* free `bytes` of device memory */
+#define COMEM_RELEASE_IDLE 2  /* idle: free all you can */
+#define COMEM_RELEASE_PINS 3  /* free `bytes` of pinned host RAM */
+
+/*
+ * A release callback, run on the client's service thread. entries/amounts
+ * (n of them, possibly 0) say how the coordinator planned the bytes over this
+ * holder's entries; the holder may free differently. Write the bytes actually
+ * freed to *freed and return COMEM_OK, or return COMEM_EBUSY when it cannot
+ * release now (it must not block waiting for its compute to finish). After a
+ * release, report the new residency with comem_entry_set_resident (the
+ * callback may do so itself).
+ */
+typedef int (*comem_release_fn)(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
+                                const int64_t *amounts, size_t n, int64_t *freed);
+
+/* Registers a holder of memory on device; fn may be NULL if flags is 0. */
+COMEM_API int comem_holder_add(comem_client *c, const char *name, int device, int kind, unsigned flags,
+                               comem_release_fn fn, void *user, uint64_t *holder);
+COMEM_API int comem_holder_remove(comem_client *c, uint64_t holder);
+
+/*
+ * Marks a node boundary: busy=1 when a holder (0: the whole process) starts
+ * computing, busy=0 when it stops. prompt names the prompt served (may be NULL).
+ * A busy holder is not asked, unless it releases while busy.
+ */
+COMEM_API int comem_holder_busy(comem_client *c, uint64_t holder, int busy, const char *prompt);
+
+#define COMEM_ENTRY_PAGED 1u /* resident bytes are paged on demand (dynamic) */
+
+/* Registers one model (or buffer) of a holder: its full size and resident bytes now. */
+COMEM_API int comem_entry_add(comem_client *c, uint64_t holder, const char *name, int64_t size, int64_t resident,
+                              unsigned flags, uint64_t *entry);
+COMEM_API int comem_entry_remove(comem_client *c, uint64_t entry);
+
+/* Reports an entry's resident bytes now (sent as a census with a new sequence number). */
+COMEM_API int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident);
+
+/* Reports a holder's pinned host RAM and allocator overhead (either may be -1: unknown). */
+COMEM_API int comem_holder_report(comem_client *c, uint64_t holder, int64_t pinned, int64_t overhead);
+
+/* ---- admission ---- */
+
+/*
+ * Asks to load `weights` bytes onto device for holder (0: none), with
+ * `inference` bytes of working memory and `cast_forward` bytes of cast
+ * buffers. keep lists entries (this client's ids) that must not be asked to
+ * release. On COMEM_OK the bytes are booked as grant *grant until
+ * comem_grant_done; COMEM_ENOSPC means refused, with *short_by the missing
+ * bytes. grant and short_by may be NULL. timeout_ms < 0: the default.
+ */
+COMEM_API int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
+                          int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, uint64_t *grant,
+                          int64_t *short_by);
+
+/*
+ * Details of the last admission this thread made: the ask target, true free
+ * before and after, bytes freed by others, holders asked and busy, the
+ * reserve to publish. Any pointer may be NULL.
+ */
+COMEM_API void comem_admit_details(comem_client *c, int64_t *need, int64_t *free_before, int64_t *free_after,
+                                   int64_t *freed, int *asked, int *busy);
+
+/* The grant's bytes are now resident in entry (0: cancelled); used is what was loaded. */
+COMEM_API int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t used);
+
+/*
+ * At an out-of-memory retry site: asks idle siblings for `bytes` on device
+ * before this process shrinks its work. *freed receives what came back.
+ */
+COMEM_API int comem_pressure(comem_client *c, int device, int64_t bytes, int timeout_ms, int64_t *freed);
+
+/* ---- pinned host RAM, machine-wide ---- */
+
+/* Books `bytes` of pinned RAM against the machine ceiling; COMEM_ENOSPC with *shortfall when over. */
+COMEM_API int comem_pin_acquire(comem_client *c, uint64_t holder, int64_t bytes, int64_t *shortfall);
+COMEM_API int comem_pin_release(comem_client *c, uint64_t holder, int64_t bytes);
+
+/* ---- reserve and status ---- */
+
+/*
+ * The reserve this process should keep on device (EXTRA_RESERVED_VRAM for a
+ * host: the published total; for a worker, minus its own charge) and the
+ * headroom its pager should use. Any pointer may be NULL.
+ */
+COMEM_API int comem_reserve(comem_client *c, int device, int64_t *reserve, int64_t *pager_headroom);
+
+/* The coordinator's status snapshot as JSON text; free it with comem_free. */
+COMEM_API int comem_status_json(comem_client *c, char **json);
+
+/* Frees memory comem handed out (status text). */
+COMEM_API void comem_free(void *p);
+
+/* ---- the shared-memory view: no round trip ---- */
+
+/*
+ * What a batch sizer should read instead of a process-local free figure: per
+ * device, the coordinator's true free, the reserve, and the bytes other
+ * processes could release now. Reading it is a few atomic loads on a file the
+ * coordinator publishes next to its socket (socket_path NULL: the default).
+ */
+typedef struct comem_view comem_view;
+COMEM_API int comem_view_open(const char *socket_path, comem_view **out);
+/* Any out-pointer may be NULL. COMEM_ENODEV for a device the coordinator does not have. */
+COMEM_API int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_bytes, int64_t *reserve,
+                              int64_t *reclaimable);
+COMEM_API void comem_view_close(comem_view *v);
+
+/* ---- an embedded or standalone coordinator ---- */
+
+typedef struct comem_coord comem_coord;
+
+/*
+ * Starts a coordinator on a thread of this process, listening on socket_path
+ * (NULL: the default socket) and reading devices from device_spec (NULL:
+ * COMEM_DEVICE, else auto). COMEM_EEXIST when another coordinator answers there.
+ */
+COMEM_API int comem_coord_start(const char *socket_path, const char *device_spec, comem_coord **out);
+COMEM_API void comem_coord_stop(comem_coord *coord);
+
+/* The default socket path for this user (creates the private directory). */
+COMEM_API int comem_default_socket(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

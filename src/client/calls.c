@@ -1,0 +1,473 @@
+/*
+ * client/calls.c - the calls that ask for a decision: admission, grants,
+ * pressure, pinned RAM, the reserve and the status text.
+ *
+ * With the link up they are the coordinator's: ids are translated to its
+ * own, the caller waits at most its timeout, and the reply's figures come
+ * back. Without it they are decided locally (client/local.c), or fail with
+ * COMEM_ECLOSED when the client was opened with COMEM_OPEN_NO_LOCAL. On the
+ * service thread (inside a release callback) a call that needs a reply's
+ * figures returns COMEM_EBUSY: waiting there would wait for itself.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/bytes.h"
+#include "base/log.h"
+#include "client/client_internal.h"
+
+/* The figures of the last admission made on this thread. */
+static _Thread_local struct {
+    const comem_client *c;
+    int64_t need, free_before, free_after, freed;
+    int asked, busy;
+} tl_admit;
+
+void comem_admit_record(comem_client *c, int64_t need, int64_t free_before, int64_t free_after, int64_t freed,
+                        int asked, int busy)
+{
+    tl_admit.c = c;
+    tl_admit.need = need;
+    tl_admit.free_before = free_before;
+    tl_admit.free_after = free_after;
+    tl_admit.freed = freed;
+    tl_admit.asked = asked;
+    tl_admit.busy = busy;
+}
+
+void comem_admit_details(comem_client *c, int64_t *need, int64_t *free_before, int64_t *free_after, int64_t *freed,
+                         int *asked, int *busy)
+{
+    bool mine = c && tl_admit.c == c;
+    if (need)
+        *need = mine ? tl_admit.need : 0;
+    if (free_before)
+        *free_before = mine ? tl_admit.free_before : 0;
+    if (free_after)
+        *free_after = mine ? tl_admit.free_after : 0;
+    if (freed)
+        *freed = mine ? tl_admit.freed : 0;
+    if (asked)
+        *asked = mine ? tl_admit.asked : 0;
+    if (busy)
+        *busy = mine ? tl_admit.busy : 0;
+}
+
+/* The coordinator's budget: a little under the caller's wait, so its answer still finds the caller. */
+static uint32_t coord_budget(int timeout_ms)
+{
+    int margin = timeout_ms / 10 < 250 ? timeout_ms / 10 : 250;
+    return (uint32_t)(timeout_ms - margin);
+}
+
+/* A reply that is not the expected type: an error status, or a protocol error. */
+static int reply_status(const client_reply *rep, uint16_t want)
+{
+    if (rep->type == want)
+        return COMEM_OK;
+    if (rep->type == COMEM_MSG_REPLY && rep->u.reply.status != COMEM_OK)
+        return rep->u.reply.status;
+    comem_error("the coordinator answered with %s where %s was due", comem_wire_type_name(rep->type),
+                comem_wire_type_name(want));
+    return COMEM_EPROTO;
+}
+
+/* Lock held: the call cannot go to the coordinator now. Returns true when it must be decided here. */
+static bool decide_locally(comem_client *c) { return c->link != LINK_UP; }
+
+/* Lock held, link up: the call waits for figures, which the service thread cannot do. */
+static bool cannot_wait(comem_client *c)
+{
+    if (!comem_on_service_thread(c))
+        return false;
+    comem_warn("a call that waits for the coordinator was made from a release callback; refused as busy");
+    return true;
+}
+
+int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
+                int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, uint64_t *grant,
+                int64_t *short_by)
+{
+    if (!c || device < 0 || device >= COMEM_WIRE_MAX_DEVICES || weights < 0 || inference < 0 || cast_forward < 0 ||
+        n_keep > COMEM_WIRE_MAX_ITEMS || (n_keep && !keep))
+        return COMEM_EINVAL;
+    int timeout = comem_client_timeout(c, timeout_ms);
+    comem_msg *m = malloc(sizeof *m); /* 12 KiB: not on a caller's (possibly small) stack */
+    if (!m)
+        return COMEM_ENOMEM;
+    memset(m, 0, sizeof *m);
+    client_req r = {0};
+    int rc = COMEM_OK;
+
+    pthread_mutex_lock(&c->lock);
+    client_holder *h = holder ? comem_tab_holder(c, holder) : NULL;
+    if (holder && !h)
+        rc = COMEM_ENOENT;
+    uint16_t nk = 0;
+    for (size_t i = 0; rc == COMEM_OK && i < n_keep; i++) {
+        client_entry *e = comem_tab_entry(c, keep[i]);
+        if (!e)
+            rc = COMEM_ENOENT;
+        else if (comem_tab_entry_live(c, e))
+            m->u.admit.keep[nk++] = e->coord_id; /* one the coordinator does not know yet cannot be asked anyway */
+    }
+    bool local = rc == COMEM_OK && decide_locally(c);
+    if (rc == COMEM_OK && !local && cannot_wait(c))
+        rc = COMEM_EBUSY;
+    if (rc == COMEM_OK && !local) {
+        m->type = COMEM_MSG_ADMIT;
+        m->u.admit.device = (uint16_t)device;
+        m->u.admit.holder_id = h && comem_tab_holder_live(c, h) ? h->coord_id : 0;
+        m->u.admit.weights = weights;
+        m->u.admit.inference = inference;
+        m->u.admit.cast_forward = cast_forward;
+        m->u.admit.timeout_ms = coord_budget(timeout);
+        m->u.admit.n_keep = nk;
+        rc = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, true);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc != COMEM_OK) {
+        free(m);
+        return rc;
+    }
+    if (local) {
+        free(m);
+        if (c->flags & COMEM_OPEN_NO_LOCAL)
+            return COMEM_ECLOSED;
+        return comem_local_admit(c, device, weights, inference, cast_forward, grant, short_by);
+    }
+
+    client_reply rep;
+    rc = comem_req_finish(c, &r, m, timeout, &rep, NULL);
+    free(m);
+    if (rc != COMEM_OK)
+        return rc;
+    if ((rc = reply_status(&rep, COMEM_MSG_ADMIT_REPLY)) != COMEM_OK)
+        return rc;
+    const comem_msg_admit_reply *a = &rep.u.admit_reply;
+    comem_admit_record(c, a->need, a->free_before, a->free_after, a->freed, a->n_asked, a->n_busy);
+    if (!a->granted) {
+        if (short_by)
+            *short_by = comem_clamp0(a->short_by);
+        return COMEM_ENOSPC;
+    }
+    pthread_mutex_lock(&c->lock);
+    client_grant *g = comem_tab_add_grant(c);
+    uint64_t id = 0;
+    if (g) {
+        g->coord_id = a->grant_id;
+        g->gen = r.gen;
+        g->bytes = a->bytes;
+        id = g->id;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!g) {
+        /* Cannot remember it: give it back rather than leave bytes booked. */
+        comem_msg back;
+        memset(&back, 0, sizeof back);
+        back.type = COMEM_MSG_GRANT_DONE;
+        back.request_id = comem_client_next_req(c);
+        back.u.grant_done.grant_id = a->grant_id;
+        (void)comem_conn_send(c, r.gen, &back);
+        return COMEM_ENOMEM;
+    }
+    if (grant)
+        *grant = id;
+    if (short_by)
+        *short_by = 0;
+    return COMEM_OK;
+}
+
+int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t used)
+{
+    if (!c || used < 0)
+        return COMEM_EINVAL;
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    client_req r = {0};
+    client_grant g;
+    pthread_mutex_lock(&c->lock);
+    client_entry *e = entry ? comem_tab_entry(c, entry) : NULL;
+    if ((entry && !e) || comem_tab_take_grant(c, grant, &g) != COMEM_OK) {
+        pthread_mutex_unlock(&c->lock);
+        return COMEM_ENOENT;
+    }
+    if (e) {
+        /*
+         * The grant's bytes are resident now. The coordinator applies the same rule
+         * on GRANT_DONE (at most the grant's bytes, never past the entry's size), so
+         * both books agree without a new census sequence; a later receipt or resync
+         * that lists this entry carries the same figure.
+         */
+        int64_t grow = used - e->resident;
+        if (grow > g.bytes)
+            grow = g.bytes;
+        if (grow > 0)
+            e->resident = e->resident + grow > e->size ? e->size : e->resident + grow;
+    }
+    /* A local grant, or one from a coordinator that is gone: nothing is booked anywhere. */
+    if (g.gen == 0 || g.gen != c->gen || c->link == LINK_DOWN) {
+        pthread_mutex_unlock(&c->lock);
+        return COMEM_OK;
+    }
+    m.type = COMEM_MSG_GRANT_DONE;
+    m.u.grant_done.grant_id = g.coord_id;
+    m.u.grant_done.entry_id = e && comem_tab_entry_live(c, e) ? e->coord_id : 0;
+    m.u.grant_done.used = used;
+    int rc = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, !comem_on_service_thread(c));
+    pthread_mutex_unlock(&c->lock);
+    if (rc != COMEM_OK)
+        return rc;
+    client_reply rep;
+    rc = comem_req_finish(c, &r, &m, comem_client_timeout(c, -1), &rep, NULL);
+    if (rc == COMEM_ECLOSED)
+        return COMEM_OK; /* the coordinator went with its grants */
+    if (rc != COMEM_OK || rep.type == 0)
+        return rc;
+    if (rep.type != COMEM_MSG_REPLY)
+        return reply_status(&rep, COMEM_MSG_REPLY);
+    return rep.u.reply.status == COMEM_ENOENT ? COMEM_OK : rep.u.reply.status; /* ENOENT: expired there already */
+}
+
+int comem_pressure(comem_client *c, int device, int64_t bytes, int timeout_ms, int64_t *freed)
+{
+    if (!c || device < 0 || device >= COMEM_WIRE_MAX_DEVICES || bytes < 0)
+        return COMEM_EINVAL;
+    int timeout = comem_client_timeout(c, timeout_ms);
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    client_req r = {0};
+    int rc = COMEM_OK;
+    pthread_mutex_lock(&c->lock);
+    bool local = decide_locally(c);
+    if (!local && cannot_wait(c))
+        rc = COMEM_EBUSY;
+    if (rc == COMEM_OK && !local) {
+        m.type = COMEM_MSG_PRESSURE;
+        m.u.pressure.device = (uint16_t)device;
+        m.u.pressure.bytes = bytes;
+        m.u.pressure.timeout_ms = coord_budget(timeout);
+        rc = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, true);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc != COMEM_OK)
+        return rc;
+    if (local) {
+        if (c->flags & COMEM_OPEN_NO_LOCAL)
+            return COMEM_ECLOSED;
+        if (freed)
+            *freed = 0; /* no siblings to ask */
+        return COMEM_OK;
+    }
+    client_reply rep;
+    if ((rc = comem_req_finish(c, &r, &m, timeout, &rep, NULL)) != COMEM_OK)
+        return rc;
+    if ((rc = reply_status(&rep, COMEM_MSG_PRESSURE_REPLY)) != COMEM_OK)
+        return rc;
+    if (freed)
+        *freed = comem_clamp0(rep.u.pressure_reply.freed);
+    return COMEM_OK;
+}
+
+/* Lock held: the pin counters of holder (0: the process), or NULL when unknown. */
+static bool pin_counters(comem_client *c, uint64_t holder, int64_t **pins, int64_t **synced, uint64_t *coord,
+                         bool *live)
+{
+    if (holder == 0) {
+        *pins = &c->sess_pins;
+        *synced = &c->synced_sess_pins;
+        *coord = 0;
+        *live = c->link != LINK_DOWN;
+        return true;
+    }
+    client_holder *h = comem_tab_holder(c, holder);
+    if (!h)
+        return false;
+    *pins = &h->pins;
+    *synced = &h->synced_pins;
+    *coord = h->coord_id;
+    *live = comem_tab_holder_live(c, h);
+    return true;
+}
+
+int comem_pin_acquire(comem_client *c, uint64_t holder, int64_t bytes, int64_t *shortfall)
+{
+    if (!c || bytes < 0)
+        return COMEM_EINVAL;
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    client_req r = {0};
+    int64_t *pins, *synced;
+    uint64_t coord;
+    bool live;
+    int rc = COMEM_OK;
+    pthread_mutex_lock(&c->lock);
+    if (!pin_counters(c, holder, &pins, &synced, &coord, &live)) {
+        pthread_mutex_unlock(&c->lock);
+        return COMEM_ENOENT;
+    }
+    bool local = decide_locally(c) || !live;
+    if (local) {
+        if (c->flags & COMEM_OPEN_NO_LOCAL) {
+            pthread_mutex_unlock(&c->lock);
+            return COMEM_ECLOSED;
+        }
+        /* No machine-wide ceiling to check; booked with the next coordinator by the resync. */
+        *pins = comem_add(*pins, bytes);
+        if (c->link == LINK_UP) {
+            c->need_sync = true;
+            comem_client_wake(c);
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (shortfall)
+            *shortfall = 0;
+        return COMEM_OK;
+    }
+    if (cannot_wait(c))
+        rc = COMEM_EBUSY;
+    if (rc == COMEM_OK) {
+        m.type = COMEM_MSG_PIN_ACQUIRE;
+        m.u.pin.holder_id = coord;
+        m.u.pin.bytes = bytes;
+        rc = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, true);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc != COMEM_OK)
+        return rc;
+    client_reply rep;
+    if ((rc = comem_req_finish(c, &r, &m, comem_client_timeout(c, -1), &rep, NULL)) != COMEM_OK)
+        return rc;
+    if ((rc = reply_status(&rep, COMEM_MSG_PIN_REPLY)) != COMEM_OK)
+        return rc;
+    if (!rep.u.pin_reply.granted) {
+        if (shortfall)
+            *shortfall = comem_clamp0(rep.u.pin_reply.shortfall);
+        return COMEM_ENOSPC;
+    }
+    pthread_mutex_lock(&c->lock);
+    if (pin_counters(c, holder, &pins, &synced, &coord, &live)) {
+        *pins = comem_add(*pins, bytes);
+        /* Booked on the connection it was asked on; a newer one learns it from the resync. */
+        if (live && c->gen == r.gen)
+            *synced = comem_add(*synced, bytes);
+        else if (c->link != LINK_DOWN) {
+            c->need_sync = true;
+            comem_client_wake(c);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (shortfall)
+        *shortfall = 0;
+    return COMEM_OK;
+}
+
+int comem_pin_release(comem_client *c, uint64_t holder, int64_t bytes)
+{
+    if (!c || bytes < 0)
+        return COMEM_EINVAL;
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    client_req r = {0};
+    int64_t *pins, *synced;
+    uint64_t coord;
+    bool live;
+    pthread_mutex_lock(&c->lock);
+    if (!pin_counters(c, holder, &pins, &synced, &coord, &live)) {
+        pthread_mutex_unlock(&c->lock);
+        return COMEM_ENOENT;
+    }
+    *pins = comem_clamp0(comem_sub(*pins, bytes));
+    bool send = false;
+    if (live) {
+        *synced = comem_clamp0(comem_sub(*synced, bytes));
+        m.type = COMEM_MSG_PIN_RELEASE;
+        m.u.pin.holder_id = coord;
+        m.u.pin.bytes = bytes;
+        send = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, !comem_on_service_thread(c)) == COMEM_OK;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!send)
+        return COMEM_OK;
+    client_reply rep;
+    int rc = comem_req_finish(c, &r, &m, comem_client_timeout(c, -1), &rep, NULL);
+    if (rc == COMEM_ECLOSED)
+        return COMEM_OK;
+    if (rc != COMEM_OK || rep.type == 0)
+        return rc;
+    return reply_status(&rep, COMEM_MSG_PIN_REPLY);
+}
+
+int comem_reserve(comem_client *c, int device, int64_t *reserve, int64_t *pager_headroom)
+{
+    if (!c || device < 0 || device >= COMEM_WIRE_MAX_DEVICES)
+        return COMEM_EINVAL;
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    client_req r = {0};
+    int rc = COMEM_OK;
+    pthread_mutex_lock(&c->lock);
+    bool local = decide_locally(c);
+    if (!local && cannot_wait(c))
+        rc = COMEM_EBUSY;
+    if (rc == COMEM_OK && !local) {
+        m.type = COMEM_MSG_RESERVE;
+        m.u.reserve.device = (uint16_t)device;
+        rc = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, true);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc != COMEM_OK)
+        return rc;
+    if (local) {
+        if (c->flags & COMEM_OPEN_NO_LOCAL)
+            return COMEM_ECLOSED;
+        comem_local_reserve(c, reserve, pager_headroom);
+        return COMEM_OK;
+    }
+    client_reply rep;
+    if ((rc = comem_req_finish(c, &r, &m, comem_client_timeout(c, -1), &rep, NULL)) != COMEM_OK)
+        return rc;
+    if ((rc = reply_status(&rep, COMEM_MSG_RESERVE_REPLY)) != COMEM_OK)
+        return rc;
+    if (reserve)
+        *reserve = rep.u.reserve_reply.for_requester;
+    if (pager_headroom)
+        *pager_headroom = rep.u.reserve_reply.pager_headroom;
+    return COMEM_OK;
+}
+
+int comem_status_json(comem_client *c, char **json)
+{
+    if (!c || !json)
+        return COMEM_EINVAL;
+    *json = NULL;
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    client_req r = {0};
+    int rc = COMEM_OK;
+    pthread_mutex_lock(&c->lock);
+    bool local = decide_locally(c);
+    if (!local && cannot_wait(c))
+        rc = COMEM_EBUSY;
+    if (rc == COMEM_OK && !local) {
+        m.type = COMEM_MSG_STATUS;
+        rc = comem_req_begin(c, &r, PEND_STATUS, 0, 0, true);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc != COMEM_OK)
+        return rc;
+    if (local)
+        return (c->flags & COMEM_OPEN_NO_LOCAL) ? COMEM_ECLOSED : comem_local_status(c, json);
+    client_reply rep;
+    char *text = NULL;
+    rc = comem_req_finish(c, &r, &m, comem_client_timeout(c, -1), &rep, &text);
+    if (rc == COMEM_OK)
+        rc = reply_status(&rep, COMEM_MSG_STATUS_REPLY);
+    if (rc != COMEM_OK) {
+        free(text);
+        return rc;
+    }
+    *json = text;
+    return COMEM_OK;
+}
+
+void comem_free(void *p) { free(p); }

@@ -1,0 +1,221 @@
+/*
+ * client/client.c - a client's life: open (find the socket, connect or start
+ * an embedded coordinator, say HELLO, else work locally and say so once),
+ * the state calls, and close (stop the service thread, free, stop the
+ * embedded coordinator this client started).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "client/client_internal.h"
+
+/* How long open waits for an embedded coordinator it started (or lost a race to) to answer. */
+#define EMBED_CONNECT_MS 2000
+
+int comem_client_timeout(comem_client *c, int timeout_ms)
+{
+    return timeout_ms >= 0 ? timeout_ms : atomic_load(&c->timeout_ms);
+}
+
+void comem_client_wake(comem_client *c)
+{
+    uint64_t one = 1;
+    ssize_t w = write(c->wake_fd, &one, sizeof one);
+    (void)w; /* a full counter still wakes the reader */
+}
+
+uint32_t comem_client_next_req(comem_client *c)
+{
+    unsigned id;
+    do
+        id = atomic_fetch_add(&c->next_req, 1u);
+    while (id == 0);
+    return id;
+}
+
+/* Frees everything open allocated; the service thread is not running. */
+static void client_free(comem_client *c)
+{
+    client_pending *p = c->pending;
+    while (p) {
+        client_pending *next = p->next;
+        pthread_cond_destroy(&p->cond);
+        free(p->text);
+        free(p);
+        p = next;
+    }
+    if (c->fd >= 0)
+        close(c->fd);
+    if (c->coord)
+        comem_coord_stop(c->coord);
+    comem_local_close(c);
+    comem_tab_free(c);
+    if (c->wake_fd >= 0)
+        close(c->wake_fd);
+    free(c->rbuf);
+    free(c->in);
+    free(c->out);
+    free(c->receipt);
+    pthread_mutex_destroy(&c->dev_lock);
+    pthread_mutex_destroy(&c->write_lock);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static comem_client *client_alloc(void)
+{
+    comem_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->write_lock, NULL);
+    pthread_mutex_init(&c->dev_lock, NULL);
+    c->fd = c->wfd = -1;
+    atomic_init(&c->timeout_ms, COMEM_CLIENT_DEFAULT_TIMEOUT_MS);
+    atomic_init(&c->next_req, 1u);
+    atomic_init(&c->stopping, false);
+    c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    c->rbuf = malloc(COMEM_WIRE_MAX_FRAME);
+    c->in = malloc(sizeof *c->in);
+    c->out = malloc(sizeof *c->out);
+    c->receipt = malloc(sizeof *c->receipt);
+    if (c->wake_fd < 0 || !c->rbuf || !c->in || !c->out || !c->receipt) {
+        client_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Connects, starting an embedded coordinator first when asked and nobody answers. */
+static int connect_or_embed(comem_client *c)
+{
+    int fd = comem_conn_connect(c->path);
+    if (fd >= 0 || !(c->flags & COMEM_OPEN_EMBED))
+        return fd;
+    comem_coord *coord = NULL;
+    int rc = comem_coord_start(c->path, NULL, &coord);
+    if (rc == COMEM_OK) {
+        c->coord = coord;
+    } else if (rc != COMEM_EEXIST) {
+        /* EEXIST: another process won the race to start one; connect to it. */
+        comem_warn("cannot start a coordinator in this process at %s: %s", c->path, comem_status_str(rc));
+        return rc;
+    }
+    for (int waited = 0; waited < EMBED_CONNECT_MS; waited += 10) {
+        if ((fd = comem_conn_connect(c->path)) >= 0)
+            return fd;
+        usleep(10000);
+    }
+    return fd;
+}
+
+int comem_client_open(const char *socket_path, int role, const char *name, int64_t reserve_base, unsigned flags,
+                      comem_client **out)
+{
+    if (!out)
+        return COMEM_EINVAL;
+    *out = NULL;
+    if (!name)
+        name = "";
+    if (role < COMEM_CLIENT_HOST || role > COMEM_CLIENT_TOOL || strlen(name) >= COMEM_WIRE_NAME_MAX ||
+        (flags & ~(COMEM_OPEN_EMBED | COMEM_OPEN_NO_LOCAL)))
+        return COMEM_EINVAL;
+    const char *token = getenv("COMEM_TOKEN");
+    if (!token)
+        token = "";
+    if (strlen(token) >= COMEM_WIRE_TEXT_MAX) {
+        comem_error("COMEM_TOKEN is longer than %d bytes", COMEM_WIRE_TEXT_MAX - 1);
+        return COMEM_EINVAL;
+    }
+    comem_client *c = client_alloc();
+    if (!c)
+        return COMEM_ENOMEM;
+    c->role = role;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    snprintf(c->token, sizeof c->token, "%s", token);
+    c->reserve_base = reserve_base < 0 ? -1 : reserve_base;
+    c->flags = flags;
+    int rc = comem_socket_resolve(socket_path, c->path, sizeof c->path);
+    if (rc != COMEM_OK) {
+        comem_error("no usable socket path for the coordinator: %s", comem_status_str(rc));
+        client_free(c);
+        return rc;
+    }
+
+    bool up = false, refused = false;
+    int fd = connect_or_embed(c);
+    if (fd >= 0) {
+        uint64_t session = 0;
+        char why[COMEM_WIRE_TEXT_MAX];
+        rc = comem_conn_hello(c, fd, &session, &refused, why, sizeof why);
+        if (rc == COMEM_OK) {
+            up = true;
+            c->fd = c->wfd = fd;
+            c->gen = c->wgen = 1;
+            c->link = LINK_UP;
+            c->session_id = session;
+            c->ever_connected = true;
+            comem_debug("connected to the coordinator at %s (session %llu)", c->path, (unsigned long long)session);
+        } else {
+            close(fd);
+            if (refused && (flags & COMEM_OPEN_NO_LOCAL)) {
+                comem_error("the coordinator at %s refused this process: %s (%s)", c->path, comem_status_str(rc), why);
+                client_free(c);
+                return rc;
+            }
+            if (refused) {
+                comem_warn("the coordinator at %s refused this process: %s (%s); deciding locally", c->path,
+                           comem_status_str(rc), why);
+                c->refused_logged = true;
+            }
+        }
+    }
+    if (!up && (flags & COMEM_OPEN_NO_LOCAL)) {
+        client_free(c);
+        return COMEM_ECLOSED;
+    }
+    if (!up && !refused)
+        comem_info("no coordinator at %s; deciding locally", c->path);
+    /* After a loss the service thread retries fast; a process that started alone checks every
+       second; a refused one rarely (a bad token stays bad until the coordinator changes). */
+    c->retry_ms = up ? 10 : refused ? 10000 : 1000;
+    if ((rc = comem_service_start(c)) != COMEM_OK) {
+        client_free(c);
+        return rc;
+    }
+    *out = c;
+    return COMEM_OK;
+}
+
+void comem_client_close(comem_client *c)
+{
+    if (!c)
+        return;
+    if (comem_on_service_thread(c)) {
+        /* Joining the service thread from itself would never return. */
+        comem_error("comem_client_close called from a release callback; ignored");
+        return;
+    }
+    comem_service_stop(c);
+    client_free(c);
+}
+
+int comem_client_connected(comem_client *c)
+{
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    int up = c->link == LINK_UP;
+    pthread_mutex_unlock(&c->lock);
+    return up;
+}
+
+void comem_client_set_timeout(comem_client *c, int timeout_ms)
+{
+    if (c)
+        atomic_store(&c->timeout_ms, timeout_ms >= 0 ? timeout_ms : COMEM_CLIENT_DEFAULT_TIMEOUT_MS);
+}

@@ -1,0 +1,375 @@
+/*
+ * client/client_internal.h - the client's state: one struct, its threads, its
+ * locks and its tables, shared by the files of src/client/.
+ *
+ *   comem_client
+ *   ├── fixed at open   socket path, role, name, reserve base, token, flags,
+ *   │                   the embedded coordinator (if this client started it)
+ *   ├── lock            guards everything under it:
+ *   │   ├── link, gen   the connection's state and generation (gen bumps at
+ *   │   │               every accepted HELLO; a coordinator id is valid only
+ *   │   │               with the generation it was learnt on)
+ *   │   ├── holders[]   the local mirror: client id -> coordinator id, what was
+ *   │   ├── entries[]   registered, and what the coordinator already knows
+ *   │   ├── grants[]    (synced_*), so a new connection can be told the rest
+ *   │   └── pending     requests waiting for their reply (client/pending.c)
+ *   ├── write_lock      guards wfd/wgen and every frame write, so two frames
+ *   │                   never interleave; taken after lock, never before it
+ *   ├── service thread  owns fd, rbuf and in/out: reads frames, matches
+ *   │                   replies, runs release callbacks, reconnects
+ *   └── dev_lock        the device source for local-only decisions
+ *
+ * The mirror is the truth: every call updates it first and then, when the
+ * link is up, tells the coordinator. When the link is down the mirror alone
+ * changes, and the service thread's resync (client/resync.c) replays the
+ * difference after the next HELLO. The API's ids are the client's own and
+ * never change; coordinator ids are translated at the edge.
+ *
+ * Tables are arrays searched linearly: a process holds tens to a few hundred
+ * entries, and every search runs under the lock for microseconds.
+ */
+#ifndef COMEM_CLIENT_CLIENT_INTERNAL_H
+#define COMEM_CLIENT_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/un.h>
+
+#include "comem/comem.h"
+#include "probe/device.h"
+#include "wire/wire.h"
+
+#define COMEM_CLIENT_DEFAULT_TIMEOUT_MS 10000
+#define COMEM_CLIENT_LOCAL_RESERVE ((int64_t)400 << 20) /* ComfyUI's EXTRA_RESERVED_VRAM on Linux */
+#define COMEM_CLIENT_PATH_MAX sizeof(((struct sockaddr_un *)0)->sun_path)
+
+/* The connection's state. */
+typedef enum client_link {
+    LINK_DOWN = 0, /* no coordinator: decisions are local */
+    LINK_SYNC = 1, /* HELLO accepted; the service thread is replaying the mirror */
+    LINK_UP = 2    /* every record is registered: calls go to the coordinator */
+} client_link;
+
+typedef struct client_holder {
+    uint64_t id;          /* the client's id */
+    uint64_t coord_id;    /* the coordinator's id, valid when coord_gen == c->gen */
+    uint64_t coord_gen;
+    uint64_t adding_gen;  /* a HOLDER_ADD for it is in flight on this generation */
+    uint64_t refused_gen; /* the coordinator refused it on this generation: don't retry */
+    char name[COMEM_WIRE_NAME_MAX];
+    int device;
+    int kind;
+    unsigned flags;
+    comem_release_fn fn;
+    void *user;
+    bool busy, synced_busy;
+    char prompt[COMEM_WIRE_NAME_MAX];
+    uint64_t report_seq, synced_report_seq; /* holder_report's census sequence */
+    uint8_t has;                            /* COMEM_CENSUS_* of the last report */
+    int64_t pinned, overhead;
+    int64_t pins, synced_pins; /* pinned RAM booked with pin_acquire */
+} client_holder;
+
+typedef struct client_entry {
+    uint64_t id;
+    uint64_t holder; /* the client's holder id */
+    uint64_t coord_id, coord_gen, adding_gen, refused_gen;
+    char name[COMEM_WIRE_NAME_MAX];
+    int64_t size, resident;
+    unsigned flags;
+    uint64_t seq, synced_seq; /* census sequence: bumped by each set_resident */
+} client_entry;
+
+typedef struct client_grant {
+    uint64_t id;
+    uint64_t coord_id;
+    uint64_t gen;  /* 0: decided locally */
+    int64_t bytes; /* what the grant booked: the most grant_done turns into residency */
+} client_grant;
+
+/* The few reply bodies a caller waits for (the full comem_msg is 12 KiB). */
+typedef struct client_reply {
+    uint16_t type; /* 0: the request was sent and its reply will not be awaited */
+    union {
+        comem_msg_reply reply;
+        comem_msg_id id;
+        comem_msg_admit_reply admit_reply;
+        comem_msg_pressure_reply pressure_reply;
+        comem_msg_pin_reply pin_reply;
+        comem_msg_reserve_reply reserve_reply;
+    } u;
+} client_reply;
+
+typedef enum pend_kind {
+    PEND_PLAIN = 0,
+    PEND_HOLDER_ADD = 1, /* the service thread maps the id itself, waiter or not */
+    PEND_ENTRY_ADD = 2,
+    PEND_STATUS = 3 /* STATUS_REPLY chunks are reassembled into text */
+} pend_kind;
+
+/*
+ * One request waiting for its reply. A record with `waiting` set belongs to
+ * the thread that waits (it unlinks and frees it); a detached one (an add sent
+ * from the service thread, or one whose caller timed out) is unlinked and
+ * freed by the service thread when the reply comes or the connection ends.
+ */
+typedef struct client_pending {
+    struct client_pending *next;
+    uint32_t req;
+    uint64_t gen;
+    pend_kind kind;
+    uint64_t obj;  /* the client id an add is for */
+    uint64_t snap; /* ENTRY_ADD: the entry's seq when the frame was built */
+    bool waiting;
+    bool done;
+    int status; /* when done: COMEM_OK (reply holds the frame) or a failure */
+    client_reply reply;
+    char *text; /* PEND_STATUS */
+    uint32_t text_total, text_got;
+    bool text_started;
+    pthread_cond_t cond;
+} client_pending;
+
+/* A request being made: begun under the lock, finished without it. */
+typedef struct client_req {
+    uint64_t gen;
+    uint32_t id;
+    client_pending *p; /* NULL: fire and forget */
+} client_req;
+
+struct comem_client {
+    /* fixed at open */
+    char path[COMEM_CLIENT_PATH_MAX];
+    int role;
+    char name[COMEM_WIRE_NAME_MAX];
+    char token[COMEM_WIRE_TEXT_MAX];
+    int64_t reserve_base;
+    unsigned flags;
+    comem_coord *coord; /* the embedded coordinator this client started, or NULL */
+
+    pthread_mutex_t lock;
+    client_link link;
+    uint64_t gen;
+    uint64_t session_id;
+    bool need_sync;
+    bool ever_connected;
+    bool refused_logged;
+    uint64_t next_id;
+    client_holder *holders;
+    size_t n_holders, cap_holders;
+    client_entry *entries;
+    size_t n_entries, cap_entries;
+    client_grant *grants;
+    size_t n_grants, cap_grants;
+    client_pending *pending;
+    bool sess_busy, synced_sess_busy; /* holder 0: the whole process */
+    char sess_prompt[COMEM_WIRE_NAME_MAX];
+    int64_t sess_pins, synced_sess_pins;
+
+    pthread_mutex_t write_lock;
+    int wfd;       /* the socket writers use; -1 when down */
+    uint64_t wgen; /* the generation wfd belongs to */
+
+    atomic_int timeout_ms;
+    atomic_uint next_req;
+    atomic_bool stopping;
+
+    /* owned by the service thread (and by open, before the thread starts) */
+    pthread_t thread;
+    bool thread_started;
+    int wake_fd; /* eventfd: close and need_sync wake the service thread */
+    int fd;
+    uint8_t *rbuf;
+    size_t rlen, rpos;
+    comem_msg *in;  /* the frame being dispatched */
+    comem_msg *out;     /* frames the resync builds */
+    comem_msg *receipt; /* receipts (an ask can arrive while the resync waits) */
+    int retry_ms;
+    uint64_t ask_ids[COMEM_WIRE_MAX_ITEMS];
+    int64_t ask_amounts[COMEM_WIRE_MAX_ITEMS];
+
+    pthread_mutex_t dev_lock;
+    comem_device_source *dev;
+    bool dev_tried;
+    int dev_rc;
+};
+
+/* ---- client.c ---- */
+
+/* The effective timeout: timeout_ms when >= 0, else the client's default. */
+int comem_client_timeout(comem_client *c, int timeout_ms);
+
+/* Wakes the service thread (close, or work for the resync). */
+void comem_client_wake(comem_client *c);
+
+/* A fresh request id (never 0: that marks unsolicited frames). */
+uint32_t comem_client_next_req(comem_client *c);
+
+/* ---- socket_path.c ---- */
+
+/* The socket path open uses: arg, else $COMEM_SOCKET, else the default. 0 or a negative status. */
+int comem_socket_resolve(const char *arg, char *buf, size_t len);
+
+/* ---- tables.c (all under c->lock) ---- */
+
+/* Finds a record by the client's id; NULL when unknown (0 is never an id). */
+client_holder *comem_tab_holder(comem_client *c, uint64_t id);
+client_entry *comem_tab_entry(comem_client *c, uint64_t id);
+
+/* Finds a record by the coordinator's id on the current generation. */
+client_holder *comem_tab_holder_by_coord(comem_client *c, uint64_t coord_id);
+client_entry *comem_tab_entry_by_coord(comem_client *c, uint64_t coord_id);
+
+/* True when the record's coordinator id is valid on the current generation. */
+bool comem_tab_holder_live(const comem_client *c, const client_holder *h);
+bool comem_tab_entry_live(const comem_client *c, const client_entry *e);
+
+/* Appends a zeroed record with a fresh id; NULL when out of memory. Pointers die at the next add or remove. */
+client_holder *comem_tab_add_holder(comem_client *c);
+client_entry *comem_tab_add_entry(comem_client *c);
+client_grant *comem_tab_add_grant(comem_client *c);
+
+/* Removes a holder and every entry it owns. */
+void comem_tab_remove_holder(comem_client *c, uint64_t id);
+void comem_tab_remove_entry(comem_client *c, uint64_t id);
+
+/* Removes a grant into *out. COMEM_ENOENT when unknown. */
+int comem_tab_take_grant(comem_client *c, uint64_t id, client_grant *out);
+
+/* Frees every table. */
+void comem_tab_free(comem_client *c);
+
+/* The union of the holders' flags, as HELLO caps. */
+uint32_t comem_tab_caps(comem_client *c);
+
+/* ---- conn.c ---- */
+
+/* Connects to path; returns the socket (non-blocking, close-on-exec) or a negative status. */
+int comem_conn_connect(const char *path);
+
+/*
+ * Sends m as one frame on the connection of generation gen. COMEM_ECLOSED when
+ * that connection is gone or the write fails (the socket is then shut down so
+ * the service thread notices); COMEM_ERANGE/COMEM_EINVAL when m cannot be
+ * encoded. Thread-safe: frames are never interleaved.
+ */
+int comem_conn_send(comem_client *c, uint64_t gen, const comem_msg *m);
+
+/*
+ * Reads what fd has into the service buffer, waiting up to timeout_ms (-1:
+ * forever) and returning early when wake_fd fires. Returns 1 when bytes came,
+ * 2 when woken, 0 on timeout, COMEM_ECLOSED on EOF, COMEM_EIO on an error.
+ * Service thread (or open, before it starts) only.
+ */
+int comem_conn_read(comem_client *c, int fd, int timeout_ms);
+
+/* Decodes the next whole frame of the buffer into c->in: 1, 0 (need more) or COMEM_EPROTO. */
+int comem_conn_next(comem_client *c);
+
+/*
+ * Says HELLO on a fresh socket and reads the reply. COMEM_OK with *session; a
+ * refusal's status with *refused set and its message in why; COMEM_ETIMEDOUT,
+ * COMEM_ECLOSED or COMEM_EPROTO when the exchange failed.
+ */
+int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, char *why, size_t whylen);
+
+/* ---- pending.c ---- */
+
+/*
+ * Under c->lock, with the link not down: starts a request on the current
+ * connection. With await, the reply will be waited for; without it, only adds
+ * keep a (detached) record so their ids still get mapped. COMEM_ENOMEM.
+ */
+int comem_req_begin(comem_client *c, client_req *r, pend_kind kind, uint64_t obj, uint64_t snap, bool await);
+
+/*
+ * Sends a begun request's frame (its request_id is set here). May be called
+ * with c->lock held, for frames whose order against the state they carry
+ * matters and that have no sequence number of their own (ACTIVITY). Returns
+ * what comem_conn_send returns.
+ */
+int comem_req_send(comem_client *c, client_req *r, comem_msg *m);
+
+/*
+ * Without the lock: sends m (NULL: comem_req_send already did) and, for an
+ * awaited request, waits up to timeout_ms (the service thread pumps frames instead of
+ * sleeping). COMEM_OK with *out filled (out->type 0 when not awaited; *text
+ * receives status text), COMEM_ECLOSED when the connection ended first,
+ * COMEM_ETIMEDOUT (an add's record is detached and its object removed from
+ * the mirror in the same critical section, so a late id is given back).
+ */
+int comem_req_finish(comem_client *c, client_req *r, comem_msg *m, int timeout_ms, client_reply *out, char **text);
+
+/* Abandons a begun request that will not be sent (under c->lock). */
+void comem_req_abort(comem_client *c, client_req *r);
+
+/*
+ * Service thread, lock held: a reply frame arrived; completes its request.
+ * *orphan_kind and *orphan receive an add whose object is gone (remove it at the
+ * coordinator). Returns false when no request waits for it.
+ */
+bool comem_pending_complete(comem_client *c, const comem_msg *m, pend_kind *orphan_kind, uint64_t *orphan);
+
+/* Lock held: every request fails with COMEM_ECLOSED (the connection ended). */
+void comem_pending_fail_all(comem_client *c);
+
+/* ---- service.c ---- */
+
+/* True on c's service thread (API calls there must not wait). */
+bool comem_on_service_thread(const comem_client *c);
+
+/* Starts the service thread. */
+int comem_service_start(comem_client *c);
+
+/* Stops it (close). */
+void comem_service_stop(comem_client *c);
+
+/*
+ * Service thread: reads and dispatches frames until *done turns true or the
+ * deadline (CLOCK_MONOTONIC ns) passes. COMEM_OK, COMEM_ETIMEDOUT, or the
+ * connection's failure (the caller then treats the connection as lost).
+ */
+int comem_service_pump_until(comem_client *c, const bool *done, int64_t deadline_ns);
+
+/* ---- ask.c ---- */
+
+/* Service thread: answers one ASK (busy rule, callback, RECEIPT). */
+void comem_ask_handle(comem_client *c, const comem_msg_ask *ask);
+
+/* ---- resync.c ---- */
+
+/*
+ * Service thread, link up or syncing: tells the coordinator everything in the
+ * mirror it does not know yet (holders, entries, residency, reports, busy
+ * marks, pins), then marks the link up. COMEM_OK or the connection's failure.
+ */
+int comem_resync(comem_client *c);
+
+/* ---- local.c ---- */
+
+/* The reserve local decisions use: reserve_base when >= 0, else 400 MiB. */
+int64_t comem_local_reserve_bytes(const comem_client *c);
+
+/* Local admission from this process's device reading. */
+int comem_local_admit(comem_client *c, int device, int64_t weights, int64_t inference, int64_t cast_forward,
+                      uint64_t *grant, int64_t *short_by);
+
+/* Local reserve and pager headroom. */
+void comem_local_reserve(comem_client *c, int64_t *reserve, int64_t *pager_headroom);
+
+/* A small JSON object saying the client decides locally (malloc'd). */
+int comem_local_status(comem_client *c, char **json);
+
+/* Closes the device source. */
+void comem_local_close(comem_client *c);
+
+/* ---- calls.c ---- */
+
+/* Records the figures of an admission for comem_admit_details (this thread). */
+void comem_admit_record(comem_client *c, int64_t need, int64_t free_before, int64_t free_after, int64_t freed,
+                        int asked, int busy);
+
+#endif

@@ -1,0 +1,257 @@
+/*
+ * client/conn.c - the client's end of the socket: connecting, writing whole
+ * frames under the write lock, reading into the service thread's buffer, and
+ * the HELLO exchange that opens every connection.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "client/client_internal.h"
+#include "probe/device.h"
+
+/* Most frames are small; receipts and keep lists can reach a few KiB. */
+#define SMALL_FRAME 2048
+
+int comem_conn_connect(const char *path)
+{
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    size_t n = strlen(path);
+    if (n >= sizeof sa.sun_path)
+        return COMEM_ERANGE;
+    memcpy(sa.sun_path, path, n + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return COMEM_EIO;
+    /* A Unix stream connect does not wait for accept(): it succeeds or is refused at once. */
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        close(fd);
+        return e == ENOENT || e == ECONNREFUSED || e == EAGAIN ? COMEM_ECLOSED : COMEM_EIO;
+    }
+    /* Non-blocking, so that no write can hang past its deadline on a coordinator that stopped reading. */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        close(fd);
+        return COMEM_EIO;
+    }
+    return fd;
+}
+
+static int remaining_ms(int64_t deadline_ns)
+{
+    int64_t left = deadline_ns - comem_now_ns();
+    if (left <= 0)
+        return 0;
+    int64_t ms = (left + 999999) / 1000000;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* Writes all of buf, waiting for room until the deadline. */
+static int send_all(int fd, const uint8_t *buf, size_t len, int timeout_ms)
+{
+    int64_t deadline = comem_now_ns() + (int64_t)timeout_ms * 1000000;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = send(fd, buf + off, len - off, MSG_NOSIGNAL);
+        if (w > 0) {
+            off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int left = remaining_ms(deadline);
+            if (left == 0)
+                return COMEM_ETIMEDOUT;
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            if (poll(&pfd, 1, left) < 0 && errno != EINTR)
+                return COMEM_EIO;
+            continue;
+        }
+        return COMEM_ECLOSED;
+    }
+    return COMEM_OK;
+}
+
+/* Encodes m into buf (small) or a heap buffer (*heap, freed by the caller). */
+static int encode(const comem_msg *m, uint8_t *buf, size_t cap, uint8_t **heap, const uint8_t **frame)
+{
+    *heap = NULL;
+    int n = comem_wire_encode(m, buf, cap);
+    *frame = buf;
+    if (n == COMEM_ERANGE) {
+        *heap = malloc(COMEM_WIRE_MAX_FRAME);
+        if (!*heap)
+            return COMEM_ENOMEM;
+        n = comem_wire_encode(m, *heap, COMEM_WIRE_MAX_FRAME);
+        *frame = *heap;
+    }
+    if (n < 0)
+        comem_error("cannot encode a %s frame: %s", comem_wire_type_name(m->type), comem_status_str(n));
+    return n;
+}
+
+int comem_conn_send(comem_client *c, uint64_t gen, const comem_msg *m)
+{
+    uint8_t small[SMALL_FRAME];
+    uint8_t *heap;
+    const uint8_t *frame;
+    int n = encode(m, small, sizeof small, &heap, &frame);
+    if (n < 0) {
+        free(heap);
+        return n;
+    }
+    int timeout = comem_client_timeout(c, -1);
+    int rc;
+    pthread_mutex_lock(&c->write_lock);
+    if (c->wfd < 0 || c->wgen != gen) {
+        rc = COMEM_ECLOSED;
+    } else {
+        rc = send_all(c->wfd, frame, (size_t)n, timeout);
+        if (rc != COMEM_OK) {
+            /* A frame may be half written: the stream is unusable. Shutting it down makes
+               the service thread see the end and reconnect; only it closes the socket. */
+            comem_debug("writing to the coordinator failed (%s); reconnecting", comem_status_str(rc));
+            shutdown(c->wfd, SHUT_RDWR);
+            rc = COMEM_ECLOSED;
+        }
+    }
+    pthread_mutex_unlock(&c->write_lock);
+    free(heap);
+    return rc;
+}
+
+int comem_conn_read(comem_client *c, int fd, int timeout_ms)
+{
+    if (c->rpos > 0) {
+        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+        c->rlen -= c->rpos;
+        c->rpos = 0;
+    }
+    struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = c->wake_fd, .events = POLLIN}};
+    int pr = poll(pfd, 2, timeout_ms);
+    if (pr < 0)
+        return errno == EINTR ? 0 : COMEM_EIO;
+    if (pr == 0)
+        return 0;
+    if (pfd[1].revents & POLLIN) {
+        uint64_t v;
+        ssize_t r = read(c->wake_fd, &v, sizeof v);
+        (void)r;
+        return 2;
+    }
+    if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
+        return 0;
+    /* A frame is at most COMEM_WIRE_MAX_FRAME and the buffer holds one, so there is room. */
+    ssize_t r = read(fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen);
+    if (r > 0) {
+        c->rlen += (size_t)r;
+        return 1;
+    }
+    if (r == 0)
+        return COMEM_ECLOSED;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return 0;
+    return errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
+}
+
+int comem_conn_next(comem_client *c)
+{
+    size_t avail = c->rlen - c->rpos;
+    if (avail < COMEM_WIRE_HEADER_SIZE)
+        return 0;
+    comem_wire_header h;
+    const uint8_t *p = c->rbuf + c->rpos;
+    int rc = comem_wire_decode_header(p, avail, &h);
+    if (rc != COMEM_OK)
+        return COMEM_EPROTO;
+    if (avail < COMEM_WIRE_HEADER_SIZE + (size_t)h.length)
+        return 0;
+    rc = comem_wire_decode(&h, p + COMEM_WIRE_HEADER_SIZE, c->in);
+    if (rc != COMEM_OK) {
+        comem_error("malformed %s frame from the coordinator", comem_wire_type_name(h.type));
+        return COMEM_EPROTO;
+    }
+    c->rpos += COMEM_WIRE_HEADER_SIZE + (size_t)h.length;
+    return 1;
+}
+
+int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, char *why, size_t whylen)
+{
+    *refused = false;
+    why[0] = '\0';
+    c->rlen = c->rpos = 0;
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = COMEM_MSG_HELLO;
+    uint32_t req = comem_client_next_req(c);
+    m.request_id = req;
+    m.u.hello.proto_version = COMEM_WIRE_VERSION;
+    m.u.hello.role = (uint8_t)c->role;
+    /* comem runs on Linux, where every free reading is device-wide. */
+    m.u.hello.scope = COMEM_SCOPE_DEVICE_WIDE;
+    m.u.hello.pid = (uint32_t)getpid();
+    pthread_mutex_lock(&c->lock);
+    m.u.hello.caps = comem_tab_caps(c);
+    pthread_mutex_unlock(&c->lock);
+    m.u.hello.reserve_base = c->reserve_base;
+    snprintf(m.u.hello.name, sizeof m.u.hello.name, "%s", c->name);
+    snprintf(m.u.hello.token, sizeof m.u.hello.token, "%s", c->token);
+
+    uint8_t buf[SMALL_FRAME];
+    int n = comem_wire_encode(&m, buf, sizeof buf);
+    if (n < 0)
+        return n;
+    int timeout = comem_client_timeout(c, -1);
+    int rc = send_all(fd, buf, (size_t)n, timeout);
+    if (rc != COMEM_OK)
+        return rc == COMEM_ETIMEDOUT ? rc : COMEM_ECLOSED;
+
+    int64_t deadline = comem_now_ns() + (int64_t)timeout * 1000000;
+    for (;;) {
+        rc = comem_conn_next(c);
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            break;
+        if (atomic_load(&c->stopping))
+            return COMEM_ECLOSED;
+        int left = remaining_ms(deadline);
+        if (left == 0)
+            return COMEM_ETIMEDOUT;
+        rc = comem_conn_read(c, fd, left);
+        if (rc < 0)
+            return rc;
+    }
+    const comem_msg *r = c->in;
+    if (r->request_id != req)
+        return COMEM_EPROTO;
+    if (r->type == COMEM_MSG_REPLY) {
+        if (r->u.reply.status == COMEM_OK)
+            return COMEM_EPROTO;
+        *refused = true;
+        snprintf(why, whylen, "%s", r->u.reply.message);
+        return r->u.reply.status;
+    }
+    if (r->type != COMEM_MSG_HELLO_REPLY)
+        return COMEM_EPROTO;
+    if (r->u.hello_reply.proto_version != COMEM_WIRE_VERSION) {
+        *refused = true;
+        snprintf(why, whylen, "it speaks protocol version %u, this client %u", r->u.hello_reply.proto_version,
+                 COMEM_WIRE_VERSION);
+        return COMEM_EPROTO;
+    }
+    *session = r->u.hello_reply.session_id;
+    return COMEM_OK;
+}

@@ -1,0 +1,225 @@
+/*
+ * client/service.c - the client's service thread: it reads every frame,
+ * hands replies to their waiters, answers release asks, and when the
+ * coordinator goes away it fails what was pending, reconnects with backoff
+ * (10 ms doubling to 1 s; every second while it never answered) and has the
+ * resync replay the mirror.
+ *
+ * Only this thread reads the socket and only it closes it; writers share the
+ * socket under the write lock (client/conn.c). Release callbacks run here, so
+ * a caller's thread never blocks on a release; API calls made from here never
+ * wait for replies (they could only come through this thread).
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "client/client_internal.h"
+
+#define RETRY_MIN_MS 10
+#define RETRY_MAX_MS 1000
+#define RETRY_REFUSED_MS 10000 /* a refusal (bad token) will not change soon */
+
+static _Thread_local const comem_client *tl_service;
+
+bool comem_on_service_thread(const comem_client *c) { return c && tl_service == c; }
+
+static int remaining_ms(int64_t deadline_ns)
+{
+    int64_t left = deadline_ns - comem_now_ns();
+    if (left <= 0)
+        return 0;
+    int64_t ms = (left + 999999) / 1000000;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* A reply nobody waits for: its caller timed out. A late grant is given back at once. */
+static void late_reply(comem_client *c, const comem_msg *m, uint64_t gen)
+{
+    if (m->type == COMEM_MSG_ADMIT_REPLY && m->u.admit_reply.granted) {
+        comem_info("an admission was granted after its caller gave up; giving grant %llu back",
+                   (unsigned long long)m->u.admit_reply.grant_id);
+        comem_msg g;
+        memset(&g, 0, sizeof g);
+        g.type = COMEM_MSG_GRANT_DONE;
+        g.request_id = comem_client_next_req(c);
+        g.u.grant_done.grant_id = m->u.admit_reply.grant_id;
+        g.u.grant_done.entry_id = 0;
+        (void)comem_conn_send(c, gen, &g);
+        return;
+    }
+    comem_debug("dropping a late %s (request %u)", comem_wire_type_name(m->type), m->request_id);
+}
+
+/* An add answered after its object was removed: take it back out of the ledger. */
+static void give_back(comem_client *c, pend_kind kind, uint64_t coord_id, uint64_t gen)
+{
+    comem_msg g;
+    memset(&g, 0, sizeof g);
+    g.type = kind == PEND_HOLDER_ADD ? COMEM_MSG_HOLDER_REMOVE : COMEM_MSG_ENTRY_REMOVE;
+    g.request_id = comem_client_next_req(c);
+    g.u.id.id = coord_id;
+    (void)comem_conn_send(c, gen, &g);
+}
+
+/* Dispatches the frame in c->in. COMEM_EPROTO for a frame a coordinator must not send. */
+static int dispatch(comem_client *c)
+{
+    const comem_msg *m = c->in;
+    if (m->type == COMEM_MSG_ASK) {
+        comem_ask_handle(c, &m->u.ask);
+        return COMEM_OK;
+    }
+    if (m->type < COMEM_MSG_REPLY || m->type > COMEM_MSG_STATUS_REPLY) {
+        comem_error("the coordinator sent a %s frame, which only clients send; reconnecting",
+                    comem_wire_type_name(m->type));
+        return COMEM_EPROTO;
+    }
+    pend_kind orphan_kind = PEND_PLAIN;
+    uint64_t orphan = 0;
+    pthread_mutex_lock(&c->lock);
+    bool matched = comem_pending_complete(c, m, &orphan_kind, &orphan);
+    uint64_t gen = c->gen;
+    pthread_mutex_unlock(&c->lock);
+    if (!matched)
+        late_reply(c, m, gen);
+    if (orphan)
+        give_back(c, orphan_kind, orphan, gen);
+    return COMEM_OK;
+}
+
+int comem_service_pump_until(comem_client *c, const bool *done, int64_t deadline_ns)
+{
+    for (;;) {
+        int rc;
+        while ((rc = comem_conn_next(c)) == 1)
+            if ((rc = dispatch(c)) != COMEM_OK)
+                return rc;
+        if (rc < 0)
+            return rc;
+        if (done && *done)
+            return COMEM_OK;
+        if (atomic_load(&c->stopping))
+            return COMEM_ECLOSED;
+        int wait = -1;
+        if (deadline_ns >= 0 && (wait = remaining_ms(deadline_ns)) == 0)
+            return COMEM_ETIMEDOUT;
+        rc = comem_conn_read(c, c->fd, wait);
+        if (rc < 0)
+            return rc;
+        if (rc == 2 && !done)
+            return COMEM_OK; /* woken: the loop looks at stopping and need_sync */
+    }
+}
+
+/* The connection ended: fail what waits on it and decide locally until the next one. */
+static void lost(comem_client *c, int why)
+{
+    pthread_mutex_lock(&c->lock);
+    bool was = c->link != LINK_DOWN;
+    c->link = LINK_DOWN;
+    comem_pending_fail_all(c);
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->write_lock);
+    c->wfd = -1; /* no writer can reach the socket once this is seen */
+    pthread_mutex_unlock(&c->write_lock);
+    close(c->fd);
+    c->fd = -1;
+    c->rlen = c->rpos = 0;
+    c->retry_ms = RETRY_MIN_MS;
+    if (was && !atomic_load(&c->stopping))
+        comem_warn("lost the coordinator at %s (%s); deciding locally until it answers again", c->path,
+                   comem_status_str(why));
+}
+
+/* One attempt: connect, HELLO, resync. COMEM_OK when the link is up. */
+static int try_connect(comem_client *c)
+{
+    int fd = comem_conn_connect(c->path);
+    if (fd < 0)
+        return fd;
+    uint64_t session = 0;
+    bool refused = false;
+    char why[COMEM_WIRE_TEXT_MAX];
+    int rc = comem_conn_hello(c, fd, &session, &refused, why, sizeof why);
+    if (rc != COMEM_OK) {
+        close(fd);
+        if (refused) {
+            pthread_mutex_lock(&c->lock);
+            bool logged = c->refused_logged;
+            c->refused_logged = true;
+            pthread_mutex_unlock(&c->lock);
+            if (!logged)
+                comem_warn("the coordinator at %s refused this process: %s (%s); deciding locally", c->path,
+                           comem_status_str(rc), why);
+            c->retry_ms = RETRY_REFUSED_MS;
+        }
+        return rc;
+    }
+    pthread_mutex_lock(&c->lock);
+    c->gen++;
+    c->link = LINK_SYNC;
+    c->session_id = session;
+    c->refused_logged = false;
+    /* A new session knows nothing of this process yet. */
+    c->synced_sess_busy = false;
+    c->synced_sess_pins = 0;
+    uint64_t gen = c->gen;
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->write_lock);
+    c->wfd = fd;
+    c->wgen = gen;
+    pthread_mutex_unlock(&c->write_lock);
+    c->fd = fd;
+    rc = comem_resync(c);
+    if (rc != COMEM_OK) {
+        lost(c, rc);
+        return rc;
+    }
+    c->retry_ms = RETRY_MIN_MS;
+    return COMEM_OK;
+}
+
+static void *service_main(void *arg)
+{
+    comem_client *c = arg;
+    tl_service = c;
+    while (!atomic_load(&c->stopping)) {
+        if (c->fd < 0) {
+            if (try_connect(c) == COMEM_OK)
+                continue;
+            /* Sleep, but wake at once for close. A refusal set a longer wait. */
+            int wait = c->retry_ms;
+            if (comem_conn_read(c, -1, wait) < 0)
+                usleep((useconds_t)wait * 1000); /* poll failed: still never spin */
+            c->retry_ms = wait >= RETRY_MAX_MS / 2 ? RETRY_MAX_MS : wait * 2;
+            continue;
+        }
+        pthread_mutex_lock(&c->lock);
+        bool sync = c->need_sync;
+        pthread_mutex_unlock(&c->lock);
+        int rc = sync ? comem_resync(c) : comem_service_pump_until(c, NULL, -1);
+        if (rc != COMEM_OK && !atomic_load(&c->stopping))
+            lost(c, rc);
+    }
+    return NULL;
+}
+
+int comem_service_start(comem_client *c)
+{
+    if (pthread_create(&c->thread, NULL, service_main, c) != 0)
+        return COMEM_ENOMEM;
+    c->thread_started = true;
+    return COMEM_OK;
+}
+
+void comem_service_stop(comem_client *c)
+{
+    if (!c->thread_started)
+        return;
+    atomic_store(&c->stopping, true);
+    comem_client_wake(c);
+    pthread_join(c->thread, NULL);
+    c->thread_started = false;
+}

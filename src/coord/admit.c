@@ -1,0 +1,482 @@
+/*
+ * coord/admit.c - admission and pressure requests across processes.
+ *
+ * An admission computes comfy-env's ask target for the requester (ComfyUI's
+ * load_models_gpu shape: int(weights * 1.1) + max(minimum inference, working
+ * memory + reserve), the reserve being what this requester must keep), reads
+ * true free, and grants at once when it is enough. Otherwise it plans a release
+ * across every other process's holders with ComfyUI's own eviction ladder
+ * (most offloaded first, then smallest, then least recently used; partial
+ * release when it covers the shortfall, else the whole entry), sends the asks
+ * concurrently, believes the receipts, re-measures, and grants or refuses with
+ * the shortfall. A holder that answers busy is left out and the plan is made
+ * again, at most COORD_MAX_ROUNDS times.
+ *
+ * Jobs on one device run one at a time (a FIFO per device): the grant of one is
+ * booked in the ledger before the next plans, so two requests are never told
+ * yes for the same bytes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arith/cross_reserve.h"
+#include "arith/evict.h"
+#include "arith/planners.h"
+#include "arith/reserve.h"
+#include "base/bytes.h"
+#include "base/log.h"
+#include "base/size.h"
+#include "comem/common.h"
+#include "coord/coord_internal.h"
+
+#define DEFAULT_TIMEOUT_MS 10000
+
+static job *job_get(comem_coord_srv *s, uint64_t id) { return id ? comem_slab_get(&s->jobs, id) : NULL; }
+
+static const char *session_name(comem_coord_srv *s, uint64_t id)
+{
+    const ledger_session *ss = comem_ledger_session(&s->ledger, id);
+    return ss ? ss->name : "?";
+}
+
+/* ---- the per-device FIFO ---- */
+
+static void queue_push(comem_coord_srv *s, int dev, uint64_t id)
+{
+    if (!s->queue_head[dev]) {
+        s->queue_head[dev] = s->queue_tail[dev] = id;
+        return;
+    }
+    job_get(s, s->queue_tail[dev])->next = id;
+    s->queue_tail[dev] = id;
+}
+
+static void queue_remove(comem_coord_srv *s, int dev, uint64_t id)
+{
+    uint64_t prev = 0, cur = s->queue_head[dev];
+    while (cur && cur != id) {
+        prev = cur;
+        cur = job_get(s, cur)->next;
+    }
+    if (!cur)
+        return;
+    uint64_t next = job_get(s, cur)->next;
+    if (prev)
+        job_get(s, prev)->next = next;
+    else
+        s->queue_head[dev] = next;
+    if (s->queue_tail[dev] == id)
+        s->queue_tail[dev] = prev;
+}
+
+/* ---- the ask target ---- */
+
+static int64_t need_of(comem_coord_srv *s, uint64_t session, int dev, int64_t weights, int64_t working)
+{
+    int64_t reserve = coord_reserve_for(s, session, dev, NULL);
+    int64_t min_inference = comem_trunc(comem_minimum_inference_memory((double)reserve));
+    int64_t need = comem_ask_target(weights, COMEM_WEIGHT_SLACK, min_inference, reserve, working);
+    const ledger_session *ss = comem_ledger_session(&s->ledger, session);
+    if (ss && ss->floor[dev] == 0)
+        need = comem_add(need, COMEM_CONTEXT_FLOOR); /* no context there yet: the load creates one */
+    return need;
+}
+
+/* ---- planning ---- */
+
+typedef struct cand {
+    uint64_t entry, holder;
+    int64_t resident, size, last_use_ns;
+} cand;
+
+typedef struct planned {
+    uint64_t entry, holder;
+    int64_t bytes;
+} planned;
+
+typedef struct plan_ctx {
+    cand *c;
+    size_t n, pos;
+    planned *out;
+    size_t n_out;
+    double avail, planned_bytes;
+} plan_ctx;
+
+/* ComfyUI's order across processes: most offloaded, smallest, least recently used first. */
+static int cand_cmp(const void *pa, const void *pb)
+{
+    const cand *a = pa, *b = pb;
+    int64_t oa = a->size - a->resident, ob = b->size - b->resident;
+    if (oa != ob)
+        return oa > ob ? -1 : 1;
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    if (a->last_use_ns != b->last_use_ns)
+        return a->last_use_ns > b->last_use_ns ? -1 : 1; /* most recent first, as ComfyUI's index 0 */
+    return a->entry < b->entry ? -1 : (a->entry > b->entry);
+}
+
+static bool plan_next(void *u, size_t *index, comem_evict_entry *e)
+{
+    plan_ctx *p = u;
+    if (p->pos >= p->n)
+        return false;
+    const cand *c = &p->c[p->pos];
+    *index = p->pos++;
+    *e = (comem_evict_entry){.size = c->size, .loaded = c->resident};
+    return true;
+}
+
+static double plan_free(void *u)
+{
+    plan_ctx *p = u;
+    return p->avail + p->planned_bytes;
+}
+
+static double plan_partial(void *u, size_t i, double to_free)
+{
+    plan_ctx *p = u;
+    int64_t bytes = (int64_t)ceil(to_free); /* whole bytes: at least what the ladder asked */
+    p->out[p->n_out++] = (planned){p->c[i].entry, p->c[i].holder, bytes};
+    p->planned_bytes += (double)bytes;
+    return (double)bytes;
+}
+
+static void plan_detach(void *u, size_t i)
+{
+    plan_ctx *p = u;
+    p->out[p->n_out++] = (planned){p->c[i].entry, p->c[i].holder, p->c[i].resident};
+    p->planned_bytes += (double)p->c[i].resident;
+}
+
+static bool excluded(const job *j, uint64_t holder)
+{
+    for (int i = 0; i < j->n_excluded; i++)
+        if (j->excluded[i] == holder)
+            return true;
+    return false;
+}
+
+static bool kept(const job *j, uint64_t entry)
+{
+    for (uint16_t i = 0; i < j->n_keep; i++)
+        if (j->keep[i] == entry)
+            return true;
+    return false;
+}
+
+/* Whether a holder of another session may be asked by this job now. */
+static bool askable(comem_coord_srv *s, const job *j, uint64_t holder_id, const ledger_holder *h)
+{
+    (void)s;
+    if (h->session == j->session || h->device != j->device || !(h->flags & COMEM_CAP_RELEASE))
+        return false;
+    if (h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY))
+        return false; /* asked at its next boundary instead; never block a compute thread */
+    return !excluded(j, holder_id);
+}
+
+/* Plans and sends the asks for an admission short by `short_by`. Returns the asks sent. */
+static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
+{
+    size_t cap = s->ledger.entries.used + 1;
+    cand *c = malloc(cap * sizeof *c);
+    planned *out = malloc(cap * sizeof *out);
+    int sent = 0;
+    if (!c || !out)
+        goto done;
+    size_t n = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.entries); i++) {
+        uint64_t eid;
+        const ledger_entry *e = comem_slab_at(&s->ledger.entries, i, &eid);
+        if (!e || e->device != j->device || e->resident <= 0 || kept(j, eid))
+            continue;
+        const ledger_holder *h = comem_slab_get(&s->ledger.holders, e->holder);
+        if (!h || !askable(s, j, e->holder, h))
+            continue;
+        c[n++] = (cand){eid, e->holder, e->resident, e->size, e->last_use_ns};
+    }
+    qsort(c, n, sizeof *c, cand_cmp);
+    plan_ctx p = {.c = c, .n = n, .out = out, .avail = (double)avail};
+    comem_evict_request req = {.required = (double)j->need, .device = j->device, .smart_memory = true,
+                               .stop_when_covered = true};
+    comem_evict_walk_ops ops = {plan_next, plan_free, plan_partial, plan_detach, &p};
+    comem_evict_action *acts = malloc(cap * sizeof *acts);
+    comem_evict_result res;
+    if (!acts || comem_evict_walk(&req, &ops, acts, cap, &res) != COMEM_OK) {
+        free(acts);
+        goto done;
+    }
+    free(acts);
+    /* One ask per holder, listing its entries' amounts. */
+    for (size_t a = 0; a < p.n_out; a++) {
+        if (!out[a].holder)
+            continue;
+        uint64_t holder = out[a].holder;
+        comem_wire_release items[COMEM_WIRE_MAX_ITEMS];
+        uint16_t k = 0;
+        int64_t total = 0;
+        for (size_t b = a; b < p.n_out; b++) {
+            if (out[b].holder != holder)
+                continue;
+            if (k < COMEM_WIRE_MAX_ITEMS)
+                items[k++] = (comem_wire_release){out[b].entry, out[b].bytes};
+            total = comem_add(total, out[b].bytes);
+            out[b].holder = 0;
+        }
+        if (coord_ask(s, holder, COMEM_ASK_RELEASE, total, items, k, OWNER_JOB, jid)) {
+            sent++;
+            j->asks_out++;
+            j->n_asked++;
+        }
+    }
+done:
+    free(c);
+    free(out);
+    return sent;
+}
+
+/* Pressure: ask idle siblings, largest first, for the bytes requested. */
+static int plan_pressure(comem_coord_srv *s, uint64_t jid, job *j)
+{
+    size_t cap = s->ledger.holders.used + 1;
+    comem_release_holder *hs = malloc(cap * sizeof *hs);
+    uint64_t *ids = malloc(cap * sizeof *ids);
+    char (*keys)[24] = malloc(cap * sizeof *keys);
+    comem_release_ask *asks = malloc(cap * sizeof *asks);
+    int sent = 0;
+    if (!hs || !ids || !keys || !asks)
+        goto done;
+    size_t n = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
+        uint64_t hid;
+        const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
+        if (!h || h->session == j->session || h->device != j->device)
+            continue;
+        snprintf(keys[n], sizeof keys[n], "%016llx", (unsigned long long)hid);
+        ids[n] = hid;
+        hs[n] = (comem_release_holder){.key = keys[n], .alive = true, .advertises = (h->flags & COMEM_CAP_RELEASE) != 0,
+                                       .in_flight = (h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY)) || excluded(j, hid),
+                                       .held = comem_ledger_session_resident(&s->ledger, h->session, hid, j->device)};
+        n++;
+    }
+    size_t k = comem_plan_pressure_release(hs, n, j->need, SIZE_MAX, asks);
+    for (size_t a = 0; a < k; a++) {
+        if (coord_ask(s, ids[asks[a].holder], COMEM_ASK_RELEASE, asks[a].bytes, NULL, 0, OWNER_JOB, jid)) {
+            sent++;
+            j->asks_out++;
+            j->n_asked++;
+        }
+    }
+done:
+    free(hs);
+    free(ids);
+    free(keys);
+    free(asks);
+    return sent;
+}
+
+/* ---- finishing ---- */
+
+static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t avail)
+{
+    conn *c = coord_conn_of(s, j->session);
+    char need[32], fb[32], fa[32], fr[32];
+    comem_format_bytes(j->need, need, 32);
+    comem_format_bytes(j->free_before, fb, 32);
+    comem_format_bytes(avail, fa, 32);
+    comem_format_bytes(j->freed, fr, 32);
+    if (j->kind == JOB_PRESSURE) {
+        comem_info("pressure: '%s' asked %s on device %d; asked %d holder(s) (%d busy), got %s back",
+                   session_name(s, j->session), need, j->device, j->n_asked, j->n_busy, fr);
+        comem_msg m = {.type = COMEM_MSG_PRESSURE_REPLY, .request_id = j->request_id};
+        m.u.pressure_reply.freed = j->freed;
+        m.u.pressure_reply.free_after = avail;
+        m.u.pressure_reply.n_asked = (uint16_t)j->n_asked;
+        m.u.pressure_reply.n_busy = (uint16_t)j->n_busy;
+        coord_send(s, c, &m);
+    } else {
+        comem_msg m = {.type = COMEM_MSG_ADMIT_REPLY, .request_id = j->request_id};
+        comem_msg_admit_reply *r = &m.u.admit_reply;
+        uint64_t gid = 0;
+        int rc = COMEM_ENOSPC;
+        if (grant) {
+            int64_t expires = comem_add(comem_now_ns(), comem_mul(s->cfg.grant_ttl_ms, 1000000));
+            rc = j->weights > 0 ? comem_ledger_grant_add(&s->ledger, j->session, j->holder, j->device, j->weights,
+                                                         expires, &gid)
+                                : COMEM_OK;
+        }
+        r->granted = rc == COMEM_OK;
+        r->grant_id = gid;
+        r->bytes = r->granted ? j->weights : 0;
+        r->need = j->need;
+        r->free_before = j->free_before;
+        r->free_after = avail;
+        r->short_by = r->granted ? 0 : comem_clamp0(j->need - avail);
+        r->freed = j->freed;
+        r->reserve = coord_reserve_for(s, j->session, j->device, &r->pager_headroom);
+        r->n_asked = (uint16_t)j->n_asked;
+        r->n_busy = (uint16_t)j->n_busy;
+        char sb[32];
+        comem_info("admission: '%s' needs %s on device %d, free %s; asked %d holder(s) (%d busy), got %s; %s%s%s",
+                   session_name(s, j->session), need, j->device, fb, j->n_asked, j->n_busy, fr,
+                   r->granted ? "granted" : "refused, short by ", r->granted ? "" : comem_format_bytes(r->short_by, sb, 32),
+                   r->granted ? "" : "");
+        coord_send(s, c, &m);
+        if (j->freed > 0)
+            coord_publish_reserve(s, j->device, true);
+    }
+    queue_remove(s, j->device, jid);
+    comem_slab_free(&s->jobs, jid);
+}
+
+/* Advances a job at the head of its queue. True when it finished. */
+static bool step(comem_coord_srv *s, uint64_t jid)
+{
+    job *j = job_get(s, jid);
+    j->running = true;
+    int64_t avail = coord_available(s, j->device, j->round > 0);
+    if (j->round == 0)
+        j->free_before = avail;
+    if (j->kind == JOB_ADMIT) /* a context measured since the last round changes the target */
+        j->need = need_of(s, j->session, j->device, j->weights, j->working);
+    if (j->kind == JOB_PRESSURE) {
+        if (j->round == 0 && plan_pressure(s, jid, j) > 0)
+            return false;
+        finish(s, jid, j, false, avail);
+        return true;
+    }
+    if (avail >= j->need) {
+        finish(s, jid, j, true, avail);
+        return true;
+    }
+    if (j->round >= COORD_MAX_ROUNDS || comem_now_ns() >= j->deadline_ns || plan_admit(s, jid, j, avail) == 0) {
+        finish(s, jid, j, false, avail);
+        return true;
+    }
+    return false; /* waiting for receipts */
+}
+
+static void pump(comem_coord_srv *s, int dev)
+{
+    while (s->queue_head[dev]) {
+        job *j = job_get(s, s->queue_head[dev]);
+        if (j->running && j->asks_out > 0)
+            return;
+        if (!step(s, s->queue_head[dev]))
+            return;
+    }
+}
+
+static uint64_t new_job(comem_coord_srv *s, conn *c, uint32_t rid, job_kind kind, int dev, uint32_t timeout_ms)
+{
+    uint64_t id;
+    job *j = comem_slab_alloc(&s->jobs, &id);
+    if (!j)
+        return 0;
+    j->kind = kind;
+    j->session = c->session;
+    j->request_id = rid;
+    j->device = dev;
+    uint32_t t = timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS;
+    /* answer a little before the requester gives up waiting */
+    j->deadline_ns = comem_now_ns() + (int64_t)t * 900000;
+    return id;
+}
+
+void coord_admit(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_admit *a)
+{
+    if (a->device >= s->ledger.n_devices) {
+        coord_reply(s, c, rid, COMEM_ENODEV, "no such device");
+        return;
+    }
+    if (a->weights < 0 || a->inference < 0 || a->cast_forward < 0) {
+        coord_reply(s, c, rid, COMEM_EINVAL, "negative size");
+        return;
+    }
+    if (a->holder_id) {
+        const ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder_id);
+        if (!h || h->session != c->session) {
+            coord_reply(s, c, rid, COMEM_ENOENT, "no such holder");
+            return;
+        }
+    }
+    uint64_t id = new_job(s, c, rid, JOB_ADMIT, a->device, a->timeout_ms);
+    if (!id) {
+        coord_reply(s, c, rid, COMEM_ENOMEM, NULL);
+        return;
+    }
+    job *j = job_get(s, id);
+    j->holder = a->holder_id;
+    j->weights = a->weights;
+    j->working = comem_add(a->inference, a->cast_forward);
+    j->n_keep = a->n_keep;
+    memcpy(j->keep, a->keep, a->n_keep * sizeof a->keep[0]);
+    queue_push(s, a->device, id);
+    pump(s, a->device);
+}
+
+void coord_pressure(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pressure *p)
+{
+    if (p->device >= s->ledger.n_devices || p->bytes < 0) {
+        coord_reply(s, c, rid, p->bytes < 0 ? COMEM_EINVAL : COMEM_ENODEV, NULL);
+        return;
+    }
+    uint64_t id = new_job(s, c, rid, JOB_PRESSURE, p->device, p->timeout_ms);
+    if (!id) {
+        coord_reply(s, c, rid, COMEM_ENOMEM, NULL);
+        return;
+    }
+    job_get(s, id)->need = p->bytes;
+    queue_push(s, p->device, id);
+    pump(s, p->device);
+}
+
+void coord_job_ask_done(comem_coord_srv *s, uint64_t jid, uint64_t holder, bool busy, int64_t freed)
+{
+    job *j = job_get(s, jid);
+    if (!j)
+        return; /* the job already finished (deadline) or its requester left */
+    j->asks_out--;
+    j->freed = comem_add(j->freed, comem_clamp0(freed));
+    if (busy) {
+        j->n_busy++;
+        if (j->n_excluded < (int)(sizeof j->excluded / sizeof j->excluded[0]))
+            j->excluded[j->n_excluded++] = holder;
+    }
+    if (j->asks_out > 0)
+        return;
+    j->round++;
+    pump(s, j->device);
+}
+
+void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session)
+{
+    for (size_t i = 0; i < comem_slab_slots(&s->jobs); i++) {
+        uint64_t id;
+        job *j = comem_slab_at(&s->jobs, i, &id);
+        if (!j || j->session != session)
+            continue;
+        int dev = j->device;
+        /* No one is waiting for the answer: drop it, and no grant is ever booked. */
+        queue_remove(s, dev, id);
+        comem_slab_free(&s->jobs, id);
+        pump(s, dev);
+    }
+}
+
+void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns)
+{
+    for (int d = 0; d < s->ledger.n_devices; d++) {
+        uint64_t id = s->queue_head[d];
+        job *j = job_get(s, id);
+        if (j && j->running && j->asks_out > 0 && now_ns >= j->deadline_ns) {
+            /* The requester stops waiting soon: decide with what came back so far. */
+            int64_t avail = coord_available(s, d, true);
+            finish(s, id, j, j->kind == JOB_ADMIT && avail >= j->need, avail);
+            pump(s, d);
+        }
+    }
+}

@@ -1,0 +1,53 @@
+/*
+ * coord/coord.h - the coordinator: one event loop that owns the ledger.
+ *
+ * It listens on a Unix stream socket, keeps one session per connected
+ * process, answers requests, plans releases across processes with ComfyUI's
+ * own ladder, asks holders for sized releases, believes their receipts,
+ * re-measures the device and grants or refuses. It runs as a thread inside a
+ * host process (comem_coord_start, the default) or as the comemd daemon.
+ * Everything happens on the loop thread; nothing here is called from another.
+ */
+#ifndef COMEM_COORD_COORD_H
+#define COMEM_COORD_COORD_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct comem_coord_config {
+    char socket_path[PATH_MAX]; /* "" : the default per-user socket */
+    char device_spec[256];      /* "" : COMEM_DEVICE, else auto */
+    char token[128];            /* "" : no token required */
+    double idle_release_s;      /* a holder idle this long is asked to release (60) */
+    int ask_deadline_ms;        /* a holder that has not answered by then counts as busy (2000) */
+    int64_t grant_ttl_ms;       /* an unused grant expires after this (60000) */
+    int reading_max_age_ms;     /* admissions reuse a reading this recent, corrected by the ledger (20) */
+    int tick_ms;                /* idle release, expiry and re-measure period (250) */
+    bool check;                 /* verify the ledger after every mutation (tests, debug) */
+} comem_coord_config;
+
+/* Defaults, then the environment: COMEM_DEVICE, COMEM_TOKEN, COMEM_IDLE_SECONDS, COMEM_CHECK. */
+void comem_coord_config_defaults(comem_coord_config *cfg);
+
+typedef struct comem_coord_srv comem_coord_srv;
+
+/*
+ * Opens the devices and binds the socket (a stale socket file is replaced;
+ * a live coordinator there gives COMEM_EEXIST). Does not start the loop.
+ */
+int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out);
+
+/* Runs the loop until comem_coord_request_stop; returns 0 or a negative status. */
+int comem_coord_run(comem_coord_srv *srv);
+
+/* Asks the loop to stop; safe from a signal handler or another thread. */
+void comem_coord_request_stop(comem_coord_srv *srv);
+
+/* Closes every connection, removes the socket, frees. Call after run returns. */
+void comem_coord_destroy(comem_coord_srv *srv);
+
+/* The socket path the coordinator listens on. */
+const char *comem_coord_socket(const comem_coord_srv *srv);
+
+#endif

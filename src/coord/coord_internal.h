@@ -1,0 +1,186 @@
+/*
+ * coord/coord_internal.h - the coordinator's state, shared by the files of src/coord/.
+ *
+ *   srv
+ *   ├── ledger          the machine-wide books (ledger/ledger.h)
+ *   ├── src             the device source, read at admissions and every tick
+ *   ├── meas[dev]       the last reading per device and what the ledger changed since
+ *   ├── conns[]         one per socket; a conn has a session once HELLO passed
+ *   ├── asks (slab)     release asks sent to holders, each owned by an admission,
+ *   │                   a pressure request, the idle sweep or the pin sweep
+ *   ├── jobs (slab)     admissions and pressure requests in progress
+ *   │   └── per device a FIFO: one job plans at a time, so two never count the same bytes
+ *   └── view            the shared-memory snapshot clients read without a round trip
+ *
+ * All of it is touched only by the loop thread.
+ */
+#ifndef COMEM_COORD_INTERNAL_H
+#define COMEM_COORD_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coord/coord.h"
+#include "coord/view.h"
+#include "ledger/ledger.h"
+#include "ledger/slab.h"
+#include "probe/device.h"
+#include "wire/wire.h"
+
+#define COORD_MAX_CONNS 1024
+#define COORD_OUT_LIMIT (8 << 20) /* a client that stops reading this much is dropped */
+#define COORD_MAX_ROUNDS 3        /* plan, ask, re-measure; at most this many times per admission */
+
+typedef enum ep_kind { EP_LISTEN, EP_WAKE, EP_TIMER, EP_CONN, EP_PIDFD } ep_kind;
+
+typedef struct ep_tag {
+    ep_kind kind;
+    struct conn *conn;
+} ep_tag;
+
+typedef struct conn {
+    int fd;
+    int pidfd;
+    int32_t pid;
+    uint32_t uid;
+    uint64_t session; /* 0 before HELLO */
+    bool closing;     /* flush what is queued, then close */
+    uint8_t *in;      /* COMEM_WIRE_MAX_FRAME bytes */
+    size_t in_len;
+    uint8_t *out;
+    size_t out_len, out_cap;
+    ep_tag tag, pid_tag;
+    int slot;
+} conn;
+
+typedef enum job_kind { JOB_ADMIT = 1, JOB_PRESSURE = 2 } job_kind;
+
+/* An admission or pressure request waiting for receipts. */
+typedef struct job {
+    job_kind kind;
+    uint64_t session;
+    uint32_t request_id;
+    int device;
+    uint64_t holder;
+    int64_t weights, working, need; /* working: inference + cast buffers */
+    int64_t free_before, freed;
+    int round;
+    int asks_out;          /* asks not yet answered */
+    int n_asked, n_busy;
+    int64_t deadline_ns;   /* the requester stops waiting then */
+    uint64_t excluded[64]; /* holders that said busy: not asked again by this job */
+    int n_excluded;
+    uint16_t n_keep;
+    uint64_t keep[COMEM_WIRE_MAX_ITEMS];
+    bool running;          /* head of its device's queue */
+    uint64_t next;         /* next job in the device FIFO */
+} job;
+
+typedef enum ask_owner { OWNER_JOB = 1, OWNER_IDLE = 2, OWNER_PINS = 3 } ask_owner;
+
+typedef struct ask {
+    uint64_t session; /* the asked holder's session */
+    uint64_t holder;
+    uint8_t kind; /* comem_ask_kind */
+    int device;
+    int64_t bytes;
+    int64_t deadline_ns;
+    ask_owner owner;
+    uint64_t job;
+} ask;
+
+/* The last reading of a device, and what the ledger learned since. */
+typedef struct measurement {
+    comem_device_reading r;
+    bool valid;
+    bool stale;         /* the ledger learned of a change the reading cannot include */
+    int64_t taken_ns;
+    int64_t done_since; /* bytes of grants turned into residency after the reading */
+} measurement;
+
+typedef struct comem_coord_srv {
+    comem_coord_config cfg;
+    int epfd, listen_fd, wake_fd, timer_fd;
+    ep_tag listen_tag, wake_tag, timer_tag;
+    comem_device_source *src;
+    comem_ledger ledger;
+    measurement meas[COMEM_MAX_DEVICES];
+    conn *conns[COORD_MAX_CONNS];
+    comem_slab asks, jobs;
+    uint64_t queue_head[COMEM_MAX_DEVICES], queue_tail[COMEM_MAX_DEVICES];
+    int64_t started_ns, last_tick_ns, last_pin_sweep_ns;
+    uint64_t idle_asking[64]; /* holders with an idle ask out */
+    int n_idle_asking;
+    comem_view_writer view;
+    comem_msg msg; /* decode buffer: one message at a time */
+    uint8_t *frame; /* encode buffer: COMEM_WIRE_MAX_FRAME */
+    volatile int stop;
+    int64_t host_base; /* the host's reserve base (-1 until a host says) */
+} comem_coord_srv;
+
+/* ---- server.c ---- */
+/* Queues one message to a connection (encoded into its output buffer). */
+void coord_send(comem_coord_srv *s, conn *c, comem_msg *m);
+/* Sends REPLY {status, message} for a request id. */
+void coord_reply(comem_coord_srv *s, conn *c, uint32_t request_id, int status, const char *message);
+/* The connection of a session, or NULL. */
+conn *coord_conn_of(comem_coord_srv *s, uint64_t session);
+double coord_now_s(const comem_coord_srv *s);
+
+/* ---- session.c ---- */
+int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t request_id);
+void coord_session_end(comem_coord_srv *s, conn *c, const char *why);
+
+/* ---- handlers.c ---- */
+void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m);
+
+/* ---- measure.c ---- */
+/* Reads device now; updates floors and the view. */
+int coord_measure(comem_coord_srv *s, int device);
+/* True free usable for a decision: a recent reading minus grants, corrected by the ledger since. */
+int64_t coord_available(comem_coord_srv *s, int device, bool fresh);
+/* Records that bytes of a grant became residency (the reading does not know yet). */
+void coord_note_done(comem_coord_srv *s, int device, int64_t bytes);
+/*
+ * Marks device's reading stale (device < 0: every device): a process joined or
+ * left, registered, reported or released memory, so the next decision reads
+ * the card again instead of reusing the last reading.
+ */
+void coord_touched(comem_coord_srv *s, int device);
+
+/* ---- reserve.c ---- */
+/* Recomputes the published reserve of device; shrink only with evidence. */
+void coord_publish_reserve(comem_coord_srv *s, int device, bool shrink_allowed);
+/* What one session's process should keep free on device, and its pager headroom. */
+int64_t coord_reserve_for(comem_coord_srv *s, uint64_t session, int device, int64_t *pager_headroom);
+/* The charge one session adds to device's reserve. */
+int64_t coord_charge_of(comem_coord_srv *s, uint64_t session, int device);
+
+/* ---- admit.c ---- */
+void coord_admit(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_admit *a);
+void coord_pressure(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_pressure *p);
+/* An ask owned by job finished: busy or freed bytes. */
+void coord_job_ask_done(comem_coord_srv *s, uint64_t job_id, uint64_t holder, bool busy, int64_t freed);
+/* A session ended: its jobs are dropped, and jobs waiting on its holders move on. */
+void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session);
+void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns);
+
+/* ---- asks.c ---- */
+/* Sends an ask; returns its id (0 when the holder's session has no connection). */
+uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t bytes, const comem_wire_release *items,
+                   uint16_t n, ask_owner owner, uint64_t job);
+void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r);
+void coord_asks_tick(comem_coord_srv *s, int64_t now_ns);
+void coord_asks_session_ended(comem_coord_srv *s, uint64_t session);
+
+/* ---- idle.c ---- */
+void coord_idle_tick(comem_coord_srv *s, int64_t now_ns);
+void coord_idle_ask_done(comem_coord_srv *s, uint64_t holder);
+/* A pin request fell short: ask other sessions' pin holders for their share (rate-limited). */
+void coord_pin_pressure(comem_coord_srv *s, uint64_t requester, int64_t shortfall);
+
+/* ---- status.c ---- */
+/* The status snapshot as JSON text (malloc'd). */
+char *coord_status_json(comem_coord_srv *s);
+
+#endif

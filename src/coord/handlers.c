@@ -1,0 +1,228 @@
+/* coord/handlers.c - one function per request: check, apply to the ledger, reply. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/bytes.h"
+#include "base/log.h"
+#include "base/size.h"
+#include "comem/common.h"
+#include "coord/coord_internal.h"
+
+static void reply_id(comem_coord_srv *s, conn *c, uint32_t rid, uint64_t id)
+{
+    comem_msg m = {.type = COMEM_MSG_ID_REPLY, .request_id = rid};
+    m.u.id.id = id;
+    coord_send(s, c, &m);
+}
+
+static void on_devices(comem_coord_srv *s, conn *c, uint32_t rid)
+{
+    comem_msg m = {.type = COMEM_MSG_DEVICES_REPLY, .request_id = rid};
+    comem_msg_devices_reply *d = &m.u.devices_reply;
+    d->n = (uint16_t)s->ledger.n_devices;
+    for (int i = 0; i < s->ledger.n_devices; i++) {
+        const ledger_device *ld = &s->ledger.devices[i];
+        comem_wire_device *w = &d->devices[i];
+        w->index = (uint16_t)i;
+        w->scope = (uint8_t)ld->scope;
+        w->total = ld->capacity;
+        w->free = s->meas[i].valid ? s->meas[i].r.free : -1;
+        w->reserved = s->meas[i].valid ? s->meas[i].r.reserved : -1;
+        snprintf(w->uuid, sizeof w->uuid, "%s", ld->uuid);
+        snprintf(w->name, sizeof w->name, "%s", ld->name);
+    }
+    coord_send(s, c, &m);
+}
+
+static void on_holder_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_holder_add *h)
+{
+    uint64_t id;
+    int rc = comem_ledger_holder_add(&s->ledger, c->session, h->device, h->kind, h->flags, h->name, coord_now_s(s),
+                                     &id);
+    if (rc != COMEM_OK) {
+        coord_reply(s, c, rid, rc, rc == COMEM_ENODEV ? "no such device" : "cannot add the holder");
+        return;
+    }
+    ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
+    if (ss)
+        ss->caps |= h->flags;
+    coord_touched(s, h->device); /* a holder appears where its process has (or makes) a context */
+    reply_id(s, c, rid, id);
+}
+
+static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_entry_add *e)
+{
+    uint64_t id;
+    int rc = comem_ledger_entry_add(&s->ledger, c->session, e->holder_id, e->name, e->size, e->resident,
+                                    (e->flags & COMEM_ENTRY_DYNAMIC) != 0, comem_now_ns(), &id);
+    if (rc != COMEM_OK) {
+        coord_reply(s, c, rid, rc,
+                    rc == COMEM_ERANGE ? "the device cannot hold that much" : rc == COMEM_ENOENT ? "no such holder"
+                                                                                                  : "bad entry");
+        return;
+    }
+    reply_id(s, c, rid, id);
+    ledger_entry *en = comem_ledger_entry(&s->ledger, id);
+    if (en)
+        coord_touched(s, en->device);
+    if (en && en->resident > 0)
+        coord_publish_reserve(s, en->device, false);
+}
+
+static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_census *m)
+{
+    ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
+    int changed = 0;
+    int rc = comem_ledger_census(&s->ledger, c->session, m->holder_id, m->seq, m->has, m->pinned, m->overhead,
+                                 m->items, m->n, comem_now_ns(), &changed);
+    if (changed && h)
+        coord_touched(s, h->device);
+    coord_reply(s, c, rid, rc, rc == COMEM_ERANGE ? "census claims more than the device holds" : NULL);
+    if (rc == COMEM_OK && h)
+        coord_publish_reserve(s, h->device, false); /* grow at a boundary; shrink needs a receipt */
+}
+
+static void on_grant_done(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_grant_done *g)
+{
+    ledger_grant *gr = comem_ledger_grant(&s->ledger, g->grant_id);
+    int device = gr ? gr->device : -1;
+    int64_t bytes = gr ? gr->bytes : 0;
+    int rc = comem_ledger_grant_done(&s->ledger, c->session, g->grant_id, g->entry_id, g->used);
+    if (rc == COMEM_OK && g->entry_id && device >= 0)
+        coord_note_done(s, device, comem_min(comem_clamp0(g->used), bytes));
+    coord_reply(s, c, rid, rc, rc == COMEM_ENOENT ? "no such grant (expired?) or entry" : NULL);
+}
+
+static void on_activity(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_activity *a)
+{
+    int rc = comem_ledger_activity(&s->ledger, c->session, a->holder_id, a->busy != 0, a->prompt, coord_now_s(s));
+    ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
+    if (rc == COMEM_OK && ss && a->holder_id == 0 && !a->busy && !a->prompt[0])
+        ss->prompt[0] = '\0'; /* idle with no prompt: the prompt is over */
+    coord_reply(s, c, rid, rc, NULL);
+}
+
+static void on_pin(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pin *p, bool acquire)
+{
+    comem_msg m = {.type = COMEM_MSG_PIN_REPLY, .request_id = rid};
+    int64_t shortfall = 0;
+    int rc = acquire ? comem_ledger_pin_acquire(&s->ledger, c->session, p->bytes, &shortfall)
+                     : comem_ledger_pin_release(&s->ledger, c->session, p->bytes);
+    if (rc != COMEM_OK && rc != COMEM_ENOSPC) {
+        coord_reply(s, c, rid, rc, NULL);
+        return;
+    }
+    m.u.pin_reply.granted = rc == COMEM_OK;
+    m.u.pin_reply.total_pinned = s->ledger.total_pinned;
+    m.u.pin_reply.max_pinned = s->ledger.max_pinned;
+    m.u.pin_reply.shortfall = shortfall;
+    coord_send(s, c, &m);
+    if (rc == COMEM_ENOSPC) {
+        char a[32], b[32];
+        comem_info("pins: '%s' asked %s, %s short of the machine ceiling; asking pin holders",
+                   comem_ledger_session(&s->ledger, c->session)->name, comem_format_bytes(p->bytes, a, 32),
+                   comem_format_bytes(shortfall, b, 32));
+        coord_pin_pressure(s, c->session, shortfall);
+    }
+}
+
+static void on_reserve(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_reserve *r)
+{
+    if (r->device >= s->ledger.n_devices) {
+        coord_reply(s, c, rid, COMEM_ENODEV, "no such device");
+        return;
+    }
+    comem_msg m = {.type = COMEM_MSG_RESERVE_REPLY, .request_id = rid};
+    m.u.reserve_reply.published = s->ledger.devices[r->device].published;
+    m.u.reserve_reply.base = s->ledger.devices[r->device].reserve_base;
+    m.u.reserve_reply.for_requester = coord_reserve_for(s, c->session, r->device, &m.u.reserve_reply.pager_headroom);
+    coord_send(s, c, &m);
+}
+
+static void on_status(comem_coord_srv *s, conn *c, uint32_t rid)
+{
+    for (int d = 0; d < s->ledger.n_devices; d++)
+        coord_measure(s, d); /* a snapshot shows the card as it is now */
+    char *text = coord_status_json(s);
+    if (!text) {
+        coord_reply(s, c, rid, COMEM_ENOMEM, "cannot build the status");
+        return;
+    }
+    size_t total = strlen(text), off = 0;
+    do { /* chunks, so a large machine never outgrows a frame */
+        size_t len = total - off < COMEM_WIRE_CHUNK_MAX ? total - off : COMEM_WIRE_CHUNK_MAX;
+        comem_msg m = {.type = COMEM_MSG_STATUS_REPLY, .request_id = rid};
+        m.u.status_reply.offset = (uint32_t)off;
+        m.u.status_reply.total = (uint32_t)total;
+        m.u.status_reply.len = (uint32_t)len;
+        m.u.status_reply.text = (const uint8_t *)text + off;
+        coord_send(s, c, &m);
+        off += len;
+    } while (off < total);
+    free(text);
+}
+
+void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
+{
+    uint32_t rid = m->request_id;
+    switch (m->type) {
+    case COMEM_MSG_HELLO:
+        coord_hello(s, c, &m->u.hello, rid);
+        break;
+    case COMEM_MSG_DEVICES:
+        on_devices(s, c, rid);
+        break;
+    case COMEM_MSG_HOLDER_ADD:
+        on_holder_add(s, c, rid, &m->u.holder_add);
+        break;
+    case COMEM_MSG_HOLDER_REMOVE: {
+        const ledger_holder *h = comem_ledger_holder(&s->ledger, m->u.id.id);
+        coord_touched(s, h ? h->device : -1);
+        coord_reply(s, c, rid, comem_ledger_holder_remove(&s->ledger, c->session, m->u.id.id), NULL);
+        break;
+    }
+    case COMEM_MSG_ENTRY_ADD:
+        on_entry_add(s, c, rid, &m->u.entry_add);
+        break;
+    case COMEM_MSG_ENTRY_REMOVE: {
+        const ledger_entry *e = comem_ledger_entry(&s->ledger, m->u.id.id);
+        coord_touched(s, e ? e->device : -1);
+        coord_reply(s, c, rid, comem_ledger_entry_remove(&s->ledger, c->session, m->u.id.id), NULL);
+        break;
+    }
+    case COMEM_MSG_CENSUS:
+        on_census(s, c, rid, &m->u.census);
+        break;
+    case COMEM_MSG_ADMIT:
+        coord_admit(s, c, rid, &m->u.admit);
+        break;
+    case COMEM_MSG_GRANT_DONE:
+        on_grant_done(s, c, rid, &m->u.grant_done);
+        break;
+    case COMEM_MSG_ACTIVITY:
+        on_activity(s, c, rid, &m->u.activity);
+        break;
+    case COMEM_MSG_PRESSURE:
+        coord_pressure(s, c, rid, &m->u.pressure);
+        break;
+    case COMEM_MSG_PIN_ACQUIRE:
+    case COMEM_MSG_PIN_RELEASE:
+        on_pin(s, c, rid, &m->u.pin, m->type == COMEM_MSG_PIN_ACQUIRE);
+        break;
+    case COMEM_MSG_RESERVE:
+        on_reserve(s, c, rid, &m->u.reserve);
+        break;
+    case COMEM_MSG_STATUS:
+        on_status(s, c, rid);
+        break;
+    case COMEM_MSG_RECEIPT:
+        coord_receipt(s, c, &m->u.receipt);
+        break;
+    default:
+        /* A coordinator-to-client type sent the other way is a protocol error. */
+        coord_reply(s, c, rid, COMEM_EPROTO, "not a request");
+        c->closing = true;
+        break;
+    }
+}

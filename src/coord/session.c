@@ -1,0 +1,114 @@
+/* coord/session.c - HELLO, authentication, and the end of a session. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/size.h"
+#include "comem/common.h"
+#include "coord/coord_internal.h"
+
+/* Compares two tokens in time that depends only on the longer length. */
+static bool token_equal(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), n = la > lb ? la : lb;
+    unsigned diff = (unsigned)(la ^ lb);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned)(unsigned char)(i < la ? a[i] : 0) ^ (unsigned)(unsigned char)(i < lb ? b[i] : 0);
+    return diff == 0;
+}
+
+static int pidfd_open_compat(int32_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+#else
+    (void)pid;
+    return -1;
+#endif
+}
+
+int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t request_id)
+{
+    if (c->session) {
+        coord_reply(s, c, request_id, COMEM_EPROTO, "HELLO twice");
+        c->closing = true;
+        return COMEM_EPROTO;
+    }
+    if (h->proto_version != COMEM_WIRE_VERSION) {
+        coord_reply(s, c, request_id, COMEM_EPROTO, "protocol version not supported");
+        c->closing = true;
+        return COMEM_EPROTO;
+    }
+    if (s->cfg.token[0] && !token_equal(s->cfg.token, h->token)) {
+        comem_warn("refused pid %d ('%s'): bad token", (int)c->pid, h->name);
+        coord_reply(s, c, request_id, COMEM_EPERM, "refused: bad token");
+        c->closing = true;
+        return COMEM_EPERM;
+    }
+    uint64_t id;
+    /* The kernel's word on the pid (SO_PEERCRED), not the frame's. */
+    int rc = comem_ledger_session_add(&s->ledger, c->pid, c->uid, h->role, h->scope, h->caps, h->name,
+                                      comem_now_ns(), &id);
+    if (rc != COMEM_OK) {
+        coord_reply(s, c, request_id, rc, "cannot add the session");
+        c->closing = true;
+        return rc;
+    }
+    c->session = id;
+    coord_touched(s, -1); /* a new process may already hold a context */
+    /* Watch the process itself: its death ends the session even if the socket is inherited. */
+    c->pidfd = pidfd_open_compat(c->pid);
+    if (c->pidfd >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->pid_tag};
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, c->pidfd, &ev);
+    }
+    if (h->role == COMEM_ROLE_HOST && h->reserve_base >= 0 && s->host_base < 0) {
+        /* The operator's base, read once: later publishes add to it and never compound. */
+        s->host_base = h->reserve_base;
+        for (int d = 0; d < s->ledger.n_devices; d++)
+            coord_publish_reserve(s, d, true);
+    }
+    comem_info("session %llx: %s '%s' pid %d joined", (unsigned long long)id,
+               h->role == COMEM_ROLE_HOST ? "host" : h->role == COMEM_ROLE_WORKER ? "worker" : "tool", h->name,
+               (int)c->pid);
+    comem_msg m = {.type = COMEM_MSG_HELLO_REPLY, .request_id = request_id};
+    m.u.hello_reply.session_id = id;
+    m.u.hello_reply.coord_pid = (uint32_t)getpid();
+    m.u.hello_reply.proto_version = COMEM_WIRE_VERSION;
+    m.u.hello_reply.n_devices = (uint16_t)s->ledger.n_devices;
+    coord_send(s, c, &m);
+    return COMEM_OK;
+}
+
+void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
+{
+    uint64_t id = c->session;
+    if (!id)
+        return;
+    ledger_session *ss = comem_ledger_session(&s->ledger, id);
+    char name[COMEM_LEDGER_NAME_MAX] = "";
+    bool host = false;
+    if (ss) {
+        snprintf(name, sizeof name, "%s", ss->name);
+        host = ss->role == COMEM_ROLE_HOST;
+    }
+    c->session = 0;
+    coord_asks_session_ended(s, id);
+    coord_jobs_session_ended(s, id);
+    ledger_release_summary sum = {0};
+    comem_ledger_session_end(&s->ledger, id, &sum);
+    char g[32], r[32], p[32];
+    comem_info("session %llx ('%s', pid %d) ended (%s): released %d grant(s) of %s, %d entr%s holding %s, %s pinned",
+               (unsigned long long)id, name, (int)c->pid, why, sum.grants, comem_format_bytes(sum.grant_bytes, g, 32),
+               sum.entries, sum.entries == 1 ? "y" : "ies", comem_format_bytes(sum.resident_bytes, r, 32),
+               comem_format_bytes(sum.pinned_bytes, p, 32));
+    if (host)
+        s->host_base = -1;
+    for (int d = 0; d < s->ledger.n_devices; d++) {
+        coord_publish_reserve(s, d, true); /* the session's death is the evidence for a shrink */
+        coord_measure(s, d);
+    }
+}

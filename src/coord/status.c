@@ -1,0 +1,201 @@
+/*
+ * coord/status.c - the coordinator's snapshot as JSON: what `comem status` shows.
+ *
+ * Per device: capacity, the last true free, the driver's reserved slice, the
+ * reserve (base and published), and every byte attributed to a process and an
+ * entry, a context floor or a grant; what the card says is used but the ledger
+ * cannot name is "unattributed". Ids are hex strings (they are 64-bit).
+ */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/bytes.h"
+#include "base/size.h"
+#include "comem/common.h"
+#include "coord/coord_internal.h"
+
+static json_object *jid(uint64_t id)
+{
+    char buf[24];
+    snprintf(buf, sizeof buf, "%llx", (unsigned long long)id);
+    return json_object_new_string(buf);
+}
+
+static void add_i(json_object *o, const char *k, int64_t v) { json_object_object_add(o, k, json_object_new_int64(v)); }
+static void add_s(json_object *o, const char *k, const char *v) { json_object_object_add(o, k, json_object_new_string(v)); }
+static void add_b(json_object *o, const char *k, bool v) { json_object_object_add(o, k, json_object_new_boolean(v)); }
+
+static const char *role_name(uint8_t r)
+{
+    return r == COMEM_ROLE_HOST ? "host" : r == COMEM_ROLE_WORKER ? "worker" : "tool";
+}
+
+static const char *kind_name(uint8_t k)
+{
+    static const char *names[] = {"?", "models", "pager", "pins", "raw"};
+    return k <= 4 ? names[k] : "?";
+}
+
+static json_object *holder_json(comem_coord_srv *s, uint64_t hid, const ledger_holder *h, int device)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "id", jid(hid));
+    add_s(o, "name", h->name);
+    add_s(o, "kind", kind_name(h->kind));
+    json_object *fl = json_object_new_array();
+    if (h->flags & COMEM_CAP_RELEASE)
+        json_object_array_add(fl, json_object_new_string("release"));
+    if (h->flags & COMEM_CAP_IDLE_RELEASE)
+        json_object_array_add(fl, json_object_new_string("idle"));
+    if (h->flags & COMEM_CAP_PIN_RELEASE)
+        json_object_array_add(fl, json_object_new_string("pins"));
+    if (h->flags & COMEM_CAP_WHILE_BUSY)
+        json_object_array_add(fl, json_object_new_string("while-busy"));
+    json_object_object_add(o, "answers", fl);
+    add_b(o, "busy", h->busy);
+    if (!h->busy && h->idle_known)
+        json_object_object_add(o, "idle_s", json_object_new_double(coord_now_s(s) - h->idle_since));
+    if (h->census_seen) {
+        add_i(o, "pinned", h->pinned);
+        add_i(o, "overhead", h->overhead);
+    }
+    json_object *es = json_object_new_array();
+    int64_t resident = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.entries); i++) {
+        uint64_t eid;
+        const ledger_entry *e = comem_slab_at(&s->ledger.entries, i, &eid);
+        if (!e || e->holder != hid || e->device != device)
+            continue;
+        json_object *x = json_object_new_object();
+        json_object_object_add(x, "id", jid(eid));
+        add_s(x, "name", e->name);
+        add_i(x, "size", e->size);
+        add_i(x, "resident", e->resident);
+        if (e->dynamic)
+            add_b(x, "paged", true);
+        json_object_array_add(es, x);
+        resident = comem_add(resident, e->resident);
+    }
+    add_i(o, "resident", resident);
+    json_object_object_add(o, "entries", es);
+    return o;
+}
+
+static json_object *device_json(comem_coord_srv *s, int d)
+{
+    const ledger_device *ld = &s->ledger.devices[d];
+    const measurement *m = &s->meas[d];
+    json_object *o = json_object_new_object();
+    add_i(o, "index", d);
+    add_s(o, "uuid", ld->uuid);
+    add_s(o, "name", ld->name);
+    add_s(o, "scope", comem_scope_name(ld->scope));
+    add_i(o, "capacity", ld->capacity);
+    add_i(o, "free", m->valid ? m->r.free : -1);
+    add_i(o, "used", m->valid ? m->r.used : -1);
+    add_i(o, "driver_reserved", m->valid ? m->r.reserved : -1);
+    json_object *rv = json_object_new_object();
+    add_i(rv, "base", ld->reserve_base);
+    add_i(rv, "published", ld->published);
+    json_object_object_add(o, "reserve", rv);
+    int64_t resident = comem_ledger_resident(&s->ledger, d), floors = comem_ledger_floors(&s->ledger, d);
+    add_i(o, "resident", resident);
+    add_i(o, "context_floors", floors);
+    add_i(o, "granted", comem_ledger_granted(&s->ledger, d));
+    add_i(o, "attributed", comem_ledger_attributed(&s->ledger, d));
+    if (m->valid) {
+        int64_t in_use = comem_sub(m->r.used, comem_clamp0(m->r.reserved));
+        add_i(o, "unattributed", comem_clamp0(comem_sub(in_use, comem_add(resident, floors))));
+    }
+    json_object *procs = json_object_new_array();
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
+        uint64_t sid;
+        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, &sid);
+        if (!ss)
+            continue;
+        json_object *p = json_object_new_object();
+        json_object_object_add(p, "session", jid(sid));
+        add_i(p, "pid", ss->pid);
+        add_s(p, "name", ss->name);
+        add_s(p, "role", role_name(ss->role));
+        add_b(p, "busy", ss->busy);
+        if (ss->prompt[0])
+            add_s(p, "prompt", ss->prompt);
+        add_i(p, "context_floor", ss->floor[d]);
+        add_i(p, "resident", comem_ledger_session_resident(&s->ledger, sid, 0, d));
+        add_i(p, "pinned", ss->pinned);
+        json_object *hs = json_object_new_array();
+        for (size_t k = 0; k < comem_slab_slots(&s->ledger.holders); k++) {
+            uint64_t hid;
+            const ledger_holder *h = comem_slab_at(&s->ledger.holders, k, &hid);
+            if (h && h->session == sid && h->device == d)
+                json_object_array_add(hs, holder_json(s, hid, h, d));
+        }
+        json_object_object_add(p, "holders", hs);
+        json_object_array_add(procs, p);
+    }
+    json_object_object_add(o, "processes", procs);
+    json_object *gs = json_object_new_array();
+    int64_t now = comem_now_ns();
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.grants); i++) {
+        uint64_t gid;
+        const ledger_grant *g = comem_slab_at(&s->ledger.grants, i, &gid);
+        if (!g || g->device != d)
+            continue;
+        json_object *x = json_object_new_object();
+        json_object_object_add(x, "id", jid(gid));
+        json_object_object_add(x, "session", jid(g->session));
+        add_i(x, "bytes", g->bytes);
+        json_object_object_add(x, "expires_in_s", json_object_new_double((double)(g->expires_ns - now) / 1e9));
+        json_object_array_add(gs, x);
+    }
+    json_object_object_add(o, "grants", gs);
+    /* Processes on the card that never joined the ledger (other apps, unregistered tools). */
+    if (m->valid && m->r.procs_known) {
+        json_object *others = json_object_new_array();
+        for (size_t p = 0; p < m->r.n_procs; p++) {
+            bool known = false;
+            for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions) && !known; i++) {
+                const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, NULL);
+                known = ss && ss->pid == m->r.procs[p].pid;
+            }
+            if (!known) {
+                json_object *x = json_object_new_object();
+                add_i(x, "pid", m->r.procs[p].pid);
+                add_i(x, "bytes", m->r.procs[p].bytes);
+                json_object_array_add(others, x);
+            }
+        }
+        json_object_object_add(o, "other_processes", others);
+    }
+    return o;
+}
+
+char *coord_status_json(comem_coord_srv *s)
+{
+    json_object *root = json_object_new_object();
+    json_object *co = json_object_new_object();
+    add_i(co, "pid", getpid());
+    add_s(co, "socket", s->cfg.socket_path);
+    add_s(co, "source", s->src ? s->src->name : "?");
+    json_object_object_add(co, "uptime_s", json_object_new_double(coord_now_s(s)));
+    add_i(co, "sessions", (int64_t)s->ledger.sessions.used);
+    add_b(co, "checking", s->ledger.checking);
+    add_i(co, "checks", (int64_t)s->ledger.checks);
+    add_i(co, "violations", (int64_t)s->ledger.violations);
+    json_object_object_add(root, "coordinator", co);
+    json_object *pins = json_object_new_object();
+    add_i(pins, "total", s->ledger.total_pinned);
+    add_i(pins, "max", s->ledger.max_pinned);
+    json_object_object_add(root, "pins", pins);
+    json_object *devs = json_object_new_array();
+    for (int d = 0; d < s->ledger.n_devices; d++)
+        json_object_array_add(devs, device_json(s, d));
+    json_object_object_add(root, "devices", devs);
+    char *text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(root);
+    return text;
+}

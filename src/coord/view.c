@@ -1,0 +1,180 @@
+/* coord/view.c - the seqlock snapshot: the coordinator writes it, clients read it. */
+#include "coord/view.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "comem/comem.h"
+#include "comem/common.h"
+
+#define VIEW_MAGIC 0x5745495645454d43ULL /* "CMEEVIEW" */
+#define VIEW_VERSION 1u
+
+void comem_view_path(const char *socket_path, char *buf, size_t len) { snprintf(buf, len, "%s.view", socket_path); }
+
+int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_devices)
+{
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    comem_view_path(socket_path, w->path, sizeof w->path);
+    int fd = open(w->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        comem_error("cannot create the status view %s: %s", w->path, strerror(errno));
+        return COMEM_EIO;
+    }
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)sizeof(comem_view_shared)) != 0) {
+        close(fd);
+        return COMEM_EIO;
+    }
+    comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (sh == MAP_FAILED) {
+        close(fd);
+        return COMEM_EIO;
+    }
+    /* Reused in place, so a reader that mapped it under a previous coordinator keeps working. */
+    uint64_t s = atomic_load(&sh->seq);
+    atomic_store(&sh->seq, (s | 1u) + 0); /* odd while we reset */
+    sh->magic = VIEW_MAGIC;
+    sh->version = VIEW_VERSION;
+    atomic_store(&sh->n_devices, (uint32_t)n_devices);
+    atomic_store(&sh->coord_pid, (int32_t)getpid());
+    atomic_store_explicit(&sh->seq, (s | 1u) + 1, memory_order_release);
+    w->sh = sh;
+    w->fd = fd;
+    return COMEM_OK;
+}
+
+void comem_view_publish(comem_view_writer *w, int device, const comem_view_values *v)
+{
+    if (!w->sh || device < 0 || device >= COMEM_MAX_DEVICES)
+        return;
+    comem_view_shared *sh = w->sh;
+    uint64_t s = atomic_load_explicit(&sh->seq, memory_order_relaxed);
+    atomic_store_explicit(&sh->seq, s + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    comem_view_device *d = &sh->dev[device];
+    atomic_store_explicit(&d->capacity, v->capacity, memory_order_relaxed);
+    atomic_store_explicit(&d->free, v->free, memory_order_relaxed);
+    atomic_store_explicit(&d->reserve, v->reserve, memory_order_relaxed);
+    atomic_store_explicit(&d->reclaimable, v->reclaimable, memory_order_relaxed);
+    atomic_store_explicit(&d->granted, v->granted, memory_order_relaxed);
+    atomic_store_explicit(&d->updated_ns, v->updated_ns, memory_order_relaxed);
+    atomic_store_explicit(&sh->seq, s + 2, memory_order_release);
+}
+
+void comem_view_writer_close(comem_view_writer *w)
+{
+    if (w->sh)
+        munmap(w->sh, sizeof *w->sh);
+    if (w->fd >= 0)
+        close(w->fd);
+    w->sh = NULL;
+    w->fd = -1;
+}
+
+/* ---- the reader side (public API in comem/comem.h) ---- */
+
+struct comem_view {
+    const comem_view_shared *sh;
+    int fd;
+};
+
+int comem_view_open(const char *socket_path, comem_view **out)
+{
+    char sock[PATH_MAX], path[PATH_MAX + 8];
+    if (!out)
+        return COMEM_EINVAL;
+    if (!socket_path) {
+        const char *env = getenv("COMEM_SOCKET");
+        if (env && *env) {
+            snprintf(sock, sizeof sock, "%s", env);
+        } else {
+            int rc = comem_default_socket(sock, sizeof sock);
+            if (rc != COMEM_OK)
+                return rc;
+        }
+        socket_path = sock;
+    }
+    comem_view_path(socket_path, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return errno == ENOENT ? COMEM_ENOENT : COMEM_EIO;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(comem_view_shared) || st.st_uid != getuid()) {
+        close(fd);
+        return COMEM_EPERM;
+    }
+    const comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ, MAP_SHARED, fd, 0);
+    if (sh == MAP_FAILED) {
+        close(fd);
+        return COMEM_EIO;
+    }
+    if (sh->magic != VIEW_MAGIC || sh->version != VIEW_VERSION) {
+        munmap((void *)sh, sizeof *sh);
+        close(fd);
+        return COMEM_EPROTO;
+    }
+    comem_view *v = malloc(sizeof *v);
+    if (!v) {
+        munmap((void *)sh, sizeof *sh);
+        close(fd);
+        return COMEM_ENOMEM;
+    }
+    v->sh = sh;
+    v->fd = fd;
+    *out = v;
+    return COMEM_OK;
+}
+
+int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_bytes, int64_t *reserve,
+                    int64_t *reclaimable)
+{
+    if (!v || device < 0 || device >= COMEM_MAX_DEVICES)
+        return COMEM_EINVAL;
+    const comem_view_shared *sh = v->sh;
+    if (device >= (int)atomic_load_explicit(&sh->n_devices, memory_order_relaxed))
+        return COMEM_ENODEV;
+    comem_view_shared *w = (comem_view_shared *)sh; /* atomics need a non-const object; we only load */
+    comem_view_values x;
+    for (int tries = 0;; tries++) {
+        uint64_t s1 = atomic_load_explicit(&w->seq, memory_order_acquire);
+        if (s1 & 1u) {
+            if (tries > 1000000)
+                return COMEM_EBUSY;
+            continue;
+        }
+        comem_view_device *d = &w->dev[device];
+        x.capacity = atomic_load_explicit(&d->capacity, memory_order_relaxed);
+        x.free = atomic_load_explicit(&d->free, memory_order_relaxed);
+        x.reserve = atomic_load_explicit(&d->reserve, memory_order_relaxed);
+        x.reclaimable = atomic_load_explicit(&d->reclaimable, memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&w->seq, memory_order_relaxed) == s1)
+            break;
+    }
+    if (capacity)
+        *capacity = x.capacity;
+    if (free_bytes)
+        *free_bytes = x.free;
+    if (reserve)
+        *reserve = x.reserve;
+    if (reclaimable)
+        *reclaimable = x.reclaimable;
+    return COMEM_OK;
+}
+
+void comem_view_close(comem_view *v)
+{
+    if (!v)
+        return;
+    munmap((void *)v->sh, sizeof *v->sh);
+    close(v->fd);
+    free(v);
+}

@@ -1,0 +1,58 @@
+/*
+ * coord/view.h - the shared-memory snapshot any local client reads without a round trip.
+ *
+ * The coordinator publishes, per device, its capacity, true free, the reserve,
+ * the bytes other processes could release now (idle holders' resident bytes
+ * and pagers' evictable pages) and outstanding grants, into a small file next
+ * to its socket (<socket>.view, mode 0600). A reader maps it read-only and
+ * copies a device's figures under a sequence lock: the writer makes the
+ * sequence odd, writes, makes it even; a reader retries until it sees the same
+ * even sequence before and after its copy. Every field is an atomic, so the
+ * protocol is also clean under ThreadSanitizer.
+ */
+#ifndef COMEM_COORD_VIEW_H
+#define COMEM_COORD_VIEW_H
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "probe/device.h"
+
+typedef struct comem_view_values {
+    int64_t capacity;
+    int64_t free;        /* true free at the last reading */
+    int64_t reserve;     /* the published reserve */
+    int64_t reclaimable; /* what others could release now */
+    int64_t granted;     /* outstanding grants */
+    int64_t updated_ns;  /* CLOCK_MONOTONIC of the last update */
+} comem_view_values;
+
+typedef struct comem_view_device {
+    _Atomic int64_t capacity, free, reserve, reclaimable, granted, updated_ns;
+} comem_view_device;
+
+typedef struct comem_view_shared {
+    uint64_t magic;
+    uint32_t version;
+    _Atomic uint32_t n_devices;
+    _Atomic int32_t coord_pid;
+    _Atomic uint64_t seq;
+    comem_view_device dev[COMEM_MAX_DEVICES];
+} comem_view_shared;
+
+typedef struct comem_view_writer {
+    comem_view_shared *sh;
+    int fd;
+    char path[PATH_MAX];
+} comem_view_writer;
+
+/* Creates or reuses the view file for socket_path; readers that mapped it keep working. */
+int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_devices);
+void comem_view_publish(comem_view_writer *w, int device, const comem_view_values *v);
+void comem_view_writer_close(comem_view_writer *w);
+
+/* The view file that belongs to a socket path. */
+void comem_view_path(const char *socket_path, char *buf, size_t len);
+
+#endif

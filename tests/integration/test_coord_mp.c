@@ -1,0 +1,388 @@
+/*
+ * tests/integration/test_coord_mp.c - the coordinator with real processes.
+ *
+ * comemd runs as its own process (with ledger checks after every mutation)
+ * over a simulated card that every process maps; each holder and requester is
+ * a forked process using libcomem. Covered: cross-process eviction for an
+ * admission; a holder that answers busy is left out and the plan is made
+ * again; a holder marked busy is not asked; idle release; a requester
+ * SIGKILLed in the middle of its admission leaks no grant; a coordinator
+ * restart re-registers everything once.
+ */
+#include "unit/cmocka_all.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/bytes.h"
+#include "comem/comem.h"
+#include "harness.h"
+
+#define GIB COMEM_GIB
+#define MIB COMEM_MIB
+
+enum behaviour { FREES, SAYS_BUSY, SLOW, MARKS_BUSY };
+enum command { CMD_EXIT = 0, CMD_RESIDENT = 1, CMD_SHRINK = 2, CMD_ASKS = 3 };
+
+typedef struct holder_args {
+    const harness *h;
+    const char *name;
+    int role;
+    int64_t load;
+    unsigned flags;
+    enum behaviour how;
+    chan down, up; /* parent -> child, child -> parent */
+} holder_args;
+
+/* State of a holder process, shared with its release callback (service thread). */
+typedef struct hstate {
+    pthread_mutex_t lock;
+    comem_client *c;
+    comem_sim *sim;
+    uint64_t entry;
+    int64_t resident;
+    int asks;
+    enum behaviour how;
+} hstate;
+
+static int on_release(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
+                      const int64_t *amounts, size_t n, int64_t *freed)
+{
+    (void)holder;
+    (void)entries;
+    hstate *st = user;
+    pthread_mutex_lock(&st->lock);
+    st->asks++;
+    enum behaviour how = st->how;
+    pthread_mutex_unlock(&st->lock);
+    *freed = 0;
+    if (how == SAYS_BUSY)
+        return COMEM_EBUSY;
+    if (how == SLOW)
+        usleep(1500 * 1000);
+    pthread_mutex_lock(&st->lock);
+    int64_t want = kind == COMEM_RELEASE_IDLE ? st->resident : bytes;
+    for (size_t k = 0; k < n; k++)
+        want = amounts[k];
+    int64_t give = comem_min(st->resident, (want + 64 * MIB - 1) / (64 * MIB) * (64 * MIB));
+    if (give > 0) {
+        comem_sim_free(st->sim, 0, give);
+        st->resident -= give;
+        *freed = give;
+        comem_entry_set_resident(st->c, st->entry, st->resident);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return COMEM_OK;
+}
+
+static int holder_main(void *arg)
+{
+    holder_args *a = arg;
+    hstate st = {.how = a->how};
+    pthread_mutex_init(&st.lock, NULL);
+    st.sim = h_sim(a->h);
+    if (!st.sim || comem_client_open(a->h->sock, a->role, a->name, a->role == COMEM_CLIENT_HOST ? 400 * MIB : -1,
+                                     COMEM_OPEN_NO_LOCAL, &st.c) != COMEM_OK)
+        return 10;
+    comem_sim_touch(st.sim, 0); /* the process's context exists before it asks */
+    uint64_t holder, grant;
+    if (comem_holder_add(st.c, "models", 0, COMEM_KIND_MODELS, a->flags, on_release, &st, &holder) != COMEM_OK)
+        return 11;
+    if (a->load > 0) {
+        if (comem_admit(st.c, 0, holder, a->load, 0, 0, NULL, 0, 10000, &grant, NULL) != COMEM_OK)
+            return 12;
+        pthread_mutex_lock(&st.lock);
+        if (comem_sim_alloc(st.sim, 0, a->load) != COMEM_OK)
+            return 13; /* a granted load that does not fit: overcommit */
+        st.resident = a->load;
+        comem_entry_add(st.c, holder, "model", a->load, 0, 0, &st.entry);
+        pthread_mutex_unlock(&st.lock);
+        comem_grant_done(st.c, grant, st.entry, a->load);
+    }
+    if (a->how == MARKS_BUSY)
+        comem_holder_busy(st.c, 0, 1, "p1");
+    ch_put(a->up.wr, 1); /* ready */
+    for (;;) {
+        int64_t cmd;
+        if (!ch_get(a->down.rd, &cmd, 60000) || cmd == CMD_EXIT)
+            break;
+        pthread_mutex_lock(&st.lock);
+        if (cmd == CMD_SHRINK && st.resident >= GIB) {
+            comem_sim_free(st.sim, 0, GIB);
+            st.resident -= GIB;
+            comem_entry_set_resident(st.c, st.entry, st.resident);
+        }
+        int64_t v = cmd == CMD_ASKS ? st.asks : st.resident;
+        pthread_mutex_unlock(&st.lock);
+        ch_put(a->up.wr, v);
+    }
+    comem_client_close(st.c);
+    return 0;
+}
+
+typedef struct proc {
+    holder_args a;
+    pid_t pid;
+} proc;
+
+static void spawn(proc *p, const harness *h, const char *name, int role, int64_t load, unsigned flags,
+                  enum behaviour how)
+{
+    p->a = (holder_args){h, name, role, load, flags, how, {0, 0}, {0, 0}};
+    ch_open(&p->a.down, &p->a.up);
+    p->pid = h_child(holder_main, &p->a);
+    int64_t ready;
+    assert_true(ch_get(p->a.up.rd, &ready, 20000));
+}
+
+static int64_t ask_child(proc *p, int64_t cmd)
+{
+    int64_t v = -1;
+    ch_put(p->a.down.wr, cmd);
+    assert_true(ch_get(p->a.up.rd, &v, 20000));
+    return v;
+}
+
+static void finish(proc *p)
+{
+    ch_put(p->a.down.wr, CMD_EXIT);
+    assert_int_equal(h_wait(p->pid), 0);
+}
+
+/* A requester process: admits `load`, reports the outcome and the admission figures. */
+typedef struct req_args {
+    const harness *h;
+    int64_t load;
+    chan up;
+} req_args;
+
+static int requester_main(void *arg)
+{
+    req_args *a = arg;
+    comem_sim *sim = h_sim(a->h);
+    comem_client *c = NULL;
+    if (!sim || comem_client_open(a->h->sock, COMEM_CLIENT_WORKER, "requester", -1, COMEM_OPEN_NO_LOCAL, &c))
+        return 10;
+    comem_sim_touch(sim, 0);
+    ch_put(a->up.wr, 1); /* about to ask */
+    uint64_t grant = 0;
+    int64_t short_by = 0;
+    int rc = comem_admit(c, 0, 0, a->load, 1 * GIB, 0, NULL, 0, 15000, &grant, &short_by);
+    int64_t freed = 0;
+    int asked = 0, busy = 0;
+    comem_admit_details(c, NULL, NULL, NULL, &freed, &asked, &busy);
+    if (rc == COMEM_OK && comem_sim_alloc(sim, 0, a->load) != COMEM_OK)
+        rc = -1000; /* granted but does not fit: the grant was a lie */
+    ch_put(a->up.wr, rc);
+    ch_put(a->up.wr, freed);
+    ch_put(a->up.wr, asked);
+    ch_put(a->up.wr, busy);
+    comem_client_close(c);
+    return 0;
+}
+
+static void run_requester(const harness *h, int64_t load, int64_t out[4])
+{
+    req_args a = {h, load, {0, 0}};
+    chan unused;
+    ch_open(&unused, &a.up);
+    pid_t pid = h_child(requester_main, &a);
+    int64_t started;
+    assert_true(ch_get(a.up.rd, &started, 20000));
+    for (int i = 0; i < 4; i++)
+        assert_true(ch_get(a.up.rd, &out[i], 30000));
+    assert_int_equal(h_wait(pid), 0);
+}
+
+static void assert_ledger_clean(const harness *h)
+{
+    assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
+    assert_true(h_status_num(h, "coordinator.checks") > 0);
+}
+
+/* ---- tests ---- */
+
+static void test_admission_evicts_across_processes(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    proc host;
+    spawn(&host, h, "host", COMEM_CLIENT_HOST, 10 * GIB, COMEM_ANSWERS_RELEASE, FREES);
+    assert_true(h_process_resident(h, "host") == 10 * GIB);
+    int64_t r[4];
+    run_requester(h, 6 * GIB, r);
+    assert_int_equal(r[0], COMEM_OK); /* granted, and the 6 GiB really fit */
+    assert_true(r[1] > 0);            /* the host freed bytes for it */
+    assert_int_equal(r[2], 1);        /* one holder asked */
+    int64_t left = ask_child(&host, CMD_RESIDENT);
+    assert_true(left < 10 * GIB && left > 5 * GIB); /* a partial release, not the whole model */
+    assert_true(h_process_resident(h, "host") == left);
+    assert_int_equal(ask_child(&host, CMD_ASKS), 1);
+    finish(&host);
+    assert_ledger_clean(h);
+}
+
+static void test_busy_answer_is_replanned(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    proc b, a;
+    spawn(&b, h, "b", COMEM_CLIENT_WORKER, 5 * GIB, COMEM_ANSWERS_RELEASE, FREES);
+    spawn(&a, h, "a", COMEM_CLIENT_WORKER, 5 * GIB, COMEM_ANSWERS_RELEASE, SAYS_BUSY); /* newer: asked first */
+    int64_t r[4];
+    run_requester(h, 4 * GIB, r);
+    assert_int_equal(r[0], COMEM_OK);
+    assert_int_equal(r[2], 2); /* a, then b after a said busy */
+    assert_int_equal(r[3], 1);
+    assert_int_equal(ask_child(&a, CMD_ASKS), 1);
+    assert_true(ask_child(&a, CMD_RESIDENT) == 5 * GIB);
+    assert_true(ask_child(&b, CMD_RESIDENT) < 5 * GIB);
+    finish(&a);
+    finish(&b);
+    assert_ledger_clean(h);
+}
+
+static void test_marked_busy_is_not_asked(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    proc b, a;
+    spawn(&b, h, "b", COMEM_CLIENT_WORKER, 5 * GIB, COMEM_ANSWERS_RELEASE, FREES);
+    spawn(&a, h, "a", COMEM_CLIENT_WORKER, 5 * GIB, COMEM_ANSWERS_RELEASE, MARKS_BUSY);
+    int64_t r[4];
+    run_requester(h, 4 * GIB, r);
+    assert_int_equal(r[0], COMEM_OK);
+    assert_int_equal(r[2], 1);
+    assert_int_equal(r[3], 0);
+    assert_int_equal(ask_child(&a, CMD_ASKS), 0); /* never interrupted while computing */
+    assert_true(ask_child(&b, CMD_RESIDENT) < 5 * GIB);
+    finish(&a);
+    finish(&b);
+    assert_ledger_clean(h);
+}
+
+static void test_refusal_says_how_short(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:8GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    proc a;
+    spawn(&a, h, "a", COMEM_CLIENT_WORKER, 5 * GIB, COMEM_ANSWERS_RELEASE, MARKS_BUSY);
+    int64_t r[4];
+    run_requester(h, 4 * GIB, r);
+    assert_int_equal(r[0], COMEM_ENOSPC);
+    assert_int_equal(h_status_num(h, "devices.0.granted"), 0);
+    finish(&a);
+    assert_ledger_clean(h);
+}
+
+static void test_idle_release(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    const char *extra[] = {"--idle-release", "1", NULL};
+    h_start(h, extra);
+    proc idle, busy;
+    spawn(&idle, h, "idle", COMEM_CLIENT_WORKER, 2 * GIB, COMEM_ANSWERS_RELEASE | COMEM_ANSWERS_IDLE, FREES);
+    spawn(&busy, h, "busy", COMEM_CLIENT_WORKER, 2 * GIB, COMEM_ANSWERS_RELEASE | COMEM_ANSWERS_IDLE, MARKS_BUSY);
+    bool released = false;
+    for (int i = 0; i < 100 && !released; i++) {
+        usleep(100 * 1000);
+        released = h_process_resident(h, "idle") == 0;
+    }
+    assert_true(released);
+    assert_int_equal(ask_child(&idle, CMD_RESIDENT), 0);
+    assert_true(ask_child(&busy, CMD_RESIDENT) == 2 * GIB); /* computing: left alone */
+    assert_int_equal(ask_child(&busy, CMD_ASKS), 0);
+    finish(&idle);
+    finish(&busy);
+    assert_ledger_clean(h);
+}
+
+static void test_sigkill_mid_admission_leaks_no_grant(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    proc slow;
+    spawn(&slow, h, "slow", COMEM_CLIENT_WORKER, 10 * GIB, COMEM_ANSWERS_RELEASE, SLOW);
+    req_args ra = {h, 6 * GIB, {0, 0}};
+    chan unused;
+    ch_open(&unused, &ra.up);
+    pid_t req = h_child(requester_main, &ra);
+    int64_t started;
+    assert_true(ch_get(ra.up.rd, &started, 20000));
+    usleep(400 * 1000); /* it is waiting on the slow holder's receipt now */
+    kill(req, SIGKILL);
+    assert_int_equal(h_wait(req), -1);
+    usleep(2500 * 1000); /* the slow receipt arrives, the admission has no one to answer */
+    assert_int_equal(h_status_num(h, "devices.0.granted"), 0);
+    assert_int_equal(h_process_count(h, "requester"), 0);
+    /* The device queue is not stuck: the next admission is answered. */
+    int64_t r[4];
+    run_requester(h, 1 * GIB, r);
+    assert_int_equal(r[0], COMEM_OK);
+    finish(&slow);
+    assert_ledger_clean(h);
+}
+
+static void test_coordinator_restart_reregisters_once(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    proc w;
+    spawn(&w, h, "w", COMEM_CLIENT_WORKER, 3 * GIB, COMEM_ANSWERS_RELEASE, FREES);
+    assert_true(h_process_resident(h, "w") == 3 * GIB);
+    h_stop(h, true); /* SIGKILL: no goodbye */
+    h_start(h, NULL);
+    bool back = false;
+    for (int i = 0; i < 100 && !back; i++) {
+        usleep(100 * 1000);
+        back = h_process_resident(h, "w") == 3 * GIB;
+    }
+    assert_true(back);
+    assert_int_equal(h_process_count(h, "w"), 1); /* once, not twice */
+    assert_true(h_status_num(h, "devices.0.resident") == 3 * GIB);
+    /* its ids still work after the reconnect */
+    assert_true(ask_child(&w, CMD_SHRINK) == 2 * GIB);
+    bool shrunk = false;
+    for (int i = 0; i < 50 && !shrunk; i++) {
+        usleep(50 * 1000);
+        shrunk = h_process_resident(h, "w") == 2 * GIB;
+    }
+    assert_true(shrunk);
+    finish(&w);
+    assert_ledger_clean(h);
+}
+
+static harness g_h;
+
+static int setup(void **s)
+{
+    *s = &g_h;
+    return 0;
+}
+
+#define MP_TEST(f) cmocka_unit_test_setup_teardown(f, setup, h_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        MP_TEST(test_admission_evicts_across_processes),
+        MP_TEST(test_busy_answer_is_replanned),
+        MP_TEST(test_marked_busy_is_not_asked),
+        MP_TEST(test_refusal_says_how_short),
+        MP_TEST(test_idle_release),
+        MP_TEST(test_sigkill_mid_admission_leaks_no_grant),
+        MP_TEST(test_coordinator_restart_reregisters_once),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
