@@ -6,6 +6,7 @@
 BUILD ?= build
 SANITIZE ?=
 CMAKE_FLAGS ?=
+CTEST_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: all build deps demo check asan tsan clean
@@ -25,13 +26,13 @@ demo: deps build
 	$(BUILD)/bin/comem demo
 
 check: deps build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 asan:
 	$(MAKE) check BUILD=build-asan SANITIZE=address,undefined
 
 tsan:
-	$(MAKE) check BUILD=build-tsan SANITIZE=thread
+	$(MAKE) check BUILD=build-tsan SANITIZE=thread CTEST_ARGS="-L threads"
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

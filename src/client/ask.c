@@ -1,11 +1,12 @@
 /*
- * client/ask.c - answering the coordinator's release asks, on the service
- * thread: the busy rule, the holder's callback with this client's ids, and
- * the RECEIPT with what was freed and the holder's residency after it.
+ * client/ask.c - answering the coordinator's release asks, on the callback
+ * thread (client/callbacks.c): the busy rule, the holder's callback with this
+ * client's ids, and the RECEIPT with what was freed and the holder's
+ * residency after it.
  *
- * The callback runs without any lock held, so it may call the API (which
- * does not wait for replies on this thread); the receipt's residency is read
- * after it returns, so a comem_entry_set_resident made inside is included.
+ * The callback runs without any lock held, so it may call the API; the
+ * receipt's residency is read after it returns, so a comem_entry_set_resident
+ * made inside is included.
  */
 #include <stdio.h>
 #include <string.h>
@@ -28,7 +29,7 @@ static const char *outcome_name(int outcome)
     return outcome == COMEM_RECEIPT_DONE ? "done" : outcome == COMEM_RECEIPT_BUSY ? "busy" : "error";
 }
 
-void comem_ask_handle(comem_client *c, const comem_msg_ask *ask)
+void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now)
 {
     int outcome = COMEM_RECEIPT_ERROR;
     bool call = false;
@@ -48,7 +49,7 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask)
     } else {
         hid = h->id;
         snprintf(name, sizeof name, "%s", h->name);
-        if ((h->busy || c->sess_busy) && !(h->flags & COMEM_CAP_WHILE_BUSY)) {
+        if (busy_now || ((h->busy || c->sess_busy) && !(h->flags & COMEM_CAP_WHILE_BUSY))) {
             outcome = COMEM_RECEIPT_BUSY; /* never block a computing holder on a release */
         } else if (!h->fn) {
             outcome = COMEM_RECEIPT_ERROR;
@@ -76,7 +77,7 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask)
     if (freed < 0)
         freed = 0;
 
-    comem_msg *m = c->receipt;
+    comem_msg local_msg, *m = busy_now ? &local_msg : c->receipt; /* c->receipt is the callback thread's */
     memset(m, 0, sizeof *m);
     m->type = COMEM_MSG_RECEIPT;
     m->request_id = comem_client_next_req(c);

@@ -183,7 +183,8 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
     /* After a loss the service thread retries fast; a process that started alone checks every
        second; a refused one rarely (a bad token stays bad until the coordinator changes). */
     c->retry_ms = up ? 10 : refused ? 10000 : 1000;
-    if ((rc = comem_service_start(c)) != COMEM_OK) {
+    if ((rc = comem_callbacks_start(c)) != COMEM_OK || (rc = comem_service_start(c)) != COMEM_OK) {
+        comem_callbacks_stop(c);
         client_free(c);
         return rc;
     }
@@ -195,11 +196,12 @@ void comem_client_close(comem_client *c)
 {
     if (!c)
         return;
-    if (comem_on_service_thread(c)) {
-        /* Joining the service thread from itself would never return. */
+    if (comem_on_service_thread(c) || comem_on_callback_thread(c)) {
+        /* Joining a thread from itself would never return. */
         comem_error("comem_client_close called from a release callback; ignored");
         return;
     }
+    comem_callbacks_stop(c); /* first, while the service thread still delivers its replies */
     comem_service_stop(c);
     client_free(c);
 }

@@ -188,8 +188,15 @@ struct comem_client {
     comem_msg *out;     /* frames the resync builds */
     comem_msg *receipt; /* receipts (an ask can arrive while the resync waits) */
     int retry_ms;
+    /* owned by the callback thread (client/callbacks.c) */
     uint64_t ask_ids[COMEM_WIRE_MAX_ITEMS];
     int64_t ask_amounts[COMEM_WIRE_MAX_ITEMS];
+    pthread_mutex_t cb_lock; /* guards the queue below; never held while a callback runs */
+    pthread_cond_t cb_cond;
+    struct ask_node *cb_head, *cb_tail;
+    int cb_len;
+    bool cb_stop, cb_started, cb_ready;
+    pthread_t cb_thread;
 
     pthread_mutex_t dev_lock;
     comem_device_source *dev;
@@ -337,7 +344,20 @@ int comem_service_pump_until(comem_client *c, const bool *done, int64_t deadline
 /* ---- ask.c ---- */
 
 /* Service thread: answers one ASK (busy rule, callback, RECEIPT). */
-void comem_ask_handle(comem_client *c, const comem_msg_ask *ask);
+/*
+ * Answers one ask: the busy rule, the holder's callback, the RECEIPT. Runs on
+ * the callback thread; with busy_now it skips the callback and answers busy
+ * (the queue was full), which is safe from the service thread.
+ */
+void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now);
+
+/* ---- callbacks.c: the thread that runs release callbacks ---- */
+int comem_callbacks_start(comem_client *c);
+/* Stops it after it has answered every queued ask. Not from the callback thread. */
+void comem_callbacks_stop(comem_client *c);
+/* Queues a copy of an ask for the callback thread (from the service thread). */
+void comem_callbacks_queue(comem_client *c, const comem_msg_ask *ask);
+bool comem_on_callback_thread(const comem_client *c);
 
 /* ---- resync.c ---- */
 

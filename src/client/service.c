@@ -6,9 +6,10 @@
  * resync replay the mirror.
  *
  * Only this thread reads the socket and only it closes it; writers share the
- * socket under the write lock (client/conn.c). Release callbacks run here, so
- * a caller's thread never blocks on a release; API calls made from here never
- * wait for replies (they could only come through this thread).
+ * socket under the write lock (client/conn.c). Release asks are handed to the
+ * callback thread (client/callbacks.c), so neither a caller's thread nor this
+ * one ever blocks on a release; API calls made from here never wait for
+ * replies (they could only come through this thread).
  */
 #include <stdio.h>
 #include <string.h>
@@ -68,7 +69,7 @@ static int dispatch(comem_client *c)
 {
     const comem_msg *m = c->in;
     if (m->type == COMEM_MSG_ASK) {
-        comem_ask_handle(c, &m->u.ask);
+        comem_callbacks_queue(c, &m->u.ask); /* run off this thread: replies must keep flowing */
         return COMEM_OK;
     }
     if (m->type < COMEM_MSG_REPLY || m->type > COMEM_MSG_STATUS_REPLY) {
