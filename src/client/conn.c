@@ -16,6 +16,7 @@
 
 #include "base/log.h"
 #include "client/client_internal.h"
+#include "probe/sim.h"
 #include "probe/device.h"
 
 /* Most frames are small; receipts and keep lists can reach a few KiB. */
@@ -187,6 +188,22 @@ int comem_conn_next(comem_client *c)
     return 1;
 }
 
+/*
+ * The scope of this process's own free reading. On Linux the driver's free is
+ * device-wide; a process on a simulated wddm card reads a process-local budget,
+ * as under Windows WDDM, and says so, so the coordinator's Windows arithmetic
+ * (charges on the host's reserve) runs, and is tested, on Linux too.
+ */
+static comem_scope own_scope(void)
+{
+    const char *dev = getenv("COMEM_DEVICE");
+    comem_sim_spec spec;
+    if (dev && !strncmp(dev, "sim", 3) && comem_sim_spec_parse(dev, &spec, NULL, 0) == COMEM_OK &&
+        spec.semantics == COMEM_SIM_WDDM)
+        return COMEM_SCOPE_PROCESS_LOCAL;
+    return COMEM_SCOPE_DEVICE_WIDE;
+}
+
 int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, char *why, size_t whylen)
 {
     *refused = false;
@@ -199,8 +216,7 @@ int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, 
     m.request_id = req;
     m.u.hello.proto_version = COMEM_WIRE_VERSION;
     m.u.hello.role = (uint8_t)c->role;
-    /* comem runs on Linux, where every free reading is device-wide. */
-    m.u.hello.scope = COMEM_SCOPE_DEVICE_WIDE;
+    m.u.hello.scope = (uint8_t)own_scope();
     m.u.hello.pid = (uint32_t)getpid();
     pthread_mutex_lock(&c->lock);
     m.u.hello.caps = comem_tab_caps(c);

@@ -89,8 +89,10 @@ static void on_grant_done(comem_coord_srv *s, conn *c, uint32_t rid, const comem
     int device = gr ? gr->device : -1;
     int64_t bytes = gr ? gr->bytes : 0;
     int rc = comem_ledger_grant_done(&s->ledger, c->session, g->grant_id, g->entry_id, g->used);
-    if (rc == COMEM_OK && g->entry_id && device >= 0)
+    if (rc == COMEM_OK && g->entry_id && device >= 0) {
         coord_note_done(s, device, comem_min(comem_clamp0(g->used), bytes));
+        coord_publish_reserve(s, device, false); /* residency grew: a worker's charge may too */
+    }
     coord_reply(s, c, rid, rc, rc == COMEM_ENOENT ? "no such grant (expired?) or entry" : NULL);
 }
 

@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,7 @@
 #define MIB COMEM_MIB
 
 enum behaviour { FREES, SAYS_BUSY, SLOW, MARKS_BUSY };
-enum command { CMD_EXIT = 0, CMD_RESIDENT = 1, CMD_SHRINK = 2, CMD_ASKS = 3 };
+enum command { CMD_EXIT = 0, CMD_RESIDENT = 1, CMD_SHRINK = 2, CMD_ASKS = 3, CMD_RESERVE = 4 };
 
 typedef struct holder_args {
     const harness *h;
@@ -118,6 +119,13 @@ static int holder_main(void *arg)
         }
         int64_t v = cmd == CMD_ASKS ? st.asks : st.resident;
         pthread_mutex_unlock(&st.lock);
+        if (cmd == CMD_RESERVE) {
+            int64_t headroom = -1;
+            if (comem_reserve(st.c, 0, &v, &headroom) != COMEM_OK)
+                v = -1;
+            ch_put(a->up.wr, v);
+            v = headroom;
+        }
         ch_put(a->up.wr, v);
     }
     comem_client_close(st.c);
@@ -145,6 +153,14 @@ static int64_t ask_child(proc *p, int64_t cmd)
     ch_put(p->a.down.wr, cmd);
     assert_true(ch_get(p->a.up.rd, &v, 20000));
     return v;
+}
+
+/* The reserve a child should keep, and its pager headroom. */
+static int64_t reserve_of(proc *p, int64_t *headroom)
+{
+    int64_t r = ask_child(p, CMD_RESERVE);
+    assert_true(ch_get(p->a.up.rd, headroom, 20000));
+    return r;
 }
 
 static void finish(proc *p)
@@ -363,6 +379,158 @@ static void test_coordinator_restart_reregisters_once(void **s)
     assert_ledger_clean(h);
 }
 
+/* Linux: the host's free reading sees every worker, so no worker is charged. */
+static void test_reserve_linux(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    setenv("COMEM_DEVICE", h->spec, 1);
+    h_start(h, NULL);
+    proc host, w;
+    spawn(&host, h, "host", COMEM_CLIENT_HOST, 0, COMEM_ANSWERS_RELEASE, FREES);
+    spawn(&w, h, "w", COMEM_CLIENT_WORKER, 3 * GIB, COMEM_ANSWERS_RELEASE, FREES);
+    int64_t headroom;
+    assert_true(reserve_of(&host, &headroom) == 400 * MIB); /* the operator's base, unchanged */
+    assert_true(headroom == 256 * MIB);                     /* the pager's seed: nothing added */
+    assert_true(reserve_of(&w, &headroom) == 400 * MIB);
+    finish(&w);
+    finish(&host);
+    unsetenv("COMEM_DEVICE");
+    assert_ledger_clean(h);
+}
+
+/* WDDM: the host's budget cannot see the worker, so it is charged context + residency. */
+static void test_reserve_wddm(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:wddm:reserved=256MiB:ctx=300MiB");
+    setenv("COMEM_DEVICE", h->spec, 1); /* the children read process-local free, as under WDDM */
+    h_start(h, NULL);
+    proc host, w;
+    spawn(&host, h, "host", COMEM_CLIENT_HOST, 0, COMEM_ANSWERS_RELEASE, FREES);
+    spawn(&w, h, "w", COMEM_CLIENT_WORKER, 3 * GIB, COMEM_ANSWERS_RELEASE, FREES);
+    int64_t headroom, want = 400 * MIB + 300 * MIB + 3 * GIB; /* base + floor + residency */
+    bool seen = false;
+    for (int i = 0; i < 50 && !seen; i++) { /* the floor is measured at the next reading */
+        seen = reserve_of(&host, &headroom) == want;
+        if (!seen)
+            usleep(50 * 1000);
+    }
+    assert_true(seen);
+    assert_true(headroom == 256 * MIB + (want - 400 * MIB)); /* seed + what comem added on top of the base */
+    assert_true(reserve_of(&w, &headroom) == 400 * MIB);     /* the requester's own charge is its load */
+    finish(&w);                                              /* its session ends: the evidence for a shrink */
+    bool shrunk = false;
+    for (int i = 0; i < 50 && !shrunk; i++) {
+        shrunk = reserve_of(&host, &headroom) == 400 * MIB;
+        if (!shrunk)
+            usleep(50 * 1000);
+    }
+    assert_true(shrunk);
+    finish(&host);
+    unsetenv("COMEM_DEVICE");
+    assert_ledger_clean(h);
+}
+
+/* Pinned host RAM: one machine-wide ceiling; a refusal says how short; pin holders are asked. */
+typedef struct pin_args {
+    const harness *h;
+    int64_t bytes;
+    chan down, up;
+} pin_args;
+
+typedef struct pin_state {
+    comem_client *c;
+    uint64_t holder;
+    atomic_llong asked;
+} pin_state;
+
+static int on_pins(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
+                   const int64_t *amounts, size_t n, int64_t *freed)
+{
+    (void)entries;
+    (void)amounts;
+    (void)n;
+    pin_state *ps = user;
+    *freed = 0;
+    if (kind != COMEM_RELEASE_PINS)
+        return COMEM_OK;
+    atomic_fetch_add(&ps->asked, bytes);
+    if (comem_pin_release(ps->c, holder, bytes) == COMEM_OK) /* unpinned: give the booking back */
+        *freed = bytes;
+    return COMEM_OK;
+}
+
+static int pinner_main(void *arg)
+{
+    pin_args *a = arg;
+    pin_state ps = {0};
+    if (comem_client_open(a->h->sock, COMEM_CLIENT_WORKER, "pinner", -1, COMEM_OPEN_NO_LOCAL, &ps.c) ||
+        comem_holder_add(ps.c, "pins", 0, COMEM_KIND_PINS, COMEM_ANSWERS_PINS, on_pins, &ps, &ps.holder))
+        return 10;
+    int64_t shortfall = -1;
+    int rc = comem_pin_acquire(ps.c, ps.holder, a->bytes, &shortfall);
+    ch_put(a->up.wr, rc);
+    ch_put(a->up.wr, shortfall);
+    int64_t cmd;
+    while (ch_get(a->down.rd, &cmd, 60000) && cmd != CMD_EXIT) {
+        if (cmd == CMD_ASKS) {
+            ch_put(a->up.wr, atomic_load(&ps.asked));
+        } else { /* try again */
+            rc = comem_pin_acquire(ps.c, ps.holder, a->bytes, &shortfall);
+            ch_put(a->up.wr, rc);
+            ch_put(a->up.wr, shortfall);
+        }
+    }
+    comem_client_close(ps.c);
+    return 0;
+}
+
+static pid_t pinner(pin_args *a, const harness *h, int64_t bytes, int64_t *rc, int64_t *shortfall)
+{
+    *a = (pin_args){h, bytes, {0, 0}, {0, 0}};
+    ch_open(&a->down, &a->up);
+    pid_t pid = h_child(pinner_main, a);
+    assert_true(ch_get(a->up.rd, rc, 20000));
+    assert_true(ch_get(a->up.rd, shortfall, 20000));
+    return pid;
+}
+
+static void test_pins_across_processes(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB");
+    h_start(h, NULL);
+    int64_t max = h_status_num(h, "pins.max");
+    assert_true(max > 2 * GIB); /* the ceiling from this machine's (cgroup-clamped) RAM */
+    pin_args a, b;
+    int64_t rc, shortfall;
+    pid_t pa = pinner(&a, h, max - 1 * GIB, &rc, &shortfall);
+    assert_int_equal(rc, COMEM_OK);
+    pid_t pb = pinner(&b, h, 2 * GIB, &rc, &shortfall);
+    assert_int_equal(rc, COMEM_ENOSPC);
+    assert_true(shortfall == 1 * GIB); /* the refusal carries the shortfall */
+    assert_true(h_status_num(h, "pins.total") <= max - 1 * GIB); /* a may already be giving back */
+    int64_t asked = 0;
+    for (int i = 0; i < 50 && asked == 0; i++) { /* the pin holder was asked to give back */
+        usleep(50 * 1000);
+        ch_put(a.down.wr, CMD_ASKS);
+        assert_true(ch_get(a.up.rd, &asked, 20000));
+    }
+    assert_true(asked >= 1 * GIB);
+    ch_put(b.down.wr, 1); /* b tries again, and now fits */
+    assert_true(ch_get(b.up.rd, &rc, 20000));
+    assert_true(ch_get(b.up.rd, &shortfall, 20000));
+    assert_int_equal(rc, COMEM_OK);
+    assert_true(h_status_num(h, "pins.total") <= max);
+    ch_put(a.down.wr, CMD_EXIT);
+    ch_put(b.down.wr, CMD_EXIT);
+    assert_int_equal(h_wait(pa), 0);
+    assert_int_equal(h_wait(pb), 0);
+    assert_int_equal(h_status_num(h, "pins.total"), 0); /* ended sessions give their pins back */
+    assert_ledger_clean(h);
+}
+
 static harness g_h;
 
 static int setup(void **s)
@@ -383,6 +551,9 @@ int main(void)
         MP_TEST(test_idle_release),
         MP_TEST(test_sigkill_mid_admission_leaks_no_grant),
         MP_TEST(test_coordinator_restart_reregisters_once),
+        MP_TEST(test_reserve_linux),
+        MP_TEST(test_reserve_wddm),
+        MP_TEST(test_pins_across_processes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
