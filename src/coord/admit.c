@@ -30,6 +30,7 @@
 #include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
+#include "coord/plan.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
 
@@ -86,71 +87,6 @@ static int64_t need_of(comem_coord_srv *s, uint64_t session, int dev, int64_t we
 
 /* ---- planning ---- */
 
-typedef struct cand {
-    uint64_t entry, holder;
-    int64_t resident, size, last_use_ns;
-} cand;
-
-typedef struct planned {
-    uint64_t entry, holder;
-    int64_t bytes;
-} planned;
-
-typedef struct plan_ctx {
-    cand *c;
-    size_t n, pos;
-    planned *out;
-    size_t n_out;
-    double avail, planned_bytes;
-} plan_ctx;
-
-/* ComfyUI's order across processes: most offloaded, smallest, least recently used first. */
-static int cand_cmp(const void *pa, const void *pb)
-{
-    const cand *a = pa, *b = pb;
-    int64_t oa = a->size - a->resident, ob = b->size - b->resident;
-    if (oa != ob)
-        return oa > ob ? -1 : 1;
-    if (a->size != b->size)
-        return a->size < b->size ? -1 : 1;
-    if (a->last_use_ns != b->last_use_ns)
-        return a->last_use_ns > b->last_use_ns ? -1 : 1; /* most recent first, as ComfyUI's index 0 */
-    return a->entry < b->entry ? -1 : (a->entry > b->entry);
-}
-
-static bool plan_next(void *u, size_t *index, comem_evict_entry *e)
-{
-    plan_ctx *p = u;
-    if (p->pos >= p->n)
-        return false;
-    const cand *c = &p->c[p->pos];
-    *index = p->pos++;
-    *e = (comem_evict_entry){.size = c->size, .loaded = c->resident};
-    return true;
-}
-
-static double plan_free(void *u)
-{
-    plan_ctx *p = u;
-    return p->avail + p->planned_bytes;
-}
-
-static double plan_partial(void *u, size_t i, double to_free)
-{
-    plan_ctx *p = u;
-    int64_t bytes = (int64_t)ceil(to_free); /* whole bytes: at least what the ladder asked */
-    p->out[p->n_out++] = (planned){p->c[i].entry, p->c[i].holder, bytes};
-    p->planned_bytes += (double)bytes;
-    return (double)bytes;
-}
-
-static void plan_detach(void *u, size_t i)
-{
-    plan_ctx *p = u;
-    p->out[p->n_out++] = (planned){p->c[i].entry, p->c[i].holder, p->c[i].resident};
-    p->planned_bytes += (double)p->c[i].resident;
-}
-
 static bool excluded(const job *j, uint64_t holder)
 {
     for (int i = 0; i < j->n_excluded; i++)
@@ -159,70 +95,34 @@ static bool excluded(const job *j, uint64_t holder)
     return false;
 }
 
-static bool kept(const job *j, uint64_t entry)
-{
-    for (uint16_t i = 0; i < j->n_keep; i++)
-        if (j->keep[i] == entry)
-            return true;
-    return false;
-}
-
-/* Whether a holder of another session may be asked by this job now. */
-static bool askable(comem_coord_srv *s, const job *j, uint64_t holder_id, const ledger_holder *h)
-{
-    (void)s;
-    if (h->session == j->session || h->device != j->device || !(h->flags & COMEM_CAP_RELEASE))
-        return false;
-    if (h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY))
-        return false; /* asked at its next boundary instead; never block a compute thread */
-    return !excluded(j, holder_id);
-}
-
-/* Plans and sends the asks for an admission short by `short_by`. Returns the asks sent. */
+/* Plans (coord/plan.c) and sends the asks for an admission; returns the asks sent. */
 static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
 {
-    size_t cap = s->ledger.entries.used + 1;
-    cand *c = malloc(cap * sizeof *c);
-    planned *out = malloc(cap * sizeof *out);
+    coord_planned out[COMEM_WIRE_MAX_ITEMS];
+    coord_plan_in in = {
+        .device = j->device,
+        .requester = j->session,
+        .need = (double)j->need,
+        .avail = (double)avail,
+        .keep = j->keep,
+        .n_keep = j->n_keep,
+        .excluded = j->excluded,
+        .n_excluded = (size_t)j->n_excluded,
+    };
+    size_t n = coord_plan_release(&s->ledger, &in, out, sizeof out / sizeof out[0]);
     int sent = 0;
-    if (!c || !out)
-        goto done;
-    size_t n = 0;
-    for (size_t i = 0; i < comem_slab_slots(&s->ledger.entries); i++) {
-        uint64_t eid;
-        const ledger_entry *e = comem_slab_at(&s->ledger.entries, i, &eid);
-        if (!e || e->device != j->device || e->resident <= 0 || kept(j, eid))
-            continue;
-        const ledger_holder *h = comem_slab_get(&s->ledger.holders, e->holder);
-        if (!h || !askable(s, j, e->holder, h))
-            continue;
-        c[n++] = (cand){eid, e->holder, e->resident, e->size, e->last_use_ns};
-    }
-    qsort(c, n, sizeof *c, cand_cmp);
-    plan_ctx p = {.c = c, .n = n, .out = out, .avail = (double)avail};
-    comem_evict_request req = {.required = (double)j->need, .device = j->device, .smart_memory = true,
-                               .stop_when_covered = true};
-    comem_evict_walk_ops ops = {plan_next, plan_free, plan_partial, plan_detach, &p};
-    comem_evict_action *acts = malloc(cap * sizeof *acts);
-    comem_evict_result res;
-    if (!acts || comem_evict_walk(&req, &ops, acts, cap, &res) != COMEM_OK) {
-        free(acts);
-        goto done;
-    }
-    free(acts);
     /* One ask per holder, listing its entries' amounts. */
-    for (size_t a = 0; a < p.n_out; a++) {
+    for (size_t a = 0; a < n; a++) {
         if (!out[a].holder)
             continue;
         uint64_t holder = out[a].holder;
         comem_wire_release items[COMEM_WIRE_MAX_ITEMS];
         uint16_t k = 0;
         int64_t total = 0;
-        for (size_t b = a; b < p.n_out; b++) {
+        for (size_t b = a; b < n; b++) {
             if (out[b].holder != holder)
                 continue;
-            if (k < COMEM_WIRE_MAX_ITEMS)
-                items[k++] = (comem_wire_release){out[b].entry, out[b].bytes};
+            items[k++] = (comem_wire_release){out[b].entry, out[b].bytes};
             total = comem_add(total, out[b].bytes);
             out[b].holder = 0;
         }
@@ -232,9 +132,6 @@ static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
             j->n_asked++;
         }
     }
-done:
-    free(c);
-    free(out);
     return sent;
 }
 

@@ -46,6 +46,7 @@ int comem_ledger_init(comem_ledger *l, const ledger_device *devices, int n, int6
 
 void comem_ledger_fini(comem_ledger *l)
 {
+    comem_order_fini(&l->order_nodes);
     comem_slab_fini(&l->sessions);
     comem_slab_fini(&l->holders);
     comem_slab_fini(&l->entries);
@@ -168,6 +169,31 @@ int comem_ledger_check(const comem_ledger *l, char *why, size_t len)
             return COMEM_ERANGE;
         }
     }
+    if (!l->order_broken) {
+        for (int d = 0; d < l->n_devices; d++) {
+            comem_order_iter it;
+            comem_order_begin(l, d, &it);
+            const ledger_entry *e, *prev = NULL;
+            size_t walked = 0, resident = 0;
+            for (uint64_t eid; comem_order_next(&it, &eid, &e); prev = e, walked++) {
+                int64_t o = e->size - e->resident, po = prev ? prev->size - prev->resident : 0;
+                if (e->device != d || e->resident <= 0 ||
+                    (prev && (po < o || (po == o && (prev->size > e->size ||
+                                                      (prev->size == e->size && prev->last_use_ns < e->last_use_ns)))))) {
+                    snprintf(why, len, "device %d: entry %llx out of eviction order", d, (unsigned long long)eid);
+                    return COMEM_ERANGE;
+                }
+            }
+            for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
+                const ledger_entry *x = comem_slab_at(&l->entries, i, NULL);
+                resident += x && x->device == d && x->resident > 0;
+            }
+            if (walked != resident) {
+                snprintf(why, len, "device %d: eviction order has %zu entries, %zu hold bytes", d, walked, resident);
+                return COMEM_ERANGE;
+            }
+        }
+    }
     for (int d = 0; d < l->n_devices; d++) {
         int64_t a = comem_ledger_attributed(l, d);
         if (a > l->devices[d].capacity) {
@@ -220,6 +246,7 @@ int comem_ledger_session_end(comem_ledger *l, uint64_t id, ledger_release_summar
         if (e && e->session == id) {
             sum.entries++;
             sum.resident_bytes = comem_add(sum.resident_bytes, e->resident);
+            comem_order_remove(l, rid);
             comem_slab_free(&l->entries, rid);
         }
     }
@@ -327,8 +354,10 @@ int comem_ledger_holder_remove(comem_ledger *l, uint64_t session, uint64_t holde
     uint64_t eid;
     for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
         ledger_entry *e = comem_slab_at(&l->entries, i, &eid);
-        if (e && e->holder == holder)
+        if (e && e->holder == holder) {
+            comem_order_remove(l, eid);
             comem_slab_free(&l->entries, eid);
+        }
     }
     comem_slab_free(&l->holders, holder);
     after_mutation(l, "holder remove");
@@ -361,6 +390,7 @@ int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, c
     e->dynamic = dynamic;
     e->last_use_ns = now_ns;
     copy_name(e->name, name);
+    comem_order_insert(l, *id);
     after_mutation(l, "entry add");
     return COMEM_OK;
 }
@@ -372,6 +402,7 @@ int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry)
     ledger_entry *e = comem_slab_get(&l->entries, entry);
     if (!e || e->session != session)
         return COMEM_ENOENT;
+    comem_order_remove(l, entry);
     comem_slab_free(&l->entries, entry);
     after_mutation(l, "entry remove");
     return COMEM_OK;
@@ -408,8 +439,10 @@ int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint
         e->seq = (int64_t)items[i].seq;
         e->peak = r; /* the census is the authority that lets the peak decay */
         if (r != e->resident) {
+            comem_order_remove(l, items[i].entry_id); /* its order key changes */
             e->resident = r;
             e->last_use_ns = now_ns;
+            comem_order_insert(l, items[i].entry_id);
             moved++;
         }
     }
@@ -466,8 +499,10 @@ int comem_ledger_grant_done(comem_ledger *l, uint64_t session, uint64_t grant, u
             return COMEM_ENOENT;
         /* The grant's bytes turn into residency; never more than the grant booked. */
         int64_t grow = comem_min(comem_clamp0(comem_sub(comem_clamp0(used), e->resident)), g->bytes);
+        comem_order_remove(l, entry);
         e->resident = comem_min(comem_add(e->resident, grow), e->size);
         e->peak = comem_max(e->peak, e->resident);
+        comem_order_insert(l, entry);
     }
     comem_slab_free(&l->grants, grant);
     after_mutation(l, "grant done");

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ledger/order.h"
 #include "ledger/slab.h"
 #include "probe/device.h"
 #include "wire/wire.h"
@@ -88,6 +89,7 @@ typedef struct ledger_entry {
     int64_t peak;
     int64_t seq; /* -1 until the first census; an equal sequence applies */
     bool dynamic;
+    bool ordered; /* in its device's eviction order (ledger/order.h): resident > 0 */
     int64_t last_use_ns;
 } ledger_entry;
 
@@ -105,6 +107,9 @@ typedef struct comem_ledger {
     comem_slab sessions, holders, entries, grants;
     int64_t total_pinned;
     int64_t max_pinned; /* machine ceiling; <= 0: pinning refused */
+    comem_order_nodes order_nodes;           /* derived: eviction order per device */
+    uint32_t order_root[COMEM_MAX_DEVICES];
+    bool order_broken;                       /* the order could not be kept: scan instead */
     bool checking;
     uint64_t checks, violations;
 } comem_ledger;

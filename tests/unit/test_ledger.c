@@ -229,11 +229,59 @@ static void test_check_detects_corruption(void **st)
     x->resident = 9 * GIB; /* more than the 8 GiB card */
     assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), COMEM_ERANGE);
     assert_non_null(strstr(why, "capacity"));
-    x->resident = 0;
+    x->size = 4 * GIB;
+    x->resident = 0; /* a key changed behind the ledger's back: the eviction order is now wrong */
+    assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), COMEM_ERANGE);
+    assert_non_null(strstr(why, "order"));
+    x->resident = 4 * GIB;
     g_l.total_pinned = 5;
     assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), COMEM_ERANGE);
     g_l.total_pinned = 0;
     assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), 0);
+}
+
+/* The eviction order: ComfyUI's key, kept through every change, checked after each. */
+static void test_eviction_order(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 0);
+    uint64_t big = entry(s, h, 8 * GIB, 8 * GIB);      /* 0 offloaded */
+    uint64_t part = entry(s, h, 6 * GIB, 4 * GIB);     /* 2 GiB offloaded: first */
+    uint64_t small = entry(s, h, 1 * GIB, 1 * GIB);    /* 0 offloaded, smaller than big */
+    uint64_t none = entry(s, h, 2 * GIB, 0);           /* nothing resident: not in the order */
+    uint64_t want[3] = {part, small, big}, got[8];
+    size_t n = 0;
+    comem_order_iter it;
+    comem_order_begin(&g_l, 0, &it);
+    const ledger_entry *e;
+    for (uint64_t id; comem_order_next(&it, &id, &e);)
+        got[n++] = id;
+    assert_int_equal(n, 3);
+    assert_memory_equal(got, want, sizeof want);
+    /* a census moves entries: `none` becomes the most offloaded resident one, `part` leaves */
+    comem_wire_residency items[2] = {{none, 1, 1}, {part, 1, 0}};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, items, 2, 0, NULL), 0);
+    n = 0;
+    comem_order_begin(&g_l, 0, &it);
+    for (uint64_t id; comem_order_next(&it, &id, &e);)
+        got[n++] = id;
+    assert_int_equal(n, 3);
+    assert_int_equal(got[0], none);
+    /* many entries: the order stays consistent through random changes (checked after each) */
+    uint64_t ids[300];
+    unsigned seed = 7;
+    for (int i = 0; i < 300; i++)
+        ids[i] = entry(s, h, (int64_t)(i % 17 + 1) * COMEM_MIB, (int64_t)(i % 5) * COMEM_MIB / 4);
+    for (int k = 0; k < 2000; k++) {
+        seed = seed * 1103515245u + 12345u;
+        uint64_t id = ids[(seed >> 8) % 300];
+        const ledger_entry *x = comem_ledger_entry(&g_l, id);
+        comem_wire_residency it1 = {id, (uint64_t)k + 10, (int64_t)((seed >> 16) % 5) * x->size / 4};
+        assert_int_equal(comem_ledger_census(&g_l, s, h, 0, 0, 0, 0, &it1, 1, k, NULL), 0);
+    }
+    assert_int_equal(comem_ledger_holder_remove(&g_l, s, h), 0);
+    comem_order_begin(&g_l, 0, &it);
+    assert_false(comem_order_next(&it, &got[0], &e));
 }
 
 int main(void)
@@ -248,6 +296,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_activity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_detects_corruption, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eviction_order, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

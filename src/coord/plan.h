@@ -1,0 +1,39 @@
+/*
+ * coord/plan.h - planning a release across processes (pure: reads the ledger, sends nothing).
+ *
+ * Walks the device's resident entries in ComfyUI's order (ledger/order.h)
+ * through the eviction ladder (arith/evict.h), skipping entries the requester
+ * must not be asked for: its own, those in its keep list, those of holders
+ * that do not answer release asks, are busy computing (unless they release
+ * while busy), or already said busy to this request. It stops as soon as the
+ * shortfall is covered, so its cost is the victims it walks, not the size of
+ * the machine's ledger.
+ */
+#ifndef COMEM_COORD_PLAN_H
+#define COMEM_COORD_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ledger/ledger.h"
+
+typedef struct coord_plan_in {
+    int device;
+    uint64_t requester; /* its session: never asked */
+    double need;        /* what must be free */
+    double avail;       /* what is free now */
+    const uint64_t *keep;
+    size_t n_keep;
+    const uint64_t *excluded; /* holders not to ask again */
+    size_t n_excluded;
+} coord_plan_in;
+
+typedef struct coord_planned {
+    uint64_t entry, holder;
+    int64_t bytes;
+} coord_planned;
+
+/* Writes up to cap planned releases to out; returns how many. */
+size_t coord_plan_release(const comem_ledger *l, const coord_plan_in *in, coord_planned *out, size_t cap);
+
+#endif
