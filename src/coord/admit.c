@@ -177,14 +177,23 @@ done:
 
 /* ---- finishing ---- */
 
+/* Forgets a job: its queue place, its keep list, its record. */
+static void job_free(comem_coord_srv *s, uint64_t jid, job *j)
+{
+    queue_remove(s, j->device, jid);
+    free(j->keep);
+    comem_slab_free(&s->jobs, jid);
+}
+
 static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t avail)
 {
-    conn *c = coord_conn_of(s, j->session);
-    char need[32], fb[32], fa[32], fr[32];
-    comem_format_bytes(j->need, need, 32);
-    comem_format_bytes(j->free_before, fb, 32);
-    comem_format_bytes(avail, fa, 32);
-    comem_format_bytes(j->freed, fr, 32);
+    conn *c = j->requester;
+    char need[32] = "", fb[32] = "", fr[32] = "";
+    if (comem_log_enabled(COMEM_LOG_INFO)) { /* formatting costs more than the decision itself */
+        comem_format_bytes(j->need, need, 32);
+        comem_format_bytes(j->free_before, fb, 32);
+        comem_format_bytes(j->freed, fr, 32);
+    }
     if (j->kind == JOB_PRESSURE) {
         comem_info("pressure: '%s' asked %s on device %d; asked %d holder(s) (%d busy), got %s back",
                    session_name(s, j->session), need, j->device, j->n_asked, j->n_busy, fr);
@@ -216,17 +225,17 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
         r->reserve = coord_reserve_for(s, j->session, j->device, &r->pager_headroom);
         r->n_asked = (uint16_t)j->n_asked;
         r->n_busy = (uint16_t)j->n_busy;
-        char sb[32];
-        comem_info("admission: '%s' needs %s on device %d, free %s; asked %d holder(s) (%d busy), got %s; %s%s%s",
+        char sb[32] = "";
+        if (!r->granted)
+            comem_format_bytes(r->short_by, sb, 32);
+        comem_info("admission: '%s' needs %s on device %d, free %s; asked %d holder(s) (%d busy), got %s; %s%s",
                    session_name(s, j->session), need, j->device, fb, j->n_asked, j->n_busy, fr,
-                   r->granted ? "granted" : "refused, short by ", r->granted ? "" : comem_format_bytes(r->short_by, sb, 32),
-                   r->granted ? "" : "");
+                   r->granted ? "granted" : "refused, short by ", sb);
         coord_send(s, c, &m);
         if (j->freed > 0)
             coord_publish_reserve(s, j->device, true);
     }
-    queue_remove(s, j->device, jid);
-    comem_slab_free(&s->jobs, jid);
+    job_free(s, jid, j);
 }
 
 /* Advances a job at the head of its queue. True when it finished. */
@@ -275,6 +284,7 @@ static uint64_t new_job(comem_coord_srv *s, conn *c, uint32_t rid, job_kind kind
         return 0;
     j->kind = kind;
     j->session = c->session;
+    j->requester = c;
     j->request_id = rid;
     j->device = dev;
     uint32_t t = timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS;
@@ -309,8 +319,16 @@ void coord_admit(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_admi
     j->holder = a->holder_id;
     j->weights = a->weights;
     j->working = comem_add(a->inference, a->cast_forward);
-    j->n_keep = a->n_keep;
-    memcpy(j->keep, a->keep, a->n_keep * sizeof a->keep[0]);
+    if (a->n_keep) {
+        j->keep = malloc(a->n_keep * sizeof a->keep[0]);
+        if (!j->keep) {
+            job_free(s, id, j);
+            coord_reply(s, c, rid, COMEM_ENOMEM, NULL);
+            return;
+        }
+        memcpy(j->keep, a->keep, a->n_keep * sizeof a->keep[0]);
+        j->n_keep = a->n_keep;
+    }
     queue_push(s, a->device, id);
     pump(s, a->device);
 }
@@ -358,8 +376,7 @@ void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session)
             continue;
         int dev = j->device;
         /* No one is waiting for the answer: drop it, and no grant is ever booked. */
-        queue_remove(s, dev, id);
-        comem_slab_free(&s->jobs, id);
+        job_free(s, id, j);
         pump(s, dev);
     }
 }

@@ -45,6 +45,7 @@ typedef struct conn {
     uint32_t uid;
     uint64_t session; /* 0 before HELLO */
     bool closing;     /* flush what is queued, then close */
+    bool want_out;    /* EPOLLOUT is armed: output is waiting for room */
     uint8_t *in;      /* COMEM_WIRE_MAX_FRAME bytes */
     size_t in_len;
     uint8_t *out;
@@ -71,7 +72,8 @@ typedef struct job {
     uint64_t excluded[64]; /* holders that said busy: not asked again by this job */
     int n_excluded;
     uint16_t n_keep;
-    uint64_t keep[COMEM_WIRE_MAX_ITEMS];
+    uint64_t *keep;        /* owned; NULL when empty */
+    conn *requester;       /* its connection: jobs end with their session, before the conn */
     bool running;          /* head of its device's queue */
     uint64_t next;         /* next job in the device FIFO */
 } job;

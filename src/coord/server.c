@@ -82,7 +82,17 @@ static void conn_free(comem_coord_srv *s, conn *c)
     free(c);
 }
 
-/* Writes what is queued; arms EPOLLOUT when the socket is full. False: the peer is gone. */
+/* Arms or disarms EPOLLOUT, touching epoll only when that changes (a syscall saved per reply). */
+static void want_out(comem_coord_srv *s, conn *c, bool on)
+{
+    if (c->want_out == on)
+        return;
+    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0u), .data.ptr = &c->tag};
+    epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+    c->want_out = on;
+}
+
+/* Writes what is queued; arms EPOLLOUT while the socket is full. False: the peer is gone. */
 static bool flush(comem_coord_srv *s, conn *c)
 {
     while (c->out_len > 0) {
@@ -91,8 +101,7 @@ static bool flush(comem_coord_srv *s, conn *c)
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = &c->tag};
-                epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+                want_out(s, c, true);
                 return true;
             }
             return false;
@@ -100,8 +109,7 @@ static bool flush(comem_coord_srv *s, conn *c)
         memmove(c->out, c->out + n, c->out_len - (size_t)n);
         c->out_len -= (size_t)n;
     }
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->tag};
-    epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+    want_out(s, c, false);
     return true;
 }
 
@@ -227,29 +235,29 @@ static void consume(comem_coord_srv *s, conn *c)
     }
 }
 
+/*
+ * Reads once: epoll is level-triggered, so if more is waiting it wakes us again.
+ * (Reading on until EAGAIN would cost one more syscall on every request.)
+ */
 static void on_readable(comem_coord_srv *s, conn *c)
 {
-    for (;;) {
-        if (c->in_len == COMEM_WIRE_MAX_FRAME) { /* cannot happen with a valid header; be safe */
-            protocol_error(s, c, 0, "frame too large");
-            return;
-        }
-        ssize_t n = recv(c->fd, c->in + c->in_len, COMEM_WIRE_MAX_FRAME - c->in_len, 0);
-        if (n > 0) {
-            c->in_len += (size_t)n;
-            consume(s, c);
-            if (c->closing)
-                return;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        c->closing = true; /* EOF or error */
-        c->out_len = 0;
+    if (c->in_len == COMEM_WIRE_MAX_FRAME) { /* cannot happen with a valid header; be safe */
+        protocol_error(s, c, 0, "frame too large");
         return;
     }
+    ssize_t n;
+    do
+        n = recv(c->fd, c->in + c->in_len, COMEM_WIRE_MAX_FRAME - c->in_len, 0);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        c->in_len += (size_t)n;
+        consume(s, c);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    c->closing = true; /* EOF or error */
+    c->out_len = 0;
 }
 
 /* ---- the tick ---- */
@@ -469,6 +477,11 @@ void comem_coord_destroy(comem_coord_srv *s)
         close(s->wake_fd);
     if (s->timer_fd >= 0)
         close(s->timer_fd);
+    for (size_t i = 0; i < comem_slab_slots(&s->jobs); i++) { /* jobs still waiting at shutdown */
+        job *j = comem_slab_at(&s->jobs, i, NULL);
+        if (j)
+            free(j->keep);
+    }
     comem_view_writer_close(&s->view);
     comem_device_close(s->src);
     comem_ledger_fini(&s->ledger);

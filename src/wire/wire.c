@@ -502,6 +502,40 @@ int comem_wire_decode_header(const uint8_t *buf, size_t len, comem_wire_header *
     return COMEM_OK;
 }
 
+/* The size of the union member a type decodes into (0 for a type without a body). */
+static size_t body_size(uint16_t type)
+{
+    const comem_msg *m = NULL;
+    switch (type) {
+    case COMEM_MSG_HELLO: return sizeof m->u.hello;
+    case COMEM_MSG_HOLDER_ADD: return sizeof m->u.holder_add;
+    case COMEM_MSG_HOLDER_REMOVE:
+    case COMEM_MSG_ENTRY_REMOVE:
+    case COMEM_MSG_ID_REPLY: return sizeof m->u.id;
+    case COMEM_MSG_ENTRY_ADD: return sizeof m->u.entry_add;
+    case COMEM_MSG_CENSUS: return sizeof m->u.census;
+    case COMEM_MSG_ADMIT: return sizeof m->u.admit;
+    case COMEM_MSG_GRANT_DONE: return sizeof m->u.grant_done;
+    case COMEM_MSG_ACTIVITY: return sizeof m->u.activity;
+    case COMEM_MSG_PRESSURE: return sizeof m->u.pressure;
+    case COMEM_MSG_PIN_ACQUIRE:
+    case COMEM_MSG_PIN_RELEASE: return sizeof m->u.pin;
+    case COMEM_MSG_RESERVE: return sizeof m->u.reserve;
+    case COMEM_MSG_STATUS: return sizeof m->u.status;
+    case COMEM_MSG_RECEIPT: return sizeof m->u.receipt;
+    case COMEM_MSG_REPLY: return sizeof m->u.reply;
+    case COMEM_MSG_HELLO_REPLY: return sizeof m->u.hello_reply;
+    case COMEM_MSG_DEVICES_REPLY: return sizeof m->u.devices_reply;
+    case COMEM_MSG_ADMIT_REPLY: return sizeof m->u.admit_reply;
+    case COMEM_MSG_PRESSURE_REPLY: return sizeof m->u.pressure_reply;
+    case COMEM_MSG_PIN_REPLY: return sizeof m->u.pin_reply;
+    case COMEM_MSG_RESERVE_REPLY: return sizeof m->u.reserve_reply;
+    case COMEM_MSG_STATUS_REPLY: return sizeof m->u.status_reply;
+    case COMEM_MSG_ASK: return sizeof m->u.ask;
+    default: return 0;
+    }
+}
+
 int comem_wire_decode(const comem_wire_header *h, const uint8_t *payload, comem_msg *out)
 {
     static const uint8_t empty[1]; /* stands in for a NULL payload of length 0 */
@@ -514,8 +548,9 @@ int comem_wire_decode(const comem_wire_header *h, const uint8_t *payload, comem_
             return COMEM_EINVAL;
         payload = empty;
     }
-    /* Zeroed so that unused list slots and text tails never carry a previous frame. */
-    memset(out, 0, sizeof *out);
+    /* The decoded member is zeroed so that unused list slots and text tails never carry a
+       previous frame; only that member, since the whole union is 12 KiB per frame. */
+    memset(&out->u, 0, body_size(h->type));
     out->type = h->type;
     out->request_id = h->request_id;
     comem_wire_cur c = comem_wire_reader(payload, h->length);

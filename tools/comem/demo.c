@@ -328,8 +328,8 @@ int cmd_demo(int argc, char **argv)
 
     say(&sam, "busy"); /* sam3 now runs a node: a busy worker is never asked to release */
     expect(&sam, "ok");
-    printf("\n3. Worker 'depth' loads 2 GiB, runs a node, and goes idle; after 2 s idle the coordinator\n"
-           "   asks it to release (sam3 is busy, so it is left alone).\n");
+    printf("\n3. Worker 'depth' loads 2 GiB (the host makes room again), runs a node, and goes idle;\n"
+           "   after 2 s idle the coordinator asks it to release (sam3 is busy, so it is left alone).\n");
     if (spawn(&depth, sock, spec, "depth", 2 * GIB) || !expect(&depth, "loaded"))
         status = 1;
     say(&depth, "busy");

@@ -88,6 +88,9 @@ static void print_table(json_object *root)
             printf("  %-8s %-16s %-7s %-5s %12s %12s %12s\n", "PID", "NAME", "ROLE", "STATE", "FLOOR", "RESIDENT", "PINNED");
             for (size_t i = 0; i < json_object_array_length(ps); i++) {
                 json_object *p = json_object_array_get_idx(ps, i);
+                json_object *hs0 = geta(p, "holders");
+                if (!strcmp(gets(p, "role"), "tool") && (!hs0 || !json_object_array_length(hs0)))
+                    continue; /* observers, this command included, hold nothing */
                 printf("  %-8lld %-16s %-7s %-5s %12s %12s %12s\n", (long long)geti(p, "pid"), gets(p, "name"),
                        gets(p, "role"), json_object_get_boolean(geta(p, "busy")) ? "busy" : "idle",
                        sz(geti(p, "context_floor"), b[0]), sz(geti(p, "resident"), b[1]), sz(geti(p, "pinned"), b[2]));

@@ -1,0 +1,640 @@
+/*
+ * bench/bench_coord.c - what the coordinator costs, side by side with what it replaces.
+ *
+ *   bench_coord [--placement same|cross] [--quick]
+ *
+ * same:  every process on CPU 0 (a same-core ping-pong);
+ * cross: the coordinator (or echo server) on CPU 1, clients on CPU 0 (a cross-core wake-up).
+ *
+ * In one run, with the same frame sizes: a raw Unix-socket ping-pong; an
+ * admission round trip (no eviction) with 1, 16 and 64 client processes; an
+ * admission that needs one cross-process release; the plan over 64 holders x
+ * 1000 entries; a read of the shared-memory view; the comfy-env shape (a
+ * Python socket + pickle server, bench/pickle_pingpong.py); and how soon a
+ * killed session's bytes are released. Figures are printed, not asserted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/bytes.h"
+#include "comem/comem.h"
+#include "coord/plan.h"
+#include "coord/view.h"
+#include "ledger/ledger.h"
+#include "probe/sim.h"
+#include "wire/wire.h"
+
+#ifndef COMEM_SOURCE_DIR
+#define COMEM_SOURCE_DIR "."
+#endif
+
+static int g_coord_cpu, g_client_cpu;
+static bool g_quick;
+static char g_dir[128];
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void pin_cpu(int cpu)
+{
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    sched_setaffinity(0, sizeof s, &s);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts v and prints p50/p99 in microseconds; returns p50. */
+static double report(const char *what, double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_d);
+    double p50 = v[n / 2], p99 = v[(size_t)((double)n * 0.99)];
+    printf("  %-52s n=%6zu  p50 %9.2f us  p99 %9.2f us\n", what, n, p50, p99);
+    return p50;
+}
+
+static bool read_all(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t n = read(fd, p, len);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            return false;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+static bool write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            return false;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+/* CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat. */
+static double cpu_seconds(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NAN;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return NAN;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double g_echo_cpu_us = NAN; /* the echo server's CPU per round trip */
+
+/* ---- 1. raw ping-pong with the admission's frame sizes ---- */
+
+static int frame_size(uint16_t type)
+{
+    static uint8_t buf[COMEM_WIRE_MAX_FRAME];
+    comem_msg m = {.type = type, .request_id = 1};
+    return comem_wire_encode(&m, buf, sizeof buf);
+}
+
+static double bench_ping(void)
+{
+    int req = frame_size(COMEM_MSG_ADMIT), rep = frame_size(COMEM_MSG_ADMIT_REPLY);
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+    int n = g_quick ? 5000 : 20000;
+    pid_t echo = fork();
+    if (echo == 0) {
+        pin_cpu(g_coord_cpu);
+        close(sv[0]);
+        uint8_t in[256], out[256] = {0};
+        while (read_all(sv[1], in, (size_t)req) && write_all(sv[1], out, (size_t)rep))
+            ;
+        _exit(0);
+    }
+    close(sv[1]);
+    uint8_t in[256] = {0}, out[256];
+    double *lat = malloc(sizeof *lat * (size_t)n);
+    for (int i = 0; i < n + 1000; i++) {
+        int64_t t0 = now_ns();
+        write_all(sv[0], in, (size_t)req);
+        read_all(sv[0], out, (size_t)rep);
+        if (i >= 1000)
+            lat[i - 1000] = (double)(now_ns() - t0) / 1e3;
+    }
+    double cpu0 = cpu_seconds(echo); /* after the warm-up the loop above ran: measure a second pass */
+    for (int i = 0; i < n; i++) {
+        write_all(sv[0], in, (size_t)req);
+        read_all(sv[0], out, (size_t)rep);
+    }
+    g_echo_cpu_us = (cpu_seconds(echo) - cpu0) / n * 1e6;
+    close(sv[0]);
+    waitpid(echo, NULL, 0);
+    char what[96];
+    snprintf(what, sizeof what, "raw Unix-socket ping-pong (%d B out, %d B back)", req, rep);
+    double p50 = report(what, lat, (size_t)n);
+    free(lat);
+    return p50;
+}
+
+/* ---- a comemd process for the coordinator benches ---- */
+
+static pid_t start_comemd(const char *sock, const char *spec)
+{
+    char bin[512];
+    const char *dir = getenv("COMEM_BIN_DIR");
+    if (dir)
+        snprintf(bin, sizeof bin, "%s/comemd", dir);
+    else {
+        ssize_t k = readlink("/proc/self/exe", bin, sizeof bin - 8);
+        bin[k > 0 ? k : 0] = '\0';
+        char *slash = strrchr(bin, '/');
+        snprintf(slash ? slash + 1 : bin, 8, "comemd");
+    }
+    pid_t p = fork();
+    if (p == 0) {
+        pin_cpu(g_coord_cpu);
+        setenv("COMEM_LOG", "error", 1);
+        execl(bin, "comemd", "--socket", sock, "--device", spec, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 500; i++) {
+        comem_client *c;
+        if (comem_client_open(sock, COMEM_CLIENT_TOOL, "probe", -1, COMEM_OPEN_NO_LOCAL, &c) == COMEM_OK) {
+            comem_client_close(c);
+            return p;
+        }
+        usleep(10000);
+    }
+    fprintf(stderr, "bench_coord: comemd did not start (%s)\n", bin);
+    exit(1);
+}
+
+static void stop_comemd(pid_t p)
+{
+    kill(p, SIGTERM);
+    waitpid(p, NULL, 0);
+}
+
+/* ---- 2a. admission round trip through a bare protocol client: the coordinator's own cost ---- */
+
+static double g_coord_cpu_us = NAN; /* comemd's CPU per admission (with its GRANT_DONE) */
+
+static double bench_admit_raw(const char *sock, pid_t comemd)
+{
+    double cpu0 = cpu_seconds(comemd);
+    int n = g_quick ? 5000 : 20000;
+    int sv[2];
+    pipe(sv);
+    pid_t p = fork();
+    if (p == 0) {
+        pin_cpu(g_client_cpu);
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        snprintf(a.sun_path, sizeof a.sun_path, "%s", sock);
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+            _exit(1);
+        static uint8_t buf[COMEM_WIRE_MAX_FRAME];
+        comem_msg m = {.type = COMEM_MSG_HELLO, .request_id = 1}, r;
+        m.u.hello.proto_version = COMEM_WIRE_VERSION;
+        m.u.hello.role = COMEM_ROLE_WORKER;
+        m.u.hello.reserve_base = -1;
+        snprintf(m.u.hello.name, sizeof m.u.hello.name, "raw");
+        /* one frame out, one frame back: exactly what the ping-pong does */
+        #define XCHG()                                                                         \
+            do {                                                                               \
+                int k = comem_wire_encode(&m, buf, sizeof buf);                                \
+                write_all(fd, buf, (size_t)k);                                                 \
+                comem_wire_header hh;                                                          \
+                read_all(fd, buf, COMEM_WIRE_HEADER_SIZE);                                     \
+                comem_wire_decode_header(buf, COMEM_WIRE_HEADER_SIZE, &hh);                    \
+                read_all(fd, buf + COMEM_WIRE_HEADER_SIZE, hh.length);                         \
+                comem_wire_decode(&hh, buf + COMEM_WIRE_HEADER_SIZE, &r);                      \
+            } while (0)
+        XCHG();
+        double *lat = malloc(sizeof *lat * (size_t)n);
+        for (int i = 0; i < n + 1000; i++) {
+            m = (comem_msg){.type = COMEM_MSG_ADMIT, .request_id = (uint32_t)i + 2};
+            m.u.admit.weights = COMEM_MIB;
+            m.u.admit.timeout_ms = 10000;
+            int64_t t0 = now_ns();
+            XCHG();
+            if (i >= 1000)
+                lat[i - 1000] = (double)(now_ns() - t0) / 1e3;
+            uint64_t gid = r.u.admit_reply.grant_id; /* give it back, outside the timing */
+            m = (comem_msg){.type = COMEM_MSG_GRANT_DONE, .request_id = (uint32_t)i + 2};
+            m.u.grant_done.grant_id = gid;
+            XCHG();
+        }
+        #undef XCHG
+        write_all(sv[1], lat, sizeof *lat * (size_t)n);
+        _exit(0);
+    }
+    double *lat = malloc(sizeof *lat * (size_t)n);
+    read_all(sv[0], lat, sizeof *lat * (size_t)n);
+    waitpid(p, NULL, 0);
+    /* two requests per admission (ADMIT, GRANT_DONE): half of the CPU is the admission's */
+    g_coord_cpu_us = (cpu_seconds(comemd) - cpu0) / (2.0 * (n + 1001)) * 1e6;
+    close(sv[0]);
+    close(sv[1]);
+    double p50 = report("admission round trip, bare protocol client, 1 client", lat, (size_t)n);
+    free(lat);
+    return p50;
+}
+
+/* ---- 2. admission round trip, no eviction, K clients ---- */
+
+static double bench_admit(const char *sock, int clients)
+{
+    int total = g_quick ? 4000 : 20000, each = total / clients;
+    int go[2], res[2];
+    pipe(go);
+    pipe(res);
+    pid_t *pids = calloc((size_t)clients, sizeof *pids);
+    for (int k = 0; k < clients; k++) {
+        pids[k] = fork();
+        if (pids[k] == 0) {
+            pin_cpu(g_client_cpu);
+            close(go[1]);
+            comem_client *c;
+            uint64_t h, g;
+            if (comem_client_open(sock, COMEM_CLIENT_WORKER, "bench", -1, COMEM_OPEN_NO_LOCAL, &c) ||
+                comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &h))
+                _exit(1);
+            for (int w = 0; w < 200; w++) { /* warm up, then wait for everyone */
+                if (comem_admit(c, 0, h, COMEM_MIB, 0, 0, NULL, 0, 10000, &g, NULL) == COMEM_OK)
+                    comem_grant_done(c, g, 0, 0);
+            }
+            char b;
+            if (read(go[0], &b, 1) != 1)
+                _exit(2);
+            double *lat = malloc(sizeof *lat * (size_t)each);
+            for (int i = 0; i < each; i++) {
+                int64_t t0 = now_ns();
+                int rc = comem_admit(c, 0, h, COMEM_MIB, 0, 0, NULL, 0, 10000, &g, NULL);
+                lat[i] = (double)(now_ns() - t0) / 1e3;
+                if (rc == COMEM_OK)
+                    comem_grant_done(c, g, 0, 0);
+            }
+            write_all(res[1], lat, sizeof *lat * (size_t)each);
+            comem_client_close(c);
+            _exit(0);
+        }
+    }
+    close(go[0]);
+    usleep(300000 + 5000 * clients); /* every client connected and warmed up */
+    char ones[64];
+    memset(ones, 1, sizeof ones);
+    for (int k = 0; k < clients; k++)
+        write_all(go[1], ones, 1);
+    double *all = malloc(sizeof *all * (size_t)(each * clients));
+    for (int k = 0; k < clients; k++)
+        read_all(res[0], all + (size_t)k * (size_t)each, sizeof *all * (size_t)each);
+    for (int k = 0; k < clients; k++)
+        waitpid(pids[k], NULL, 0);
+    char what[96];
+    snprintf(what, sizeof what, "admission round trip, no eviction, %d client%s", clients, clients > 1 ? "s" : "");
+    double p50 = report(what, all, (size_t)(each * clients));
+    free(all);
+    free(pids);
+    close(go[1]);
+    close(res[0]);
+    close(res[1]);
+    return p50;
+}
+
+/* ---- 3. admission that needs one cross-process release ---- */
+
+typedef struct holder_ctx {
+    comem_client *c;
+    comem_sim *sim;
+    uint64_t entry;
+    atomic_llong resident;
+} holder_ctx;
+
+static int on_release(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
+                      const int64_t *amounts, size_t n, int64_t *freed)
+{
+    (void)holder;
+    (void)kind;
+    (void)entries;
+    holder_ctx *h = user;
+    int64_t want = n ? amounts[0] : bytes, have = atomic_load(&h->resident);
+    int64_t give = comem_min(have, want);
+    comem_sim_free(h->sim, 0, give);
+    atomic_store(&h->resident, have - give);
+    comem_entry_set_resident(h->c, h->entry, have - give);
+    *freed = give;
+    return COMEM_OK;
+}
+
+static void bench_release(const char *dir)
+{
+    char sock[256], spec[320];
+    snprintf(sock, sizeof sock, "%s/rel.sock", dir);
+    snprintf(spec, sizeof spec, "sim:8GiB:reserved=0:ctx=0:path=%s/relcard", dir);
+    pid_t d = start_comemd(sock, spec);
+    int to_h[2], to_r[2];
+    pipe(to_h);
+    pipe(to_r);
+    int n = g_quick ? 100 : 300;
+    const int64_t load = 7 * COMEM_GIB;
+    pid_t hp = fork();
+    if (hp == 0) { /* the holder: 7 GiB resident, answers asks, regrows on request */
+        pin_cpu(g_client_cpu);
+        holder_ctx h = {0};
+        comem_sim_spec sp;
+        uint64_t hid;
+        if (comem_sim_spec_parse(spec, &sp, NULL, 0) || comem_sim_open(&sp, &h.sim) ||
+            comem_client_open(sock, COMEM_CLIENT_WORKER, "holder", -1, COMEM_OPEN_NO_LOCAL, &h.c) ||
+            comem_holder_add(h.c, "m", 0, COMEM_KIND_MODELS, COMEM_ANSWERS_RELEASE, on_release, &h, &hid))
+            _exit(1);
+        comem_sim_alloc(h.sim, 0, load);
+        atomic_store(&h.resident, load);
+        comem_entry_add(h.c, hid, "model", load, load, 0, &h.entry);
+        write_all(to_r[1], "k", 1);
+        char b;
+        while (read(to_h[0], &b, 1) == 1) {
+            int64_t back = load - atomic_load(&h.resident);
+            comem_sim_alloc(h.sim, 0, back);
+            atomic_store(&h.resident, load);
+            comem_entry_set_resident(h.c, h.entry, load);
+            write_all(to_r[1], "k", 1);
+        }
+        comem_client_close(h.c);
+        _exit(0);
+    }
+    pid_t rp = fork();
+    if (rp == 0) { /* the requester */
+        pin_cpu(g_client_cpu);
+        comem_client *c;
+        uint64_t g;
+        char b;
+        if (read(to_r[0], &b, 1) != 1 ||
+            comem_client_open(sock, COMEM_CLIENT_WORKER, "requester", -1, COMEM_OPEN_NO_LOCAL, &c))
+            _exit(1);
+        double *lat = malloc(sizeof *lat * (size_t)n);
+        int asked_once = 0;
+        for (int i = 0; i < n; i++) {
+            int64_t t0 = now_ns();
+            int rc = comem_admit(c, 0, 0, COMEM_GIB, 0, 0, NULL, 0, 10000, &g, NULL);
+            lat[i] = (double)(now_ns() - t0) / 1e3;
+            int asked = 0;
+            comem_admit_details(c, NULL, NULL, NULL, NULL, &asked, NULL);
+            asked_once += rc == COMEM_OK && asked == 1;
+            if (rc == COMEM_OK)
+                comem_grant_done(c, g, 0, 0);
+            write_all(to_h[1], "r", 1); /* the holder grows back for the next round */
+            if (read(to_r[0], &b, 1) != 1)
+                break;
+            usleep(25000); /* past the reading's reuse window: each round starts from a fresh reading */
+        }
+        double out[2] = {(double)asked_once, 0};
+        write_all(to_r[1], out, 0);
+        close(to_h[1]);
+        report("admission needing one cross-process release", lat, (size_t)n);
+        printf("  (%d of %d admissions were granted after asking exactly one holder)\n", asked_once, n);
+        fflush(stdout);
+        comem_client_close(c);
+        _exit(0);
+    }
+    close(to_h[0]);
+    close(to_h[1]);
+    waitpid(rp, NULL, 0);
+    close(to_r[1]);
+    kill(hp, SIGTERM);
+    waitpid(hp, NULL, 0);
+    stop_comemd(d);
+}
+
+/* ---- 4. the plan over 64 holders x 1000 entries ---- */
+
+static void bench_plan(void)
+{
+    ledger_device dev = {.index = 0, .capacity = (int64_t)1 << 50};
+    comem_ledger l;
+    comem_ledger_init(&l, &dev, 1, 0);
+    unsigned seed = 42;
+    uint64_t first_entry = 0, any_holder = 0;
+    for (int s = 0; s < 64; s++) {
+        uint64_t sid, hid;
+        comem_ledger_session_add(&l, 1000 + s, 0, COMEM_ROLE_WORKER, 0, COMEM_CAP_RELEASE, "w", 0, &sid);
+        comem_ledger_holder_add(&l, sid, 0, COMEM_HOLDER_MODELS, COMEM_CAP_RELEASE, "m", 0, &hid);
+        any_holder = hid;
+        for (int e = 0; e < 1000; e++) {
+            seed = seed * 1103515245u + 12345u;
+            int64_t size = (int64_t)((seed >> 8) % 256 + 1) * COMEM_MIB;
+            int64_t resident = (seed >> 20) % 4 ? size : size / 2;
+            uint64_t eid;
+            comem_ledger_entry_add(&l, sid, hid, "e", size, resident, false, (int64_t)(s * 1000 + e), &eid);
+            if (!first_entry)
+                first_entry = eid;
+        }
+    }
+    coord_planned out[512];
+    int runs = g_quick ? 2000 : 10000;
+    double *lat = malloc(sizeof *lat * (size_t)runs);
+    size_t victims = 0;
+    for (int i = 0; i < runs; i++) {
+        /* a shortfall of ~2 GiB: some partial and some whole victims */
+        coord_plan_in in = {.device = 0, .requester = 0, .need = 4.0 * (double)COMEM_GIB, .avail = 2.0 * (double)COMEM_GIB};
+        int64_t t0 = now_ns();
+        victims = coord_plan_release(&l, &in, out, 512);
+        lat[i] = (double)(now_ns() - t0) / 1e3;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "plan, 64 holders x 1000 entries (%zu victims)", victims);
+    report(what, lat, (size_t)runs);
+    /* what keeping the order costs: one entry's residency changes */
+    for (int i = 0; i < runs; i++) {
+        comem_wire_residency it = {first_entry, (uint64_t)i + 1, (int64_t)(i % 2 ? 64 : 32) * COMEM_MIB};
+        const ledger_entry *e = comem_ledger_entry(&l, first_entry);
+        const ledger_holder *h = comem_ledger_holder(&l, e->holder);
+        (void)h;
+        int64_t t0 = now_ns();
+        comem_ledger_census(&l, e->session, e->holder, 0, 0, 0, 0, &it, 1, i, NULL);
+        lat[i] = (double)(now_ns() - t0) / 1e3;
+    }
+    (void)any_holder;
+    report("census of one entry (eviction order kept), 64000 entries", lat, (size_t)runs);
+    free(lat);
+    comem_ledger_fini(&l);
+}
+
+/* ---- 5. a read of the shared-memory view ---- */
+
+static void bench_view(const char *sock)
+{
+    comem_view *v;
+    if (comem_view_open(sock, &v) != COMEM_OK) {
+        printf("  view: cannot open\n");
+        return;
+    }
+    int batches = g_quick ? 2000 : 10000, per = 100;
+    double *lat = malloc(sizeof *lat * (size_t)batches);
+    int64_t cap, fr, rs, rc;
+    for (int b = 0; b < batches; b++) {
+        int64_t t0 = now_ns();
+        for (int i = 0; i < per; i++)
+            comem_view_read(v, 0, &cap, &fr, &rs, &rc);
+        lat[b] = (double)(now_ns() - t0) / 1e3 / per;
+    }
+    report("shared-memory view read (mean of 100 per sample)", lat, (size_t)batches);
+    free(lat);
+    comem_view_close(v);
+}
+
+/* ---- 7. a killed session's bytes ---- */
+
+static void bench_dead(const char *sock)
+{
+    char path[512];
+    comem_view_path(sock, path, sizeof path);
+    int fd = open(path, O_RDONLY);
+    comem_view_shared *sh = fd >= 0 ? mmap(NULL, sizeof *sh, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (sh == MAP_FAILED) {
+        printf("  dead session: cannot map the view\n");
+        return;
+    }
+    int n = g_quick ? 20 : 50;
+    double *lat = malloc(sizeof *lat * (size_t)n);
+    int got = 0;
+    for (int i = 0; i < n; i++) {
+        int ready[2];
+        pipe(ready);
+        pid_t p = fork();
+        if (p == 0) {
+            pin_cpu(g_client_cpu);
+            comem_client *c;
+            uint64_t h, g;
+            if (comem_client_open(sock, COMEM_CLIENT_WORKER, "victim", -1, COMEM_OPEN_NO_LOCAL, &c) ||
+                comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &h) ||
+                comem_admit(c, 0, h, COMEM_GIB, 0, 0, NULL, 0, 10000, &g, NULL))
+                _exit(1);
+            write_all(ready[1], "k", 1);
+            pause();
+            _exit(0);
+        }
+        char b;
+        if (read(ready[0], &b, 1) != 1) {
+            waitpid(p, NULL, 0);
+            continue;
+        }
+        while (atomic_load(&sh->dev[0].granted) < COMEM_GIB) /* the view caught up with the grant */
+            usleep(100);
+        int64_t t0 = now_ns();
+        kill(p, SIGKILL);
+        while (atomic_load(&sh->dev[0].granted) >= COMEM_GIB && now_ns() - t0 < 2000000000)
+            ;
+        lat[got++] = (double)(now_ns() - t0) / 1e3;
+        waitpid(p, NULL, 0);
+        close(ready[0]);
+        close(ready[1]);
+    }
+    report("killed session's grant released (kill -> view shows it)", lat, (size_t)got);
+    free(lat);
+    munmap(sh, sizeof *sh);
+    close(fd);
+}
+
+int main(int argc, char **argv)
+{
+    const char *placement = "cross";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--placement") && i + 1 < argc)
+            placement = argv[++i];
+        else if (!strcmp(argv[i], "--quick"))
+            g_quick = true;
+        else {
+            fprintf(stderr, "usage: bench_coord [--placement same|cross] [--quick]\n");
+            return 2;
+        }
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    g_client_cpu = 0;
+    g_coord_cpu = (!strcmp(placement, "same") || cpus < 2) ? 0 : 1;
+    signal(SIGPIPE, SIG_IGN);
+    setenv("COMEM_LOG", "error", 0);
+    snprintf(g_dir, sizeof g_dir, "/tmp/comem-bench-XXXXXX");
+    if (!mkdtemp(g_dir))
+        return 1;
+    printf("bench_coord: placement %s (clients on CPU %d, coordinator/server on CPU %d), %ld CPUs\n", placement,
+           g_client_cpu, g_coord_cpu, cpus);
+    pin_cpu(g_client_cpu);
+
+    double ping = bench_ping();
+    char sock[256], spec[320];
+    snprintf(sock, sizeof sock, "%s/comem.sock", g_dir);
+    snprintf(spec, sizeof spec, "sim:80GiB:reserved=0:ctx=0:path=%s/card", g_dir);
+    pid_t d = start_comemd(sock, spec);
+    double raw = bench_admit_raw(sock, d);
+    double a1 = bench_admit(sock, 1);
+    bench_admit(sock, 16);
+    bench_admit(sock, 64);
+    bench_view(sock);
+    bench_dead(sock);
+    stop_comemd(d);
+    bench_release(g_dir);
+    bench_plan();
+
+    char cmd[1024], line[512] = "";
+    snprintf(cmd, sizeof cmd, "python3 %s/bench/pickle_pingpong.py --placement %s --n %d", COMEM_SOURCE_DIR, placement,
+             g_quick ? 5000 : 20000);
+    FILE *p = popen(cmd, "r");
+    double py = NAN;
+    if (p && fgets(line, sizeof line, p)) {
+        char *q = strstr(line, "p50=");
+        if (q)
+            py = atof(q + 4);
+        printf("  %s", line);
+    }
+    if (p)
+        pclose(p);
+    printf("\n  the coordinator adds %.2f us (p50) to the raw ping-pong (bare client); the client library adds "
+           "%.2f us more\n", raw - ping, a1 - raw);
+    printf("  CPU per request: echo server %.2f us, coordinator %.2f us (mean over the run; noise-free)\n",
+           g_echo_cpu_us, g_coord_cpu_us);
+    printf("  admission is %.1fx faster than the Python exchange (bare client), %.1fx through the library\n",
+           py / raw, py / a1);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    return system(cmd) == 0 ? 0 : 1;
+}
