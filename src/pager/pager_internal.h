@@ -1,0 +1,200 @@
+/*
+ * pager/pager_internal.h - the pager's structures, who guards them, and the
+ * functions its files share.
+ *
+ *   comem_pager                              one per device per process; owns its
+ *   │                                        VBARs (comem_pager_close frees them)
+ *   ├── lock            the pager lock: guards every field marked [L] below,
+ *   │                   in the pager and in each of its VBARs and pages
+ *   ├── attach_mu       the attachment lock: serialises attach, detach, and
+ *   │                   registering and removing VBARs' entries; a VBAR is
+ *   │                   freed only under it (see "Lock order")
+ *   ├── vmm             the backend (vmm.h); called only under the lock
+ *   ├── usage [L]       Σ over VBARs of resident_count × page_size (derived,
+ *   │                   kept incrementally; comem_pager_check verifies it)
+ *   ├── headrooms, poll state, clock, stats [L]
+ *   ├── top ⇄ ... ⇄ bottom [L]   the priority list, doubly linked through
+ *   │                   comem_vbar.higher/lower; top is the highest priority
+ *   │                   (newest or last prioritized), eviction starts at bottom
+ *   └── client, holder [L, written under A too], reporters, callbacks [L]
+ *
+ *   comem_vbar                               one per model
+ *   ├── base, size, page_size, nr_pages      fixed at creation
+ *   ├── watermark [L]        pages [0, watermark) may be faulted in
+ *   ├── limit [L]            eviction never lowers watermark below it
+ *   ├── resident_count [L]   pages with resident set (derived)
+ *   ├── id                   creation number (names the entry "vbar-<id>")
+ *   ├── entry, reported [L]  the client's entry id (0: none) and the loaded
+ *   │                        bytes last confirmed sent (-1: send again)
+ *   └── pages[nr_pages] [L]  { handle (the backend's), pins (a refcount),
+ *                              serial (+1 per commit, never 0 once committed),
+ *                              resident }
+ *
+ * Invariants (comem_pager_check): usage = Σ resident pages × page size; every
+ * resident page at or above its VBAR's watermark is pinned (an eviction that
+ * passes an unpinned page frees it; unpin frees what eviction passed); a page
+ * that is not resident has no pins; the backend's charge equals usage.
+ *
+ * Lock order: attach_mu → lock → (backend: the sim card's lock, the driver).
+ * The pager lock is a leaf with respect to the client library: no client call
+ * is ever made with it held, because the client's service thread calls into
+ * the pager (the release callback takes the lock) while owner threads may be
+ * waiting inside a client call for a reply only that thread can read.
+ * attach_mu is taken by attach, detach, vbar create (registration) and vbar
+ * destroy, and may be held across client calls that wait for replies; the
+ * release callback never takes it. A VBAR is freed only under attach_mu, so a
+ * VBAR pointer read under attach_mu stays valid while it is held.
+ */
+#ifndef COMEM_PAGER_INTERNAL_H
+#define COMEM_PAGER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comem/pager.h"
+#include "pager/vmm.h"
+
+/* The device term's "no reading" sentinel: the simple term alone decides (aimdo's -2^60). */
+#define PAGER_SIMPLE_ONLY (-((int64_t)1 << 60))
+
+/* Bounded retries of a commit that failed with a transient error (F13). */
+#define PAGER_TRANSIENT_RETRIES 8
+
+typedef int64_t (*comem_pager_clock_fn)(void *user); /* milliseconds, monotonic */
+
+typedef struct pager_page {
+    uint64_t handle; /* the backend's, while resident */
+    uint32_t pins;   /* reference count: weights sharing a page each hold one */
+    uint32_t serial; /* bumped at every commit; what a fault's signature reports */
+    bool resident;
+} pager_page;
+
+struct comem_vbar {
+    comem_pager *pager;
+    comem_vbar *higher, *lower; /* [L] priority list links */
+    uint64_t base;
+    int64_t size;
+    int64_t page_size;
+    int64_t nr_pages;
+    int64_t watermark;      /* [L] */
+    int64_t limit;          /* [L] */
+    int64_t resident_count; /* [L] */
+    uint64_t id;            /* creation number, names the entry */
+    uint64_t entry;         /* [L] the client's entry id; 0 when not registered */
+    int64_t reported;       /* [L] loaded bytes last sent for entry */
+    pager_page *pages;      /* [L] */
+};
+
+struct comem_pager {
+    pthread_mutex_t lock;
+    pthread_cond_t idle_cv; /* signalled when reporters or callbacks drop to 0 */
+    pthread_mutex_t attach_mu;
+    comem_vmm *vmm;
+    int device;
+
+    /* [L] accounting */
+    int64_t usage;
+    int64_t capacity; /* from the backend at open, refreshed at each reading */
+
+    /* [L] headrooms and the device term */
+    int64_t simple_headroom;
+    int64_t extra_headroom;
+    int64_t device_headroom;
+    int64_t cache_ms;
+    bool polled;
+    int64_t poll_ms;
+    int64_t deficit_sync;
+    int64_t usage_at_poll;
+    comem_pager_clock_fn clock;
+    void *clock_user;
+
+    /* [L] the priority list */
+    comem_vbar *top, *bottom;
+    int64_t n_vbars;
+    uint64_t next_id;
+
+    /* [L] counters (COMEM_PAGER_STAT_*) */
+    int64_t stats[COMEM_PAGER_STAT_COUNT];
+
+    /* [L] the attachment (written under attach_mu too) */
+    comem_client *client;
+    uint64_t holder;
+    int reporters; /* threads sending residency now (see pager_client.c) */
+    int callbacks; /* release callbacks running */
+};
+
+/* One eviction batch: one backend sync before its first unmap and one after its last. */
+typedef struct pager_batch {
+    bool synced;
+    int64_t freed; /* bytes */
+} pager_batch;
+
+/* ---- pager.c ---- */
+
+/* The pressure formula (comem_pager_budget_deficit). Caller holds the lock. */
+int64_t comem_pager_deficit_locked(comem_pager *p, int64_t size);
+
+/* ---- vbar.c ---- */
+
+/* Links v at the top or the bottom of the priority list. Caller holds the lock. */
+void comem_pager_link_top(comem_pager *p, comem_vbar *v);
+void comem_pager_link_bottom(comem_pager *p, comem_vbar *v);
+void comem_pager_unlink(comem_pager *p, comem_vbar *v);
+
+/* Pages a byte count covers, rounded up and capped at nr_pages (bytes >= 0). */
+int64_t comem_vbar_pages_ceil(const comem_vbar *v, int64_t bytes);
+
+/* ---- evict.c (every function: caller holds the lock) ---- */
+
+/* Commits page idx of v: retries transient failures; on success marks it resident and bumps its serial. */
+int comem_pager_commit_page(comem_pager *p, comem_vbar *v, int64_t idx);
+
+/* Evicts page idx of v (resident; pins are the caller's concern), syncing first if the batch has not. */
+void comem_pager_evict_page(comem_pager *p, comem_vbar *v, int64_t idx, pager_batch *b);
+
+/* Ends a batch: the sync after the last unmap, if it unmapped anything. */
+void comem_pager_batch_end(comem_pager *p, pager_batch *b);
+
+/*
+ * Lowers v's watermark page by page down to `floor`, evicting the unpinned
+ * resident pages it passes, until b->freed reaches `want` or, when stop is
+ * given, stop's watermark falls below stop_page. Returns true when stopped
+ * by stop.
+ */
+bool comem_pager_lower(comem_pager *p, comem_vbar *v, int64_t floor, int64_t want, pager_batch *b,
+                       const comem_vbar *stop, int64_t stop_page);
+
+/*
+ * aimdo's vbars_free: evicts at least `bytes` lowest priority first, within
+ * watermark limits (or down to 0 when ignore_limits), stopping early when
+ * stop's watermark falls below stop_page. Opens and ends its own batch.
+ * Returns the bytes freed.
+ */
+int64_t comem_pager_free_lowest(comem_pager *p, int64_t bytes, bool ignore_limits, const comem_vbar *stop,
+                                int64_t stop_page);
+
+/* Evicts every resident page of v, pinned or not (destroy, close). */
+void comem_pager_evict_all(comem_pager *p, comem_vbar *v);
+
+/* ---- pager_client.c ---- */
+
+/*
+ * Sends the loaded bytes of every registered VBAR whose figure changed since
+ * it was last sent. Call without the lock; does nothing when detached.
+ */
+void comem_pager_report(comem_pager *p);
+
+/*
+ * What a release ask frees (the callback's work, without the client): a
+ * sized ask (COMEM_RELEASE_BYTES) lowest priority first within watermark
+ * limits; an idle one (COMEM_RELEASE_IDLE) every unpinned page, limits
+ * included; anything else nothing. Returns the bytes freed. Caller holds the lock.
+ */
+int64_t comem_pager_release_locked(comem_pager *p, int kind, int64_t bytes);
+
+/* Registers / removes v's entry when attached. Caller holds attach_mu, not the lock. */
+void comem_pager_register_vbar(comem_pager *p, comem_vbar *v);
+void comem_pager_unregister_vbar(comem_pager *p, comem_vbar *v);
+
+#endif

@@ -1,0 +1,209 @@
+/*
+ * pager/vmm_sim.c - the pager's VMM backend on the simulated card.
+ *
+ * A reservation is host address space (mmap PROT_NONE, MAP_NORESERVE: no
+ * memory). A commit charges the simulated card (comem_sim_alloc, so other
+ * processes and the coordinator see it, and a full card fails it with
+ * COMEM_ENOSPC like cuMemCreate) and then opens the pages read-write; they
+ * read as zero, since a private anonymous page that was never touched or was
+ * dropped reads as zero. An eviction drops the pages (MADV_DONTNEED), closes
+ * them again (PROT_NONE) and gives the bytes back to the card. A kernel never
+ * runs here, so sync has nothing to wait for. Granularity: 2 MiB, like the
+ * CUDA VMM minimum on current GPUs.
+ */
+#include "pager/vmm_sim.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "base/bytes.h"
+#include "base/log.h"
+#include "comem/common.h"
+
+#define SIM_GRANULARITY (2 * COMEM_MIB)
+#define SIM_DEFAULT_SPEC "sim:24GiB"
+
+typedef struct vmm_sim {
+    comem_vmm base;
+    comem_sim *sim;
+    int card;
+    atomic_int inject_after;
+    atomic_int inject_transient;
+    atomic_int inject_oom;
+    comem_device_reading reading; /* large: kept here, used under the pager lock */
+} vmm_sim;
+
+static vmm_sim *as_sim(comem_vmm *m) { return (vmm_sim *)m; }
+
+static int sim_reserve(comem_vmm *m, int64_t size, uint64_t *va)
+{
+    (void)m;
+    void *p = mmap(NULL, (size_t)size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        comem_warn("pager sim: cannot reserve %lld bytes of address space: %s", (long long)size, strerror(errno));
+        return COMEM_ENOMEM;
+    }
+    *va = (uint64_t)(uintptr_t)p;
+    return COMEM_OK;
+}
+
+static void sim_unreserve(comem_vmm *m, uint64_t va, int64_t size)
+{
+    (void)m;
+    if (munmap((void *)(uintptr_t)va, (size_t)size) != 0)
+        comem_warn("pager sim: munmap of a reservation failed: %s", strerror(errno));
+}
+
+/* Takes one injected failure of this kind if any is pending. */
+static bool take(atomic_int *pending)
+{
+    int n = atomic_load(pending);
+    while (n > 0)
+        if (atomic_compare_exchange_weak(pending, &n, n - 1))
+            return true;
+    return false;
+}
+
+static int sim_commit(comem_vmm *m, uint64_t va, int64_t size, uint64_t *handle)
+{
+    vmm_sim *s = as_sim(m);
+    if (!take(&s->inject_after)) {
+        if (take(&s->inject_transient))
+            return COMEM_EBUSY;
+        if (take(&s->inject_oom))
+            return COMEM_ENOSPC;
+    }
+    int rc = comem_sim_alloc(s->sim, s->card, size);
+    if (rc != COMEM_OK)
+        return rc; /* COMEM_ENOSPC: the card is full */
+    if (mprotect((void *)(uintptr_t)va, (size_t)size, PROT_READ | PROT_WRITE) != 0) {
+        comem_warn("pager sim: cannot open a page: %s", strerror(errno));
+        comem_sim_free(s->sim, s->card, size);
+        return COMEM_EIO;
+    }
+    *handle = 0;
+    return COMEM_OK;
+}
+
+static void sim_evict(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle)
+{
+    (void)handle;
+    vmm_sim *s = as_sim(m);
+    void *p = (void *)(uintptr_t)va;
+    if (madvise(p, (size_t)size, MADV_DONTNEED) != 0 || mprotect(p, (size_t)size, PROT_NONE) != 0)
+        comem_warn("pager sim: dropping a page failed: %s", strerror(errno));
+    int rc = comem_sim_free(s->sim, s->card, size);
+    if (rc != COMEM_OK)
+        comem_warn("pager sim: giving %lld bytes back to the card failed: %s", (long long)size,
+                   comem_status_str(rc));
+}
+
+static int sim_sync(comem_vmm *m)
+{
+    (void)m;
+    return COMEM_OK; /* nothing runs on a simulated card */
+}
+
+static int sim_read_free(comem_vmm *m, int64_t *free_bytes, int64_t *capacity)
+{
+    vmm_sim *s = as_sim(m);
+    int rc = comem_sim_read_local(s->sim, s->card, &s->reading);
+    if (rc != COMEM_OK)
+        return rc;
+    *free_bytes = s->reading.free;
+    *capacity = s->reading.total;
+    return COMEM_OK;
+}
+
+static int sim_write(comem_vmm *m, uint64_t va, const void *src, int64_t size)
+{
+    (void)m;
+    memcpy((void *)(uintptr_t)va, src, (size_t)size);
+    return COMEM_OK;
+}
+
+static int sim_read(comem_vmm *m, uint64_t va, void *dst, int64_t size)
+{
+    (void)m;
+    memcpy(dst, (const void *)(uintptr_t)va, (size_t)size);
+    return COMEM_OK;
+}
+
+static void sim_close(comem_vmm *m)
+{
+    vmm_sim *s = as_sim(m);
+    comem_sim_close(s->sim);
+    free(s);
+}
+
+static const comem_vmm_ops k_sim_ops = {
+    .reserve = sim_reserve,
+    .unreserve = sim_unreserve,
+    .commit = sim_commit,
+    .evict = sim_evict,
+    .sync = sim_sync,
+    .read_free = sim_read_free,
+    .write = sim_write,
+    .read = sim_read,
+    .close = sim_close,
+};
+
+int comem_vmm_sim_open(int device, const char *sim_spec, comem_vmm **out)
+{
+    const char *text = sim_spec;
+    if (!text) {
+        const char *env = getenv("COMEM_DEVICE");
+        text = env && !strncmp(env, "sim", 3) ? env : SIM_DEFAULT_SPEC;
+    }
+    comem_sim_spec spec;
+    char err[256];
+    int rc = comem_sim_spec_parse(text, &spec, err, sizeof err);
+    if (rc != COMEM_OK) {
+        comem_warn("pager sim: bad card spec '%s': %s", text, err);
+        return COMEM_EINVAL;
+    }
+    vmm_sim *s = calloc(1, sizeof *s);
+    if (!s)
+        return COMEM_ENOMEM;
+    if ((rc = comem_sim_open(&spec, &s->sim)) != COMEM_OK) {
+        comem_warn("pager sim: cannot open the card '%s': %s", text, comem_status_str(rc));
+        free(s);
+        return rc;
+    }
+    if (device >= comem_sim_cards(s->sim)) {
+        comem_sim_close(s->sim);
+        free(s);
+        return COMEM_ENODEV;
+    }
+    s->base = (comem_vmm){&k_sim_ops, "sim", SIM_GRANULARITY};
+    s->card = device;
+    atomic_init(&s->inject_after, 0);
+    atomic_init(&s->inject_transient, 0);
+    atomic_init(&s->inject_oom, 0);
+    *out = &s->base;
+    return COMEM_OK;
+}
+
+void comem_vmm_sim_inject(comem_vmm *m, int after, int transient, int oom)
+{
+    if (!m || m->ops != &k_sim_ops)
+        return;
+    vmm_sim *s = as_sim(m);
+    atomic_store(&s->inject_oom, oom);
+    atomic_store(&s->inject_transient, transient);
+    atomic_store(&s->inject_after, after);
+}
+
+comem_sim *comem_vmm_sim_card(comem_vmm *m, int *card)
+{
+    if (!m || m->ops != &k_sim_ops)
+        return NULL;
+    vmm_sim *s = as_sim(m);
+    if (card)
+        *card = s->card;
+    return s->sim;
+}

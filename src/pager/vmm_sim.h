@@ -1,0 +1,24 @@
+/*
+ * pager/vmm_sim.h - test hooks of the simulated-card VMM backend (vmm_sim.c).
+ *
+ * Tests reach the backend of a sim pager through comem_pager_vmm()
+ * (pager_test.h). Nothing outside tests calls these.
+ */
+#ifndef COMEM_PAGER_VMM_SIM_H
+#define COMEM_PAGER_VMM_SIM_H
+
+#include "pager/vmm.h"
+#include "probe/sim.h"
+
+/*
+ * Scripts commit failures: the next `after` commits go through, then
+ * `transient` commits fail with COMEM_EBUSY (as CUDA's NOT_READY right after
+ * an eviction), then `oom` commits fail with COMEM_ENOSPC, before touching the
+ * card. Replaces what was pending. Safe from any thread.
+ */
+void comem_vmm_sim_inject(comem_vmm *m, int after, int transient, int oom);
+
+/* The simulated card the backend charges, and its card index (for invariant checks). */
+comem_sim *comem_vmm_sim_card(comem_vmm *m, int *card);
+
+#endif
