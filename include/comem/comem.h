@@ -180,7 +180,8 @@ COMEM_API void comem_free(void *p);
  */
 typedef struct comem_view comem_view;
 COMEM_API int comem_view_open(const char *socket_path, comem_view **out);
-/* Any out-pointer may be NULL. COMEM_ENODEV for a device the coordinator does not have. */
+/* Any out-pointer may be NULL. COMEM_ENODEV for a device the coordinator does not have;
+   COMEM_EBUSY if a write stayed unfinished for 200 ms (the coordinator died mid-write). */
 COMEM_API int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_bytes, int64_t *reserve,
                               int64_t *reclaimable);
 COMEM_API void comem_view_close(comem_view *v);

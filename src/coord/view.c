@@ -3,11 +3,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -16,6 +18,14 @@
 
 #define VIEW_MAGIC 0x5745495645454d43ULL /* "CMEEVIEW" */
 #define VIEW_VERSION 1u
+#define VIEW_WAIT_NS (200 * 1000 * 1000LL) /* how long a reader waits out an unfinished write */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 void comem_view_path(const char *socket_path, char *buf, size_t len) { snprintf(buf, len, "%s.view", socket_path); }
 
@@ -143,11 +153,20 @@ int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_
         return COMEM_ENODEV;
     comem_view_shared *w = (comem_view_shared *)sh; /* atomics need a non-const object; we only load */
     comem_view_values x;
-    for (int tries = 0;; tries++) {
+    int64_t give_up_ns = 0;
+    for (unsigned tries = 0;; tries++) {
         uint64_t s1 = atomic_load_explicit(&w->seq, memory_order_acquire);
         if (s1 & 1u) {
-            if (tries > 1000000)
+            /* A write takes nanoseconds unless the writer was preempted inside it; then
+               spinning only steals its CPU. Yield after a short spin and give up only after
+               VIEW_WAIT_NS of wall time (a coordinator that died mid-write leaves it odd). */
+            if (tries < 64)
+                continue;
+            if (give_up_ns == 0)
+                give_up_ns = now_ns() + VIEW_WAIT_NS;
+            else if (now_ns() > give_up_ns)
                 return COMEM_EBUSY;
+            sched_yield();
             continue;
         }
         comem_view_device *d = &w->dev[device];

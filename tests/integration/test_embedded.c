@@ -35,6 +35,13 @@ static comem_sim *g_sim; /* this process's handle: every client here allocates t
 static atomic_int g_errors, g_granted, g_asks, g_view_reads;
 static atomic_bool g_stop;
 
+/* Count a failure and say where it happened, so a rare one can be diagnosed from the log. */
+#define FAIL_AT(what)                                                                     \
+    do {                                                                                  \
+        atomic_fetch_add(&g_errors, 1);                                                   \
+        fprintf(stderr, "test_embedded: %s failed (line %d)\n", (what), __LINE__);       \
+    } while (0)
+
 typedef struct model {
     uint64_t entry;
     int64_t resident;
@@ -68,7 +75,7 @@ static int on_release(void *user, uint64_t holder, int kind, int64_t bytes, cons
         cs->m[i].resident -= give;
         *freed += give;
         if (comem_entry_set_resident(cs->c, cs->m[i].entry, cs->m[i].resident) != COMEM_OK)
-            atomic_fetch_add(&g_errors, 1);
+            FAIL_AT("entry_set_resident in release callback");
     }
     pthread_mutex_unlock(&cs->lock);
     return COMEM_OK;
@@ -95,12 +102,13 @@ static void *caller(void *arg)
                 m->resident = size;
                 if (comem_entry_add(cs->c, cs->holder, "m", size, 0, 0, &m->entry) != COMEM_OK ||
                     comem_grant_done(cs->c, grant, m->entry, size) != COMEM_OK)
-                    atomic_fetch_add(&g_errors, 1);
+                    FAIL_AT("entry_add or grant_done");
                 atomic_fetch_add(&g_granted, 1);
             } else if (rc == COMEM_OK) {
                 comem_grant_done(cs->c, grant, 0, 0); /* raced: another caller filled the slots */
             } else if (rc != COMEM_ENOSPC) {
-                atomic_fetch_add(&g_errors, 1);
+                fprintf(stderr, "test_embedded: admit returned %s\n", comem_status_str(rc));
+                FAIL_AT("admit");
             }
             pthread_mutex_unlock(&cs->lock);
         } else {
@@ -109,7 +117,7 @@ static void *caller(void *arg)
                 model *m = &cs->m[--cs->n];
                 comem_sim_free(g_sim, 0, m->resident);
                 if (comem_entry_remove(cs->c, m->entry) != COMEM_OK)
-                    atomic_fetch_add(&g_errors, 1);
+                    FAIL_AT("entry_remove");
             }
             pthread_mutex_unlock(&cs->lock);
         }
@@ -123,20 +131,24 @@ static void *view_reader(void *arg)
     (void)arg;
     comem_view *v = NULL;
     if (comem_view_open(g_sock, &v) != COMEM_OK) {
-        atomic_fetch_add(&g_errors, 1);
+        FAIL_AT("view_open");
         return NULL;
     }
     while (!atomic_load(&g_stop)) {
-        int64_t cap, free_b, reserve, reclaimable;
-        if (comem_view_read(v, 0, &cap, &free_b, &reserve, &reclaimable) != COMEM_OK || cap != 6 * GIB ||
-            free_b < 0 || free_b > cap || reserve < 0 || reclaimable < 0)
-            atomic_fetch_add(&g_errors, 1);
+        int64_t cap = 0, free_b = 0, reserve = 0, reclaimable = 0;
+        int rc = comem_view_read(v, 0, &cap, &free_b, &reserve, &reclaimable);
+        if (rc != COMEM_OK || cap != 6 * GIB || free_b < 0 || free_b > cap || reserve < 0 || reclaimable < 0) {
+            fprintf(stderr, "test_embedded: view_read %s cap=%lld free=%lld reserve=%lld reclaimable=%lld\n",
+                    comem_status_str(rc), (long long)cap, (long long)free_b, (long long)reserve,
+                    (long long)reclaimable);
+            FAIL_AT("view_read");
+        }
         atomic_fetch_add(&g_view_reads, 1);
         usleep(100);
     }
     int64_t dummy;
     if (comem_view_read(v, 5, &dummy, NULL, NULL, NULL) != COMEM_ENODEV)
-        atomic_fetch_add(&g_errors, 1);
+        FAIL_AT("view_read of a missing device");
     comem_view_close(v);
     return NULL;
 }
