@@ -563,8 +563,10 @@ static void bench_dead(const char *sock)
             usleep(100);
         int64_t t0 = now_ns();
         kill(p, SIGKILL);
+        /* yield while waiting: with --placement same this process shares the coordinator's
+           CPU, and a bare spin would make it wait for a scheduler tick */
         while (atomic_load(&sh->dev[0].granted) >= COMEM_GIB && now_ns() - t0 < 2000000000)
-            ;
+            sched_yield();
         lat[got++] = (double)(now_ns() - t0) / 1e3;
         waitpid(p, NULL, 0);
         close(ready[0]);
@@ -593,6 +595,7 @@ int main(int argc, char **argv)
     g_client_cpu = 0;
     g_coord_cpu = (!strcmp(placement, "same") || cpus < 2) ? 0 : 1;
     signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0); /* forked children must not inherit unflushed lines */
     setenv("COMEM_LOG", "error", 0);
     snprintf(g_dir, sizeof g_dir, "/tmp/comem-bench-XXXXXX");
     if (!mkdtemp(g_dir))

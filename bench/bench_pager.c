@@ -320,11 +320,20 @@ static void bench_headroom(comem_pager *p)
 int main(int argc, char **argv)
 {
     int64_t gib = 8;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* the forked pager process must not inherit unflushed lines */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--gib") && i + 1 < argc)
             gib = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--quick"))
             g_quick = true;
+        else {
+            fprintf(stderr, "usage: bench_pager [--gib N] [--quick]\n");
+            return 2;
+        }
+    }
+    if (gib < 1 || gib > 64) {
+        fprintf(stderr, "bench_pager: --gib must be between 1 and 64\n");
+        return 2;
     }
     comem_device_source *nv;
     char why[256];
