@@ -5,7 +5,8 @@
  * over a simulated card that every process maps; each holder and requester is
  * a forked process using libcomem. Covered: cross-process eviction for an
  * admission; a holder that answers busy is left out and the plan is made
- * again; a holder marked busy is not asked; idle release; a requester
+ * again; a holder marked busy is not asked; idle release, by the timer and
+ * early when the card is tight and a holder's prompt is over; a requester
  * SIGKILLed in the middle of its admission leaks no grant; a coordinator
  * restart re-registers everything once.
  */
@@ -26,7 +27,8 @@
 #define GIB COMEM_GIB
 #define MIB COMEM_MIB
 
-enum behaviour { FREES, SAYS_BUSY, SLOW, MARKS_BUSY };
+/* SERVED_P1 / SERVED_P2: computed for that prompt and went idle; HOST_ON_P2: a host computing prompt p2. */
+enum behaviour { FREES, SAYS_BUSY, SLOW, MARKS_BUSY, SERVED_P1, SERVED_P2, HOST_ON_P2 };
 enum command { CMD_EXIT = 0, CMD_RESIDENT = 1, CMD_SHRINK = 2, CMD_ASKS = 3, CMD_RESERVE = 4 };
 
 typedef struct holder_args {
@@ -106,6 +108,13 @@ static int holder_main(void *arg)
     }
     if (a->how == MARKS_BUSY)
         comem_holder_busy(st.c, 0, 1, "p1");
+    if (a->how == SERVED_P1 || a->how == SERVED_P2) {
+        const char *prompt = a->how == SERVED_P1 ? "p1" : "p2";
+        comem_holder_busy(st.c, 0, 1, prompt);
+        comem_holder_busy(st.c, 0, 0, prompt);
+    }
+    if (a->how == HOST_ON_P2)
+        comem_holder_busy(st.c, 0, 1, "p2");
     ch_put(a->up.wr, 1); /* ready */
     for (;;) {
         int64_t cmd;
@@ -319,6 +328,58 @@ static void test_idle_release(void **s)
     assert_int_equal(ask_child(&busy, CMD_ASKS), 0);
     finish(&idle);
     finish(&busy);
+    assert_ledger_clean(h);
+}
+
+/*
+ * Early idle release: long before the idle timer, a holder whose last prompt is over (the
+ * host is computing another one) is asked to release once the card is tight (true free below
+ * the published reserve), and only then; a holder that served the current prompt stays.
+ */
+static void test_idle_release_early_when_tight(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL); /* the idle timer is the default 60 s: only the early rule can fire */
+    proc old, cur, host;
+    spawn(&old, h, "served-p1", COMEM_CLIENT_WORKER, 2 * GIB, COMEM_ANSWERS_RELEASE | COMEM_ANSWERS_IDLE, SERVED_P1);
+    spawn(&cur, h, "served-p2", COMEM_CLIENT_WORKER, 1 * GIB, COMEM_ANSWERS_RELEASE | COMEM_ANSWERS_IDLE, SERVED_P2);
+    spawn(&host, h, "host", COMEM_CLIENT_HOST, 0, 0, HOST_ON_P2);
+    int64_t headroom = -1, published = reserve_of(&host, &headroom);
+    assert_int_equal(published, 400 * MIB); /* Linux: the host's base, no charges */
+
+    usleep(1000 * 1000); /* several ticks with room on the card: nobody is asked */
+    assert_int_equal(ask_child(&old, CMD_ASKS), 0);
+    assert_true(ask_child(&old, CMD_RESIDENT) == 2 * GIB);
+
+    /* Someone the ledger does not know takes the card down to 200 MiB free. */
+    comem_sim *sim = h_sim(h);
+    assert_non_null(sim);
+    assert_int_equal(comem_sim_touch(sim, 0), COMEM_OK); /* its context first, then the reading */
+    comem_device_reading r;
+    assert_int_equal(comem_sim_read(sim, 0, &r), COMEM_OK);
+    int64_t take = r.free - 200 * MIB;
+    assert_true(take > 0);
+    assert_int_equal(comem_sim_alloc(sim, 0, take), COMEM_OK);
+
+    bool released = false;
+    for (int i = 0; i < 50 && !released; i++) {
+        usleep(100 * 1000);
+        released = h_process_resident(h, "served-p1") == 0;
+    }
+    assert_true(released);
+    assert_int_equal(ask_child(&old, CMD_RESIDENT), 0);
+    assert_int_equal(ask_child(&old, CMD_ASKS), 1);
+    usleep(600 * 1000); /* still tight, but the current prompt's holder is left alone */
+    assert_int_equal(ask_child(&cur, CMD_ASKS), 0);
+    assert_true(ask_child(&cur, CMD_RESIDENT) == 1 * GIB);
+    assert_true(h_process_resident(h, "served-p2") == 1 * GIB);
+
+    assert_int_equal(comem_sim_free(sim, 0, take), COMEM_OK);
+    comem_sim_close(sim);
+    finish(&old);
+    finish(&cur);
+    finish(&host);
     assert_ledger_clean(h);
 }
 
@@ -549,6 +610,7 @@ int main(void)
         MP_TEST(test_marked_busy_is_not_asked),
         MP_TEST(test_refusal_says_how_short),
         MP_TEST(test_idle_release),
+        MP_TEST(test_idle_release_early_when_tight),
         MP_TEST(test_sigkill_mid_admission_leaks_no_grant),
         MP_TEST(test_coordinator_restart_reregisters_once),
         MP_TEST(test_reserve_linux),
