@@ -49,15 +49,6 @@ int comem_conn_connect(const char *path)
     return fd;
 }
 
-static int remaining_ms(int64_t deadline_ns)
-{
-    int64_t left = deadline_ns - comem_now_ns();
-    if (left <= 0)
-        return 0;
-    int64_t ms = (left + 999999) / 1000000;
-    return ms > INT32_MAX ? INT32_MAX : (int)ms;
-}
-
 /* Writes all of buf, waiting for room until the deadline. */
 static int send_all(int fd, const uint8_t *buf, size_t len, int timeout_ms)
 {
@@ -72,7 +63,7 @@ static int send_all(int fd, const uint8_t *buf, size_t len, int timeout_ms)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int left = remaining_ms(deadline);
+            int left = comem_ms_until(deadline);
             if (left == 0)
                 return COMEM_ETIMEDOUT;
             struct pollfd pfd = {.fd = fd, .events = POLLOUT};
@@ -243,7 +234,7 @@ int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, 
             break;
         if (atomic_load(&c->stopping))
             return COMEM_ECLOSED;
-        int left = remaining_ms(deadline);
+        int left = comem_ms_until(deadline);
         if (left == 0)
             return COMEM_ETIMEDOUT;
         rc = comem_conn_read(c, fd, left);

@@ -26,15 +26,6 @@ static _Thread_local const comem_client *tl_service;
 
 bool comem_on_service_thread(const comem_client *c) { return c && tl_service == c; }
 
-static int remaining_ms(int64_t deadline_ns)
-{
-    int64_t left = deadline_ns - comem_now_ns();
-    if (left <= 0)
-        return 0;
-    int64_t ms = (left + 999999) / 1000000;
-    return ms > INT32_MAX ? INT32_MAX : (int)ms;
-}
-
 /* A reply nobody waits for: its caller timed out. A late grant is given back at once. */
 static void late_reply(comem_client *c, const comem_msg *m, uint64_t gen)
 {
@@ -104,7 +95,7 @@ int comem_service_pump_until(comem_client *c, const bool *done, int64_t deadline
         if (atomic_load(&c->stopping))
             return COMEM_ECLOSED;
         int wait = -1;
-        if (deadline_ns >= 0 && (wait = remaining_ms(deadline_ns)) == 0)
+        if (deadline_ns >= 0 && (wait = comem_ms_until(deadline_ns)) == 0)
             return COMEM_ETIMEDOUT;
         rc = comem_conn_read(c, c->fd, wait);
         if (rc < 0)

@@ -9,9 +9,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "comem/comem.h"
 #include "comem/common.h"
@@ -19,13 +19,6 @@
 #define VIEW_MAGIC 0x5745495645454d43ULL /* "CMEEVIEW" */
 #define VIEW_VERSION 1u
 #define VIEW_WAIT_NS (200 * 1000 * 1000LL) /* how long a reader waits out an unfinished write */
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 void comem_view_path(const char *socket_path, char *buf, size_t len) { snprintf(buf, len, "%s.view", socket_path); }
 
@@ -163,8 +156,8 @@ int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_
             if (tries < 64)
                 continue;
             if (give_up_ns == 0)
-                give_up_ns = now_ns() + VIEW_WAIT_NS;
-            else if (now_ns() > give_up_ns)
+                give_up_ns = comem_now_ns() + VIEW_WAIT_NS;
+            else if (comem_now_ns() > give_up_ns)
                 return COMEM_EBUSY;
             sched_yield();
             continue;

@@ -21,10 +21,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/bytes.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "comem/pager.h"
 #include "pager/pager_internal.h"
@@ -34,9 +34,7 @@
 static int64_t monotonic_ms(void *user)
 {
     (void)user;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return comem_now_ns() / 1000000;
 }
 
 int comem_pager_open(int backend, int device, const char *sim_spec, comem_pager **out)

@@ -114,10 +114,7 @@ static int cuda_commit(comem_vmm *m, uint64_t va, int64_t size, uint64_t *handle
     if (rc != COMEM_OK)
         return rc;
     CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = c->ordinal;
+    comem_cuda_device_prop(c->ordinal, &prop);
     CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, c->ordinal}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     CUmemGenericAllocationHandle h = 0;
     CUresult r = c->cu->MemCreate(&h, (size_t)size, &prop, 0);

@@ -209,6 +209,14 @@ const char *comem_cuda_errstr(int curesult)
     return n ? n : "unrecognised CUDA error";
 }
 
+void comem_cuda_device_prop(int device, CUmemAllocationProp *prop)
+{
+    memset(prop, 0, sizeof *prop);
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = device;
+}
+
 int comem_cuda_granularity(int device, int64_t *minimum, int64_t *recommended)
 {
     const comem_cuda *cu;
@@ -216,10 +224,7 @@ int comem_cuda_granularity(int device, int64_t *minimum, int64_t *recommended)
     if (rc != COMEM_OK)
         return rc;
     CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
+    comem_cuda_device_prop(device, &prop);
     static const CUmemAllocationGranularity_flags which[2] = {
         CU_MEM_ALLOC_GRANULARITY_MINIMUM, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED};
     int64_t *outs[2] = {minimum, recommended};

@@ -134,4 +134,7 @@ const char *comem_cuda_errstr(int curesult);
  */
 int comem_cuda_granularity(int device, int64_t *minimum, int64_t *recommended);
 
+/* The allocation properties of plain device memory on `device` (what the pager commits). */
+void comem_cuda_device_prop(int device, CUmemAllocationProp *prop);
+
 #endif

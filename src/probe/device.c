@@ -2,7 +2,6 @@
 #include "probe/device.h"
 
 #include <string.h>
-#include <time.h>
 
 const char *comem_scope_name(comem_scope s)
 {
@@ -20,9 +19,3 @@ void comem_device_reading_clear(comem_device_reading *r)
     r->timestamp_ns = comem_now_ns();
 }
 
-int64_t comem_now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/clock.h" /* readings are stamped with comem_now_ns() */
+
 typedef enum comem_scope {
     COMEM_SCOPE_DEVICE_WIDE = 0,  /* every process's allocations move it */
     COMEM_SCOPE_PROCESS_LOCAL = 1 /* only the reader's own allocations move it (WDDM budget) */
@@ -83,8 +85,5 @@ static inline void comem_device_close(comem_device_source *s)
 
 /* Clears a reading to "unknown" everywhere (-1, "", no processes). */
 void comem_device_reading_clear(comem_device_reading *r);
-
-/* Monotonic clock in nanoseconds. */
-int64_t comem_now_ns(void);
 
 #endif

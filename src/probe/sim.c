@@ -363,16 +363,21 @@ static int ensure_context(comem_sim *sim, sim_slot *s, int card)
     return COMEM_OK;
 }
 
-int comem_sim_alloc(comem_sim *sim, int card, int64_t bytes)
+/* The checks every charge takes before it locks the card: this process's handle, the card, the size. */
+static int lock_for(comem_sim *sim, int card, int64_t bytes)
 {
     int rc = check_owner(sim);
     if (rc == COMEM_OK)
         rc = check_card(sim, card);
+    if (rc == COMEM_OK && bytes < 0)
+        rc = COMEM_EINVAL;
+    return rc == COMEM_OK ? lock(sim) : rc;
+}
+
+int comem_sim_alloc(comem_sim *sim, int card, int64_t bytes)
+{
+    int rc = lock_for(sim, card, bytes);
     if (rc != COMEM_OK)
-        return rc;
-    if (bytes < 0)
-        return COMEM_EINVAL;
-    if ((rc = lock(sim)) != COMEM_OK)
         return rc;
     sim_slot *s = own_slot(sim, true);
     if (!s) {
@@ -393,14 +398,8 @@ int comem_sim_alloc(comem_sim *sim, int card, int64_t bytes)
 
 int comem_sim_free(comem_sim *sim, int card, int64_t bytes)
 {
-    int rc = check_owner(sim);
-    if (rc == COMEM_OK)
-        rc = check_card(sim, card);
+    int rc = lock_for(sim, card, bytes);
     if (rc != COMEM_OK)
-        return rc;
-    if (bytes < 0)
-        return COMEM_EINVAL;
-    if ((rc = lock(sim)) != COMEM_OK)
         return rc;
     sim_slot *s = own_slot(sim, false);
     if (!s || s->allocated[card] < bytes) {
@@ -416,12 +415,8 @@ int comem_sim_free(comem_sim *sim, int card, int64_t bytes)
 
 int comem_sim_touch(comem_sim *sim, int card)
 {
-    int rc = check_owner(sim);
-    if (rc == COMEM_OK)
-        rc = check_card(sim, card);
+    int rc = lock_for(sim, card, 0);
     if (rc != COMEM_OK)
-        return rc;
-    if ((rc = lock(sim)) != COMEM_OK)
         return rc;
     sim_slot *s = own_slot(sim, true);
     rc = s ? ensure_context(sim, s, card) : COMEM_ERANGE;
