@@ -1,6 +1,8 @@
 /* tests/integration/harness.c - comemd and client processes for multi-process tests. */
 #include "harness.h"
 
+#include "unit/tmpdir.h"
+
 #include <json-c/json.h>
 #include <poll.h>
 #include <signal.h>
@@ -61,9 +63,7 @@ void h_stop(harness *h, bool hard)
 void h_fini(harness *h)
 {
     h_stop(h, false);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", h->dir);
-    if (system(cmd) != 0)
+    if (test_tmpdir_remove(h->dir) != 0)
         abort();
 }
 

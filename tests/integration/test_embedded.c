@@ -10,6 +10,7 @@
  * nothing, and everything is released at the end.
  */
 #include "unit/cmocka_all.h"
+#include "unit/tmpdir.h"
 
 #include <json-c/json.h>
 #include <pthread.h>
@@ -172,8 +173,7 @@ static int64_t status_num(comem_client *c, const char *a, const char *b)
 static void test_all_threads(void **s)
 {
     (void)s;
-    snprintf(g_dir, sizeof g_dir, "/tmp/comem-test-emb-XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
+    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "emb"), 0);
     snprintf(g_sock, sizeof g_sock, "%s/comem.sock", g_dir);
     snprintf(g_spec, sizeof g_spec, "sim:6GiB:ctx=0:path=%s/card", g_dir);
     comem_sim_spec sp;
@@ -214,9 +214,7 @@ static void test_all_threads(void **s)
     comem_coord_stop(coord);
     comem_sim_close(g_sim);
     unsetenv("COMEM_CHECK");
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(test_tmpdir_remove(g_dir), 0);
 }
 
 int main(void)

@@ -7,6 +7,7 @@
  * HELLO; a bad token is refused; a peer with another uid is refused.
  */
 #include "unit/cmocka_all.h"
+#include "unit/tmpdir.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -36,8 +37,7 @@ static void start(const char *token)
 static int setup(void **s)
 {
     (void)s;
-    snprintf(g_dir, sizeof g_dir, "/tmp/comem-test-proto-XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
+    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "proto"), 0);
     snprintf(g_sock, sizeof g_sock, "%s/comem.sock", g_dir);
     snprintf(g_spec, sizeof g_spec, "sim:8GiB:path=%s/card", g_dir);
     start(NULL);
@@ -48,9 +48,7 @@ static int teardown(void **s)
 {
     (void)s;
     comem_coord_stop(g_coord);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd);
+    return test_tmpdir_remove(g_dir);
 }
 
 static int hello_client(const char *name)

@@ -13,6 +13,7 @@
  * never hang ctest.
  */
 #include "unit/cmocka_all.h"
+#include "unit/tmpdir.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -607,8 +608,7 @@ static const comem_wire_residency *receipt_item(const comem_msg_receipt *r, uint
 static int setup(void **state)
 {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/comem-test-client-XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
+    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "client"), 0);
     snprintf(g_sock, sizeof g_sock, "%s/coord.sock", g_dir);
     g_mock = malloc(sizeof *g_mock);
     mock_init(g_mock);
@@ -630,9 +630,7 @@ static int teardown(void **state)
     unsetenv("COMEM_TOKEN");
     unsetenv("COMEM_RUNTIME_DIR");
     comem_log_set_sink(NULL, NULL);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd);
+    return test_tmpdir_remove(g_dir);
 }
 
 /* Opens a client on the running mock; the client's calls time out after 3 s. */

@@ -13,6 +13,7 @@
  * card's charge = usage) after every test.
  */
 #include "unit/cmocka_all.h"
+#include "unit/tmpdir.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,17 +39,14 @@ static comem_pager *g_p;
 static int setup(void **s)
 {
     (void)s;
-    snprintf(g_dir, sizeof g_dir, "/tmp/comem-test-pager-XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
+    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "pager"), 0);
     return 0;
 }
 
 static int teardown(void **s)
 {
     (void)s;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd);
+    return test_tmpdir_remove(g_dir);
 }
 
 /* Opens g_p on a fresh card of `size` ("64MiB"); plain = zero headrooms, a reading at every call. */
@@ -124,7 +122,7 @@ static const char *map(comem_vbar *v)
     return t;
 }
 
-static int64_t stat(int which) { return comem_pager_stat(g_p, which); }
+static int64_t pager_stat(int which) { return comem_pager_stat(g_p, which); }
 
 /* ---------------------------------------------------------------- basics */
 
@@ -179,7 +177,7 @@ static void test_fault_pins_and_signatures(void **s)
     assert_string_equal(map(v), "PP..");
     assert_int_equal(comem_pager_usage(g_p), 2 * PS);
     assert_int_equal(comem_vbar_loaded_size(v), 2 * PS);
-    assert_int_equal(stat(COMEM_PAGER_STAT_COMMITS), 2);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_COMMITS), 2);
     assert_int_equal(comem_vbar_unpin(v, 2 * MIB, 4 * MIB), COMEM_OK);
     assert_string_equal(map(v), "rr..");
     /* Faulting again commits nothing: the signatures are the same. */
@@ -187,7 +185,7 @@ static void test_fault_pins_and_signatures(void **s)
     assert_int_equal(comem_vbar_fault(v, 0, 2 * PS, sig, 2), COMEM_VBAR_RESIDENT);
     assert_int_equal(sig[0], 1);
     assert_int_equal(sig[1], 1);
-    assert_int_equal(stat(COMEM_PAGER_STAT_COMMITS), 2);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_COMMITS), 2);
     unpin(v, 0, 2);
     /* A zero-sized range touches no page. */
     assert_int_equal(comem_vbar_fault(v, PS, 0, NULL, 0), COMEM_VBAR_RESIDENT);
@@ -213,14 +211,14 @@ static void test_watermark_gate(void **s)
     comem_vbar *v = vbar(8, PS);
     assert_int_equal(comem_vbar_set_watermark(v, 3 * PS + 1), COMEM_OK); /* rounds up: 4 pages */
     assert_int_equal(comem_vbar_watermark(v), 4 * PS);
-    int64_t polls = stat(COMEM_PAGER_STAT_POLLS);
+    int64_t polls = pager_stat(COMEM_PAGER_STAT_POLLS);
     assert_int_equal(fault(v, 5, 1), COMEM_VBAR_OFFLOADED);
     assert_int_equal(fault(v, 3, 2), COMEM_VBAR_OFFLOADED); /* ends above the watermark */
     /* Refused without allocating anything. */
-    assert_int_equal(stat(COMEM_PAGER_STAT_COMMITS), 0);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_COMMITS), 0);
     assert_int_equal(comem_pager_usage(g_p), 0);
-    assert_int_equal(stat(COMEM_PAGER_STAT_OFFLOADED), 2);
-    assert_true(stat(COMEM_PAGER_STAT_POLLS) > polls); /* the stopgap still ran */
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_OFFLOADED), 2);
+    assert_true(pager_stat(COMEM_PAGER_STAT_POLLS) > polls); /* the stopgap still ran */
     assert_int_equal(fault(v, 0, 4), COMEM_VBAR_RESIDENT);
     unpin(v, 0, 4);
     assert_string_equal(map(v), "rrrr....");
@@ -264,8 +262,8 @@ static void test_settles_into_prefix(void **s)
         assert_int_equal(comem_vbar_watermark(v), 8 * PS);
     }
     /* No thrash: after the first pass, nothing was committed or evicted again. */
-    assert_int_equal(stat(COMEM_PAGER_STAT_COMMITS), 8);
-    assert_int_equal(stat(COMEM_PAGER_STAT_EVICTIONS), 0);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_COMMITS), 8);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_EVICTIONS), 0);
     close_card();
 }
 
@@ -283,16 +281,16 @@ static void test_miss_allocation_makes_room_for_lower_pages(void **s)
      * Faulting B's page 5 alone: the room made covers it and B's missing
      * pages 0..4, which have priority over it: 6 pages come off A's top.
      */
-    int64_t evictions = stat(COMEM_PAGER_STAT_EVICTIONS);
+    int64_t evictions = pager_stat(COMEM_PAGER_STAT_EVICTIONS);
     assert_int_equal(fault(b, 5, 1), COMEM_VBAR_RESIDENT);
     unpin(b, 5, 1);
-    assert_int_equal(stat(COMEM_PAGER_STAT_EVICTIONS) - evictions, 6);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_EVICTIONS) - evictions, 6);
     assert_string_equal(map(a), "rrrrrrrrrr......");
     assert_int_equal(comem_vbar_watermark(a), 10 * PS);
     assert_string_equal(map(b), ".....r..");
     /* B's lower pages now fit without another eviction. */
     load(b, 0, 5);
-    assert_int_equal(stat(COMEM_PAGER_STAT_EVICTIONS) - evictions, 6);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_EVICTIONS) - evictions, 6);
     assert_string_equal(map(b), "rrrrrr..");
     assert_int_equal(comem_pager_usage(g_p), 64 * MIB);
     close_card();
@@ -531,12 +529,12 @@ static void test_free_memory_and_reclaimable(void **s)
     unpin(b, 0, 1);
     assert_int_equal(comem_pager_usage(g_p), 0); /* unpinned above b's watermark (0): freed */
     /* Every unmap batch is bracketed by exactly two syncs. */
-    int64_t syncs = stat(COMEM_PAGER_STAT_SYNCS);
+    int64_t syncs = pager_stat(COMEM_PAGER_STAT_SYNCS);
     assert_int_equal(comem_vbar_prioritize(a), COMEM_OK);
     load(a, 0, 4);
     assert_int_equal(comem_pager_free_memory(g_p, 4 * PS, &freed), COMEM_OK);
     assert_int_equal(freed, 4 * PS);
-    assert_int_equal(stat(COMEM_PAGER_STAT_SYNCS) - syncs, 2);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_SYNCS) - syncs, 2);
     close_card();
 }
 
@@ -594,7 +592,7 @@ static void test_device_term_and_cache(void **s)
     assert_int_equal(comem_pager_budget_deficit(g_p, 0), 256 * MIB - 1 * GIB);
     load(a, 0, 16);
     assert_int_equal(comem_pager_usage(g_p), 512 * MIB);
-    int64_t polls = stat(COMEM_PAGER_STAT_POLLS);
+    int64_t polls = pager_stat(COMEM_PAGER_STAT_POLLS);
     assert_int_equal(polls, 1); /* every fault reused the reading */
     /* Between readings, the term moves by the pager's own usage: -768 + 512 + size. */
     assert_int_equal(comem_pager_budget_deficit(g_p, 32 * MIB), -224 * MIB);
@@ -606,12 +604,12 @@ static void test_device_term_and_cache(void **s)
     assert_int_equal(fault(a, 0, 1), COMEM_VBAR_RESIDENT);
     unpin(a, 0, 1);
     assert_int_equal(comem_vbar_loaded_size(a), 512 * MIB);
-    assert_int_equal(stat(COMEM_PAGER_STAT_POLLS), 1);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_POLLS), 1);
     /* At 2 s it reads again: free 112 MiB, 144 MiB short of the margin; 5 pages go (160 MiB). */
     g_now_ms = 2000;
     assert_int_equal(fault(a, 0, 1), COMEM_VBAR_RESIDENT);
     unpin(a, 0, 1);
-    assert_int_equal(stat(COMEM_PAGER_STAT_POLLS), 2);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_POLLS), 2);
     assert_int_equal(comem_vbar_loaded_size(a), 352 * MIB);
     /* Extrapolated from that reading: 144 - 160 = -16 MiB; and the card agrees (free 272 >= 256). */
     assert_int_equal(comem_pager_budget_deficit(g_p, 0), -16 * MIB);
@@ -633,10 +631,10 @@ static void test_device_term_and_cache(void **s)
 
     /* A zero cache reads at every call; a changed margin is read afresh. */
     assert_int_equal(comem_pager_set_device_poll(g_p, 512 * MIB, 0), COMEM_OK);
-    polls = stat(COMEM_PAGER_STAT_POLLS);
+    polls = pager_stat(COMEM_PAGER_STAT_POLLS);
     assert_int_equal(comem_pager_budget_deficit(g_p, 0), 0);
     assert_int_equal(comem_pager_budget_deficit(g_p, MIB), MIB);
-    assert_int_equal(stat(COMEM_PAGER_STAT_POLLS) - polls, 2);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_POLLS) - polls, 2);
     assert_int_equal(comem_pager_set_device_poll(g_p, -1, 0), COMEM_EINVAL);
     assert_int_equal(comem_pager_set_device_poll(g_p, 0, -1), COMEM_EINVAL);
     close_card();
@@ -688,13 +686,13 @@ static void test_transient_commit_failures_are_retried(void **s)
     comem_vmm_sim_inject(comem_pager_vmm(g_p), 0, 3, 0);
     assert_int_equal(fault(b, 0, 2), COMEM_VBAR_RESIDENT);
     unpin(b, 0, 2);
-    assert_int_equal(stat(COMEM_PAGER_STAT_TRANSIENT_RETRIES), 3);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_TRANSIENT_RETRIES), 3);
     assert_string_equal(map(b), "rr..");
     /* Bounded: a device that never gets ready is an error, not a hang. */
     comem_vmm_sim_inject(comem_pager_vmm(g_p), 0, 100, 0);
     assert_int_equal(fault(b, 2, 1), COMEM_EDRIVER);
     assert_string_equal(map(b), "rr..");
-    assert_int_equal(stat(COMEM_PAGER_STAT_TRANSIENT_RETRIES), 3 + 8);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_TRANSIENT_RETRIES), 3 + 8);
     comem_vmm_sim_inject(comem_pager_vmm(g_p), 0, 0, 0);
     assert_int_equal(fault(b, 2, 1), COMEM_VBAR_RESIDENT);
     unpin(b, 2, 1);
@@ -711,7 +709,7 @@ static void test_oom_is_recovered_once(void **s)
     comem_vmm_sim_inject(comem_pager_vmm(g_p), 0, 0, 1);
     assert_int_equal(fault(b, 0, 1), COMEM_VBAR_RESIDENT);
     unpin(b, 0, 1);
-    assert_int_equal(stat(COMEM_PAGER_STAT_PRESSURE_RETRIES), 1);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_PRESSURE_RETRIES), 1);
     assert_string_equal(map(a), "rrr.");
     /* Page 1 commits, page 2 runs out twice: an error; page 1 stays resident, unpinned. */
     comem_vmm_sim_inject(comem_pager_vmm(g_p), 1, 0, 2);
@@ -720,7 +718,7 @@ static void test_oom_is_recovered_once(void **s)
     assert_int_equal(sig[0], 1);
     assert_string_equal(map(b), "rr..");
     assert_string_equal(map(a), "rr..");
-    assert_int_equal(stat(COMEM_PAGER_STAT_PRESSURE_RETRIES), 2);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_PRESSURE_RETRIES), 2);
     close_card();
 }
 

@@ -13,6 +13,7 @@
  * unpinned) are also checked directly, without a client.
  */
 #include "unit/cmocka_all.h"
+#include "unit/tmpdir.h"
 
 #include <json-c/json.h>
 #include <signal.h>
@@ -35,8 +36,7 @@ static int setup(void **s)
 {
     (void)s;
     signal(SIGPIPE, SIG_IGN);
-    snprintf(g_dir, sizeof g_dir, "/tmp/comem-test-pager-client-XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
+    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "pager-client"), 0);
     snprintf(g_sock, sizeof g_sock, "%s/s", g_dir);
     snprintf(g_spec, sizeof g_spec, "sim:4GiB:reserved=0:ctx=0:path=%s/card", g_dir);
     return 0;
@@ -45,9 +45,7 @@ static int setup(void **s)
 static int teardown(void **s)
 {
     (void)s;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd);
+    return test_tmpdir_remove(g_dir);
 }
 
 static void load(comem_vbar *v, int64_t first, int64_t count)

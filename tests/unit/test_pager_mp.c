@@ -13,6 +13,7 @@
  * use cmocka; an alarm bounds each of them.
  */
 #include "unit/cmocka_all.h"
+#include "unit/tmpdir.h"
 
 #include <json-c/json.h>
 #include <poll.h>
@@ -213,8 +214,7 @@ static int setup(void **s)
 {
     (void)s;
     signal(SIGPIPE, SIG_IGN);
-    snprintf(g_dir, sizeof g_dir, "/tmp/comem-test-pager-mp-XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
+    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "pager-mp"), 0);
     snprintf(g_sock, sizeof g_sock, "%s/s", g_dir);
     snprintf(g_spec, sizeof g_spec, "sim:8GiB:reserved=0:ctx=256MiB:path=%s/card", g_dir);
     return 0;
@@ -228,9 +228,7 @@ static int teardown(void **s)
         waitpid(g_comemd, NULL, 0);
         g_comemd = 0;
     }
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd);
+    return test_tmpdir_remove(g_dir);
 }
 
 static void start_comemd(void)

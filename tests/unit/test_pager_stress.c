@@ -17,6 +17,7 @@
  *     this process exactly the pager's usage (comem_pager_check).
  */
 #include "unit/cmocka_all.h"
+#include "unit/tmpdir.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -246,17 +247,14 @@ static void test_concurrent_faults_and_evictions(void **s)
 static int setup(void **s)
 {
     (void)s;
-    snprintf(g_dir, sizeof g_dir, "/tmp/comem-test-pager-stress-XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
+    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "pager-stress"), 0);
     return 0;
 }
 
 static int teardown(void **s)
 {
     (void)s;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd);
+    return test_tmpdir_remove(g_dir);
 }
 
 int main(void)

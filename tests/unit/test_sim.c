@@ -7,6 +7,7 @@
  * churning child is SIGKILLed mid-run; another is killed holding the lock.
  */
 #include "unit/cmocka_all.h"
+#include "unit/tmpdir.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -27,17 +28,14 @@ static char g_dir[256];
 static int setup(void **s)
 {
     (void)s;
-    snprintf(g_dir, sizeof g_dir, "/tmp/comem-test-sim-XXXXXX");
-    assert_non_null(mkdtemp(g_dir));
+    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "sim"), 0);
     return 0;
 }
 
 static int teardown(void **s)
 {
     (void)s;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd);
+    return test_tmpdir_remove(g_dir);
 }
 
 /* Opens the card without cmocka asserts: children must never longjmp into the runner. */
