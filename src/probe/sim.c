@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/bytes.h"
@@ -119,9 +120,36 @@ static void reap(sim_shared *sh, int32_t self)
     }
 }
 
+/*
+ * Waits for the card lock in short timed slices, not one blocking wait. A process
+ * SIGKILLed while it waits on the futex can swallow the single wake-up an unlock
+ * sends; the other waiters would then sleep on a free lock forever (seen with eight
+ * processes churning while one was killed). A timed-out wait tries the lock again.
+ */
+#define SIM_LOCK_SLICE_NS (20 * 1000 * 1000)
+
+static int lock_slices(pthread_mutex_t *m)
+{
+    int first = pthread_mutex_trylock(m); /* uncontended: no clock reading */
+    if (first != EBUSY)
+        return first;
+    for (;;) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until); /* timedlock's clock; a jump only shortens or stretches a slice */
+        until.tv_nsec += SIM_LOCK_SLICE_NS;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        int rc = pthread_mutex_timedlock(m, &until);
+        if (rc != ETIMEDOUT)
+            return rc;
+    }
+}
+
 static int lock(comem_sim *sim)
 {
-    int rc = pthread_mutex_lock(&sim->sh->lock);
+    int rc = lock_slices(&sim->sh->lock);
     if (rc == EOWNERDEAD) {
         /* The owner died mid-operation; its slot is dead and reap() clears it. */
         pthread_mutex_consistent(&sim->sh->lock);

@@ -233,6 +233,7 @@ static void test_wddm_views(void **s)
 #define CHURNERS 8
 #define CHURN_SECONDS 2
 
+/* Allocates and frees at random for CHURN_SECONDS, or until killed (report false). */
 static void churn(const char *file, int wfd, unsigned seed, bool report)
 {
     comem_sim *sim = child_open("sim:2x8GiB:reserved=128MiB:ctx=64MiB", file);
@@ -242,24 +243,29 @@ static void churn(const char *file, int wfd, unsigned seed, bool report)
     int bad = 0;
     for (long i = 0;; i++) {
         clock_gettime(CLOCK_MONOTONIC, &t);
-        if (t.tv_sec - t0.tv_sec >= CHURN_SECONDS)
-            break;
+        if (report && t.tv_sec - t0.tv_sec >= CHURN_SECONDS)
+            break; /* the one that does not report runs until it is killed */
         seed = seed * 1103515245u + 12345u;
         int card = (int)((seed >> 8) & 1);
         int64_t sz = (int64_t)((seed >> 12) % 64 + 1) * COMEM_MIB;
+        int rc;
         if ((seed >> 20) % 3 != 0 || mine[card] < sz) {
-            int rc = comem_sim_alloc(sim, card, sz);
+            rc = comem_sim_alloc(sim, card, sz);
             if (rc == 0)
                 mine[card] += sz;
-            else if (rc != COMEM_ENOSPC)
-                bad++;
+            else if (rc != COMEM_ENOSPC && bad++ < 3)
+                fprintf(stderr, "churn %d: alloc of %lld on card %d: %s\n", (int)getpid(), (long long)sz, card,
+                        comem_status_str(rc));
         } else {
-            bad += comem_sim_free(sim, card, sz) != 0;
+            if ((rc = comem_sim_free(sim, card, sz)) != 0 && bad++ < 3)
+                fprintf(stderr, "churn %d: free: %s\n", (int)getpid(), comem_status_str(rc));
             mine[card] -= sz;
         }
-        int64_t ctx, alloc;
-        comem_sim_usage(sim, card, (int32_t)getpid(), &ctx, &alloc);
-        bad += alloc != mine[card]; /* the card agrees with this process's own books */
+        int64_t ctx = -1, alloc = -1;
+        rc = comem_sim_usage(sim, card, (int32_t)getpid(), &ctx, &alloc);
+        if ((rc != 0 || alloc != mine[card]) && bad++ < 3) /* the card agrees with this process's own books */
+            fprintf(stderr, "churn %d: usage %s: card %d says %lld allocated, my books %lld\n", (int)getpid(),
+                    comem_status_str(rc), card, (long long)alloc, (long long)mine[card]);
     }
     if (report) {
         int64_t msg[3] = {mine[0], mine[1], bad};
@@ -279,7 +285,7 @@ static void test_many_processes_and_a_kill(void **s)
         assert_int_equal(pipe(fds[i]), 0);
         pids[i] = child_fork();
         if (pids[i] == 0) {
-            churn("churn", fds[i][1], 77u + (unsigned)i * 7919u, true);
+            churn("churn", fds[i][1], 77u + (unsigned)i * 7919u, i != 0);
             _exit(0);
         }
         close(fds[i][1]);
@@ -310,6 +316,9 @@ static void test_many_processes_and_a_kill(void **s)
     for (int i = 0; i < CHURNERS; i++) {
         int st;
         assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+        if (WIFSIGNALED(st) != (i == 0))
+            fprintf(stderr, "churner %d: %s %d\n", i, WIFSIGNALED(st) ? "killed by signal" : "exited with",
+                    WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
         if (i == 0) {
             assert_true(WIFSIGNALED(st));
             continue;
