@@ -4,9 +4,9 @@
  *
  * A process opens one client. The client connects to the coordinator on the
  * per-user Unix socket (or starts one inside this process when asked to), and
- * runs a service thread of its own: replies are matched there, and release
- * asks from the coordinator run the holders' callbacks there, never on the
- * caller's threads. Every call that waits takes a timeout. If no coordinator
+ * runs two threads of its own: a service thread that reads every frame and
+ * matches replies, and a callback thread that runs the holders' release
+ * callbacks, never on the caller's threads. Every call that waits takes a timeout. If no coordinator
  * can be reached the client works locally (decisions from this process's own
  * device reading) and says so once in the log; it keeps trying to connect in
  * the background and re-registers everything when it gets through, and again
@@ -53,7 +53,7 @@ typedef struct comem_client comem_client;
 COMEM_API int comem_client_open(const char *socket_path, int role, const char *name, int64_t reserve_base,
                                 unsigned flags, comem_client **out);
 
-/* Unregisters everything, stops the service thread (and an embedded coordinator), frees. */
+/* Unregisters everything, stops its threads (and an embedded coordinator), frees. */
 COMEM_API void comem_client_close(comem_client *c);
 
 /* 1 when talking to a coordinator now, 0 in local-only mode. */
@@ -82,7 +82,9 @@ COMEM_API void comem_client_set_timeout(comem_client *c, int timeout_ms);
 #define COMEM_RELEASE_PINS 3  /* free `bytes` of pinned host RAM */
 
 /*
- * A release callback, run on the client's service thread. entries/amounts
+ * A release callback, run on the client's callback thread (one ask at a time;
+ * calls made from it may wait like any other, since the service thread keeps
+ * delivering replies). entries/amounts
  * (n of them, possibly 0) say how the coordinator planned the bytes over this
  * holder's entries; the holder may free differently. Write the bytes actually
  * freed to *freed and return COMEM_OK, or return COMEM_EBUSY when it cannot

@@ -31,7 +31,7 @@
  * cuMemGetAllocationGranularity on a GPU).
  *
  * Threads: every function is thread-safe; one mutex per pager guards all of
- * its state, and eviction may run on any thread (the client's service thread
+ * its state, and eviction may run on any thread (the client's callback thread
  * answering a release ask) while another faults. A handle must not be used
  * after it is closed or destroyed. See src/pager/pager_internal.h for the
  * structures and the lock order.
@@ -264,7 +264,7 @@ COMEM_API int comem_vbar_read(comem_vbar *v, int64_t offset, void *dst, int64_t 
  * From then on: VBARs created get entries and destroyed ones lose them;
  * residency is reported (comem_entry_set_resident) after a call that changed
  * it, never while the pager lock is held; and release asks are answered on the
- * client's service thread by evicting unpinned pages lowest priority first
+ * client's callback thread by evicting unpinned pages lowest priority first
  * (COMEM_RELEASE_BYTES within watermark limits, COMEM_RELEASE_IDLE everything
  * unpinned), receipts carrying the bytes actually freed. c must outlive the
  * attachment. Returns COMEM_OK, COMEM_EEXIST (already attached) or the

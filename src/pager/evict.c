@@ -16,7 +16,7 @@
  * an H200), so one sync per batch is all the batching there is to have. All
  * of it runs under the pager lock: a fault waits for an eviction in progress
  * rather than seeing a page half gone. The cost of that: an eviction from the
- * service thread holds the lock through a whole-context sync, so the owner's
+ * client's callback thread holds the lock through a whole-context sync, so the owner's
  * next fault waits until the kernels queued before it have finished.
  *
  * Transient commit failures (F13) are retried up to PAGER_TRANSIENT_RETRIES

@@ -1,11 +1,11 @@
 /*
  * pager/pager_client.c - the pager as a holder in the machine-wide ledger:
  * registration, residency reports, and release asks answered on the
- * client's service thread.
+ * client's callback thread.
  *
  * attach registers one holder (COMEM_KIND_PAGER, answering sized and idle
  * releases, also while busy) and one paged entry per VBAR. A release ask runs
- * release() on the service thread: it takes the pager lock, evicts lowest
+ * release() on the client's callback thread: it takes the pager lock, evicts lowest
  * priority first (a sized ask within watermark limits, an idle one everything
  * unpinned), drops the lock and reports the new residency; since a pager
  * never waits for its compute to finish, it answers while its process
@@ -16,13 +16,13 @@
  * last sent go out with comem_entry_set_resident: one census per changed VBAR
  * per call, never per page, and never with the pager lock held (see the lock
  * order in pager_internal.h). Several threads may report at once (an owner
- * thread and the service thread answering a release), so each figure is
+ * thread and the callback thread answering a release), so each figure is
  * read under the lock just before it is sent, and read again after: if it
  * moved meanwhile, it is sent again. Whichever census reaches the client
  * last was therefore followed by a check against the pager's state after it,
  * so the client cannot be left holding a stale figure. The release callback
- * always reports its own evictions before it returns (on the service thread
- * a census does not wait), so the receipt the client builds from its table
+ * always reports its own evictions before it returns (the census waits for
+ * its reply like any call from the callback thread), so the receipt the client builds from its table
  * carries the residency after the release, which the coordinator books
  * grants against. The one exception: an owner thread that read a figure
  * before the eviction and hands it to the client after the callback's census
@@ -115,7 +115,7 @@ int64_t comem_pager_release_locked(comem_pager *p, int kind, int64_t bytes)
     }
 }
 
-/* The holder's release callback, on the client's service thread. */
+/* The holder's release callback, on the client's callback thread. */
 static int release(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
                    const int64_t *amounts, size_t n, int64_t *freed)
 {

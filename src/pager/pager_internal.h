@@ -37,9 +37,9 @@
  *
  * Lock order: attach_mu → lock → (backend: the sim card's lock, the driver).
  * The pager lock is a leaf with respect to the client library: no client call
- * is ever made with it held, because the client's service thread calls into
- * the pager (the release callback takes the lock) while owner threads may be
- * waiting inside a client call for a reply only that thread can read.
+ * is ever made with it held, because the client's callback thread calls into
+ * the pager (the release callback takes the lock): a round trip made under
+ * the lock would hold every release ask, and every fault, behind it.
  * attach_mu is taken by attach, detach, vbar create (registration) and vbar
  * destroy, and may be held across client calls that wait for replies; the
  * release callback never takes it. A VBAR is freed only under attach_mu, so a

@@ -20,7 +20,7 @@
  * one PyTorch uses) and releases it at close. Calls that need a context make
  * it current on the calling thread first, when it is not already. If the
  * thread had another context current, that one is made current again after
- * the call; a thread with none (the client's service thread answering a
+ * the call; a thread with none (the client's callback thread answering a
  * release ask) keeps ours current, so later evictions on it cost nothing
  * extra. Threads where the primary context is already current (PyTorch's)
  * pay one cuCtxGetCurrent per call.
