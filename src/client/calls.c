@@ -6,8 +6,9 @@
  * own, the caller waits at most its timeout, and the reply's figures come
  * back. Without it they are decided locally (client/local.c), or fail with
  * COMEM_ECLOSED when the client was opened with COMEM_OPEN_NO_LOCAL. On the
- * service thread (inside a release callback) a call that needs a reply's
- * figures returns COMEM_EBUSY: waiting there would wait for itself.
+ * library's service thread a call that needs a reply's figures returns
+ * COMEM_EBUSY: that thread reads the replies, so waiting there would wait for
+ * itself. (Release callbacks run on the callback thread and may wait.)
  */
 #include <stdlib.h>
 #include <string.h>
@@ -80,8 +81,15 @@ static bool cannot_wait(comem_client *c)
 {
     if (!comem_on_service_thread(c))
         return false;
-    comem_warn("a call that waits for the coordinator was made from a release callback; refused as busy");
+    comem_warn("a call that waits for the coordinator was made on the library's service thread; refused as busy");
     return true;
+}
+
+/* Lock held: where a call goes. *local when the link is down; COMEM_EBUSY when it cannot wait. */
+static int route(comem_client *c, bool *local)
+{
+    *local = decide_locally(c);
+    return !*local && cannot_wait(c) ? COMEM_EBUSY : COMEM_OK;
 }
 
 int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
@@ -111,9 +119,9 @@ int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, i
         else if (comem_tab_entry_live(c, e))
             m->u.admit.keep[nk++] = e->coord_id; /* one the coordinator does not know yet cannot be asked anyway */
     }
-    bool local = rc == COMEM_OK && decide_locally(c);
-    if (rc == COMEM_OK && !local && cannot_wait(c))
-        rc = COMEM_EBUSY;
+    bool local = false;
+    if (rc == COMEM_OK)
+        rc = route(c, &local);
     if (rc == COMEM_OK && !local) {
         m->type = COMEM_MSG_ADMIT;
         m->u.admit.device = (uint16_t)device;
@@ -239,9 +247,8 @@ int comem_pressure(comem_client *c, int device, int64_t bytes, int timeout_ms, i
     client_req r = {0};
     int rc = COMEM_OK;
     pthread_mutex_lock(&c->lock);
-    bool local = decide_locally(c);
-    if (!local && cannot_wait(c))
-        rc = COMEM_EBUSY;
+    bool local;
+    rc = route(c, &local);
     if (rc == COMEM_OK && !local) {
         m.type = COMEM_MSG_PRESSURE;
         m.u.pressure.device = (uint16_t)device;
@@ -406,9 +413,8 @@ int comem_reserve(comem_client *c, int device, int64_t *reserve, int64_t *pager_
     client_req r = {0};
     int rc = COMEM_OK;
     pthread_mutex_lock(&c->lock);
-    bool local = decide_locally(c);
-    if (!local && cannot_wait(c))
-        rc = COMEM_EBUSY;
+    bool local;
+    rc = route(c, &local);
     if (rc == COMEM_OK && !local) {
         m.type = COMEM_MSG_RESERVE;
         m.u.reserve.device = (uint16_t)device;
@@ -445,9 +451,8 @@ int comem_status_json(comem_client *c, char **json)
     client_req r = {0};
     int rc = COMEM_OK;
     pthread_mutex_lock(&c->lock);
-    bool local = decide_locally(c);
-    if (!local && cannot_wait(c))
-        rc = COMEM_EBUSY;
+    bool local;
+    rc = route(c, &local);
     if (rc == COMEM_OK && !local) {
         m.type = COMEM_MSG_STATUS;
         rc = comem_req_begin(c, &r, PEND_STATUS, 0, 0, true);
