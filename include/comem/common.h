@@ -41,6 +41,15 @@ typedef enum comem_status {
     COMEM_ERANGE = -15    /* a value is out of range */
 } comem_status;
 
+/*
+ * The scope of a free-memory figure: whose allocations move it. Linux readings
+ * are device-wide; under Windows WDDM a process's own reading is its budget.
+ */
+typedef enum comem_scope {
+    COMEM_SCOPE_DEVICE_WIDE = 0,  /* every process's allocations move it */
+    COMEM_SCOPE_PROCESS_LOCAL = 1 /* only the reader's own allocations move it (WDDM budget) */
+} comem_scope;
+
 /* A short, stable, lower-case description of a status ("ok", "busy", ...). */
 COMEM_API const char *comem_status_str(int status);
 

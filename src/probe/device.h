@@ -19,12 +19,9 @@
 #include <stdint.h>
 
 #include "base/clock.h" /* readings are stamped with comem_now_ns() */
+#include "comem/common.h"  /* comem_scope */
 
-typedef enum comem_scope {
-    COMEM_SCOPE_DEVICE_WIDE = 0,  /* every process's allocations move it */
-    COMEM_SCOPE_PROCESS_LOCAL = 1 /* only the reader's own allocations move it (WDDM budget) */
-} comem_scope;
-
+/* comem_scope (the scope of a free figure) is in comem/common.h: the protocol carries it too. */
 const char *comem_scope_name(comem_scope s); /* "device-wide" / "process-local" */
 
 #define COMEM_MAX_DEVICES 16

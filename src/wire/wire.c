@@ -64,7 +64,6 @@
 #include <string.h>
 
 #include "comem/common.h"
-#include "probe/device.h"
 #include "wire/wire_buf.h"
 
 /* ---- field walkers: write *v when encoding, fill *v when decoding ---- */
