@@ -23,7 +23,8 @@ static const uint16_t types[] = {
     COMEM_MSG_RECEIPT,        COMEM_MSG_REPLY,         COMEM_MSG_HELLO_REPLY,
     COMEM_MSG_DEVICES_REPLY,  COMEM_MSG_ID_REPLY,      COMEM_MSG_ADMIT_REPLY,
     COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
-    COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,
+    COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
+    COMEM_MSG_RELEASE_REPLY,
 };
 
 static comem_msg g_msg; /* large: kept off the stack */
@@ -154,6 +155,18 @@ static void sample(comem_msg *m, uint16_t type)
         m->u.admit_reply.reserve = 419430400;
         m->u.admit_reply.pager_headroom = 268435456;
         m->u.admit_reply.n_asked = 1;
+        m->u.admit_reply.n_ids = 1;
+        m->u.admit_reply.asked[0] = 0x100000003ull;
+        break;
+    case COMEM_MSG_RELEASE:
+        m->u.release.entry_id = 0x100000007ull;
+        m->u.release.bytes = -1;
+        m->u.release.timeout_ms = 10000;
+        break;
+    case COMEM_MSG_RELEASE_REPLY:
+        m->u.release_reply.outcome = COMEM_RECEIPT_DONE;
+        m->u.release_reply.freed = 1 << 30;
+        m->u.release_reply.resident = 0;
         break;
     case COMEM_MSG_PRESSURE_REPLY:
         m->u.pressure_reply.freed = 1 << 30;

@@ -59,6 +59,13 @@ COMEM_API void comem_client_close(comem_client *c);
 /* 1 when talking to a coordinator now, 0 in local-only mode. */
 COMEM_API int comem_client_connected(comem_client *c);
 
+/*
+ * The coordinator's id for this process's session (as comem_status_json lists
+ * it under "session"), 0 in local-only mode. It changes when the client
+ * reconnects to a new coordinator.
+ */
+COMEM_API uint64_t comem_client_session(comem_client *c);
+
 /* The default timeout (ms) for calls that take timeout_ms < 0. Default 10000. */
 COMEM_API void comem_client_set_timeout(comem_client *c, int timeout_ms);
 
@@ -135,12 +142,21 @@ COMEM_API int comem_admit(comem_client *c, int device, uint64_t holder, int64_t 
                           int64_t *short_by);
 
 /*
- * Details of the last admission this thread made: the ask target, true free
- * before and after, bytes freed by others, holders asked and busy, the
- * reserve to publish. Any pointer may be NULL.
+ * Details of the last admission this thread made on c: the ask target, true
+ * free before and after, bytes freed by others, and how many holders were
+ * asked and answered busy. Any pointer may be NULL. All zero when this thread
+ * has made no admission on c.
  */
 COMEM_API void comem_admit_details(comem_client *c, int64_t *need, int64_t *free_before, int64_t *free_after,
                                    int64_t *freed, int *asked, int *busy);
+
+/*
+ * Whom the last admission this thread made on c asked: writes up to cap
+ * holder ids (the coordinator's, as comem_status_json lists them; the first 64
+ * at most) to holders and returns how many it wrote. holders NULL: returns how
+ * many there are. 0 when the admission was local or asked nobody.
+ */
+COMEM_API size_t comem_admit_asked(comem_client *c, uint64_t *holders, size_t cap);
 
 /* The grant's bytes are now resident in entry (0: cancelled); used is what was loaded. */
 COMEM_API int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t used);
@@ -150,6 +166,22 @@ COMEM_API int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, 
  * before this process shrinks its work. *freed receives what came back.
  */
 COMEM_API int comem_pressure(comem_client *c, int device, int64_t bytes, int timeout_ms, int64_t *freed);
+
+/*
+ * Asks the holder of another process's entry to release bytes of it, and
+ * waits for its receipt: what a host's stand-in does when ComfyUI's own
+ * eviction loop picks a worker's model. entry is the coordinator's id, as
+ * comem_status_json lists it; bytes < 0 (or more than is resident) asks for
+ * all of it. *freed receives the bytes the holder reported freed and
+ * *resident the entry's resident bytes after (either may be NULL).
+ * Returns COMEM_OK; COMEM_EBUSY when the holder is computing (nothing freed);
+ * COMEM_ENOENT when the entry or its process is gone (*freed is then what the
+ * entry held, if its process ended during the ask: those bytes came back with
+ * it); COMEM_EINVAL for this process's own entry; COMEM_ENOTSUP for a holder
+ * that does not answer release asks; COMEM_ECLOSED without a coordinator.
+ */
+COMEM_API int comem_ask_release(comem_client *c, uint64_t entry, int64_t bytes, int timeout_ms, int64_t *freed,
+                                int64_t *resident);
 
 /* ---- pinned host RAM, machine-wide ---- */
 

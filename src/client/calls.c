@@ -22,10 +22,12 @@ static _Thread_local struct {
     const comem_client *c;
     int64_t need, free_before, free_after, freed;
     int asked, busy;
+    uint64_t ids[COMEM_WIRE_MAX_ASKED]; /* coordinator holder ids */
+    size_t n_ids;
 } tl_admit;
 
 void comem_admit_record(comem_client *c, int64_t need, int64_t free_before, int64_t free_after, int64_t freed,
-                        int asked, int busy)
+                        int asked, int busy, const uint64_t *ids, size_t n_ids)
 {
     tl_admit.c = c;
     tl_admit.need = need;
@@ -34,6 +36,9 @@ void comem_admit_record(comem_client *c, int64_t need, int64_t free_before, int6
     tl_admit.freed = freed;
     tl_admit.asked = asked;
     tl_admit.busy = busy;
+    tl_admit.n_ids = ids ? (n_ids < COMEM_WIRE_MAX_ASKED ? n_ids : COMEM_WIRE_MAX_ASKED) : 0;
+    if (tl_admit.n_ids)
+        memcpy(tl_admit.ids, ids, tl_admit.n_ids * sizeof ids[0]);
 }
 
 void comem_admit_details(comem_client *c, int64_t *need, int64_t *free_before, int64_t *free_after, int64_t *freed,
@@ -52,6 +57,16 @@ void comem_admit_details(comem_client *c, int64_t *need, int64_t *free_before, i
         *asked = mine ? tl_admit.asked : 0;
     if (busy)
         *busy = mine ? tl_admit.busy : 0;
+}
+
+size_t comem_admit_asked(comem_client *c, uint64_t *holders, size_t cap)
+{
+    if (!c || tl_admit.c != c)
+        return 0;
+    size_t n = tl_admit.n_ids < cap ? tl_admit.n_ids : cap;
+    if (n && holders)
+        memcpy(holders, tl_admit.ids, n * sizeof holders[0]);
+    return holders ? n : tl_admit.n_ids;
 }
 
 /* The coordinator's budget: a little under the caller's wait, so its answer still finds the caller. */
@@ -153,7 +168,8 @@ int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, i
     if ((rc = reply_status(&rep, COMEM_MSG_ADMIT_REPLY)) != COMEM_OK)
         return rc;
     const comem_msg_admit_reply *a = &rep.u.admit_reply;
-    comem_admit_record(c, a->need, a->free_before, a->free_after, a->freed, a->n_asked, a->n_busy);
+    comem_admit_record(c, a->need, a->free_before, a->free_after, a->freed, a->n_asked, a->n_busy, a->asked,
+                       a->n_ids);
     if (!a->granted) {
         if (short_by)
             *short_by = comem_clamp0(a->short_by);
@@ -274,6 +290,62 @@ int comem_pressure(comem_client *c, int device, int64_t bytes, int timeout_ms, i
     if (freed)
         *freed = comem_clamp0(rep.u.pressure_reply.freed);
     return COMEM_OK;
+}
+
+int comem_ask_release(comem_client *c, uint64_t entry, int64_t bytes, int timeout_ms, int64_t *freed,
+                      int64_t *resident)
+{
+    if (freed)
+        *freed = 0;
+    if (resident)
+        *resident = 0;
+    if (!c || entry == 0)
+        return COMEM_EINVAL;
+    int timeout = comem_client_timeout(c, timeout_ms);
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    client_req r = {0};
+    pthread_mutex_lock(&c->lock);
+    bool local;
+    int rc = route(c, &local);
+    if (rc == COMEM_OK && local)
+        rc = COMEM_ECLOSED; /* another process's entry exists only at a coordinator */
+    if (rc == COMEM_OK) {
+        m.type = COMEM_MSG_RELEASE;
+        m.u.release.entry_id = entry;
+        m.u.release.bytes = bytes < 0 ? -1 : bytes;
+        m.u.release.timeout_ms = coord_budget(timeout);
+        rc = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, true);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc != COMEM_OK)
+        return rc;
+    client_reply rep;
+    if ((rc = comem_req_finish(c, &r, &m, timeout, &rep, NULL)) != COMEM_OK)
+        return rc;
+    if ((rc = reply_status(&rep, COMEM_MSG_RELEASE_REPLY)) != COMEM_OK)
+        return rc;
+    const comem_msg_release_reply *x = &rep.u.release_reply;
+    if (freed)
+        *freed = comem_clamp0(x->freed);
+    if (resident)
+        *resident = comem_clamp0(x->resident);
+    switch (x->outcome) {
+    case COMEM_RECEIPT_DONE: return COMEM_OK;
+    case COMEM_RECEIPT_BUSY: return COMEM_EBUSY;
+    case COMEM_RECEIPT_GONE: return COMEM_ENOENT;
+    default: return COMEM_EIO;
+    }
+}
+
+uint64_t comem_client_session(comem_client *c)
+{
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    uint64_t id = c->link != LINK_DOWN ? c->session_id : 0;
+    pthread_mutex_unlock(&c->lock);
+    return id;
 }
 
 /* Lock held: the pin counters of holder (0: the process), or NULL when unknown. */

@@ -100,6 +100,7 @@ typedef struct client_reply {
         comem_msg_pressure_reply pressure_reply;
         comem_msg_pin_reply pin_reply;
         comem_msg_reserve_reply reserve_reply;
+        comem_msg_release_reply release_reply;
     } u;
 } client_reply;
 
@@ -388,8 +389,8 @@ void comem_local_close(comem_client *c);
 
 /* ---- calls.c ---- */
 
-/* Records the figures of an admission for comem_admit_details (this thread). */
+/* Records the figures of an admission for comem_admit_details (this thread); ids may be NULL. */
 void comem_admit_record(comem_client *c, int64_t need, int64_t free_before, int64_t free_after, int64_t freed,
-                        int asked, int busy);
+                        int asked, int busy, const uint64_t *ids, size_t n_ids);
 
 #endif

@@ -63,7 +63,7 @@ int comem_local_admit(comem_client *c, int device, int64_t weights, int64_t infe
     free(r);
     if (rc != COMEM_OK)
         return rc;
-    comem_admit_record(c, need, free_now, free_now, 0, 0, 0);
+    comem_admit_record(c, need, free_now, free_now, 0, 0, 0, NULL, 0);
     char a[32], b[32], s[32];
     if (free_now < need) {
         int64_t missing = comem_sub(need, free_now);

@@ -188,6 +188,7 @@ static void copy_reply(client_reply *dst, const comem_msg *m)
     case COMEM_MSG_PRESSURE_REPLY: dst->u.pressure_reply = m->u.pressure_reply; break;
     case COMEM_MSG_PIN_REPLY: dst->u.pin_reply = m->u.pin_reply; break;
     case COMEM_MSG_RESERVE_REPLY: dst->u.reserve_reply = m->u.reserve_reply; break;
+    case COMEM_MSG_RELEASE_REPLY: dst->u.release_reply = m->u.release_reply; break;
     default: break;
     }
 }

@@ -95,6 +95,15 @@ static bool excluded(const job *j, uint64_t holder)
     return false;
 }
 
+/* An ask went out for job j: count it, and remember whom (the reply names the first few). */
+static void note_asked(job *j, uint64_t holder)
+{
+    j->asks_out++;
+    if (j->n_asked < COMEM_WIRE_MAX_ASKED)
+        j->asked[j->n_asked] = holder;
+    j->n_asked++;
+}
+
 /* Plans (coord/plan.c) and sends the asks for an admission; returns the asks sent. */
 static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
 {
@@ -128,8 +137,7 @@ static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
         }
         if (coord_ask(s, holder, COMEM_ASK_RELEASE, total, items, k, OWNER_JOB, jid)) {
             sent++;
-            j->asks_out++;
-            j->n_asked++;
+            note_asked(j, holder);
         }
     }
     return sent;
@@ -163,8 +171,7 @@ static int plan_pressure(comem_coord_srv *s, uint64_t jid, job *j)
     for (size_t a = 0; a < k; a++) {
         if (coord_ask(s, ids[asks[a].holder], COMEM_ASK_RELEASE, asks[a].bytes, NULL, 0, OWNER_JOB, jid)) {
             sent++;
-            j->asks_out++;
-            j->n_asked++;
+            note_asked(j, ids[asks[a].holder]);
         }
     }
 done:
@@ -225,6 +232,8 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
         r->reserve = coord_reserve_for(s, j->session, j->device, &r->pager_headroom);
         r->n_asked = (uint16_t)j->n_asked;
         r->n_busy = (uint16_t)j->n_busy;
+        r->n_ids = (uint16_t)(j->n_asked < COMEM_WIRE_MAX_ASKED ? j->n_asked : COMEM_WIRE_MAX_ASKED);
+        memcpy(r->asked, j->asked, r->n_ids * sizeof r->asked[0]);
         char sb[32] = "";
         if (!r->granted)
             comem_format_bytes(r->short_by, sb, 32);

@@ -9,6 +9,7 @@
  */
 #include "base/bytes.h"
 #include "base/log.h"
+#include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
 
@@ -42,10 +43,25 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     return id;
 }
 
+/* Answers the RELEASE an ask was sent for, if its requester is still connected. */
+static void reply_release(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed)
+{
+    conn *rc = coord_conn_of(s, a->req_session);
+    if (!rc)
+        return; /* the requester left: nobody waits */
+    const ledger_entry *e = comem_ledger_entry(&s->ledger, a->entry);
+    comem_msg m = {.type = COMEM_MSG_RELEASE_REPLY, .request_id = a->req_id};
+    m.u.release_reply.outcome = outcome;
+    m.u.release_reply.freed = comem_clamp0(freed);
+    m.u.release_reply.resident = e && outcome != COMEM_RECEIPT_GONE ? e->resident : 0;
+    coord_send(s, rc, &m);
+}
+
 /* Hands an ask's outcome to its owner and forgets the ask. */
-static void settle(comem_coord_srv *s, uint64_t id, ask *a, bool busy, int64_t freed)
+static void settle(comem_coord_srv *s, uint64_t id, ask *a, uint8_t outcome, int64_t freed)
 {
     ask copy = *a;
+    bool busy = outcome != COMEM_RECEIPT_DONE;
     comem_slab_free(&s->asks, id);
     switch (copy.owner) {
     case OWNER_JOB:
@@ -56,6 +72,9 @@ static void settle(comem_coord_srv *s, uint64_t id, ask *a, bool busy, int64_t f
         break;
     case OWNER_PINS:
         break; /* the holder reports its unpinning itself (PIN_RELEASE) */
+    case OWNER_REQUEST:
+        reply_release(s, &copy, outcome, freed);
+        break;
     }
     if (freed > 0 && copy.kind != COMEM_ASK_PINS)
         coord_publish_reserve(s, copy.device, true); /* a receipt is the evidence a shrink needs */
@@ -75,7 +94,7 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
         if (rc != COMEM_OK)
             comem_warn("receipt residency from pid %d refused: %s", (int)c->pid, comem_status_str(rc));
     }
-    settle(s, r->ask_id, a, r->outcome == COMEM_RECEIPT_BUSY, r->outcome == COMEM_RECEIPT_DONE ? r->freed : 0);
+    settle(s, r->ask_id, a, r->outcome, r->outcome == COMEM_RECEIPT_DONE ? r->freed : 0);
 }
 
 void coord_asks_tick(comem_coord_srv *s, int64_t now_ns)
@@ -86,7 +105,7 @@ void coord_asks_tick(comem_coord_srv *s, int64_t now_ns)
         if (a && now_ns >= a->deadline_ns) {
             const ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
             comem_info("holder '%s' did not answer its ask in time; counted as busy", h ? h->name : "?");
-            settle(s, id, a, true, 0);
+            settle(s, id, a, COMEM_RECEIPT_BUSY, 0);
         }
     }
 }
@@ -96,7 +115,70 @@ void coord_asks_session_ended(comem_coord_srv *s, uint64_t session)
     for (size_t i = 0; i < comem_slab_slots(&s->asks); i++) {
         uint64_t id;
         ask *a = comem_slab_at(&s->asks, i, &id);
-        if (a && a->session == session)
-            settle(s, id, a, true, 0); /* its memory comes back with the process; re-measuring sees it */
+        if (!a || a->session != session)
+            continue;
+        /* Its memory comes back with the process; re-measuring sees it. A RELEASE is told
+           the entry's bytes came back (ComfyUI's stand-in then counts them as freed). */
+        if (a->owner == OWNER_REQUEST)
+            settle(s, id, a, COMEM_RECEIPT_GONE, a->entry_before);
+        else
+            settle(s, id, a, COMEM_RECEIPT_BUSY, 0);
     }
+}
+
+/* Answers a RELEASE at once, without asking anyone. */
+static void release_now(comem_coord_srv *s, conn *c, uint32_t rid, uint8_t outcome, int64_t freed, int64_t resident)
+{
+    comem_msg m = {.type = COMEM_MSG_RELEASE_REPLY, .request_id = rid};
+    m.u.release_reply.outcome = outcome;
+    m.u.release_reply.freed = freed;
+    m.u.release_reply.resident = resident;
+    coord_send(s, c, &m);
+}
+
+void coord_release(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_release *r)
+{
+    const ledger_entry *e = comem_ledger_entry(&s->ledger, r->entry_id);
+    if (!e) {
+        release_now(s, c, rid, COMEM_RECEIPT_GONE, 0, 0); /* removed, or its process ended */
+        return;
+    }
+    if (e->session == c->session) {
+        coord_reply(s, c, rid, COMEM_EINVAL, "that entry is this process's own: release it directly");
+        return;
+    }
+    const ledger_holder *h = comem_ledger_holder(&s->ledger, e->holder);
+    if (!h || !(h->flags & COMEM_CAP_RELEASE)) {
+        coord_reply(s, c, rid, COMEM_ENOTSUP, "the entry's holder does not answer release asks");
+        return;
+    }
+    if (h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY)) {
+        release_now(s, c, rid, COMEM_RECEIPT_BUSY, 0, e->resident); /* never interrupt a compute thread */
+        return;
+    }
+    int64_t bytes = r->bytes < 0 || r->bytes > e->resident ? e->resident : r->bytes;
+    if (bytes == 0) {
+        release_now(s, c, rid, COMEM_RECEIPT_DONE, 0, e->resident);
+        return;
+    }
+    comem_wire_release item = {r->entry_id, bytes};
+    uint64_t id = coord_ask(s, e->holder, COMEM_ASK_RELEASE, bytes, &item, 1, OWNER_REQUEST, 0);
+    ask *a = id ? comem_slab_get(&s->asks, id) : NULL;
+    if (!a) {
+        release_now(s, c, rid, COMEM_RECEIPT_BUSY, 0, e->resident); /* no connection to ask on right now */
+        return;
+    }
+    a->req_session = c->session;
+    a->req_id = rid;
+    a->entry = r->entry_id;
+    a->entry_before = e->resident;
+    /* Answer within the requester's wait as well as the holder's deadline. */
+    if (r->timeout_ms > 0) {
+        int64_t by = comem_now_ns() + (int64_t)r->timeout_ms * 900000;
+        if (by < a->deadline_ns)
+            a->deadline_ns = by;
+    }
+    char b[32];
+    comem_info("release: '%s' asks '%s' for %s of '%s'", comem_ledger_session(&s->ledger, c->session)->name,
+               h->name, comem_format_bytes(bytes, b, sizeof b), e->name);
 }

@@ -68,6 +68,7 @@ typedef struct job {
     int round;
     int asks_out;          /* asks not yet answered */
     int n_asked, n_busy;
+    uint64_t asked[COMEM_WIRE_MAX_ASKED]; /* the first holders asked, for the reply */
     int64_t deadline_ns;   /* the requester stops waiting then */
     uint64_t excluded[64]; /* holders that said busy: not asked again by this job */
     int n_excluded;
@@ -78,7 +79,8 @@ typedef struct job {
     uint64_t next;         /* next job in the device FIFO */
 } job;
 
-typedef enum ask_owner { OWNER_JOB = 1, OWNER_IDLE = 2, OWNER_PINS = 3 } ask_owner;
+/* Who waits for an ask's receipt: a job, a sweep, or another session's RELEASE request. */
+typedef enum ask_owner { OWNER_JOB = 1, OWNER_IDLE = 2, OWNER_PINS = 3, OWNER_REQUEST = 4 } ask_owner;
 
 typedef struct ask {
     uint64_t session; /* the asked holder's session */
@@ -89,6 +91,11 @@ typedef struct ask {
     int64_t deadline_ns;
     ask_owner owner;
     uint64_t job;
+    /* OWNER_REQUEST: the RELEASE being answered */
+    uint64_t req_session;
+    uint32_t req_id;
+    uint64_t entry;
+    int64_t entry_before; /* the entry's residency when asked: what comes back if its process ends */
 } ask;
 
 /* The last reading of a device, and what the ledger learned since. */
@@ -172,6 +179,8 @@ void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns);
 uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t bytes, const comem_wire_release *items,
                    uint16_t n, ask_owner owner, uint64_t job);
 void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r);
+/* A RELEASE request: ask the holder of another session's entry and relay its receipt. */
+void coord_release(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_release *r);
 void coord_asks_tick(comem_coord_srv *s, int64_t now_ns);
 void coord_asks_session_ended(comem_coord_srv *s, uint64_t session);
 

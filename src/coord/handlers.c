@@ -221,6 +221,9 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
     case COMEM_MSG_RECEIPT:
         coord_receipt(s, c, &m->u.receipt);
         break;
+    case COMEM_MSG_RELEASE:
+        coord_release(s, c, rid, &m->u.release);
+        break;
     default:
         /* A coordinator-to-client type sent the other way is a protocol error. */
         coord_reply(s, c, rid, COMEM_EPROTO, "not a request");

@@ -35,13 +35,15 @@
  *   STATUS          u8 flags (0)
  *   RECEIPT         u64 ask_id, u8 outcome (0..2), i64 freed,
  *                   list<residency, 512> items
+ *   RELEASE         u64 entry_id, i64 bytes, u32 timeout_ms
  *   REPLY           i32 status, text<128> message
  *   HELLO_REPLY     u64 session_id, u32 coord_pid, u16 proto_version,
  *                   u16 n_devices (<= 16)
  *   DEVICES_REPLY   list<device, 16> devices
  *   ADMIT_REPLY     u8 granted (0..1), u64 grant_id, i64 bytes, i64 need,
  *                   i64 free_before, i64 free_after, i64 short_by, i64 freed,
- *                   i64 reserve, i64 pager_headroom, u16 n_asked, u16 n_busy
+ *                   i64 reserve, i64 pager_headroom, u16 n_asked, u16 n_busy,
+ *                   list<u64, 64> asked
  *   PRESSURE_REPLY  i64 freed, i64 free_after, u16 n_asked, u16 n_busy
  *   PIN_REPLY       u8 granted (0..1), i64 total_pinned, i64 max_pinned,
  *                   i64 shortfall
@@ -51,6 +53,7 @@
  *                   offset + len <= total), len bytes
  *   ASK             u64 ask_id, u64 holder_id, u8 kind (1..3), u16 device,
  *                   i64 bytes, u32 deadline_ms, list<release, 512> items
+ *   RELEASE_REPLY   u8 outcome (0..3), i64 freed, i64 resident
  *
  *   residency = u64 entry_id, u64 seq, i64 resident            (24 bytes)
  *   release   = u64 entry_id, i64 bytes                        (16 bytes)
@@ -287,6 +290,9 @@ static void walk_admit_reply(comem_wire_cur *c, comem_msg_admit_reply *b)
     io_i64(c, &b->pager_headroom);
     io_u16(c, &b->n_asked);
     io_u16(c, &b->n_busy);
+    size_t n = io_count(c, &b->n_ids, COMEM_WIRE_MAX_ASKED);
+    for (size_t i = 0; i < n && !c->err; i++)
+        io_u64(c, &b->asked[i]);
 }
 
 static void walk_grant_done(comem_wire_cur *c, comem_msg_grant_done *b)
@@ -394,6 +400,20 @@ static void walk_receipt(comem_wire_cur *c, comem_msg_receipt *b)
         walk_residency(c, &b->items[i]);
 }
 
+static void walk_release_req(comem_wire_cur *c, comem_msg_release *b)
+{
+    io_u64(c, &b->entry_id);
+    io_i64(c, &b->bytes);
+    io_u32(c, &b->timeout_ms);
+}
+
+static void walk_release_reply(comem_wire_cur *c, comem_msg_release_reply *b)
+{
+    io_enum8(c, &b->outcome, COMEM_RECEIPT_DONE, COMEM_RECEIPT_GONE);
+    io_i64(c, &b->freed);
+    io_i64(c, &b->resident);
+}
+
 static void walk_reply(comem_wire_cur *c, comem_msg_reply *b)
 {
     io_i32(c, &b->status);
@@ -421,6 +441,7 @@ static bool walk_body(comem_wire_cur *c, comem_msg *m)
     case COMEM_MSG_RESERVE: walk_reserve(c, &m->u.reserve); break;
     case COMEM_MSG_STATUS: walk_status(c, &m->u.status); break;
     case COMEM_MSG_RECEIPT: walk_receipt(c, &m->u.receipt); break;
+    case COMEM_MSG_RELEASE: walk_release_req(c, &m->u.release); break;
     case COMEM_MSG_REPLY: walk_reply(c, &m->u.reply); break;
     case COMEM_MSG_HELLO_REPLY: walk_hello_reply(c, &m->u.hello_reply); break;
     case COMEM_MSG_DEVICES_REPLY: walk_devices_reply(c, &m->u.devices_reply); break;
@@ -430,6 +451,7 @@ static bool walk_body(comem_wire_cur *c, comem_msg *m)
     case COMEM_MSG_RESERVE_REPLY: walk_reserve_reply(c, &m->u.reserve_reply); break;
     case COMEM_MSG_STATUS_REPLY: walk_status_reply(c, &m->u.status_reply); break;
     case COMEM_MSG_ASK: walk_ask(c, &m->u.ask); break;
+    case COMEM_MSG_RELEASE_REPLY: walk_release_reply(c, &m->u.release_reply); break;
     default: return false;
     }
     return true;
@@ -456,6 +478,7 @@ static const char *type_name_or_null(uint16_t type)
     case COMEM_MSG_RESERVE: return "RESERVE";
     case COMEM_MSG_STATUS: return "STATUS";
     case COMEM_MSG_RECEIPT: return "RECEIPT";
+    case COMEM_MSG_RELEASE: return "RELEASE";
     case COMEM_MSG_REPLY: return "REPLY";
     case COMEM_MSG_HELLO_REPLY: return "HELLO_REPLY";
     case COMEM_MSG_DEVICES_REPLY: return "DEVICES_REPLY";
@@ -466,6 +489,7 @@ static const char *type_name_or_null(uint16_t type)
     case COMEM_MSG_RESERVE_REPLY: return "RESERVE_REPLY";
     case COMEM_MSG_STATUS_REPLY: return "STATUS_REPLY";
     case COMEM_MSG_ASK: return "ASK";
+    case COMEM_MSG_RELEASE_REPLY: return "RELEASE_REPLY";
     }
     return NULL;
 }
@@ -522,6 +546,7 @@ static size_t body_size(uint16_t type)
     case COMEM_MSG_RESERVE: return sizeof m->u.reserve;
     case COMEM_MSG_STATUS: return sizeof m->u.status;
     case COMEM_MSG_RECEIPT: return sizeof m->u.receipt;
+    case COMEM_MSG_RELEASE: return sizeof m->u.release;
     case COMEM_MSG_REPLY: return sizeof m->u.reply;
     case COMEM_MSG_HELLO_REPLY: return sizeof m->u.hello_reply;
     case COMEM_MSG_DEVICES_REPLY: return sizeof m->u.devices_reply;
@@ -531,6 +556,7 @@ static size_t body_size(uint16_t type)
     case COMEM_MSG_RESERVE_REPLY: return sizeof m->u.reserve_reply;
     case COMEM_MSG_STATUS_REPLY: return sizeof m->u.status_reply;
     case COMEM_MSG_ASK: return sizeof m->u.ask;
+    case COMEM_MSG_RELEASE_REPLY: return sizeof m->u.release_reply;
     default: return 0;
     }
 }

@@ -43,6 +43,7 @@
 #define COMEM_WIRE_TEXT_MAX 128  /* uuids, device names, messages, tokens (bytes) */
 #define COMEM_WIRE_MAX_DEVICES 16
 #define COMEM_WIRE_MAX_ITEMS 512 /* entries in a census, an ask or a receipt; keep-list ids */
+#define COMEM_WIRE_MAX_ASKED 64  /* holder ids an admission reply names */
 #define COMEM_WIRE_CHUNK_MAX (COMEM_WIRE_MAX_PAYLOAD - 64) /* status text per frame */
 
 typedef enum comem_msg_type {
@@ -63,6 +64,7 @@ typedef enum comem_msg_type {
     COMEM_MSG_RESERVE = 14,      /* -> RESERVE_REPLY */
     COMEM_MSG_STATUS = 15,       /* -> one or more STATUS_REPLY chunks */
     COMEM_MSG_RECEIPT = 16,      /* the answer to an ASK; not replied to */
+    COMEM_MSG_RELEASE = 17,      /* -> RELEASE_REPLY: ask the holder of another process's entry */
 
     /* coordinator -> client */
     COMEM_MSG_REPLY = 64,
@@ -74,7 +76,8 @@ typedef enum comem_msg_type {
     COMEM_MSG_PIN_REPLY = 70,
     COMEM_MSG_RESERVE_REPLY = 71,
     COMEM_MSG_STATUS_REPLY = 72,
-    COMEM_MSG_ASK = 73 /* unsolicited: request_id 0 */
+    COMEM_MSG_ASK = 73, /* unsolicited: request_id 0 */
+    COMEM_MSG_RELEASE_REPLY = 74
 } comem_msg_type;
 
 typedef enum comem_role {
@@ -113,7 +116,8 @@ typedef enum comem_ask_kind {
 typedef enum comem_receipt_outcome {
     COMEM_RECEIPT_DONE = 0, /* freed is what came back */
     COMEM_RECEIPT_BUSY = 1, /* computing; ask again later */
-    COMEM_RECEIPT_ERROR = 2
+    COMEM_RECEIPT_ERROR = 2,
+    COMEM_RECEIPT_GONE = 3 /* RELEASE_REPLY only: the entry or its process is gone (its bytes with it) */
 } comem_receipt_outcome;
 
 typedef struct comem_wire_header {
@@ -225,6 +229,8 @@ typedef struct comem_msg_admit_reply {
     int64_t pager_headroom;
     uint16_t n_asked;    /* holders asked */
     uint16_t n_busy;     /* holders that answered busy */
+    uint16_t n_ids;      /* the first holders asked, by id (at most COMEM_WIRE_MAX_ASKED) */
+    uint64_t asked[COMEM_WIRE_MAX_ASKED];
 } comem_msg_admit_reply;
 
 typedef struct comem_msg_grant_done {
@@ -311,6 +317,18 @@ typedef struct comem_msg_receipt {
     comem_wire_residency items[COMEM_WIRE_MAX_ITEMS];
 } comem_msg_receipt;
 
+typedef struct comem_msg_release { /* RELEASE */
+    uint64_t entry_id;   /* the coordinator's id of another session's entry */
+    int64_t bytes;       /* < 0: all of it */
+    uint32_t timeout_ms; /* how long the requester will wait */
+} comem_msg_release;
+
+typedef struct comem_msg_release_reply {
+    uint8_t outcome;  /* comem_receipt_outcome, GONE included */
+    int64_t freed;    /* what the holder reported freed; for GONE, what the entry held */
+    int64_t resident; /* the entry's resident bytes now (0 when gone) */
+} comem_msg_release_reply;
+
 typedef struct comem_msg_reply {
     int32_t status; /* comem_status */
     char message[COMEM_WIRE_TEXT_MAX];
@@ -342,6 +360,8 @@ typedef struct comem_msg {
         comem_msg_status_reply status_reply;
         comem_msg_ask ask;
         comem_msg_receipt receipt;
+        comem_msg_release release;
+        comem_msg_release_reply release_reply;
         comem_msg_reply reply;
     } u;
 } comem_msg;

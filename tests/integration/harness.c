@@ -112,6 +112,25 @@ int64_t h_status_num(const harness *h, const char *path)
     return r;
 }
 
+uint64_t h_entry_id(const harness *h, const char *name)
+{
+    char *text = h_status(h);
+    json_object *root = text ? json_tokener_parse(text) : NULL;
+    comem_free(text);
+    json_object *ps = root ? path_get(root, "devices.0.processes") : NULL;
+    uint64_t id = 0;
+    for (size_t i = 0; ps && !id && i < json_object_array_length(ps); i++) {
+        json_object *p = json_object_array_get_idx(ps, i), *n;
+        if (!json_object_object_get_ex(p, "name", &n) || strcmp(json_object_get_string(n), name))
+            continue;
+        json_object *e = path_get(p, "holders.0.entries.0.id");
+        if (e)
+            id = strtoull(json_object_get_string(e), NULL, 16);
+    }
+    json_object_put(root);
+    return id;
+}
+
 /* Walks device 0's processes named name: their count and Σ resident. */
 static void processes(const harness *h, const char *name, int *count, int64_t *resident)
 {

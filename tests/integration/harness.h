@@ -41,6 +41,8 @@ char *h_status(const harness *h);
 int64_t h_status_num(const harness *h, const char *path);
 /* Σ resident of processes named `name` on device 0; -1 when no such process. */
 int64_t h_process_resident(const harness *h, const char *name);
+/* The coordinator's id of the first entry of the process named `name` on device 0; 0 when none. */
+uint64_t h_entry_id(const harness *h, const char *name);
 /* Number of sessions named `name` on device 0. */
 int h_process_count(const harness *h, const char *name);
 

@@ -8,7 +8,8 @@
  * again; a holder marked busy is not asked; idle release, by the timer and
  * early when the card is tight and a holder's prompt is over; a requester
  * SIGKILLed in the middle of its admission leaks no grant; a coordinator
- * restart re-registers everything once.
+ * restart re-registers everything once; a RELEASE (a host's stand-in) asks
+ * another process's holder for one entry's bytes and relays its receipt.
  */
 #include "unit/cmocka_all.h"
 
@@ -592,6 +593,131 @@ static void test_pins_across_processes(void **s)
     assert_ledger_clean(h);
 }
 
+/* A process that asks for another's entry (a host's stand-in): entry and bytes in, rc/freed/resident out. */
+typedef struct release_args {
+    const harness *h;
+    chan down, up;
+} release_args;
+
+static int releaser_main(void *arg)
+{
+    release_args *a = arg;
+    comem_client *c = NULL;
+    if (comem_client_open(a->h->sock, COMEM_CLIENT_HOST, "stand-in", 400 * MIB, COMEM_OPEN_NO_LOCAL, &c))
+        return 10;
+    uint64_t own_holder, own_entry;
+    comem_holder_add(c, "models", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &own_holder);
+    comem_entry_add(c, own_holder, "own", GIB, 0, 0, &own_entry);
+    ch_put(a->up.wr, 1);
+    for (;;) {
+        int64_t entry, bytes;
+        if (!ch_get(a->down.rd, &entry, 60000) || entry == 0 || !ch_get(a->down.rd, &bytes, 60000))
+            break;
+        int64_t freed = -1, resident = -1;
+        int rc = comem_ask_release(c, (uint64_t)entry, bytes, 10000, &freed, &resident);
+        ch_put(a->up.wr, rc);
+        ch_put(a->up.wr, freed);
+        ch_put(a->up.wr, resident);
+    }
+    comem_client_close(c);
+    return 0;
+}
+
+static void ask_release(release_args *a, uint64_t entry, int64_t bytes, int64_t out[3])
+{
+    ch_put(a->down.wr, (int64_t)entry);
+    ch_put(a->down.wr, bytes);
+    for (int i = 0; i < 3; i++)
+        assert_true(ch_get(a->up.rd, &out[i], 30000));
+}
+
+static void test_release_asks_another_process(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    proc w, busy;
+    spawn(&w, h, "worker", COMEM_CLIENT_WORKER, 6 * GIB, COMEM_ANSWERS_RELEASE, FREES);
+    spawn(&busy, h, "busy", COMEM_CLIENT_WORKER, 1 * GIB, COMEM_ANSWERS_RELEASE, MARKS_BUSY);
+    release_args r = {h, {0, 0}, {0, 0}};
+    ch_open(&r.down, &r.up);
+    pid_t rp = h_child(releaser_main, &r);
+    int64_t ready, out[3];
+    assert_true(ch_get(r.up.rd, &ready, 20000));
+    uint64_t entry = h_entry_id(h, "worker");
+    assert_true(entry != 0);
+
+    /* A sized release: the holder frees in 64 MiB steps, at least what was asked. */
+    ask_release(&r, entry, 1 * GIB + 1, out);
+    assert_int_equal(out[0], COMEM_OK);
+    assert_true(out[1] == GIB + 64 * MIB);
+    assert_true(out[2] == 6 * GIB - out[1]); /* the receipt's residency, as the ledger has it now */
+    assert_true(ask_child(&w, CMD_RESIDENT) == out[2]);
+    assert_true(h_process_resident(h, "worker") == out[2]);
+    assert_int_equal(ask_child(&w, CMD_ASKS), 1);
+
+    /* All of it (a detach): bytes < 0. */
+    int64_t before = out[2];
+    ask_release(&r, entry, -1, out);
+    assert_int_equal(out[0], COMEM_OK);
+    assert_true(out[1] == before && out[2] == 0);
+    assert_true(h_process_resident(h, "worker") == 0);
+
+    /* Nothing resident: answered at once, the holder is not asked again. */
+    ask_release(&r, entry, GIB, out);
+    assert_int_equal(out[0], COMEM_OK);
+    assert_true(out[1] == 0 && out[2] == 0);
+    assert_int_equal(ask_child(&w, CMD_ASKS), 2);
+
+    /* A computing holder is never interrupted. */
+    ask_release(&r, h_entry_id(h, "busy"), GIB, out);
+    assert_int_equal(out[0], COMEM_EBUSY);
+    assert_true(out[1] == 0 && out[2] == GIB);
+    assert_int_equal(ask_child(&busy, CMD_ASKS), 0);
+
+    /* Its own entry is refused; an unknown one is gone. */
+    ask_release(&r, h_entry_id(h, "stand-in"), GIB, out);
+    assert_int_equal(out[0], COMEM_EINVAL);
+    ask_release(&r, entry + ((uint64_t)1 << 40), GIB, out);
+    assert_int_equal(out[0], COMEM_ENOENT);
+
+    ch_put(r.down.wr, 0);
+    assert_int_equal(h_wait(rp), 0);
+    finish(&w);
+    finish(&busy);
+    assert_ledger_clean(h);
+}
+
+/* A holder killed while it is being asked: the asker is told its bytes came back. */
+static void test_release_of_a_killed_holder(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    proc w;
+    spawn(&w, h, "slow", COMEM_CLIENT_WORKER, 3 * GIB, COMEM_ANSWERS_RELEASE, SLOW);
+    release_args r = {h, {0, 0}, {0, 0}};
+    ch_open(&r.down, &r.up);
+    pid_t rp = h_child(releaser_main, &r);
+    int64_t ready, out[3];
+    assert_true(ch_get(r.up.rd, &ready, 20000));
+    uint64_t entry = h_entry_id(h, "slow");
+    ch_put(r.down.wr, (int64_t)entry);
+    ch_put(r.down.wr, GIB);
+    usleep(300 * 1000); /* the ask is out; the holder sleeps 1.5 s before it answers */
+    kill(w.pid, SIGKILL);
+    for (int i = 0; i < 3; i++)
+        assert_true(ch_get(r.up.rd, &out[i], 30000));
+    assert_int_equal(out[0], COMEM_ENOENT);
+    assert_true(out[1] == 3 * GIB); /* what the entry held came back with the process */
+    assert_true(out[2] == 0);
+    assert_int_equal(h_wait(w.pid), -1);
+    ch_put(r.down.wr, 0);
+    assert_int_equal(h_wait(rp), 0);
+    assert_int_equal(h_process_count(h, "slow"), 0);
+    assert_ledger_clean(h);
+}
+
 static harness g_h;
 
 static int setup(void **s)
@@ -616,6 +742,8 @@ int main(void)
         MP_TEST(test_reserve_linux),
         MP_TEST(test_reserve_wddm),
         MP_TEST(test_pins_across_processes),
+        MP_TEST(test_release_asks_another_process),
+        MP_TEST(test_release_of_a_killed_holder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,7 +24,8 @@ static const uint16_t all_types[] = {
     COMEM_MSG_RECEIPT,        COMEM_MSG_REPLY,         COMEM_MSG_HELLO_REPLY,
     COMEM_MSG_DEVICES_REPLY,  COMEM_MSG_ID_REPLY,      COMEM_MSG_ADMIT_REPLY,
     COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
-    COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,
+    COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
+    COMEM_MSG_RELEASE_REPLY,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -180,8 +181,21 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         b->pager_headroom = -268435456;
         b->n_asked = 0xffff;
         b->n_busy = 1234;
+        b->n_ids = (uint16_t)items(s, COMEM_WIRE_MAX_ASKED);
+        for (uint16_t i = 0; i < b->n_ids; i++)
+            b->asked[i] = 0x8000000000000001ull + i;
         break;
     }
+    case COMEM_MSG_RELEASE:
+        m->u.release.entry_id = 0xfeedfacecafebeefull;
+        m->u.release.bytes = INT64_MIN;
+        m->u.release.timeout_ms = 0xfffffffeu;
+        break;
+    case COMEM_MSG_RELEASE_REPLY:
+        m->u.release_reply.outcome = COMEM_RECEIPT_GONE;
+        m->u.release_reply.freed = INT64_MAX;
+        m->u.release_reply.resident = -7;
+        break;
     case COMEM_MSG_PRESSURE_REPLY:
         m->u.pressure_reply.freed = INT64_MIN;
         m->u.pressure_reply.free_after = INT64_MAX;
@@ -259,7 +273,9 @@ static size_t expected_payload(const comem_msg *m)
                  TXT(m->u.devices_reply.devices[i].name);
         return n;
     }
-    case COMEM_MSG_ADMIT_REPLY: return 1 + 8 + 8 * 8 + 2 + 2;
+    case COMEM_MSG_ADMIT_REPLY: return 1 + 8 + 8 * 8 + 2 + 2 + 2 + 8 * (size_t)m->u.admit_reply.n_ids;
+    case COMEM_MSG_RELEASE: return 8 + 8 + 4;
+    case COMEM_MSG_RELEASE_REPLY: return 1 + 8 + 8;
     case COMEM_MSG_PRESSURE_REPLY: return 8 + 8 + 2 + 2;
     case COMEM_MSG_PIN_REPLY: return 1 + 24;
     case COMEM_MSG_RESERVE_REPLY: return 32;
@@ -400,8 +416,21 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         assert_true(x->pager_headroom == y->pager_headroom);
         assert_int_equal(x->n_asked, y->n_asked);
         assert_int_equal(x->n_busy, y->n_busy);
+        assert_int_equal(x->n_ids, y->n_ids);
+        for (size_t i = 0; i < x->n_ids; i++)
+            assert_int_equal(x->asked[i], y->asked[i]);
         break;
     }
+    case COMEM_MSG_RELEASE:
+        assert_int_equal(a->u.release.entry_id, b->u.release.entry_id);
+        assert_true(a->u.release.bytes == b->u.release.bytes);
+        assert_int_equal(a->u.release.timeout_ms, b->u.release.timeout_ms);
+        break;
+    case COMEM_MSG_RELEASE_REPLY:
+        assert_int_equal(a->u.release_reply.outcome, b->u.release_reply.outcome);
+        assert_true(a->u.release_reply.freed == b->u.release_reply.freed);
+        assert_true(a->u.release_reply.resident == b->u.release_reply.resident);
+        break;
     case COMEM_MSG_PRESSURE_REPLY:
         assert_true(a->u.pressure_reply.freed == b->u.pressure_reply.freed);
         assert_true(a->u.pressure_reply.free_after == b->u.pressure_reply.free_after);
@@ -796,7 +825,7 @@ static void test_bad_headers_refused(void **st)
         put_le(g_buf + 4, versions[i], 2);
         assert_int_equal(comem_wire_decode_header(g_buf, sizeof good, &h), COMEM_EPROTO);
     }
-    static const uint16_t types[] = {0, 17, 63, 74, 0x0101, 0xffff};
+    static const uint16_t types[] = {0, 18, 63, 75, 0x0101, 0xffff};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         memcpy(g_buf, good, sizeof good);
         put_le(g_buf + 6, types[i], 2);
@@ -1019,6 +1048,7 @@ static void test_enum_ranges(void **st)
         {COMEM_MSG_PIN_REPLY, 0, 0, 1},      /* granted */
         {COMEM_MSG_ASK, 16, 1, 3},           /* kind */
         {COMEM_MSG_RECEIPT, 8, 0, 2},        /* outcome */
+        {COMEM_MSG_RELEASE_REPLY, 0, 0, 3},  /* outcome: gone is for releases only */
         {COMEM_MSG_DEVICES_REPLY, 4, 0, 1},  /* devices[0].scope */
         {COMEM_MSG_DEVICES_REPLY, 2 + 283 * 15 + 2, 0, 1}, /* devices[15].scope */
         {COMEM_MSG_STATUS, 0, 0, 0},         /* reserved flags */
@@ -1198,7 +1228,7 @@ static void test_encode_refuses_bad_fields(void **st)
     assert_int_equal(comem_wire_encode(&g_a, g_buf, sizeof g_buf), 16 + 12);
 
     /* Unknown types and bad arguments. */
-    static const uint16_t unknown[] = {0, 17, 63, 74, 0xffff};
+    static const uint16_t unknown[] = {0, 18, 63, 75, 0xffff};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         sample(&g_a, COMEM_MSG_RESERVE, SMALL);
         g_a.type = unknown[i];
@@ -1219,7 +1249,7 @@ static void test_type_names(void **st)
         "PRESSURE",       "PIN_ACQUIRE", "PIN_RELEASE",   "RESERVE",       "STATUS",
         "RECEIPT",        "REPLY",       "HELLO_REPLY",   "DEVICES_REPLY", "ID_REPLY",
         "ADMIT_REPLY",    "PRESSURE_REPLY", "PIN_REPLY",  "RESERVE_REPLY", "STATUS_REPLY",
-        "ASK",
+        "ASK",            "RELEASE",     "RELEASE_REPLY",
     };
     assert_int_equal(sizeof names / sizeof names[0], N_TYPES);
     for (size_t t = 0; t < N_TYPES; t++)
