@@ -1,0 +1,165 @@
+"""Finding libcomem.so and declaring the C API to ctypes.
+
+The library is looked for, in order: the file named by ``COMEM_LIB``; next to
+this package (an installed tree that keeps ``libcomem.so`` beside it, or a
+``lib/`` folder above it); the source tree's ``build/lib`` (after ``make``);
+and the dynamic loader's own search path. When none loads, the ImportError
+lists every place that was tried and why it failed.
+
+Every prototype is declared here once, so a call with a wrong argument type
+fails in Python (``ctypes.ArgumentError``) instead of corrupting memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import (POINTER, c_char_p, c_int, c_int32, c_int64, c_size_t, c_uint, c_uint8, c_uint32, c_uint64,
+                    c_void_p)
+from typing import List, Tuple
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_NAME = "libcomem.so"
+
+
+def _candidates() -> List[Tuple[str, str]]:
+    """(path, why it is a candidate) in the order they are tried."""
+    out: List[Tuple[str, str]] = []
+    env = os.environ.get("COMEM_LIB")
+    if env:
+        out.append((env, "COMEM_LIB"))
+    out.append((os.path.join(_HERE, _NAME), "next to the package"))
+    up = _HERE
+    for _ in range(4):  # <prefix>/lib/python3/dist-packages/comem -> <prefix>/lib
+        up = os.path.dirname(up)
+        out.append((os.path.join(up, "lib", _NAME), "an installed tree above the package"))
+    # The source tree: python/comem -> <repo>/build/lib
+    repo = os.path.dirname(os.path.dirname(_HERE))
+    out.append((os.path.join(repo, "build", "lib", _NAME), "the source tree's build"))
+    out.append((_NAME, "the dynamic loader's path"))
+    seen = set()
+    uniq = []
+    for path, why in out:
+        key = os.path.normpath(path) if os.sep in path else path
+        if key not in seen:
+            seen.add(key)
+            uniq.append((path, why))
+    return uniq
+
+
+def _load() -> Tuple[ctypes.CDLL, str]:
+    tried = []
+    for path, why in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(f"  {path} ({why}): no such file")
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append(f"  {path} ({why}): {e}")
+            if why == "COMEM_LIB":
+                break  # an explicit choice that fails is not silently replaced
+    raise ImportError("comem: cannot load libcomem.so; tried:\n" + "\n".join(tried) +
+                      "\nBuild it with `make` in the source tree, or set COMEM_LIB to its path.")
+
+
+lib, path = _load()
+
+# ---- callback type ----
+
+RELEASE_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint64, c_int, c_int64, POINTER(c_uint64), POINTER(c_int64),
+                              c_size_t, POINTER(c_int64))
+
+
+def _proto(name: str, restype, *argtypes) -> None:
+    fn = getattr(lib, name)
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+
+
+_P = c_void_p  # opaque handles
+_I64P = POINTER(c_int64)
+
+# common.h
+_proto("comem_status_str", c_char_p, c_int)
+
+# comem.h: the client
+_proto("comem_client_open", c_int, c_char_p, c_int, c_char_p, c_int64, c_uint, POINTER(c_void_p))
+_proto("comem_client_close", None, _P)
+_proto("comem_client_connected", c_int, _P)
+_proto("comem_client_session", c_uint64, _P)
+_proto("comem_client_set_timeout", None, _P, c_int)
+_proto("comem_holder_add", c_int, _P, c_char_p, c_int, c_int, c_uint, RELEASE_FN, c_void_p, POINTER(c_uint64))
+_proto("comem_holder_remove", c_int, _P, c_uint64)
+_proto("comem_holder_busy", c_int, _P, c_uint64, c_int, c_char_p)
+_proto("comem_entry_add", c_int, _P, c_uint64, c_char_p, c_int64, c_int64, c_uint, POINTER(c_uint64))
+_proto("comem_entry_remove", c_int, _P, c_uint64)
+_proto("comem_entry_set_resident", c_int, _P, c_uint64, c_int64)
+_proto("comem_holder_report", c_int, _P, c_uint64, c_int64, c_int64)
+_proto("comem_admit", c_int, _P, c_int, c_uint64, c_int64, c_int64, c_int64, POINTER(c_uint64), c_size_t, c_int,
+       POINTER(c_uint64), _I64P)
+_proto("comem_admit_details", None, _P, _I64P, _I64P, _I64P, _I64P, POINTER(c_int), POINTER(c_int))
+_proto("comem_admit_asked", c_size_t, _P, POINTER(c_uint64), c_size_t)
+_proto("comem_grant_done", c_int, _P, c_uint64, c_uint64, c_int64)
+_proto("comem_pressure", c_int, _P, c_int, c_int64, c_int, _I64P)
+_proto("comem_ask_release", c_int, _P, c_uint64, c_int64, c_int, _I64P, _I64P)
+_proto("comem_pin_acquire", c_int, _P, c_uint64, c_int64, _I64P)
+_proto("comem_pin_release", c_int, _P, c_uint64, c_int64)
+_proto("comem_reserve", c_int, _P, c_int, _I64P, _I64P)
+_proto("comem_status_json", c_int, _P, POINTER(c_void_p))
+_proto("comem_free", None, c_void_p)
+_proto("comem_view_open", c_int, c_char_p, POINTER(c_void_p))
+_proto("comem_view_read", c_int, _P, c_int, _I64P, _I64P, _I64P, _I64P)
+_proto("comem_view_close", None, _P)
+_proto("comem_coord_start", c_int, c_char_p, c_char_p, POINTER(c_void_p))
+_proto("comem_coord_stop", None, _P)
+_proto("comem_default_socket", c_int, ctypes.c_char_p, c_size_t)
+
+# pager.h
+_proto("comem_pager_open", c_int, c_int, c_int, c_char_p, POINTER(c_void_p))
+_proto("comem_pager_close", None, _P)
+_proto("comem_pager_granularity", c_int64, _P)
+_proto("comem_pager_set_simple_headroom", c_int, _P, c_int64)
+_proto("comem_pager_simple_headroom", c_int64, _P)
+_proto("comem_pager_set_extra_headroom", c_int, _P, c_int64)
+_proto("comem_pager_set_device_poll", c_int, _P, c_int64, c_int64)
+_proto("comem_pager_budget_deficit", c_int64, _P, c_int64)
+_proto("comem_pager_usage", c_int64, _P)
+_proto("comem_pager_reclaimable", c_int64, _P)
+_proto("comem_pager_free_memory", c_int, _P, c_int64, _I64P)
+_proto("comem_pager_reset_watermark_limits", c_int, _P)
+_proto("comem_pager_stat", c_int64, _P, c_int)
+_proto("comem_vbar_create", c_int, _P, c_int64, c_int64, POINTER(c_void_p))
+_proto("comem_vbar_destroy", None, _P)
+_proto("comem_vbar_base", c_uint64, _P)
+_proto("comem_vbar_page_size", c_int64, _P)
+_proto("comem_vbar_pages", c_int64, _P)
+_proto("comem_vbar_size", c_int64, _P)
+_proto("comem_vbar_fault", c_int, _P, c_int64, c_int64, POINTER(c_uint32), c_size_t)
+_proto("comem_vbar_unpin", c_int, _P, c_int64, c_int64)
+_proto("comem_vbar_prioritize", c_int, _P)
+_proto("comem_vbar_deprioritize", c_int, _P)
+_proto("comem_vbar_set_watermark", c_int, _P, c_int64)
+_proto("comem_vbar_watermark", c_int64, _P)
+_proto("comem_vbar_set_watermark_limit", c_int, _P, c_int64)
+_proto("comem_vbar_watermark_limit", c_int64, _P)
+_proto("comem_vbar_free_memory", c_int, _P, c_int64, _I64P)
+_proto("comem_vbar_loaded_size", c_int64, _P)
+_proto("comem_vbar_residency", c_int64, _P, POINTER(c_uint8), c_size_t)
+_proto("comem_vbar_write", c_int, _P, c_int64, c_void_p, c_int64)
+_proto("comem_vbar_read", c_int, _P, c_int64, c_void_p, c_int64)
+_proto("comem_pager_attach", c_int, _P, _P, c_char_p)
+_proto("comem_pager_holder", c_uint64, _P)
+_proto("comem_pager_detach", c_int, _P)
+
+# simcard.h
+_proto("comem_simcard_open", c_int, c_char_p, POINTER(c_void_p))
+_proto("comem_simcard_close", None, _P)
+_proto("comem_simcard_count", c_int, _P)
+_proto("comem_simcard_path", c_char_p, _P)
+_proto("comem_simcard_alloc", c_int, _P, c_int, c_int64)
+_proto("comem_simcard_free", c_int, _P, c_int, c_int64)
+_proto("comem_simcard_touch", c_int, _P, c_int)
+_proto("comem_simcard_release_self", c_int, _P)
+_proto("comem_simcard_read", c_int, _P, c_int, c_int, _I64P, _I64P, _I64P, _I64P, POINTER(c_int))
+_proto("comem_simcard_usage", c_int, _P, c_int, c_int32, _I64P, _I64P)

@@ -1,0 +1,197 @@
+"""comfy-aimdo's ``control`` module over comem: initialisation, devices, headroom, logging, statistics.
+
+``init()`` opens a comem client (worker role; named by ``COMEM_NAME`` or
+``aimdo-<pid>``) that works locally when no coordinator answers.
+``init_device(n)`` opens a pager on CUDA device n (the simulated card when no
+CUDA driver loads, or when ``COMEM_AIMDO_BACKEND=sim``) and attaches it to the
+coordinator, so other processes can take its unpinned pages.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Iterable, List, Optional, Tuple, Union
+
+from .. import errors
+from ..client import Client
+from ..pager import Pager
+
+log = logging.getLogger("comem.aimdo")
+
+client: Optional[Client] = None
+devctxs: List[Pager] = []
+_pagers = {}  # device -> Pager
+_simple_headroom: Optional[int] = None
+
+
+class _Lib:
+    """Stands where comfy-aimdo's ctypes library does, for code that calls ``control.lib.<fn>`` directly."""
+
+    def set_simple_vram_headroom(self, nbytes: int) -> None:
+        set_simple_vram_headroom(nbytes)
+
+    def get_total_vram_usage(self, devctx: Pager) -> int:
+        return devctx.usage
+
+
+lib: Optional[_Lib] = None
+
+
+def init(implementation: Optional[str] = None, simple_vram_headroom: Optional[int] = None) -> bool:
+    """Initialises the pager API (idempotent); ``simple_vram_headroom`` applies to every device."""
+    global lib, client
+    if implementation not in (None, "cuda", "sim"):
+        log.info("comem.aimdo: implementation %r is not supported (cuda or sim)", implementation)
+        return False
+    if simple_vram_headroom is not None:
+        set_simple_vram_headroom(simple_vram_headroom)
+    if lib is not None:
+        return True
+    name = os.environ.get("COMEM_NAME") or f"aimdo-{os.getpid()}"
+    try:
+        client = Client(name[:63], role="worker")
+    except errors.Error as e:  # the pager works without the ledger
+        log.warning("comem.aimdo: no comem client (%s); pages are not steerable across processes", e)
+        client = None
+    lib = _Lib()
+    return True
+
+
+def _backend() -> str:
+    forced = os.environ.get("COMEM_AIMDO_BACKEND")
+    if forced in ("sim", "cuda"):
+        return forced
+    return "cuda"
+
+
+def _open(device: int, headroom: int) -> Pager:
+    backend = _backend()
+    try:
+        p = Pager(backend, device)
+    except errors.NoDevice as e:
+        if backend != "cuda":
+            raise
+        log.info("comem.aimdo: no CUDA device %d (%s); using the simulated card", device, e)
+        p = Pager("sim", device)
+    if headroom:
+        p.set_extra_headroom(headroom)
+    if _simple_headroom is not None:
+        p.simple_headroom = _simple_headroom
+    if client is not None:
+        try:
+            p.attach(client, f"aimdo{device}")
+        except errors.Error as e:
+            log.warning("comem.aimdo: pager not attached to the coordinator: %s", e)
+    return p
+
+
+def init_devices(device_ids: Iterable[Union[int, Tuple[int, int]]]) -> bool:
+    """Opens a pager per device; an item may be ``(device, extra_vram_headroom)``."""
+    global devctxs
+    if lib is None:
+        return False
+    req = []
+    for d in device_ids:
+        if isinstance(d, tuple):
+            if len(d) != 2:
+                raise ValueError("device tuple must be (device_id, extra_vram_headroom)")
+            dev, head = d
+        else:
+            dev, head = d, 0
+        head = int(head)
+        if head < 0:
+            raise ValueError("extra_vram_headroom must be non-negative")
+        req.append((int(dev), head))
+    if not req:
+        return False
+    out = []
+    for dev, head in req:
+        if dev not in _pagers:
+            _pagers[dev] = _open(dev, head)
+        elif head:
+            _pagers[dev].set_extra_headroom(head)
+        out.append(_pagers[dev])
+    devctxs = out
+    return True
+
+
+def init_device(device_id: int, extra_vram_headroom: int = 0) -> bool:
+    """Opens the pager of one device."""
+    if extra_vram_headroom:
+        return init_devices([(device_id, extra_vram_headroom)])
+    return init_devices([device_id])
+
+
+def get_devctx(device_id: int) -> Pager:
+    """The pager of an initialised device."""
+    p = _pagers.get(int(device_id))
+    if p is None:
+        raise RuntimeError(f"comem.aimdo device {device_id} is not initialized")
+    return p
+
+
+def set_simple_vram_headroom(nbytes: int) -> None:
+    """The per-process margin every device's pager keeps (aimdo's simple_vram_headroom); live."""
+    global _simple_headroom
+    _simple_headroom = errors.size(nbytes, "simple_vram_headroom")
+    for p in _pagers.values():
+        p.simple_headroom = _simple_headroom
+
+
+def deinit() -> None:
+    """Closes every pager and the client."""
+    global lib, devctxs, client
+    for p in _pagers.values():
+        p.close()
+    _pagers.clear()
+    devctxs = []
+    if client is not None:
+        client.close()
+        client = None
+    lib = None
+
+
+def _set_level(level: int) -> None:
+    """Like aimdo's own log levels: the messages go to stderr unless the application routes them."""
+    log.setLevel(level)
+    if not log.handlers and not logging.getLogger().handlers:
+        h = logging.StreamHandler()
+        h.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        log.addHandler(h)
+
+
+def set_log_none() -> None: _set_level(logging.CRITICAL + 10)
+def set_log_critical() -> None: _set_level(logging.CRITICAL)
+def set_log_error() -> None: _set_level(logging.ERROR)
+def set_log_warning() -> None: _set_level(logging.WARNING)
+def set_log_info() -> None: _set_level(logging.INFO)
+def set_log_debug() -> None: _set_level(logging.DEBUG)
+def set_log_verbose() -> None: _set_level(logging.DEBUG)
+def set_log_vverbose() -> None: _set_level(logging.DEBUG)
+
+
+def analyze() -> None:
+    """Logs each device's usage and pager counters."""
+    for dev, p in _pagers.items():
+        s = p.stats()
+        log.info("comem.aimdo device %d: %d MiB committed, %d MiB reclaimable; %d faults (%d offloaded), "
+                 "%d commits, %d evictions, %d release asks", dev, p.usage >> 20, p.reclaimable >> 20, s["faults"],
+                 s["offloaded"], s["commits"], s["evictions"], s["release_asks"])
+
+
+def get_total_vram_usage() -> int:
+    """Bytes committed by this process's pagers."""
+    return sum(p.usage for p in devctxs)
+
+
+def plat_init() -> bool:  # part of comfy-aimdo's surface; nothing to do here
+    return lib is not None
+
+
+def plat_cleanup() -> None:
+    pass
+
+
+def _debug_state() -> Any:  # for tests
+    return {"client": client, "pagers": dict(_pagers)}

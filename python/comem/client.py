@@ -1,0 +1,595 @@
+"""The client: join the machine-wide ledger, say what you hold, ask before you load.
+
+A process opens one :class:`Client` (a context manager). It registers what it
+holds as :class:`Holder` objects (a model list, a pager, a pin set), each with
+:class:`Entry` objects (one per model), asks :meth:`Client.admit` before it
+loads (a :class:`Grant` comes back, or :class:`comem.Refused` is raised),
+answers release asks in a callback, and marks node boundaries with
+``with client.node(prompt):``.
+
+Release callbacks are Python callables run on the library's own callback
+thread, never on the caller's: ``on_release(ask) -> int`` returns the bytes it
+freed; raising :class:`comem.Busy` says it cannot now; any other exception is
+logged and answered as 0 bytes freed. The binding keeps a callable alive as
+long as its holder (and until the client closes, so an ask in flight never
+calls freed memory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import threading
+import weakref
+from ctypes import byref, c_int, c_int64, c_uint64, c_void_p
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Union
+
+from . import _lib, errors
+from .errors import Error, Refused, check
+
+log = logging.getLogger("comem")
+
+_L = _lib.lib
+
+#: Roles (what this process is to the ledger).
+ROLES = {"host": 1, "worker": 2, "tool": 3}
+#: Holder kinds.
+KINDS = {"models": 1, "pager": 2, "pins": 3, "raw": 4}
+#: What asks a holder answers.
+ANSWERS = {"release": 1, "idle": 2, "pins": 4}
+_WHILE_BUSY = 8
+_ASK_KINDS = {1: "bytes", 2: "idle", 3: "pins"}
+_OPEN_EMBED = 1
+_OPEN_NO_LOCAL = 2
+_ENTRY_PAGED = 1
+
+
+class Reserve(NamedTuple):
+    """What a process should keep free on a device, and the headroom its pager should use (bytes)."""
+    reserve: int
+    pager_headroom: int
+
+
+class Released(NamedTuple):
+    """The answer to :meth:`Client.ask_release`: bytes freed, and the entry's resident bytes after."""
+    freed: int
+    resident: int
+
+
+class ReleaseAsk(NamedTuple):
+    """One release ask, as a release callback receives it.
+
+    ``kind`` is ``"bytes"`` (free ``bytes`` of device memory), ``"idle"`` (idle:
+    free all you can) or ``"pins"`` (free ``bytes`` of pinned host RAM).
+    ``plan`` lists ``(entry, bytes)`` pairs: how the coordinator spread the
+    bytes over this holder's entries (may be empty; the holder may free
+    differently).
+    """
+    holder: "Holder"
+    kind: str
+    bytes: int
+    plan: List[tuple]
+
+
+def default_socket() -> str:
+    """This user's default coordinator socket (creates its private 0700 directory)."""
+    buf = ctypes.create_string_buffer(4096)
+    check(_L.comem_default_socket(buf, len(buf)), "comem_default_socket")
+    return buf.value.decode()
+
+
+def _opt_path(path: Optional[str]) -> Optional[bytes]:
+    if path is None:
+        return None
+    if not isinstance(path, str):
+        raise TypeError(f"socket must be a str path or None, not {type(path).__name__}")
+    return path.encode()
+
+
+class Entry:
+    """One model (or buffer) of a holder in the ledger. Set :attr:`resident` to report its residency."""
+
+    def __init__(self, holder: "Holder", cid: int, name: str, size: int, resident: int, paged: bool) -> None:
+        self.holder = holder
+        self.id = cid  #: this client's id for the entry (stable across reconnects)
+        self.name = name
+        self.size = size
+        self.paged = paged
+        self._resident = resident
+        self._removed = False
+
+    @property
+    def resident(self) -> int:
+        """The resident bytes last reported."""
+        return self._resident
+
+    @resident.setter
+    def resident(self, value: int) -> None:
+        v = errors.size(value, "resident")
+        if v > self.size:
+            raise ValueError(f"resident ({v}) cannot exceed the entry's size ({self.size})")
+        self._live()
+        check(_L.comem_entry_set_resident(self.holder.client._h(), self.id, v), "comem_entry_set_resident")
+        self._resident = v
+
+    def remove(self) -> None:
+        """Unregisters the entry (its bytes are no longer attributed here)."""
+        if self._removed:
+            return
+        self._live()
+        check(_L.comem_entry_remove(self.holder.client._h(), self.id), "comem_entry_remove")
+        self._removed = True
+        self.holder._entries.pop(self.id, None)
+
+    def _live(self) -> None:
+        if self._removed:
+            raise Error(errors.ENOENT, "entry", f"entry '{self.name}' was removed")
+
+    def __repr__(self) -> str:
+        return f"<comem.Entry {self.name!r} {self._resident}/{self.size} bytes>"
+
+
+class Holder:
+    """Something registered with the coordinator that holds memory and may be asked to release it."""
+
+    def __init__(self, client: "Client", cid: int, name: str, device: int, kind: str,
+                 callback: Optional[Callable[[ReleaseAsk], Optional[int]]]) -> None:
+        self.client = client
+        self.id = cid  #: this client's id for the holder
+        self.name = name
+        self.device = device
+        self.kind = kind
+        self.callback = callback
+        self._entries: Dict[int, Entry] = {}
+        self._removed = False
+
+    @property
+    def entries(self) -> List[Entry]:
+        """The holder's entries, in registration order."""
+        return list(self._entries.values())
+
+    def add_entry(self, name: str, size: int, resident: int = 0, paged: bool = False) -> Entry:
+        """Registers one model of this holder: its full size and its resident bytes now."""
+        nm = errors.name(name, "entry name")
+        sz = errors.size(size, "size")
+        rs = errors.size(resident, "resident")
+        if rs > sz:
+            raise ValueError(f"resident ({rs}) cannot exceed size ({sz})")
+        self._live()
+        out = c_uint64()
+        check(_L.comem_entry_add(self.client._h(), self.id, nm, sz, rs, _ENTRY_PAGED if paged else 0, byref(out)),
+              "comem_entry_add", name)
+        e = Entry(self, out.value, name, sz, rs, bool(paged))
+        self._entries[e.id] = e
+        return e
+
+    def set_busy(self, busy: bool, prompt: Optional[str] = None) -> None:
+        """Marks a node boundary for this holder: busy while it computes (it is then not asked)."""
+        self._live()
+        self.client._busy(self.id, busy, prompt)
+
+    def busy(self, prompt: Optional[str] = None) -> "contextlib.AbstractContextManager[None]":
+        """``with holder.busy():`` marks this holder busy for the block."""
+        return self.client._node(self.id, prompt, self._live)
+
+    def report(self, pinned: Optional[int] = None, overhead: Optional[int] = None) -> None:
+        """Reports the holder's pinned host RAM and allocator overhead (None: unknown)."""
+        p = -1 if pinned is None else errors.size(pinned, "pinned")
+        o = -1 if overhead is None else errors.size(overhead, "overhead")
+        self._live()
+        check(_L.comem_holder_report(self.client._h(), self.id, p, o), "comem_holder_report")
+
+    def pin(self, nbytes: int) -> None:
+        """Books pinned host RAM for this holder against the machine's ceiling (raises Refused when over)."""
+        self._live()
+        self.client.pin(nbytes, holder=self)
+
+    def unpin(self, nbytes: int) -> None:
+        """Gives back pinned host RAM booked by :meth:`pin`."""
+        self._live()
+        self.client.unpin(nbytes, holder=self)
+
+    def remove(self) -> None:
+        """Unregisters the holder and every entry it owns."""
+        if self._removed:
+            return
+        self._live()
+        check(_L.comem_holder_remove(self.client._h(), self.id), "comem_holder_remove")
+        self._removed = True
+        for e in self._entries.values():
+            e._removed = True
+        self._entries.clear()
+        self.client._holders.pop(self.id, None)
+
+    def _live(self) -> None:
+        if self._removed:
+            raise Error(errors.ENOENT, "holder", f"holder '{self.name}' was removed")
+        self.client._h()
+
+    def __repr__(self) -> str:
+        return f"<comem.Holder {self.name!r} device {self.device} ({self.kind})>"
+
+
+class Grant:
+    """Bytes the coordinator booked for a load. Call :meth:`done` once loaded, or :meth:`cancel`.
+
+    As a context manager, a grant not done by the end of the block is cancelled.
+    The admission's figures are attributes: ``need`` (the ask target), ``free_before``,
+    ``free_after``, ``freed`` (what others gave back), ``asked`` (holder ids), ``n_asked``, ``n_busy``.
+    """
+
+    def __init__(self, client: "Client", gid: int, nbytes: int, device: int, holder: Optional[Holder],
+                 details: Dict[str, Any]) -> None:
+        self.client = client
+        self.id = gid
+        self.bytes = nbytes
+        self.device = device
+        self.holder = holder
+        self.need: int = details["need"]
+        self.free_before: int = details["free_before"]
+        self.free_after: int = details["free_after"]
+        self.freed: int = details["freed"]
+        self.asked: List[str] = details["asked"]
+        self.n_asked: int = details["n_asked"]
+        self.n_busy: int = details["n_busy"]
+        self._open = gid != 0
+
+    @property
+    def open(self) -> bool:
+        """True until done or cancelled."""
+        return self._open
+
+    def done(self, entry: Optional[Entry] = None, used: Optional[int] = None) -> None:
+        """The grant's bytes are now resident in ``entry`` (``used``: what was loaded; default the grant)."""
+        if not self._open:
+            return
+        if entry is not None and not isinstance(entry, Entry):
+            raise TypeError(f"entry must be a comem.Entry or None, not {type(entry).__name__}")
+        u = self.bytes if used is None else errors.size(used, "used")
+        self._open = False
+        rc = _L.comem_grant_done(self.client._h(), self.id, entry.id if entry else 0, u)
+        check(rc, "comem_grant_done")
+        if entry is not None:
+            entry._resident = min(entry.size, max(entry._resident, min(u, entry._resident + self.bytes)))
+
+    def cancel(self) -> None:
+        """Gives the booked bytes back without loading."""
+        if self._open:
+            self._open = False
+            check(_L.comem_grant_done(self.client._h(), self.id, 0, 0), "comem_grant_done")
+
+    def __enter__(self) -> "Grant":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def __repr__(self) -> str:
+        return f"<comem.Grant {self.bytes} bytes on device {self.device}{'' if self._open else ' (closed)'}>"
+
+
+class Client:
+    """One process's membership of the machine-wide ledger.
+
+    role: ``"host"`` (owns the main model list; publishes the reserve), ``"worker"``
+    (an isolated process holding its own models) or ``"tool"`` (only looks).
+    socket: the coordinator's socket (None: ``COMEM_SOCKET``, else the per-user default).
+    reserve_base: a host's operator reserve in bytes (ComfyUI's EXTRA_RESERVED_VRAM); None if unknown.
+    embed: start a coordinator thread in this process when none answers.
+    require_coordinator: fail (:class:`comem.Closed`) instead of deciding locally without one.
+    timeout: the default wait for calls, in seconds (None: 10 s).
+    """
+
+    def __init__(self, name: str, role: str = "worker", socket: Optional[str] = None,
+                 reserve_base: Optional[int] = None, embed: bool = False, require_coordinator: bool = False,
+                 timeout: Optional[float] = None) -> None:
+        nm = errors.name(name, "client name")
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {sorted(ROLES)} (got {role!r})")
+        rb = -1 if reserve_base is None else errors.size(reserve_base, "reserve_base")
+        flags = (_OPEN_EMBED if embed else 0) | (_OPEN_NO_LOCAL if require_coordinator else 0)
+        self.name = name
+        self.role = role
+        self._holders: Dict[int, Holder] = {}
+        self._keepalive: List[Any] = []  # callbacks of removed holders: an ask may still be running
+        self._lock = threading.Lock()
+        h = c_void_p()
+        check(_L.comem_client_open(_opt_path(socket), ROLES[role], nm, rb, flags, byref(h)), "comem_client_open")
+        self._handle: Optional[int] = h.value
+        self._finalizer = weakref.finalize(self, _L.comem_client_close, h.value)
+        if timeout is not None:
+            self.set_timeout(timeout)
+
+    # ---- lifetime ----
+
+    def _h(self) -> int:
+        if self._handle is None:
+            raise Error(errors.ECLOSED, "client", f"client '{self.name}' is closed")
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._handle is None
+
+    def close(self) -> None:
+        """Unregisters everything, stops the library's threads (and an embedded coordinator)."""
+        if self._handle is None:
+            return
+        if _in_callback(self):
+            raise RuntimeError("a client cannot be closed from its own release callback")
+        self._handle = None
+        self._finalizer()  # ctypes releases the GIL: a callback in flight can finish
+        self._holders.clear()
+        self._keepalive.clear()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- state ----
+
+    @property
+    def connected(self) -> bool:
+        """True when talking to a coordinator now; False while deciding locally."""
+        return bool(_L.comem_client_connected(self._h()))
+
+    @property
+    def session(self) -> Optional[str]:
+        """The coordinator's id for this process's session (hex, as :meth:`status` lists it), or None."""
+        sid = _L.comem_client_session(self._h())
+        return format(sid, "x") if sid else None
+
+    def set_timeout(self, seconds: float) -> None:
+        """The default wait for calls that take ``timeout=None``."""
+        _L.comem_client_set_timeout(self._h(), errors.timeout_ms(seconds))
+
+    @property
+    def holders(self) -> List[Holder]:
+        """The holders registered through this client."""
+        return list(self._holders.values())
+
+    # ---- holders ----
+
+    def add_holder(self, name: str, device: int = 0, kind: str = "models",
+                   on_release: Optional[Callable[[ReleaseAsk], Optional[int]]] = None,
+                   answers: Sequence[str] = ("release", "idle"), releases_while_busy: bool = False) -> Holder:
+        """Registers a holder of memory on ``device``.
+
+        on_release(ask) -> bytes freed, called on the library's callback thread.
+        answers: which asks it answers (``"release"``, ``"idle"``, ``"pins"``); ignored
+        without a callback. releases_while_busy: may be asked even while computing (a pager).
+        """
+        nm = errors.name(name, "holder name")
+        dev = errors.device(device)
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {sorted(KINDS)} (got {kind!r})")
+        if on_release is not None and not callable(on_release):
+            raise TypeError("on_release must be callable or None")
+        flags = 0
+        if on_release is not None:
+            if isinstance(answers, str):
+                answers = (answers,)
+            for a in answers:
+                if a not in ANSWERS:
+                    raise ValueError(f"answers must name {sorted(ANSWERS)} (got {a!r})")
+                flags |= ANSWERS[a]
+            if releases_while_busy:
+                flags |= _WHILE_BUSY
+        out = c_uint64()
+        fn = _lib.RELEASE_FN(_make_trampoline(weakref.ref(self))) if on_release else _lib.RELEASE_FN()
+        check(_L.comem_holder_add(self._h(), nm, dev, KINDS[kind], flags, fn, None, byref(out)),
+              "comem_holder_add", name)
+        hd = Holder(self, out.value, name, dev, kind, on_release)
+        hd._fn = fn  # type: ignore[attr-defined]  # the C side holds this pointer
+        self._keepalive.append(fn)
+        self._holders[hd.id] = hd
+        return hd
+
+    # ---- node boundaries ----
+
+    def _busy(self, holder_id: int, busy: bool, prompt: Optional[str]) -> None:
+        p = errors.name(prompt, "prompt") if prompt is not None else None
+        check(_L.comem_holder_busy(self._h(), holder_id, 1 if busy else 0, p), "comem_holder_busy")
+
+    @contextlib.contextmanager
+    def _node(self, holder_id: int, prompt: Optional[str], live: Callable[[], None]) -> Iterator[None]:
+        live()
+        self._busy(holder_id, True, prompt)
+        try:
+            yield
+        finally:
+            if self._handle is not None:
+                self._busy(holder_id, False, prompt)
+
+    def node(self, prompt: Optional[str] = None) -> "contextlib.AbstractContextManager[None]":
+        """``with client.node("prompt-id"):`` marks the whole process busy while a node computes."""
+        return self._node(0, prompt, self._h)
+
+    def set_busy(self, busy: bool, prompt: Optional[str] = None) -> None:
+        """Marks the whole process busy (a node starts) or idle (it ended)."""
+        self._busy(0, busy, prompt)
+
+    # ---- admission ----
+
+    def admit(self, weights: int, device: int = 0, holder: Optional[Holder] = None, inference: int = 0,
+              cast_forward: int = 0, keep: Sequence[Entry] = (), timeout: Optional[float] = None) -> Grant:
+        """Asks to load ``weights`` bytes onto ``device`` (with ``inference`` bytes of working memory).
+
+        Returns a :class:`Grant` (its bytes are booked until done or cancelled);
+        raises :class:`comem.Refused` with how short it was and whom it asked.
+        ``keep``: entries of this client that must not be asked to release.
+        """
+        w = errors.size(weights, "weights")
+        inf = errors.size(inference, "inference")
+        cf = errors.size(cast_forward, "cast_forward")
+        dev = errors.device(device)
+        hid = self._holder_id(holder)
+        keep = list(keep)
+        if len(keep) > errors.MAX_KEEP:
+            raise ValueError(f"keep lists at most {errors.MAX_KEEP} entries (got {len(keep)})")
+        ids = (c_uint64 * max(1, len(keep)))()
+        for i, e in enumerate(keep):
+            if not isinstance(e, Entry) or e.holder.client is not self:
+                raise TypeError("keep must list this client's comem.Entry objects")
+            ids[i] = e.id
+        tmo = errors.timeout_ms(timeout)
+        gid = c_uint64()
+        short = c_int64()
+        rc = _L.comem_admit(self._h(), dev, hid, w, inf, cf, ids, len(keep), tmo, byref(gid), byref(short))
+        details = self._details()
+        if rc == errors.ENOSPC:
+            raise Refused("comem_admit", short.value, **details)
+        check(rc, "comem_admit")
+        return Grant(self, gid.value, w, dev, holder, details)
+
+    def _details(self) -> Dict[str, Any]:
+        need, fb, fa, freed = c_int64(), c_int64(), c_int64(), c_int64()
+        asked, busy = c_int(), c_int()
+        _L.comem_admit_details(self._h(), byref(need), byref(fb), byref(fa), byref(freed), byref(asked), byref(busy))
+        ids = (c_uint64 * 64)()
+        n = _L.comem_admit_asked(self._h(), ids, 64)
+        return {"need": need.value, "free_before": fb.value, "free_after": fa.value, "freed": freed.value,
+                "asked": [format(ids[i], "x") for i in range(n)], "n_asked": asked.value, "n_busy": busy.value}
+
+    def pressure(self, nbytes: int, device: int = 0, timeout: Optional[float] = None) -> int:
+        """At an out-of-memory retry site: asks idle siblings for ``nbytes`` first. Returns what came back."""
+        b = errors.size(nbytes, "bytes")
+        dev = errors.device(device)
+        freed = c_int64()
+        check(_L.comem_pressure(self._h(), dev, b, errors.timeout_ms(timeout), byref(freed)), "comem_pressure")
+        return freed.value
+
+    def ask_release(self, entry: Union[str, int], nbytes: Optional[int] = None,
+                    timeout: Optional[float] = None) -> Released:
+        """Asks the holder of another process's entry (its id as :meth:`status` lists it) to release bytes.
+
+        nbytes None: all of it. Returns what the holder reported freed and the
+        entry's residency after. Raises :class:`comem.Busy` when it is computing
+        and :class:`comem.NotFound` when the entry or its process is gone (the
+        exception's ``freed`` then says what came back with the process).
+        """
+        eid = _entry_id(entry)
+        b = -1 if nbytes is None else errors.size(nbytes, "bytes")
+        freed, resident = c_int64(), c_int64()
+        rc = _L.comem_ask_release(self._h(), eid, b, errors.timeout_ms(timeout), byref(freed), byref(resident))
+        if rc < 0:
+            err = errors.error(rc, "comem_ask_release", f"entry {eid:x}")
+            err.freed = freed.value  # type: ignore[attr-defined]
+            raise err
+        return Released(freed.value, resident.value)
+
+    # ---- pins ----
+
+    def pin(self, nbytes: int, holder: Optional[Holder] = None) -> None:
+        """Books ``nbytes`` of pinned host RAM against the machine's ceiling; raises Refused when over."""
+        b = errors.size(nbytes, "bytes")
+        short = c_int64()
+        rc = _L.comem_pin_acquire(self._h(), self._holder_id(holder), b, byref(short))
+        if rc == errors.ENOSPC:
+            raise Refused("comem_pin_acquire", short.value)
+        check(rc, "comem_pin_acquire")
+
+    def unpin(self, nbytes: int, holder: Optional[Holder] = None) -> None:
+        """Gives back pinned host RAM booked with :meth:`pin`."""
+        b = errors.size(nbytes, "bytes")
+        check(_L.comem_pin_release(self._h(), self._holder_id(holder), b), "comem_pin_release")
+
+    @contextlib.contextmanager
+    def pinned(self, nbytes: int, holder: Optional[Holder] = None) -> Iterator[None]:
+        """``with client.pinned(n):`` books pinned RAM for the block."""
+        self.pin(nbytes, holder)
+        try:
+            yield
+        finally:
+            if self._handle is not None:
+                self.unpin(nbytes, holder)
+
+    # ---- reserve and status ----
+
+    def reserve(self, device: int = 0) -> Reserve:
+        """The reserve this process should keep on ``device`` and its pager's headroom."""
+        dev = errors.device(device)
+        r, ph = c_int64(), c_int64()
+        check(_L.comem_reserve(self._h(), dev, byref(r), byref(ph)), "comem_reserve")
+        return Reserve(r.value, ph.value)
+
+    def status(self) -> Dict[str, Any]:
+        """The coordinator's snapshot: the same dict ``comem status --json`` prints."""
+        p = c_void_p()
+        check(_L.comem_status_json(self._h(), byref(p)), "comem_status_json")
+        try:
+            return json.loads(ctypes.string_at(p.value).decode())
+        finally:
+            _L.comem_free(p)
+
+    # ---- helpers ----
+
+    def _holder_id(self, holder: Optional[Holder]) -> int:
+        if holder is None:
+            return 0
+        if not isinstance(holder, Holder) or holder.client is not self:
+            raise TypeError("holder must be a comem.Holder of this client, or None")
+        holder._live()
+        return holder.id
+
+    def __repr__(self) -> str:
+        state = "closed" if self._handle is None else ("connected" if self.connected else "local")
+        return f"<comem.Client {self.name!r} {self.role} ({state})>"
+
+
+def _entry_id(entry: Union[str, int]) -> int:
+    if isinstance(entry, str):
+        try:
+            v = int(entry, 16)
+        except ValueError:
+            raise ValueError(f"entry must be a coordinator id (hex text, as status() lists it), got {entry!r}")
+    elif isinstance(entry, int) and not isinstance(entry, bool):
+        v = entry
+    else:
+        raise TypeError(f"entry must be a coordinator id (hex str or int), not {type(entry).__name__}")
+    if not 0 < v < (1 << 64):
+        raise ValueError(f"entry id out of range: {v}")
+    return v
+
+
+# ---- the release trampoline: C callback thread -> Python callable ----
+
+_tls = threading.local()
+
+
+def _in_callback(client: Client) -> bool:
+    return getattr(_tls, "client", None) is client
+
+
+def _make_trampoline(client_ref: "weakref.ref[Client]") -> Callable[..., int]:
+    def trampoline(user, holder_id, kind, nbytes, entries, amounts, n, freed_out):  # type: ignore[no-untyped-def]
+        freed_out[0] = 0
+        client = client_ref()
+        holder = client._holders.get(holder_id) if client is not None else None
+        if holder is None or holder.callback is None:
+            return errors.EINVAL  # removed while the ask was on its way
+        plan = []
+        for i in range(n):
+            e = holder._entries.get(entries[i])
+            if e is not None:
+                plan.append((e, amounts[i]))
+        ask = ReleaseAsk(holder, _ASK_KINDS.get(kind, "bytes"), nbytes, plan)
+        _tls.client = client
+        try:
+            got = holder.callback(ask)
+            v = 0 if got is None else int(got)
+            freed_out[0] = max(0, min(v, (1 << 63) - 1))
+            return errors.OK
+        except errors.Busy:
+            return errors.EBUSY
+        except BaseException:  # never let an exception unwind into C
+            log.exception("comem: release callback of holder '%s' raised; answered as 0 bytes freed", holder.name)
+            return errors.OK
+        finally:
+            _tls.client = None
+    return trampoline

@@ -1,0 +1,272 @@
+"""The hooks that put comem under ComfyUI's model manager (shared by the host and a ComfyUI worker).
+
+Installing wraps, in ``comfy.model_management``: ``free_memory`` and
+``load_models_gpu`` (under the process's model lock; the host first brings its
+stand-ins up to date and publishes the reserve), ``LoadedModel.model_load``
+(admission before bytes move), and, in simulated placement only,
+``get_free_memory``/``get_total_memory`` (the simulated card's reading for the
+device that plays the card). In ``execution`` (when ComfyUI runs),
+``get_output_data``: every node runs marked busy and holding the model lock,
+with a census after it. Uninstalling restores ComfyUI's own functions.
+
+One adapter is active per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sys
+import threading
+from typing import Any, Callable, Dict, Iterator, Optional
+
+from .. import errors
+from ..client import Client
+from .devices import DeviceMap
+from .models import ComfyModels, is_stand_in, set_memory_required
+
+log = logging.getLogger("comem.comfy")
+
+_active: Optional["Adapter"] = None
+
+
+class ModelLock:
+    """A reentrant lock over ComfyUI's model list that a waiting thread can set down for a while."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._owner: Optional[int] = None
+        self._depth = 0
+
+    def acquire(self, timeout: float = -1) -> bool:
+        ok = self._lock.acquire(timeout=timeout)
+        if ok:
+            self._owner = threading.get_ident()
+            self._depth += 1
+        return ok
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+        self._lock.release()
+
+    def __enter__(self) -> "ModelLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    @contextlib.contextmanager
+    def set_down(self) -> Iterator[None]:
+        """Fully releases the lock held by this thread for the block (e.g. while waiting on a worker)."""
+        if self._owner != threading.get_ident():
+            yield
+            return
+        depth = self._depth
+        for _ in range(depth):
+            self.release()
+        try:
+            yield
+        finally:
+            for _ in range(depth):
+                self.acquire()
+
+
+def mm_module() -> Any:
+    """comfy.model_management (imported: the process must already run or have configured ComfyUI)."""
+    import comfy.model_management as mm
+    return mm
+
+
+class Adapter:
+    """comem under one process's ComfyUI model manager. See :class:`comem.comfy.Host` and ``Worker``."""
+
+    role = "worker"
+
+    def __init__(self, client: Client, mm: Any = None, card: Any = None, simulated: Optional[bool] = None) -> None:
+        self.client = client
+        self.mm = mm if mm is not None else mm_module()
+        self.lock = ModelLock()
+        status = client.status() if client.connected else None
+        self.devices = DeviceMap(self.mm, status, card=card, simulated=simulated)
+        self.models = ComfyModels(client, self.mm, self.devices, self.lock)  # type: ignore[arg-type]
+        self._saved: Dict[Any, Dict[str, Any]] = {}
+        self.installed = False
+
+    # ---- install / uninstall ----
+
+    def _patch(self, owner: Any, name: str, value: Any) -> None:
+        self._saved.setdefault(owner, {})[name] = getattr(owner, name)
+        ComfyModels.originals.setdefault(name, getattr(owner, name))
+        setattr(owner, name, value)
+
+    def install(self) -> "Adapter":
+        """Wraps ComfyUI's manager (idempotent; one adapter per process)."""
+        global _active
+        if self.installed:
+            return self
+        if _active is not None:
+            raise RuntimeError("a comem adapter is already installed in this process; uninstall it first")
+        mm = self.mm
+        self._patch(mm, "free_memory", self._wrap_free_memory(mm.free_memory))
+        self._patch(mm, "load_models_gpu", self._wrap_load_models_gpu(mm.load_models_gpu))
+        self._patch(mm.LoadedModel, "model_load", _wrap_model_load(mm.LoadedModel.model_load))
+        if self.devices.simulated:
+            self._patch(mm, "get_free_memory", self._wrap_get_free_memory(mm.get_free_memory))
+            self._patch(mm, "get_total_memory", self._wrap_get_total_memory(mm.get_total_memory))
+        execution = sys.modules.get("execution")
+        if execution is not None and hasattr(execution, "get_output_data"):
+            self._patch(execution, "get_output_data", self._wrap_node(execution.get_output_data))
+        _active = self
+        self.installed = True
+        with self.lock:
+            self.before_loop()
+            self.models.sync()
+        log.info("comem: %s adapter installed (%s placement, coordinator %s)", self.role,
+                 "simulated" if self.devices.simulated else "CUDA",
+                 "connected" if self.client.connected else "absent: deciding locally")
+        return self
+
+    def uninstall(self) -> None:
+        """Restores ComfyUI's own functions and forgets this process's stand-ins."""
+        global _active
+        if not self.installed:
+            return
+        for owner, names in self._saved.items():
+            for name, value in names.items():
+                setattr(owner, name, value)
+        self._saved.clear()
+        ComfyModels.originals.clear()
+        self.installed = False
+        if _active is self:
+            _active = None
+        self.after_uninstall()
+
+    def close(self) -> None:
+        """Uninstalls, gives simulated charges back and closes the client."""
+        self.uninstall()
+        if self.models.mirror is not None:
+            self.models.mirror.clear()
+        self.client.close()
+
+    def __enter__(self) -> "Adapter":
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- what the host adds ----
+
+    def before_loop(self) -> None:
+        """Runs before ComfyUI's eviction loop (the host syncs its stand-ins here)."""
+
+    def after_uninstall(self) -> None:
+        """Runs after the functions are restored."""
+
+    # ---- node boundaries ----
+
+    @contextlib.contextmanager
+    def computing(self, prompt: Optional[str] = None) -> Iterator[None]:
+        """A node computes: busy (never asked), holding the model lock; census when it ends."""
+        with self.lock:
+            self.client.set_busy(True, _prompt(prompt))
+            try:
+                yield
+            finally:
+                try:
+                    self.client.set_busy(False, _prompt(prompt))
+                    self.models.sync()
+                except errors.Error as e:
+                    log.warning("comem: node boundary not reported: %s", e)
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Inside a node that only waits (on a worker process): idle, and the model lock set down."""
+        self.client.set_busy(False)
+        try:
+            with self.lock.set_down():
+                yield
+        finally:
+            self.client.set_busy(True)
+
+    # ---- the wrappers ----
+
+    def _wrap_free_memory(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(orig)
+        def free_memory(memory_required: float, device: Any, *args: Any, **kwargs: Any) -> Any:
+            with self.lock:
+                self.before_loop()
+                try:
+                    return orig(memory_required, device, *args, **kwargs)
+                finally:
+                    self.models.sync()
+        return free_memory
+
+    def _wrap_load_models_gpu(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(orig)
+        def load_models_gpu(models: Any, memory_required: float = 0, *args: Any, **kwargs: Any) -> Any:
+            with self.lock:
+                self.before_loop()
+                set_memory_required(memory_required)
+                try:
+                    return orig(models, memory_required, *args, **kwargs)
+                finally:
+                    set_memory_required(None)
+                    self.models.sync()
+        return load_models_gpu
+
+    def _wrap_get_free_memory(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(orig)
+        def get_free_memory(dev: Any = None, torch_free_too: bool = False) -> Any:
+            d = dev if dev is not None else self.mm.get_torch_device()
+            idx = self.devices.index(d)
+            if idx is None:
+                return orig(dev, torch_free_too)
+            free = self.devices.free(idx)
+            return (free, 0) if torch_free_too else free
+        return get_free_memory
+
+    def _wrap_get_total_memory(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(orig)
+        def get_total_memory(dev: Any = None, torch_total_too: bool = False) -> Any:
+            d = dev if dev is not None else self.mm.get_torch_device()
+            idx = self.devices.index(d)
+            if idx is None:
+                return orig(dev, torch_total_too)
+            total = self.devices.total(idx)
+            return (total, 0) if torch_total_too else total
+        return get_total_memory
+
+    def _wrap_node(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(orig)
+        async def get_output_data(prompt_id: Any, unique_id: Any, *args: Any, **kwargs: Any) -> Any:
+            with self.computing(prompt_id):
+                return await orig(prompt_id, unique_id, *args, **kwargs)
+        return get_output_data
+
+
+def _prompt(prompt: Optional[Any]) -> Optional[str]:
+    if prompt is None:
+        return None
+    text = str(prompt)
+    return text.encode("utf-8")[:63].decode("utf-8", "ignore") or None
+
+
+def _wrap_model_load(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def model_load(lm: Any, lowvram_model_memory: float = 0, force_patch_weights: bool = False) -> Any:
+        adapter = _active
+        if adapter is None or is_stand_in(lm):
+            return orig(lm, lowvram_model_memory, force_patch_weights)
+        with adapter.lock:
+            return adapter.models.load(lm, lambda budget: orig(lm, budget, force_patch_weights),
+                                       lowvram_model_memory)
+    return model_load
+
+
+def active() -> Optional[Adapter]:
+    """The adapter installed in this process, if any."""
+    return _active

@@ -1,0 +1,105 @@
+"""Which comem device a ComfyUI torch device is, and the simulated card when there is no GPU.
+
+With CUDA, comem device N is the CUDA device with the same UUID (falling back
+to the same index). Without CUDA (Debian's CPU torch, CI) the adapter runs in
+*simulated placement*: comem device 0 is the shared simulated card the
+coordinator serves, ComfyUI's own torch device (the CPU) plays the card's part,
+every byte ComfyUI counts as loaded there is charged to the simulated card,
+and ComfyUI's free-memory reading for that device is the card's
+cuMemGetInfo-style reading. So ComfyUI's real loop, fed the simulated card's
+figures, makes the decisions it would make on a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Dict, Optional
+
+import torch
+
+from .. import errors
+from ..simcard import SimCard
+
+log = logging.getLogger("comem.comfy")
+
+
+class DeviceMap:
+    """Maps ComfyUI's torch devices to comem device indices, for one process."""
+
+    def __init__(self, mm: Any, status: Optional[Dict[str, Any]] = None, card: Optional[SimCard] = None,
+                 simulated: Optional[bool] = None) -> None:
+        self.mm = mm
+        self.simulated = (not torch.cuda.is_available()) if simulated is None else simulated
+        self.card: Optional[SimCard] = None
+        self._by_uuid: Dict[str, int] = {}
+        if self.simulated:
+            self.card = card if card is not None else SimCard()
+        elif status is not None:
+            for d in status.get("devices", []):
+                self._by_uuid[str(d.get("uuid", "")).lower()] = int(d["index"])
+
+    def index(self, device: Any) -> Optional[int]:
+        """The comem device of a torch device, or None for one comem does not manage."""
+        if device is None:
+            return None
+        dev = torch.device(device)
+        if self.simulated:
+            return 0 if dev.type == torch.device(self.mm.get_torch_device()).type else None
+        if dev.type != "cuda":
+            return None
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        uuid = getattr(torch.cuda.get_device_properties(idx), "uuid", None)
+        if uuid is not None:
+            key = ("gpu-" + str(uuid)).lower()
+            if key in self._by_uuid:
+                return self._by_uuid[key]
+        return idx
+
+    def torch_device(self, index: int) -> torch.device:
+        """The torch device ComfyUI uses for comem device ``index``."""
+        if self.simulated:
+            return torch.device(self.mm.get_torch_device())
+        for i in range(torch.cuda.device_count()):
+            if self.index(torch.device("cuda", i)) == index:
+                return torch.device("cuda", i)
+        return torch.device("cuda", index)
+
+    def free(self, index: int) -> int:
+        """Simulated placement: what cuMemGetInfo would say on the card for this process."""
+        assert self.card is not None
+        return self.card.read(index, local=True).free
+
+    def total(self, index: int) -> int:
+        """Simulated placement: the card's total as cuMemGetInfo reports it."""
+        assert self.card is not None
+        return self.card.read(index, local=True).total
+
+
+class CardMirror:
+    """Simulated placement: keeps this process's charge on the card equal to what ComfyUI counts as loaded."""
+
+    def __init__(self, card: SimCard) -> None:
+        self.card = card
+        self._charged: Dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def set(self, index: int, nbytes: int) -> None:
+        """Charges or frees the difference; an overcommit raises (a GPU would have failed the load)."""
+        with self._lock:
+            now = self._charged.get(index, 0)
+            if nbytes > now:
+                self.card.alloc(nbytes - now, index)
+            elif nbytes < now:
+                self.card.free(now - nbytes, index)
+            self._charged[index] = nbytes
+
+    def charged(self, index: int) -> int:
+        return self._charged.get(index, 0)
+
+    def clear(self) -> None:
+        for idx in list(self._charged):
+            try:
+                self.set(idx, 0)
+            except errors.Error as e:  # the card went away: nothing left to free
+                log.debug("comem: simulated card release failed: %s", e)

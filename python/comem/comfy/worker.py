@@ -1,0 +1,130 @@
+"""The worker: an isolated process of a node pack, holding ComfyUI ModelPatchers or plain torch models.
+
+:class:`Worker` asks for admission before every load, answers release asks
+with a ladder that never blocks its compute thread (ComfyUI's partial unload
+escalating to detach, or parts of a plain module to the host, then the whole
+module, then the allocator's cache), reports a census at node boundaries,
+and calls the pressure ask on out-of-memory before the caller shrinks its
+batch. ComfyUI's ``ModelPatcher``s go through ComfyUI's own
+``load_models_gpu`` (hooked as in the host, without stand-ins); plain
+``torch.nn.Module``s through :class:`comem.torch.Models`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Iterator, Optional
+
+from .. import errors
+from ..client import Client, Entry
+from .adapter import Adapter
+
+log = logging.getLogger("comem.comfy")
+
+
+def _is_patcher(model: Any) -> bool:
+    return all(hasattr(model, a) for a in ("model_size", "loaded_size", "partially_load", "partially_unload"))
+
+
+class Worker:
+    """comem in a worker process. ``mm``: comfy.model_management, None to import it if present, False for none."""
+
+    def __init__(self, name: str, socket: Optional[str] = None, device: int = 0, mm: Any = None, card: Any = None,
+                 client: Optional[Client] = None) -> None:
+        import comem.torch as ctorch
+        self.client = client if client is not None else Client(name, role="worker", socket=socket)
+        self.device = errors.device(device)
+        self.comfy: Optional[Adapter] = None
+        if mm is None:
+            try:
+                from .adapter import mm_module
+                mm = mm_module()
+            except ImportError:
+                mm = False
+        if mm is not False:
+            self.comfy = Adapter(self.client, mm, card=card).install()
+            card = self.comfy.devices.card if self.comfy.devices.simulated else card
+        place = ctorch.placement(self.device, card)
+        self.torch_models = ctorch.Models(self.client, self.device, name="torch-models", placement_=place)
+
+    # ---- loading ----
+
+    def load(self, model: Any, name: Optional[str] = None, memory_required: int = 0) -> Optional[Entry]:
+        """Admits and loads a ModelPatcher (through ComfyUI's load_models_gpu) or a plain torch module."""
+        if _is_patcher(model):
+            if self.comfy is None:
+                raise TypeError("a ComfyUI ModelPatcher needs ComfyUI's model manager in this process")
+            self.comfy.mm.load_models_gpu([model], memory_required=memory_required)
+            lm = next((x for x in self.comfy.mm.current_loaded_models if x.model is model), None)
+            return self.comfy.models.entry_of(lm) if lm is not None else None
+        import torch
+        if isinstance(model, torch.nn.Module):
+            return self.torch_models.load(model, name or type(model).__name__, memory_required)
+        raise TypeError(f"model must be a ComfyUI ModelPatcher or a torch.nn.Module, not {type(model).__name__}")
+
+    def unload(self, model: Any) -> int:
+        """Moves a model off the card; returns the bytes freed."""
+        if _is_patcher(model) and self.comfy is not None:
+            with self.comfy.lock:
+                lm = next((x for x in self.comfy.mm.current_loaded_models if x.model is model), None)
+                if lm is None:
+                    return 0
+                idx = self.comfy.devices.index(lm.device)
+                freed = self.comfy.models.unload(lm, None)
+                self.comfy.mm.soft_empty_cache()
+                self.comfy.models.sync()
+                return freed if idx is not None else 0
+        return self.torch_models.unload(model)
+
+    # ---- node boundaries ----
+
+    @contextlib.contextmanager
+    def node(self, prompt: Optional[str] = None) -> Iterator[None]:
+        """``with worker.node(prompt):`` the work of one node: busy, never asked meanwhile; a census after."""
+        with contextlib.ExitStack() as stack:
+            if self.comfy is not None:
+                stack.enter_context(self.comfy.computing(prompt))
+            else:
+                stack.enter_context(self._busy(prompt))
+            stack.enter_context(self.torch_models.computing(prompt))
+            yield
+
+    @contextlib.contextmanager
+    def _busy(self, prompt: Optional[str]) -> Iterator[None]:
+        self.client.set_busy(True, prompt)
+        try:
+            yield
+        finally:
+            self.client.set_busy(False, prompt)
+
+    def census(self) -> None:
+        """Reports what every model holds now."""
+        if self.comfy is not None:
+            with self.comfy.lock:
+                self.comfy.models.sync()
+        self.torch_models.census()
+
+    # ---- out of memory ----
+
+    def pressure(self, nbytes: int, timeout: Optional[float] = None) -> int:
+        """Asks idle siblings for ``nbytes`` (call it on OOM, before shrinking the batch); returns what came back."""
+        return self.client.pressure(nbytes, device=self.device, timeout=timeout)
+
+    def retry_on_oom(self, fn: Any, *args: Any, need: Optional[int] = None, **kwargs: Any) -> Any:
+        """Calls fn; on CUDA OOM asks siblings for ``need`` bytes and retries once (a second OOM is raised)."""
+        return self.torch_models.retry_on_oom(fn, *args, need=need, **kwargs)
+
+    def close(self) -> None:
+        """Uninstalls the hooks and closes the client (the process's bytes leave the ledger)."""
+        if self.comfy is not None:
+            self.comfy.uninstall()
+            if self.comfy.models.mirror is not None:
+                self.comfy.models.mirror.clear()
+        self.client.close()
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,178 @@
+"""comem's exceptions, and the checks every call runs on its arguments.
+
+Every failure of the C library surfaces as a :class:`comem.Error` (or one of
+its subclasses) carrying the status code and comem's own short description of
+it. Subclasses also derive from the built-in exception a Python user would
+catch for the same trouble (``TimeoutError``, ``PermissionError``, ...).
+
+Arguments are checked before anything reaches the library: a size must be an
+integer (``bool`` and ``float`` are refused with ``TypeError``) and not
+negative (``ValueError``); a device index must name a device.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Dict, List, Optional, Sequence, Type
+
+from . import _lib
+
+OK = 0
+EINVAL = -1
+ENOMEM = -2
+ENODEV = -3
+EIO = -4
+ETIMEDOUT = -5
+EPROTO = -6
+EPERM = -7
+EBUSY = -8
+ENOSPC = -9
+ENOENT = -10
+ECLOSED = -11
+ENOTSUP = -12
+EDRIVER = -13
+EEXIST = -14
+ERANGE = -15
+
+MAX_DEVICES = 16  # COMEM_WIRE_MAX_DEVICES
+MAX_KEEP = 512    # COMEM_WIRE_MAX_ITEMS
+NAME_MAX = 63     # COMEM_WIRE_NAME_MAX - 1 bytes of UTF-8
+
+
+def status_str(status: int) -> str:
+    """comem's short, stable description of a status code ("busy", "no space", ...)."""
+    s = _lib.lib.comem_status_str(int(status))
+    return s.decode() if s else "unknown"
+
+
+class Error(Exception):
+    """A comem call failed. ``status`` is the C status code, ``call`` the C function."""
+
+    def __init__(self, status: int, call: str, detail: str = "") -> None:
+        self.status = int(status)
+        self.call = call
+        self.detail = detail
+        text = f"{call}: {status_str(status)}"
+        if detail:
+            text += f" ({detail})"
+        super().__init__(text)
+
+
+class Busy(Error):
+    """The holder (or this thread) is busy: try again later. Raise it from a release callback to say so."""
+
+    def __init__(self, status: int = EBUSY, call: str = "release", detail: str = "") -> None:
+        super().__init__(status, call, detail)
+
+
+class NotFound(Error, LookupError):
+    """No such holder, entry, grant or file (or the process holding it is gone)."""
+
+
+class Closed(Error, ConnectionError):
+    """No coordinator: the connection is closed (or the client was opened to need one)."""
+
+
+class TimedOut(Error, TimeoutError):
+    """A deadline passed before the coordinator answered."""
+
+
+class PermissionDenied(Error, PermissionError):
+    """The coordinator refused this process (another user, or a wrong COMEM_TOKEN)."""
+
+
+class NoDevice(Error):
+    """No such device, or its driver or library is absent."""
+
+
+class Refused(Error):
+    """An admission (or a pin) was refused: not enough memory could be found.
+
+    ``short_by`` is how many bytes were missing; ``need`` the ask target the
+    coordinator used; ``free_before``/``free_after`` the true free before
+    asking anyone and after the receipts; ``freed`` what other holders gave
+    back for it; ``asked`` the ids of the holders it asked (as ``status()``
+    lists them, hex strings) and ``n_asked``/``n_busy`` how many were asked and
+    answered busy.
+    """
+
+    def __init__(self, call: str, short_by: int, need: int = 0, free_before: int = 0, free_after: int = 0,
+                 freed: int = 0, asked: Sequence[str] = (), n_asked: int = 0, n_busy: int = 0) -> None:
+        self.short_by = int(short_by)
+        self.need = int(need)
+        self.free_before = int(free_before)
+        self.free_after = int(free_after)
+        self.freed = int(freed)
+        self.asked: List[str] = list(asked)
+        self.n_asked = int(n_asked)
+        self.n_busy = int(n_busy)
+        detail = f"short by {self.short_by} bytes"
+        if self.need:
+            detail += f" of {self.need} needed"
+        if self.n_asked:
+            detail += f"; asked {self.n_asked} holder(s), {self.n_busy} busy, {self.freed} bytes freed"
+        super().__init__(ENOSPC, call, detail)
+
+
+_BY_STATUS: Dict[int, Type[Error]] = {
+    EBUSY: Busy, ENOENT: NotFound, ECLOSED: Closed, ETIMEDOUT: TimedOut, EPERM: PermissionDenied,
+    ENODEV: NoDevice,
+}
+
+
+def error(status: int, call: str, detail: str = "") -> Error:
+    """The exception for a failed status."""
+    cls = _BY_STATUS.get(int(status), Error)
+    return cls(status, call, detail)
+
+
+def check(status: int, call: str, detail: str = "") -> int:
+    """Returns status when it is not negative, else raises the matching Error."""
+    if status < 0:
+        raise error(status, call, detail)
+    return status
+
+
+# ---- argument checks ----
+
+def size(value: object, what: str = "size", allow_negative: bool = False) -> int:
+    """An int byte count (anything with __index__, but not bool or float), >= 0 unless allowed."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{what} must be an integer number of bytes, not {type(value).__name__}")
+    v = operator.index(value)  # type: ignore[arg-type]
+    if v < 0 and not allow_negative:
+        raise ValueError(f"{what} must not be negative (got {v})")
+    if not -(1 << 63) <= v < (1 << 63):
+        raise ValueError(f"{what} does not fit in 64 bits (got {v})")
+    return v
+
+
+def device(value: object) -> int:
+    """A device index 0..15."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"device must be an integer index, not {type(value).__name__}")
+    v = operator.index(value)  # type: ignore[arg-type]
+    if not 0 <= v < MAX_DEVICES:
+        raise ValueError(f"device must be 0..{MAX_DEVICES - 1} (got {v})")
+    return v
+
+
+def name(value: object, what: str = "name") -> bytes:
+    """A name as UTF-8, 1..63 bytes, without NUL."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    b = value.encode("utf-8")
+    if not b or len(b) > NAME_MAX or b"\0" in b:
+        raise ValueError(f"{what} must be 1..{NAME_MAX} bytes of UTF-8 without NUL (got {value!r})")
+    return b
+
+
+def timeout_ms(value: Optional[float]) -> int:
+    """Seconds (None: the client's default) as the C API's milliseconds (-1: default)."""
+    if value is None:
+        return -1
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"timeout must not be negative (got {value})")
+    return min(int(value * 1000), 2**31 - 1)

@@ -1,0 +1,66 @@
+"""The shared-memory view: the coordinator's true free, reserve and reclaimable bytes, without a round trip.
+
+What a batch sizer should read instead of a process-local free figure. A read
+is a few atomic loads on a file the coordinator publishes next to its socket.
+"""
+
+from __future__ import annotations
+
+from ctypes import byref, c_int64, c_void_p
+from typing import NamedTuple, Optional
+
+from . import _lib, errors
+from .client import _opt_path
+from .errors import check
+
+_L = _lib.lib
+
+
+class ViewReading(NamedTuple):
+    """One device as the coordinator last published it (bytes)."""
+    capacity: int
+    free: int
+    reserve: int
+    reclaimable: int  #: what other processes could release now
+
+
+class View:
+    """A reader of the coordinator's published snapshot (socket None: the default one)."""
+
+    def __init__(self, socket: Optional[str] = None) -> None:
+        h = c_void_p()
+        check(_L.comem_view_open(_opt_path(socket), byref(h)), "comem_view_open",
+              "is a coordinator running on that socket?")
+        self._handle: Optional[int] = h.value
+
+    def read(self, device: int = 0) -> ViewReading:
+        """The device's capacity, true free, reserve and reclaimable bytes.
+
+        Raises :class:`comem.NoDevice` for a device the coordinator does not have and
+        :class:`comem.Busy` when a write stayed unfinished (the coordinator died mid-write).
+        """
+        dev = errors.device(device)
+        if self._handle is None:
+            raise errors.Error(errors.ECLOSED, "comem_view_read", "the view is closed")
+        cap, free, res, rec = c_int64(), c_int64(), c_int64(), c_int64()
+        check(_L.comem_view_read(self._handle, dev, byref(cap), byref(free), byref(res), byref(rec)),
+              "comem_view_read")
+        return ViewReading(cap.value, free.value, res.value, rec.value)
+
+    def close(self) -> None:
+        """Unmaps the snapshot."""
+        if self._handle is not None:
+            _L.comem_view_close(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> "View":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,227 @@
+"""Real components for the Python suites: a real comemd on a simulated card, real child processes.
+
+``Machine`` makes a private runtime directory, starts ``comemd --check`` on a
+simulated card in it (``COMEM_BIN_DIR``), and gives child processes the
+environment that names the same socket and card. ``Child`` runs one of the
+scripts in ``procs/`` as its own Python process and talks to it in JSON lines
+(one command in, one answer out), so a test can drive a real worker step by
+step, and kill it.
+
+ComfyUI comes from ``COMFYUI_DIR`` (the real one; ``.ci/run`` sets it): tests
+that need it skip, saying why, when it is unset. ``stubs/`` provides the two
+modules ComfyUI imports that Debian does not package (see stubs/README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from typing import Any, Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.environ.get("COMEM_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
+PYTHON_DIR = os.path.join(SOURCE, "python")
+BIN_DIR = os.environ.get("COMEM_BIN_DIR") or os.path.join(SOURCE, "build", "bin")
+STUBS = os.path.join(HERE, "stubs")
+PROCS = os.path.join(HERE, "procs")
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+if PYTHON_DIR not in sys.path:
+    sys.path.insert(0, PYTHON_DIR)
+
+
+def comfyui_dir() -> Optional[str]:
+    """The real ComfyUI checkout to test against, or None."""
+    d = os.environ.get("COMFYUI_DIR")
+    return d if d and os.path.isfile(os.path.join(d, "comfy", "model_management.py")) else None
+
+
+def need_comfyui(case: unittest.TestCase) -> str:
+    d = comfyui_dir()
+    if d is None:
+        case.skipTest("COMFYUI_DIR is unset (or has no comfy/model_management.py): the adapter's conformance "
+                      "tests need the real ComfyUI; .ci/run sets it to shared/thirdparty/comfyui")
+    return d
+
+
+def need_torch(case: unittest.TestCase) -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        case.skipTest("torch is not installed (Debian: python3-torch)")
+
+
+def import_comfy() -> Any:
+    """ComfyUI's real model manager in this process, on the CPU (Debian's torch has no CUDA)."""
+    d = comfyui_dir()
+    assert d is not None
+    for p in (d, STUBS):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    import comfy.cli_args
+    import torch
+    if not torch.cuda.is_available():
+        comfy.cli_args.args.cpu = True
+    import comfy.model_management as mm
+    import comfy.model_patcher  # noqa: F401
+    return mm
+
+
+class Machine:
+    """A private runtime directory, a simulated card and a real comemd serving it."""
+
+    def __init__(self, card: str = "sim:8GiB:reserved=256MiB:ctx=300MiB", idle_release: Optional[float] = None,
+                 extra: Optional[List[str]] = None) -> None:
+        self.dir = tempfile.mkdtemp(prefix="comem-py-")
+        self.socket = os.path.join(self.dir, "comem.sock")
+        self.spec = f"{card}:path={os.path.join(self.dir, 'card')}"
+        self.env = dict(os.environ)
+        self.env.update({"COMEM_RUNTIME_DIR": self.dir, "COMEM_SOCKET": self.socket, "COMEM_DEVICE": self.spec,
+                         "PYTHONPATH": os.pathsep.join(filter(None, [PYTHON_DIR, self.env.get("PYTHONPATH")]))})
+        self._saved = {k: os.environ.get(k) for k in ("COMEM_RUNTIME_DIR", "COMEM_SOCKET", "COMEM_DEVICE")}
+        self.idle_release = idle_release
+        self.extra = extra or []
+        self.comemd: Optional[subprocess.Popen] = None
+        self.children: List["Child"] = []
+        self.log = open(os.path.join(self.dir, "comemd.log"), "w+")
+
+    def __enter__(self) -> "Machine":
+        for k in self._saved:
+            os.environ[k] = self.env[k]
+        self.start()
+        return self
+
+    def start(self) -> None:
+        args = [os.path.join(BIN_DIR, "comemd"), "--socket", self.socket, "--device", self.spec, "--check"]
+        if self.idle_release is not None:
+            args += ["--idle-release", str(self.idle_release)]
+        self.comemd = subprocess.Popen(args + self.extra, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        import comem
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with comem.Client("probe", role="tool", socket=self.socket, require_coordinator=True):
+                    return
+            except comem.Error:
+                if time.monotonic() > deadline or self.comemd.poll() is not None:
+                    raise RuntimeError("comemd did not start:\n" + self.comemd_log())
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.comemd is not None and self.comemd.poll() is None:
+            self.comemd.send_signal(signal.SIGTERM)
+            try:
+                self.comemd.wait(10)
+            except subprocess.TimeoutExpired:
+                self.comemd.kill()
+                self.comemd.wait()
+        self.comemd = None
+
+    def comemd_log(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def __exit__(self, *exc: object) -> None:
+        for c in self.children:
+            c.kill()
+        self.stop()
+        for k, v in self._saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def status(self) -> Dict[str, Any]:
+        import comem
+        with comem.Client("status", role="tool", socket=self.socket, require_coordinator=True) as c:
+            return c.status()
+
+    def process(self, name: str, device: int = 0) -> Optional[Dict[str, Any]]:
+        for p in self.status()["devices"][device]["processes"]:
+            if p["name"] == name:
+                return p
+        return None
+
+    def check_ledger(self, case: unittest.TestCase) -> None:
+        co = self.status()["coordinator"]
+        case.assertTrue(co["checking"])
+        case.assertGreater(co["checks"], 0)
+        case.assertEqual(co["violations"], 0, "the coordinator's ledger check failed:\n" + self.comemd_log())
+
+    def child(self, script: str, *args: str, env: Optional[Dict[str, str]] = None) -> "Child":
+        c = Child(self, script, list(args), env)
+        self.children.append(c)
+        return c
+
+
+class Child:
+    """A real Python process running procs/<script>, driven by JSON lines."""
+
+    def __init__(self, machine: Machine, script: str, args: List[str], env: Optional[Dict[str, str]]) -> None:
+        e = dict(machine.env)
+        if env:
+            e.update(env)
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(PROCS, script)] + args, env=e,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+                                     bufsize=1)
+        self.pid = self.proc.pid
+        self.ready = self.read(60)
+
+    def read(self, timeout: float = 30) -> Dict[str, Any]:
+        import select
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not r:
+            raise AssertionError(f"child {self.pid} said nothing in {timeout} s; its stderr:\n{self.errors()}")
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise AssertionError(f"child {self.pid} ended (rc {self.proc.poll()}); its stderr:\n{self.errors()}")
+        return json.loads(line)
+
+    def ask(self, cmd: str, timeout: float = 30, **kw: Any) -> Dict[str, Any]:
+        kw["cmd"] = cmd
+        self.proc.stdin.write(json.dumps(kw) + "\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+        out = self.read(timeout)
+        if "error" in out:
+            raise AssertionError(f"child {self.pid}: {cmd} failed: {out['error']}\n{self.errors()}")
+        return out
+
+    def errors(self) -> str:
+        self.stderr.flush()
+        self.stderr.seek(0)
+        return self.stderr.read()[-6000:]
+
+    def finish(self) -> int:
+        try:
+            self.ask("exit")
+        except AssertionError:
+            pass
+        return self.proc.wait(30)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def wait_for(pred: Any, timeout: float = 10, interval: float = 0.02) -> Any:
+    """Polls pred() until it returns something true; returns it, or the last value after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(interval)
