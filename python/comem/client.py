@@ -125,7 +125,7 @@ class Entry:
 
     def _live(self) -> None:
         if self._removed:
-            raise Error(errors.ENOENT, "entry", f"entry '{self.name}' was removed")
+            raise errors.NotFound(errors.ENOENT, "entry", f"entry '{self.name}' was removed")
 
     def __repr__(self) -> str:
         return f"<comem.Entry {self.name!r} {self._resident}/{self.size} bytes>"
@@ -205,7 +205,7 @@ class Holder:
 
     def _live(self) -> None:
         if self._removed:
-            raise Error(errors.ENOENT, "holder", f"holder '{self.name}' was removed")
+            raise errors.NotFound(errors.ENOENT, "holder", f"holder '{self.name}' was removed")
         self.client._h()
 
     def __repr__(self) -> str:
@@ -247,9 +247,12 @@ class Grant:
             return
         if entry is not None and not isinstance(entry, Entry):
             raise TypeError(f"entry must be a comem.Entry or None, not {type(entry).__name__}")
+        if entry is not None and entry.holder.client is not self.client:
+            raise TypeError("entry must be an entry of the grant's own client")
         u = self.bytes if used is None else errors.size(used, "used")
+        h = self.client._h()  # a closed client raises here, and the grant stays open
         self._open = False
-        rc = _L.comem_grant_done(self.client._h(), self.id, entry.id if entry else 0, u)
+        rc = _L.comem_grant_done(h, self.id, entry.id if entry else 0, u)
         check(rc, "comem_grant_done")
         if entry is not None:
             entry._resident = min(entry.size, max(entry._resident, min(u, entry._resident + self.bytes)))
@@ -257,8 +260,9 @@ class Grant:
     def cancel(self) -> None:
         """Gives the booked bytes back without loading."""
         if self._open:
+            h = self.client._h()
             self._open = False
-            check(_L.comem_grant_done(self.client._h(), self.id, 0, 0), "comem_grant_done")
+            check(_L.comem_grant_done(h, self.id, 0, 0), "comem_grant_done")
 
     def __enter__(self) -> "Grant":
         return self
@@ -290,17 +294,20 @@ class Client:
             raise ValueError(f"role must be one of {sorted(ROLES)} (got {role!r})")
         rb = -1 if reserve_base is None else errors.size(reserve_base, "reserve_base")
         flags = (_OPEN_EMBED if embed else 0) | (_OPEN_NO_LOCAL if require_coordinator else 0)
+        tmo = None if timeout is None else errors.timeout_ms(timeout)  # checked before anything is opened
+        sock = _opt_path(socket)
         self.name = name
         self.role = role
         self._holders: Dict[int, Holder] = {}
         self._keepalive: List[Any] = []  # callbacks of removed holders: an ask may still be running
+        self._pagers: List[Any] = []  # pagers attached through this client: detached before it closes
         self._lock = threading.Lock()
         h = c_void_p()
-        check(_L.comem_client_open(_opt_path(socket), ROLES[role], nm, rb, flags, byref(h)), "comem_client_open")
+        check(_L.comem_client_open(sock, ROLES[role], nm, rb, flags, byref(h)), "comem_client_open")
         self._handle: Optional[int] = h.value
         self._finalizer = weakref.finalize(self, _L.comem_client_close, h.value)
-        if timeout is not None:
-            self.set_timeout(timeout)
+        if tmo is not None:
+            _L.comem_client_set_timeout(h.value, tmo)
 
     # ---- lifetime ----
 
@@ -320,6 +327,12 @@ class Client:
             return
         if _in_callback(self):
             raise RuntimeError("a client cannot be closed from its own release callback")
+        for p in list(self._pagers):  # the C pager keeps a pointer to this client: detach it first
+            try:
+                p.detach()
+            except Error:
+                log.exception("comem: detaching %r before closing client '%s' failed", p, self.name)
+        self._pagers.clear()
         self._handle = None
         self._finalizer()  # ctypes releases the GIL: a callback in flight can finish
         self._holders.clear()
@@ -381,7 +394,7 @@ class Client:
             if releases_while_busy:
                 flags |= _WHILE_BUSY
         out = c_uint64()
-        fn = _lib.RELEASE_FN(_make_trampoline(weakref.ref(self))) if on_release else _lib.RELEASE_FN()
+        fn = _lib.RELEASE_FN(_make_trampoline(weakref.ref(self))) if on_release is not None else _lib.RELEASE_FN()
         check(_L.comem_holder_add(self._h(), nm, dev, KINDS[kind], flags, fn, None, byref(out)),
               "comem_holder_add", name)
         hd = Holder(self, out.value, name, dev, kind, on_release)

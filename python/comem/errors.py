@@ -173,6 +173,8 @@ def timeout_ms(value: Optional[float]) -> int:
         return -1
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"timeout must be a number of seconds or None, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"timeout must not be negative (got {value})")
-    return min(int(value * 1000), 2**31 - 1)
+    if value != value or value < 0:  # NaN compares unequal to itself
+        raise ValueError(f"timeout must be a non-negative number of seconds (got {value})")
+    if value * 1000 >= 2**31 - 1:  # also infinity: the longest wait the C API takes
+        return 2**31 - 1
+    return int(value * 1000)

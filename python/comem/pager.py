@@ -146,10 +146,16 @@ class Pager:
             raise TypeError(f"client must be a comem.Client, not {type(client).__name__}")
         check(_L.comem_pager_attach(self._h(), client._h(), errors.name(name, "holder name")), "comem_pager_attach")
         self._client = client  # the client must outlive the attachment
+        client._pagers.append(self)  # so closing the client detaches this pager first
 
     def detach(self) -> None:
         """Removes the pager's holder and entries from the ledger."""
         check(_L.comem_pager_detach(self._h()), "comem_pager_detach")
+        self._forget_client()
+
+    def _forget_client(self) -> None:
+        if self._client is not None and self in self._client._pagers:
+            self._client._pagers.remove(self)
         self._client = None
 
     @property
@@ -167,7 +173,7 @@ class Pager:
         self._vbars.clear()
         _L.comem_pager_close(self._handle)
         self._handle = None
-        self._client = None
+        self._forget_client()
 
     def __enter__(self) -> "Pager":
         return self
