@@ -179,6 +179,13 @@ int comem_vmm_sim_open(int device, const char *sim_spec, comem_vmm **out)
         free(s);
         return COMEM_ENODEV;
     }
+    /* As the CUDA backend retains the primary context at open, this process's context exists from
+       now on: a device reading taken before the first commit already counts it. */
+    if ((rc = comem_sim_touch(s->sim, device)) != COMEM_OK) {
+        comem_sim_close(s->sim);
+        free(s);
+        return rc;
+    }
     s->base = (comem_vmm){&k_sim_ops, "sim", SIM_GRANULARITY};
     s->card = device;
     atomic_init(&s->inject_after, 0);
