@@ -8,6 +8,9 @@ SANITIZE ?=
 CMAKE_FLAGS ?=
 CTEST_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# The real ComfyUI the adapter's conformance tests run against (they skip, saying why, without it).
+COMFYUI_DIR ?= $(firstword $(wildcard $(abspath $(CURDIR)/../shared/thirdparty/comfyui)))
+export COMFYUI_DIR
 
 .PHONY: all build deps demo check asan tsan clean
 

@@ -10,6 +10,8 @@ packages=(
   libjson-c-dev                            # JSON for the CLI, vectors and status output
   clang libclang-rt-dev                    # libFuzzer and sanitizer runtimes
   python3                                  # Python binding, CLI and adapter tests
+  python3-torch python3-psutil             # torch workers and ComfyUI's model manager (CPU torch)
+  python3-pil python3-torchvision          # what ComfyUI's comfy.model_patcher imports
 )
 
 missing=()

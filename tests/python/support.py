@@ -132,6 +132,10 @@ class Machine:
         return self.log.read()
 
     def __exit__(self, *exc: object) -> None:
+        if os.environ.get("COMEM_TEST_LOGS"):  # for a person debugging a failure
+            sys.stderr.write(f"---- comemd ----\n{self.comemd_log()}\n")
+            for c in self.children:
+                sys.stderr.write(f"---- child {c.pid} ----\n{c.errors()}\n")
         for c in self.children:
             c.kill()
         self.stop()

@@ -5,6 +5,13 @@
 ``init_device(n)`` opens a pager on CUDA device n (the simulated card when no
 CUDA driver loads, or when ``COMEM_AIMDO_BACKEND=sim``) and attaches it to the
 coordinator, so other processes can take its unpinned pages.
+
+One difference from aimdo, by design: aimdo patches the driver's allocation
+functions so that a torch allocation that does not fit evicts weights first;
+comem's pager does not touch the driver. Instead the pager keeps room on the card
+for torch's working memory: besides the headrooms, at least the largest weight
+faulted so far on the device (an offloaded weight is streamed through a torch
+tensor of that size), added to the device's extra headroom.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ client: Optional[Client] = None
 devctxs: List[Pager] = []
 _pagers = {}  # device -> Pager
 _simple_headroom: Optional[int] = None
+_extra = {}    # device -> the extra headroom the application asked for
+_largest = {}  # device -> the largest weight faulted there: room kept for streaming it
 
 
 class _Lib:
@@ -74,6 +83,7 @@ def _open(device: int, headroom: int) -> Pager:
             raise
         log.info("comem.aimdo: no CUDA device %d (%s); using the simulated card", device, e)
         p = Pager("sim", device)
+    _extra[device] = headroom
     if headroom:
         p.set_extra_headroom(headroom)
     if _simple_headroom is not None:
@@ -110,7 +120,8 @@ def init_devices(device_ids: Iterable[Union[int, Tuple[int, int]]]) -> bool:
         if dev not in _pagers:
             _pagers[dev] = _open(dev, head)
         elif head:
-            _pagers[dev].set_extra_headroom(head)
+            _extra[dev] = head
+            _pagers[dev].set_extra_headroom(head + _largest.get(dev, 0))
         out.append(_pagers[dev])
     devctxs = out
     return True
@@ -131,6 +142,14 @@ def get_devctx(device_id: int) -> Pager:
     return p
 
 
+def keep_room_for(pager: Pager, nbytes: int) -> None:
+    """A weight of nbytes was faulted on pager's device: keep room for streaming one that large."""
+    dev = pager.device
+    if nbytes > _largest.get(dev, 0):
+        _largest[dev] = nbytes
+        pager.set_extra_headroom(_extra.get(dev, 0) + nbytes)
+
+
 def set_simple_vram_headroom(nbytes: int) -> None:
     """The per-process margin every device's pager keeps (aimdo's simple_vram_headroom); live."""
     global _simple_headroom
@@ -145,6 +164,8 @@ def deinit() -> None:
     for p in _pagers.values():
         p.close()
     _pagers.clear()
+    _extra.clear()
+    _largest.clear()
     devctxs = []
     if client is not None:
         client.close()

@@ -51,6 +51,7 @@ class ModelVBAR:
 
     def fault(self, alloc: int, size: int) -> Optional[bytes]:
         """Makes [alloc, alloc+size) resident and pinned: its signatures, or None when offloaded."""
+        control.keep_room_for(self._devctx, size)
         return self._v().fault(alloc - self.base_addr, size)
 
     def unpin(self, alloc: int, size: int) -> None:

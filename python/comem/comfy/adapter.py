@@ -4,8 +4,8 @@ Installing wraps, in ``comfy.model_management``: ``free_memory`` and
 ``load_models_gpu`` (under the process's model lock; the host first brings its
 stand-ins up to date and publishes the reserve), ``LoadedModel.model_load``
 (admission before bytes move), and, in simulated placement only,
-``get_free_memory``/``get_total_memory`` (the simulated card's reading for the
-device that plays the card). In ``execution`` (when ComfyUI runs),
+``get_torch_device`` (``cpu:0``, the device that plays the card) and
+``get_free_memory``/``get_total_memory`` (the simulated card's reading for it). In ``execution`` (when ComfyUI runs),
 ``get_output_data``: every node runs marked busy and holding the model lock,
 with a census after it. Uninstalling restores ComfyUI's own functions.
 
@@ -115,6 +115,7 @@ class Adapter:
         self._patch(mm, "load_models_gpu", self._wrap_load_models_gpu(mm.load_models_gpu))
         self._patch(mm.LoadedModel, "model_load", _wrap_model_load(mm.LoadedModel.model_load))
         if self.devices.simulated:
+            self._patch(mm, "get_torch_device", _sim_torch_device)
             self._patch(mm, "get_free_memory", self._wrap_get_free_memory(mm.get_free_memory))
             self._patch(mm, "get_total_memory", self._wrap_get_total_memory(mm.get_total_memory))
         execution = sys.modules.get("execution")
@@ -246,6 +247,12 @@ class Adapter:
             with self.computing(prompt_id):
                 return await orig(prompt_id, unique_id, *args, **kwargs)
         return get_output_data
+
+
+def _sim_torch_device() -> Any:
+    """Simulated placement: ComfyUI's main device is the one that plays the card."""
+    from .devices import SIM_DEVICE
+    return SIM_DEVICE
 
 
 def _prompt(prompt: Optional[Any]) -> Optional[str]:

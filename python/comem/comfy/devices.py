@@ -3,11 +3,14 @@
 With CUDA, comem device N is the CUDA device with the same UUID (falling back
 to the same index). Without CUDA (Debian's CPU torch, CI) the adapter runs in
 *simulated placement*: comem device 0 is the shared simulated card the
-coordinator serves, ComfyUI's own torch device (the CPU) plays the card's part,
-every byte ComfyUI counts as loaded there is charged to the simulated card,
-and ComfyUI's free-memory reading for that device is the card's
-cuMemGetInfo-style reading. So ComfyUI's real loop, fed the simulated card's
-figures, makes the decisions it would make on a GPU.
+coordinator serves, and the torch device ``cpu:0`` plays the card's part.
+ComfyUI's main device (``get_torch_device()``) becomes ``cpu:0`` while its
+offload device stays ``cpu``, so ComfyUI takes every GPU branch of its loop
+(``cpu:0`` is not ``cpu`` to it) while tensors stay in host memory; every byte
+ComfyUI counts as loaded on ``cpu:0`` is charged to the simulated card, and
+ComfyUI's free-memory reading for ``cpu:0`` is the card's cuMemGetInfo-style
+reading. So ComfyUI's real loop, fed the simulated card's figures, makes the
+decisions it would make on a GPU.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from .. import errors
 from ..simcard import SimCard
 
 log = logging.getLogger("comem.comfy")
+
+#: The torch device that plays the simulated card's part (ComfyUI's offload device stays "cpu").
+SIM_DEVICE = torch.device("cpu", 0)
 
 
 class DeviceMap:
@@ -45,7 +51,7 @@ class DeviceMap:
             return None
         dev = torch.device(device)
         if self.simulated:
-            return 0 if dev.type == torch.device(self.mm.get_torch_device()).type else None
+            return 0 if dev == SIM_DEVICE else None
         if dev.type != "cuda":
             return None
         idx = dev.index if dev.index is not None else torch.cuda.current_device()
@@ -59,7 +65,7 @@ class DeviceMap:
     def torch_device(self, index: int) -> torch.device:
         """The torch device ComfyUI uses for comem device ``index``."""
         if self.simulated:
-            return torch.device(self.mm.get_torch_device())
+            return SIM_DEVICE
         for i in range(torch.cuda.device_count()):
             if self.index(torch.device("cuda", i)) == index:
                 return torch.device("cuda", i)

@@ -1,7 +1,8 @@
 """A worker process holding plain torch models through comem.comfy.Worker (no ComfyUI), on the simulated card.
 
 argv: NAME. Commands: load(name, mib, parts), resident(name), node(seconds, prompt), busy(on),
-released(), census(), pressure(mib), card().
+released(), census(), pressure(mib), card() (simulated), cuda() (torch's figures and OOMs seen).
+On a GPU the models really move to cuda:0 (comem.torch's CUDA placement).
 """
 
 import os
@@ -23,10 +24,15 @@ models = {}
 def model(mib, parts):
     # torch.empty never touches its pages: "GiB-sized" models cost no RAM in CI
     per = mib * MiB // parts // 4
-    m = torch.nn.Module()
-    for i in range(parts):
-        m.register_parameter(f"w{i}", torch.nn.Parameter(torch.empty(per), requires_grad=False))
-    return m
+    layers = torch.nn.ModuleList()
+    for i in range(parts):  # one part per layer: what a partial release moves
+        layer = torch.nn.Module()
+        layer.register_parameter("weight", torch.nn.Parameter(torch.empty(per), requires_grad=False))
+        layers.append(layer)
+    return layers
+
+
+ooms = []  # CUDA out-of-memory errors this process hit (the GPU proof requires none)
 
 
 def load(name, mib, parts=4, inference=0):
@@ -35,7 +41,17 @@ def load(name, mib, parts=4, inference=0):
         e = w.load(m, name, memory_required=inference)
     except comem.Refused as r:
         return {"refused": True, "short_by": r.short_by, "asked": r.asked, "n_asked": r.n_asked}
+    except torch.cuda.OutOfMemoryError as e:
+        ooms.append(str(e))
+        raise
     return {"entry": e.id, "size": e.size, "resident": e.resident}
+
+
+def cuda():
+    if not torch.cuda.is_available():
+        return {"allocated": 0, "reserved": 0, "ooms": len(ooms)}
+    torch.zeros(1, device="cuda")  # this process's context exists from the first question on
+    return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved(), "ooms": len(ooms)}
 
 
 def resident(name):
@@ -67,4 +83,4 @@ def pressure(mib):
 
 
 serve({"load": load, "resident": resident, "node": node, "busy": busy, "released": released, "card": card,
-       "pressure": pressure, "census": lambda: w.census()}, {"pid": os.getpid(), "session": w.client.session})
+       "pressure": pressure, "census": lambda: w.census(), "cuda": cuda}, {"pid": os.getpid(), "session": w.client.session})

@@ -1,0 +1,266 @@
+"""The ComfyUI adapter against ComfyUI's real model manager (COMFYUI_DIR), a real comemd and real workers.
+
+This process is the host: it imports ComfyUI's own comfy.model_management and
+comfy.model_patcher (unmodified) on Debian's CPU torch and installs the host
+adapter in simulated placement (the card is comemd's simulated card; ComfyUI's
+main device is cpu:0, its offload device cpu). Workers are real processes
+(procs/torch_worker.py with plain torch modules, procs/comfy_worker.py with
+ComfyUI's own ModelPatcher) on the same card. ComfyUI's own loop makes every
+decision below; the tests check what it decided against the card and the ledger.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import unittest
+
+import support
+from support import GiB, MiB, Machine, wait_for
+
+# Small enough that ComfyUI's host models (real tensors: moving them to cpu:0 copies them) stay cheap.
+CARD = "sim:4GiB:reserved=256MiB:ctx=300MiB"
+
+
+def make_patcher(mm, gib_parts):
+    """A ComfyUI ModelPatcher around a module whose leaf layers have these sizes (MiB); pages untouched."""
+    import comfy.model_patcher
+    import torch
+    layers = []
+    for mib in gib_parts:
+        layer = torch.nn.Linear(1, 1, bias=False)
+        layer.weight = torch.nn.Parameter(torch.empty(mib * MiB // 4), requires_grad=False)
+        layers.append(layer)
+    return comfy.model_patcher.ModelPatcher(torch.nn.Sequential(*layers), load_device=mm.get_torch_device(),
+                                            offload_device=torch.device("cpu"))
+
+
+class AdapterCase(unittest.TestCase):
+    """A real comemd, this process as ComfyUI's host, and helpers to read both."""
+
+    machine: Machine
+
+    def setUp(self) -> None:
+        support.need_torch(self)
+        support.need_comfyui(self)
+        self.mm = support.import_comfy()
+        import comem
+        from comem.comfy import Host, Recorder
+        self.comem = comem
+        self.Recorder = Recorder
+        self.machine = Machine(CARD).__enter__()
+        self.addCleanup(self.machine.__exit__, None, None, None)
+        self.card = comem.SimCard(self.machine.spec)
+        self.addCleanup(self.card.close)
+        self.host = Host(self.mm, socket=self.machine.socket, embed=False, card=self.card, name="comfyui")
+        self.host.install()
+        self.addCleanup(self._teardown_host)
+        self.dev = self.mm.get_torch_device()
+        self.unloads = []  # every LoadedModel.model_unload ComfyUI ran, with what it was asked
+        orig = self.mm.LoadedModel.model_unload
+
+        def spy(lm, memory_to_free=None, unpatch_weights=True):
+            self.unloads.append((lm, memory_to_free))
+            return orig(lm, memory_to_free, unpatch_weights)
+        self.mm.LoadedModel.model_unload = spy
+        self.addCleanup(setattr, self.mm.LoadedModel, "model_unload", orig)
+        Recorder.start()
+        self.addCleanup(Recorder.stop)
+
+    def _teardown_host(self) -> None:
+        for lm in list(self.mm.current_loaded_models):
+            try:
+                lm.model_unload()
+            except Exception:
+                pass
+        self.mm.current_loaded_models.clear()
+        self.host.close()
+        gc.collect()
+
+    # ---- readings ----
+
+    def card_free(self) -> int:
+        return self.card.read(0, local=True).free
+
+    def ledger_resident(self, name: str) -> int:
+        p = self.machine.process(name)
+        return -1 if p is None else p["resident"]
+
+    def host_loaded(self) -> int:
+        from comem.comfy.models import is_stand_in
+        return sum(lm.model_loaded_memory() for lm in self.mm.current_loaded_models if not is_stand_in(lm))
+
+    def stand_ins(self):
+        from comem.comfy.models import is_stand_in
+        return [lm for lm in self.mm.current_loaded_models if is_stand_in(lm)]
+
+    def assert_consistent(self) -> None:
+        """The card, ComfyUI's list and the ledger agree about this host; comemd's checks all passed."""
+        ctx, alloc = self.card.usage()
+        self.assertEqual(alloc, self.host_loaded(), "the simulated card is charged what ComfyUI counts as loaded")
+        self.assertEqual(self.ledger_resident("comfyui"), self.host_loaded())
+        self.machine.check_ledger(self)
+
+    def assert_surface(self) -> None:
+        """Every attribute ComfyUI read from a stand-in is one it offers; none was missing."""
+        from comem.comfy.standin import SURFACE
+        self.assertEqual(self.Recorder.missing, set(), "ComfyUI asked a stand-in for attributes it lacks")
+        self.assertTrue(self.Recorder.read <= SURFACE, sorted(self.Recorder.read - SURFACE))
+
+    def worker(self, name: str, mib: int, parts: int = 4, script: str = "torch_worker.py"):
+        w = self.machine.child(script, name)
+        out = w.ask("load", name=name, mib=mib, parts=parts)
+        self.assertNotIn("refused", out)
+        return w
+
+
+class TestComfyLoopReachesWorkers(AdapterCase):
+
+    def test_free_memory_evicts_a_worker_through_its_stand_in(self):
+        w = self.worker("sam3", 1536, parts=4)  # four 384 MiB parts
+        self.assertEqual(w.ask("card")["allocated"], 1536 * MiB)
+        free = self.card_free()
+        self.mm.free_memory(free + 512 * MiB, self.dev)  # ComfyUI's own loop
+        # The loop asked the stand-in for (required - free) = 512 MiB; the worker's ladder moved parts,
+        # smallest first, until that was covered: two parts, 768 MiB, and ComfyUI stopped there.
+        asked = [m for lm, m in self.unloads if lm.model.__class__.__name__ == "StandIn"]
+        self.assertEqual(len(asked), 1)
+        self.assertEqual(int(asked[0]), 512 * MiB)
+        self.assertEqual(w.ask("card")["allocated"], 768 * MiB)  # the worker really freed it
+        self.assertEqual(w.ask("resident", name="sam3")["resident"], 768 * MiB)
+        self.assertEqual(self.ledger_resident("sam3"), 768 * MiB)
+        self.assertEqual(self.card_free(), free + 768 * MiB)
+        self.assertEqual(len(self.stand_ins()), 1)  # a partial release keeps it in the list
+        self.assertEqual(self.stand_ins()[0].model_loaded_memory(), 768 * MiB)
+        self.assert_surface()
+        self.assert_consistent()
+
+    def test_unload_all_models_reaches_every_worker(self):
+        a = self.worker("a", 512)
+        b = self.worker("b", 1024, parts=2)
+        mine = make_patcher(self.mm, [128, 128])
+        self.mm.load_models_gpu([mine])
+        self.assertEqual(self.host_loaded(), 256 * MiB)
+        self.mm.unload_all_models()  # the Free button and ComfyUI's OOM handler call this
+        self.assertEqual(a.ask("card")["allocated"], 0)
+        self.assertEqual(b.ask("card")["allocated"], 0)
+        self.assertEqual(self.ledger_resident("a"), 0)
+        self.assertEqual(self.ledger_resident("b"), 0)
+        self.assertEqual(self.host_loaded(), 0)
+        self.assertEqual(self.mm.current_loaded_models, [])
+        self.assert_surface()
+        self.assert_consistent()
+
+    def test_load_models_gpu_takes_bytes_from_an_idle_worker_through_its_stand_in(self):
+        w = self.worker("depth", 2048, parts=4)  # four 512 MiB parts
+        before = self.card_free()
+        model = make_patcher(self.mm, [256, 256, 256, 256])
+        self.mm.load_models_gpu([model])  # ComfyUI's free_memory(1 GiB * 1.1 + extra), then the load
+        self.assertEqual(model.loaded_size(), 1 * GiB)
+        stand_in_asks = [m for lm, m in self.unloads if lm.model.__class__.__name__ == "StandIn"]
+        self.assertGreaterEqual(len(stand_in_asks), 1)
+        left = w.ask("card")["allocated"]
+        self.assertLess(left, 2 * GiB)
+        self.assertEqual(left, self.ledger_resident("depth"))
+        # What ComfyUI wanted free before loading was there: weights * 1.1 + ComfyUI's extra memory.
+        extra = max(self.mm.minimum_inference_memory(), self.mm.extra_reserved_memory())
+        self.assertGreaterEqual(before + (2 * GiB - left), 1 * GiB * 1.1 + extra - 300 * MiB)
+        self.assertEqual(self.card.usage()[0], 300 * MiB)  # this process's context came with the first load
+        self.assert_surface()
+        self.assert_consistent()
+
+    def test_a_busy_worker_is_passed_over_and_comes_back(self):
+        w = self.worker("busy", 1024, parts=2)
+        w.ask("busy", on=True, prompt="p1")
+        free = self.card_free()
+        self.mm.free_memory(free + 256 * MiB, self.dev)
+        self.assertEqual(w.ask("card")["allocated"], 1 * GiB)  # never interrupted while it computes
+        self.assertEqual(self.stand_ins(), [])  # ComfyUI dropped it after the busy answer...
+        w.ask("busy", on=False, prompt="p1")
+        self.host.sync()
+        self.assertEqual(len(self.stand_ins()), 1)  # ...and the next loop sees it again
+        self.mm.free_memory(free + 256 * MiB, self.dev)
+        self.assertEqual(w.ask("card")["allocated"], 512 * MiB)
+        self.assert_consistent()
+
+    def test_a_killed_worker_leaves_nothing_behind(self):
+        w = self.worker("doomed", 1024)
+        self.host.sync()
+        self.assertEqual(len(self.stand_ins()), 1)
+        os.kill(w.pid, signal.SIGKILL)
+        w.proc.wait()
+        self.assertTrue(wait_for(lambda: self.machine.process("doomed") is None, 10))
+        self.host.sync()
+        self.assertEqual(self.stand_ins(), [])
+        self.assertEqual(self.card.usage(w.pid), (0, 0))
+        self.assert_consistent()
+
+
+class TestHostModelsAnswerWorkers(AdapterCase):
+
+    def test_a_worker_admission_takes_bytes_back_through_model_unload(self):
+        small = make_patcher(self.mm, [128, 128, 128, 128])           # 512 MiB in 128 MiB layers
+        big = make_patcher(self.mm, [256, 256, 256])                  # 768 MiB
+        self.mm.load_models_gpu([small])
+        self.mm.load_models_gpu([big])
+        self.assertEqual(self.host_loaded(), 1280 * MiB)
+        free = self.card_free()
+        w = self.machine.child("torch_worker.py", "sam3")
+        out = w.ask("load", name="sam3", mib=1024, parts=2)
+        self.assertNotIn("refused", out, out)
+        self.assertEqual(w.ask("card")["allocated"], 1 * GiB)
+        # The coordinator asked this host; the answer went through ComfyUI's own LoadedModel.model_unload.
+        host_unloads = [(lm, m) for lm, m in self.unloads if lm.model.__class__.__name__ != "StandIn"]
+        self.assertGreaterEqual(len(host_unloads), 1)
+        self.assertTrue(all(m is not None for _, m in host_unloads))  # sized asks, not whole-model orders
+        self.assertLess(self.host_loaded(), 1280 * MiB)
+        self.assertEqual(self.host.models.released, 1280 * MiB - self.host_loaded())
+        # What the worker needed (ComfyUI's shape: 1.1 x weights + max(0.8 GiB + R, R), its context floor too)
+        need = int(1 * GiB * 1.1) + int(0.8 * GiB) + 400 * MiB + 300 * MiB
+        self.assertGreaterEqual(free + self.host.models.released, need - 300 * MiB - 1)
+        self.assert_consistent()
+
+    def test_the_host_never_loads_past_what_the_ledger_grants(self):
+        w = self.worker("holder", 1536, parts=2)
+        w.ask("busy", on=True)  # computing: nothing can be taken back from it
+        model = make_patcher(self.mm, [128] * 8)  # 1 GiB in 128 MiB layers
+        self.mm.load_models_gpu([model])
+        # The card had ~1.95 GiB left for 1.1 GiB of weights + 1.2 GiB of working memory + this process's
+        # context, and the worker could not be asked: admission granted what fits, ComfyUI's partial load
+        # took it, and the simulated card (which refuses what does not fit) never overflowed.
+        self.assertGreater(model.loaded_size(), 0)
+        self.assertLess(model.loaded_size(), 1 * GiB)
+        self.assertGreaterEqual(self.card_free(), 0)
+        self.assertEqual(w.ask("card")["allocated"], 1536 * MiB)
+        self.assert_consistent()
+
+
+class TestComfyWorker(AdapterCase):
+
+    def test_a_comfyui_worker_frees_through_its_own_model_unload(self):
+        w = self.machine.child("comfy_worker.py", "pack")
+        self.assertEqual(w.ready["device"], "cpu:0")
+        out = w.ask("load", name="m", mib=1024, parts=4)
+        self.assertEqual(out["loaded"], 1 * GiB)
+        self.assertEqual(w.ask("card")["allocated"], 1 * GiB)
+        self.assertEqual(self.ledger_resident("pack"), 1 * GiB)
+        free = self.card_free()
+        self.mm.free_memory(free + 300 * MiB, self.dev)
+        # The worker's ComfyUI partially unloaded its ModelPatcher (256 MiB layers: two of them cover 300 MiB).
+        after = w.ask("loaded", name="m")
+        self.assertEqual(after["loaded"], 512 * MiB)
+        self.assertTrue(after["in_list"])
+        self.assertEqual(w.ask("card")["allocated"], 512 * MiB)
+        self.assertEqual(self.ledger_resident("pack"), 512 * MiB)
+        self.mm.unload_all_models()
+        after = w.ask("loaded", name="m")
+        self.assertEqual(after["loaded"], 0)
+        self.assertFalse(after["in_list"])  # detached in the worker: gone from its list, as ComfyUI does
+        self.assertEqual(w.ask("card")["allocated"], 0)
+        self.assert_surface()
+        self.assert_consistent()
+
+
+if __name__ == "__main__":
+    unittest.main()
