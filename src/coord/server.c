@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "arith/pinned.h"
+#include "base/bytes.h"
 #include "base/log.h"
 #include "base/rundir.h"
 #include "comem/comem.h"
@@ -331,6 +332,10 @@ static int open_devices(comem_coord_srv *s)
     if (n > COMEM_MAX_DEVICES)
         n = COMEM_MAX_DEVICES;
     ledger_device devs[COMEM_MAX_DEVICES];
+    /* The machine's RAM and swap: where a model's bytes live when not on the card. */
+    comem_hostmem host;
+    bool have_host = comem_hostmem_read(NULL, &host) == COMEM_OK;
+    int64_t off_card = have_host ? comem_add(comem_max(host.mem_total, host.total), comem_clamp0(host.swap_total)) : -1;
     for (int i = 0; i < n; i++) {
         comem_device_reading *r = &s->meas[i].r;
         memset(&devs[i], 0, sizeof devs[i]);
@@ -340,14 +345,15 @@ static int open_devices(comem_coord_srv *s)
         snprintf(devs[i].uuid, sizeof devs[i].uuid, "%s", r->uuid);
         snprintf(devs[i].name, sizeof devs[i].name, "%s", r->name);
         devs[i].capacity = r->total;
+        /* An entry larger than the card, RAM and swap together is not a model anyone holds. */
+        devs[i].entry_max = off_card >= 0 ? comem_add(r->total, off_card) : comem_mul(r->total, 16);
         devs[i].scope = r->scope;
         devs[i].reserve_base = -1;
         devs[i].last_free = r->free;
     }
     /* The machine-wide pinned ceiling, from cgroup-clamped RAM (ComfyUI's rule). */
-    comem_hostmem host;
     double max_pinned = COMEM_PINNING_DISABLED;
-    if (comem_hostmem_read(NULL, &host) == COMEM_OK) {
+    if (have_host) {
         comem_pin_ceiling_in pin = {.ram = (double)host.total, .disk_swap = host.disk_swap,
                                     .cgroup_limited = host.cgroup_limited, .enabled = true};
         max_pinned = comem_max_pinned(&pin);

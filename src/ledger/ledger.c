@@ -2,6 +2,7 @@
 #include "ledger/ledger.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/bytes.h"
@@ -34,8 +35,11 @@ int comem_ledger_init(comem_ledger *l, const ledger_device *devices, int n, int6
         return COMEM_EINVAL;
     memset(l, 0, sizeof *l);
     l->n_devices = n;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         l->devices[i] = devices[i];
+        if (l->devices[i].entry_max <= 0)
+            l->devices[i].entry_max = l->devices[i].capacity; /* unsaid: the card alone */
+    }
     comem_slab_init(&l->sessions, sizeof(ledger_session));
     comem_slab_init(&l->holders, sizeof(ledger_holder));
     comem_slab_init(&l->entries, sizeof(ledger_entry));
@@ -374,6 +378,8 @@ int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, c
         return COMEM_ENOENT;
     if (size < 0)
         return COMEM_EINVAL;
+    if (size > l->devices[h->device].entry_max)
+        return COMEM_ERANGE; /* more than the card, RAM and swap together could hold */
     resident = comem_min(comem_clamp0(resident), size);
     if (comem_add(comem_ledger_attributed(l, h->device), resident) > l->devices[h->device].capacity)
         return COMEM_ERANGE;
@@ -408,13 +414,44 @@ int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry)
     return COMEM_OK;
 }
 
+static int cmp_id(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * True when items name some entry twice. Such a list cannot be judged item by
+ * item (each would be compared with the same unchanged residency, and only the
+ * last applied), so the message as a whole is refused.
+ */
+static bool has_duplicates(const comem_wire_residency *items, size_t n)
+{
+    uint64_t ids[COMEM_WIRE_MAX_ITEMS];
+    for (size_t i = 0; i < n; i++)
+        ids[i] = items[i].entry_id;
+    qsort(ids, n, sizeof ids[0], cmp_id);
+    for (size_t i = 1; i < n; i++)
+        if (ids[i] == ids[i - 1])
+            return true;
+    return false;
+}
+
 int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
                         int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *changed)
 {
+    if (changed)
+        *changed = 0;
     ledger_holder *h = comem_slab_get(&l->holders, holder);
     if (!h || h->session != session)
         return COMEM_ENOENT;
-    /* First pass: would the census fit on the card? Apply nothing if not. */
+    if (n > COMEM_WIRE_MAX_ITEMS || (n && !items))
+        return COMEM_EINVAL;
+    if (has_duplicates(items, n)) {
+        comem_warn("census from holder '%s' lists an entry more than once; refused as a whole", h->name);
+        return COMEM_EINVAL;
+    }
+    /* First pass: would the census as a whole fit on the card? Apply nothing if not. */
     int64_t delta = 0;
     for (size_t i = 0; i < n; i++) {
         const ledger_entry *e = comem_slab_get(&l->entries, items[i].entry_id);

@@ -42,6 +42,7 @@ typedef struct ledger_device {
     char uuid[80];
     char name[96];
     int64_t capacity;
+    int64_t entry_max;     /* the largest entry size accepted (card + host RAM + swap); <= 0 at init: capacity */
     comem_scope scope;     /* of the coordinator's own reading of this device */
     int64_t reserve_base;  /* the operator's reserve, read once */
     int64_t published;     /* the total reserve published to the host */
@@ -145,6 +146,10 @@ int comem_ledger_holder_add(comem_ledger *l, uint64_t session, int device, uint8
 int comem_ledger_holder_remove(comem_ledger *l, uint64_t session, uint64_t holder);
 ledger_holder *comem_ledger_holder(comem_ledger *l, uint64_t id);
 
+/*
+ * Adds an entry. COMEM_ERANGE when size is above the device's entry_max, or when
+ * resident (clamped to [0, size]) would put the device above capacity.
+ */
 int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, const char *name, int64_t size,
                            int64_t resident, bool dynamic, int64_t now_ns, uint64_t *id);
 int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry);
@@ -156,8 +161,10 @@ ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id);
  * resident is clamped to [0, size]; the peak follows the census; an entry not
  * listed keeps its value (missing means unknown, not zero). Pinned/overhead
  * apply only with a holder sequence newer than the last (equal is dropped).
- * An item that would put the device above capacity is refused
- * (COMEM_ERANGE, nothing applied). *changed counts entries whose resident moved.
+ * The message is judged as a whole: a list naming an entry twice is refused
+ * (COMEM_EINVAL), and so is one whose items together would put the device
+ * above capacity (COMEM_ERANGE); either way nothing is applied. *changed
+ * counts entries whose resident moved.
  */
 int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
                         int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *changed);
