@@ -27,9 +27,24 @@
 #include "probe/device.h"
 #include "wire/wire.h"
 
+/*
+ * Bounds. Every queue the coordinator keeps has one, so no client can grow it
+ * without end: what is refused at a bound is refused with a reply that says so
+ * (COMEM_EBUSY: too many in flight, try again when some are answered), and
+ * what a session holds is freed when it ends.
+ */
 #define COORD_MAX_CONNS 1024
-#define COORD_OUT_LIMIT (8 << 20) /* a client that stops reading this much is dropped */
-#define COORD_MAX_ROUNDS 3        /* plan, ask, re-measure; at most this many times per admission */
+#define COORD_OUT_LIMIT (8 << 20)    /* a client that stops reading this much is dropped */
+#define COORD_OUT_TOTAL (64 << 20)   /* all connections' unsent output; the worst reader is dropped above it */
+#define COORD_MAX_ROUNDS 3           /* plan, ask, re-measure; at most this many times per admission */
+#define COORD_SESSION_JOBS 64        /* admissions and pressure requests in flight per session */
+#define COORD_MAX_JOBS 4096          /* ... and in all */
+#define COORD_SESSION_RELEASES 64    /* RELEASE requests in flight per session */
+#define COORD_MAX_ASKS 8192          /* asks waiting for receipts, in all */
+#define COORD_UNANSWERED_SKIP_MS 5000 /* a holder that let an ask's deadline pass is not asked for this long */
+
+#define COORD_STR_(x) #x
+#define COORD_STR(x) COORD_STR_(x) /* a bound's value, in a reply's text */
 
 typedef enum ep_kind { EP_LISTEN, EP_WAKE, EP_TIMER, EP_CONN, EP_PIDFD } ep_kind;
 
@@ -52,6 +67,8 @@ typedef struct conn {
     size_t out_len, out_cap;
     ep_tag tag, pid_tag;
     int slot;
+    int jobs;     /* admissions and pressure requests of this connection's session in flight */
+    int releases; /* RELEASE requests of this connection's session waiting for a receipt */
 } conn;
 
 typedef enum job_kind { JOB_ADMIT = 1, JOB_PRESSURE = 2 } job_kind;
@@ -125,6 +142,8 @@ typedef struct comem_coord_srv {
     uint8_t *frame; /* encode buffer: COMEM_WIRE_MAX_FRAME */
     volatile int stop;
     int64_t host_base; /* the host's reserve base (-1 until a host says) */
+    size_t out_total;  /* Σ out_len over connections, against COORD_OUT_TOTAL */
+    bool trim_due;     /* a session ended: give freed heap back to the system */
 } comem_coord_srv;
 
 /* ---- server.c ---- */

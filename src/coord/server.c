@@ -1,6 +1,9 @@
 /* coord/server.c - the socket, the epoll loop, framed non-blocking I/O, and the tick. */
 #include <errno.h>
 #include <fcntl.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,7 @@
 #include "probe/select.h"
 
 #define TIMER_PERIOD_MS 20 /* ask deadlines are checked this often; the tick runs every cfg.tick_ms */
+#define OUT_KEEP (64 << 10)  /* an output buffer larger than this is freed once it drains */
 
 void comem_coord_config_defaults(comem_coord_config *cfg)
 {
@@ -78,6 +82,7 @@ static void conn_free(comem_coord_srv *s, conn *c)
         close(c->pidfd);
     }
     s->conns[c->slot] = NULL;
+    s->out_total -= c->out_len;
     free(c->in);
     free(c->out);
     free(c);
@@ -109,9 +114,42 @@ static bool flush(comem_coord_srv *s, conn *c)
         }
         memmove(c->out, c->out + n, c->out_len - (size_t)n);
         c->out_len -= (size_t)n;
+        s->out_total -= (size_t)n;
+    }
+    if (c->out_cap > OUT_KEEP) { /* a burst (a large status) is over: give its buffer back */
+        free(c->out);
+        c->out = NULL;
+        c->out_cap = 0;
     }
     want_out(s, c, false);
     return true;
+}
+
+/* Drops what c has queued (it is being closed for not reading). */
+static void drop_output(comem_coord_srv *s, conn *c)
+{
+    s->out_total -= c->out_len;
+    c->out_len = 0;
+    c->closing = true;
+}
+
+/* Above COORD_OUT_TOTAL: the connection with the most unread output is dropped. True when that is c. */
+static bool over_total(comem_coord_srv *s, conn *c, size_t n)
+{
+    while (s->out_total + n > COORD_OUT_TOTAL) {
+        conn *worst = NULL;
+        for (int i = 0; i < COORD_MAX_CONNS; i++)
+            if (s->conns[i] && s->conns[i]->out_len > 0 && (!worst || s->conns[i]->out_len > worst->out_len))
+                worst = s->conns[i];
+        if (!worst)
+            return false;
+        comem_warn("pid %d has %zu bytes of replies unread, the most of any; closing its connection", (int)worst->pid,
+                   worst->out_len);
+        drop_output(s, worst);
+        if (worst == c)
+            return true;
+    }
+    return false;
 }
 
 void coord_send(comem_coord_srv *s, conn *c, comem_msg *m)
@@ -126,9 +164,11 @@ void coord_send(comem_coord_srv *s, conn *c, comem_msg *m)
     }
     if (c->out_len + (size_t)n > COORD_OUT_LIMIT) {
         comem_warn("pid %d does not read its replies; closing its connection", (int)c->pid);
-        c->closing = true;
+        drop_output(s, c);
         return;
     }
+    if (over_total(s, c, (size_t)n))
+        return;
     if (c->out_len + (size_t)n > c->out_cap) {
         size_t cap = c->out_cap ? c->out_cap : 4096;
         while (cap < c->out_len + (size_t)n)
@@ -143,6 +183,7 @@ void coord_send(comem_coord_srv *s, conn *c, comem_msg *m)
     }
     memcpy(c->out + c->out_len, s->frame, (size_t)n);
     c->out_len += (size_t)n;
+    s->out_total += (size_t)n;
     if (!flush(s, c))
         c->closing = true;
 }
@@ -257,8 +298,7 @@ static void on_readable(comem_coord_srv *s, conn *c)
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
-    c->closing = true; /* EOF or error */
-    c->out_len = 0;
+    drop_output(s, c); /* EOF or error: nobody reads what is queued */
 }
 
 /* ---- the tick ---- */
@@ -274,6 +314,12 @@ static void tick(comem_coord_srv *s)
     if (now - s->last_tick_ns < (int64_t)s->cfg.tick_ms * 1000000)
         return;
     s->last_tick_ns = now;
+#ifdef __GLIBC__
+    if (s->trim_due) { /* what an ended session's records and buffers took goes back to the system */
+        malloc_trim(0);
+        s->trim_due = false;
+    }
+#endif
     if (comem_ledger_grants_expire(&s->ledger, now) > 0)
         comem_info("expired unused grants");
     for (int d = 0; d < s->ledger.n_devices; d++)

@@ -96,6 +96,7 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
         host = ss->role == COMEM_ROLE_HOST;
     }
     c->session = 0;
+    s->trim_due = true;
     coord_asks_session_ended(s, id);
     coord_jobs_session_ended(s, id);
     ledger_release_summary sum = {0};

@@ -37,6 +37,19 @@
 
 #define COMEM_LEDGER_NAME_MAX COMEM_WIRE_NAME_MAX
 
+/*
+ * Bounds on what one session, and the whole ledger, may register: a process
+ * holds tens to a few hundred models, so these are far above real use and
+ * keep a runaway or hostile client from growing the coordinator without end.
+ * An add beyond a bound is refused with COMEM_ERANGE and changes nothing.
+ */
+#define COMEM_LEDGER_SESSION_HOLDERS 256
+#define COMEM_LEDGER_SESSION_ENTRIES 4096
+#define COMEM_LEDGER_SESSION_GRANTS 256
+#define COMEM_LEDGER_MAX_HOLDERS 16384
+#define COMEM_LEDGER_MAX_ENTRIES 65536
+#define COMEM_LEDGER_MAX_GRANTS 16384
+
 typedef struct ledger_device {
     int index;
     char uuid[80];
@@ -62,6 +75,7 @@ typedef struct ledger_session {
     int64_t pinned;                     /* pinned host RAM booked */
     int64_t floor[COMEM_MAX_DEVICES];   /* context floor per device, 0 when no context */
     int64_t started_ns;
+    uint32_t n_holders, n_entries, n_grants; /* derived: what it owns, against the bounds above */
 } ledger_session;
 
 typedef struct ledger_holder {
@@ -78,6 +92,7 @@ typedef struct ledger_holder {
     bool idle_known;
     double idle_since; /* seconds on the coordinator's clock */
     char last_prompt[COMEM_LEDGER_NAME_MAX];
+    int64_t unanswered_until_ns; /* it let an ask pass its deadline: not asked again before this */
 } ledger_holder;
 
 typedef struct ledger_entry {

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -165,6 +166,107 @@ static void test_census_duplicates_do_not_overbook(void **s)
     assert_ledger_clean(h);
 }
 
+/* ---- 2. bounded memory: pipelined admissions behind a holder that never answers ---- */
+
+/* A process's resident set, from /proc/<pid>/status; -1 when unreadable. */
+static int64_t rss_of(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    int64_t kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %" SCNd64 " kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib < 0 ? -1 : kib * 1024;
+}
+
+/* A holder that really holds `load` bytes on the card, registers them, and never reads again. */
+typedef struct mute_args {
+    const harness *h;
+    int64_t load;
+    chan up;
+} mute_args;
+
+static int mute_main(void *arg)
+{
+    mute_args *a = arg;
+    comem_sim *sim = h_sim(a->h);
+    if (!sim || comem_sim_alloc(sim, 0, a->load) != COMEM_OK)
+        return 10;
+    int fd = raw_session(a->h, COMEM_ROLE_WORKER, "mute");
+    uint64_t holder = raw_holder(fd, COMEM_CAP_RELEASE);
+    if (!raw_entry(fd, holder, a->load, a->load, NULL))
+        return 11;
+    ch_put(a->up.wr, 1);
+    pause(); /* asks arrive and are never read: each one times out */
+    return 0;
+}
+
+static pid_t start_mute(const harness *h, int64_t load)
+{
+    static mute_args a;
+    chan unused;
+    a = (mute_args){h, load, {0, 0}};
+    ch_open(&unused, &a.up);
+    pid_t pid = h_child(mute_main, &a);
+    int64_t ready;
+    assert_true(ch_get(a.up.rd, &ready, 20000));
+    return pid;
+}
+
+#define FLOOD 20000
+
+static void test_pipelined_admissions_are_bounded(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    pid_t mute = start_mute(h, 12 * GIB);
+    int fd = raw_session(h, COMEM_ROLE_WORKER, "flood");
+    usleep(100 * 1000);
+    int64_t before = rss_of(h->comemd);
+    assert_true(before > 0);
+
+    /* 20,000 admissions, each with a full keep list, sent without waiting for answers. */
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_ADMIT;
+    g_m.u.admit.weights = 8 * GIB;
+    g_m.u.admit.timeout_ms = 30000;
+    g_m.u.admit.n_keep = COMEM_WIRE_MAX_ITEMS;
+    for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
+        g_m.u.admit.keep[i] = 0x7fff000000000000ull + (uint64_t)i; /* ids nobody has */
+    int busy = 0, other = 0;
+    for (uint32_t i = 0; i < FLOOD; i++) {
+        g_m.request_id = 100 + i;
+        assert_true(raw_send(fd, &g_m));
+        while (raw_recv(fd, &g_r, 0) == 1) /* whatever is answered already */
+            (g_r.type == COMEM_MSG_REPLY && g_r.u.reply.status == COMEM_EBUSY) ? busy++ : other++;
+    }
+    /* Beyond the bound each one is refused at once, saying why. */
+    while (busy + other < FLOOD - 64 && raw_recv(fd, &g_r, 3000) == 1)
+        (g_r.type == COMEM_MSG_REPLY && g_r.u.reply.status == COMEM_EBUSY) ? busy++ : other++;
+    int64_t peak = rss_of(h->comemd);
+    print_message("comemd RSS: %lld KiB before, %lld KiB after %d pipelined admissions (%d refused busy, %d other; last %d/%d)\n",
+                  (long long)before / 1024, (long long)peak / 1024, FLOOD, busy, other, g_r.type, g_r.u.reply.status);
+    assert_true(busy >= FLOOD - 64);
+    assert_true(peak - before < 32 * MIB);
+
+    /* The session ends: what it queued is freed, and the coordinator still answers. */
+    close(fd);
+    usleep(600 * 1000);
+    int64_t after = rss_of(h->comemd);
+    print_message("comemd RSS after the flood's session ended: %lld KiB\n", (long long)after / 1024);
+    assert_true(after - before < 16 * MIB);
+    assert_int_equal(h_process_count(h, "flood"), 0);
+    kill(mute, SIGKILL);
+    assert_int_equal(h_wait(mute), -1);
+    assert_int_equal(admit_in_child(h, 4 * GIB, 10000), 0);
+    assert_ledger_clean(h);
+}
+
 static harness g_h;
 
 static int setup(void **s)
@@ -180,6 +282,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         MP_TEST(test_census_duplicates_do_not_overbook),
+        MP_TEST(test_pipelined_admissions_are_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,6 +147,30 @@ static void test_entry_size_bounded(void **st)
     assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "huge", COMEM_TIB, 0, false, 0, &id), COMEM_ERANGE);
 }
 
+/* What one session may register is bounded; the bound is refused clearly and freed with the session. */
+static void test_session_bounds(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 0), id;
+    for (int i = 1; i < COMEM_LEDGER_SESSION_HOLDERS; i++)
+        holder(s, 0);
+    assert_int_equal(comem_ledger_holder_add(&g_l, s, 0, COMEM_HOLDER_MODELS, 0, "one-too-many", 0, &id), COMEM_ERANGE);
+    comem_ledger_set_checking(&g_l, false); /* 4096 adds: check once at the end */
+    for (int i = 0; i < COMEM_LEDGER_SESSION_ENTRIES; i++)
+        assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "m", 1, 0, false, 0, &id), 0);
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "m", 1, 0, false, 0, &id), COMEM_ERANGE);
+    for (int i = 0; i < COMEM_LEDGER_SESSION_GRANTS; i++)
+        assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 0, 1, INT64_MAX, &id), 0);
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 0, 1, INT64_MAX, &id), COMEM_ERANGE);
+    comem_ledger_set_checking(&g_l, true);
+    char why[256];
+    assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), 0);
+    uint64_t other = session("other"), oh = holder(other, 0); /* another session is not affected */
+    assert_int_equal(comem_ledger_entry_add(&g_l, other, oh, "m", 1, 0, false, 0, &id), 0);
+    assert_int_equal(comem_ledger_session_end(&g_l, s, NULL), 0);
+    assert_true(g_l.entries.used == 1 && g_l.grants.used == 0 && g_l.holders.used == 1);
+}
+
 static void test_ownership(void **st)
 {
     (void)st;
@@ -326,6 +350,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_census_refused_above_capacity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_census_duplicates_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_entry_size_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_session_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ownership, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_end_releases_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grants, setup, teardown),
