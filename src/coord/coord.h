@@ -13,6 +13,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct comem_coord_config {
@@ -27,8 +28,13 @@ typedef struct comem_coord_config {
     bool check;                 /* verify the ledger after every mutation (tests, debug) */
 } comem_coord_config;
 
-/* Defaults, then the environment: COMEM_DEVICE, COMEM_TOKEN, COMEM_IDLE_SECONDS, COMEM_CHECK. */
-void comem_coord_config_defaults(comem_coord_config *cfg);
+/*
+ * Defaults, then the environment: COMEM_DEVICE, COMEM_TOKEN, COMEM_IDLE_SECONDS,
+ * COMEM_CHECK. COMEM_EINVAL, with the one-line reason in err, for a token
+ * longer than the protocol carries or an idle time that is not a positive
+ * number of seconds (the same refusal as comemd's --idle-release).
+ */
+int comem_coord_config_defaults(comem_coord_config *cfg, char *err, size_t errlen);
 
 typedef struct comem_coord_srv comem_coord_srv;
 

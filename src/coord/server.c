@@ -20,6 +20,8 @@
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/rundir.h"
+#include "base/size.h"
+#include "base/token.h"
 #include "comem/comem.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
@@ -29,7 +31,7 @@
 #define TIMER_PERIOD_MS 20 /* ask deadlines are checked this often; the tick runs every cfg.tick_ms */
 #define OUT_KEEP (64 << 10)  /* an output buffer larger than this is freed once it drains */
 
-void comem_coord_config_defaults(comem_coord_config *cfg)
+int comem_coord_config_defaults(comem_coord_config *cfg, char *err, size_t errlen)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->idle_release_s = 60.0;
@@ -40,15 +42,12 @@ void comem_coord_config_defaults(comem_coord_config *cfg)
     const char *e;
     if ((e = getenv("COMEM_DEVICE")) && *e)
         snprintf(cfg->device_spec, sizeof cfg->device_spec, "%s", e);
-    if ((e = getenv("COMEM_TOKEN")) && *e)
-        snprintf(cfg->token, sizeof cfg->token, "%s", e);
-    if ((e = getenv("COMEM_IDLE_SECONDS")) && *e) {
-        double v = strtod(e, NULL);
-        if (v > 0)
-            cfg->idle_release_s = v;
-    }
     if ((e = getenv("COMEM_CHECK")) && *e && strcmp(e, "0") != 0)
         cfg->check = true;
+    int rc = comem_token_from_env(cfg->token, sizeof cfg->token, err, errlen);
+    if (rc == COMEM_OK && (e = getenv("COMEM_IDLE_SECONDS")) && *e)
+        rc = comem_parse_seconds("COMEM_IDLE_SECONDS", e, &cfg->idle_release_s, err, errlen);
+    return rc;
 }
 
 double coord_now_s(const comem_coord_srv *s) { return (double)(comem_now_ns() - s->started_ns) / 1e9; }

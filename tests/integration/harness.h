@@ -46,6 +46,15 @@ uint64_t h_entry_id(const harness *h, const char *name);
 /* Number of sessions named `name` on device 0. */
 int h_process_count(const harness *h, const char *name);
 
+/*
+ * Runs COMEM_BIN_DIR/argv[0] with argv, after applying envs ("NAME=value" sets,
+ * "NAME" unsets; NULL-terminated, may be NULL), and captures its stdout and
+ * stderr (NUL-terminated, truncated to fit). Kills it after timeout_ms.
+ * Returns its exit status, -1 when a signal ended it, -2 when it timed out.
+ */
+int h_run(const char *const *argv, const char *const *envs, int timeout_ms, char *out, size_t outlen, char *err,
+          size_t errlen);
+
 /* Pipes between a test and a child. */
 typedef struct chan {
     int rd, wr;

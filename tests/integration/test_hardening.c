@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,6 +266,72 @@ static void test_pipelined_admissions_are_bounded(void **s)
     assert_ledger_clean(h);
 }
 
+/* ---- 5. a token longer than the protocol carries; and one parser for idle seconds ---- */
+
+static char g_out[8192], g_err[8192];
+
+/* The first line of text that contains needle, copied into line; false when none does. */
+static bool line_with(const char *text, const char *needle, char *line, size_t len)
+{
+    const char *p = strstr(text, needle);
+    if (!p)
+        return false;
+    const char *end = strchr(p, '\n');
+    snprintf(line, len, "%.*s", (int)(end ? end - p : (long)strlen(p)), p);
+    return true;
+}
+
+static void test_long_token_refused_by_comemd_and_client(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:8GiB");
+    char tok[201], env[220];
+    memset(tok, 'x', 200);
+    tok[200] = '\0';
+    snprintf(env, sizeof env, "COMEM_TOKEN=%s", tok);
+    const char *envs[] = {env, NULL};
+    const char *daemon[] = {"comemd", "--socket", h->sock, "--device", h->spec, NULL};
+    assert_int_equal(h_run(daemon, envs, 3000, g_out, sizeof g_out, g_err, sizeof g_err), 2); /* at start, not later */
+    assert_int_not_equal(access(h->sock, F_OK), 0);                                            /* nothing created */
+    char from_daemon[256], from_client[256];
+    assert_true(line_with(g_err, "COMEM_TOKEN is 200 bytes long", from_daemon, sizeof from_daemon));
+    const char *status[] = {"comem", "status", "--socket", h->sock, NULL};
+    assert_int_equal(h_run(status, envs, 5000, g_out, sizeof g_out, g_err, sizeof g_err), 1);
+    assert_true(line_with(g_err, "COMEM_TOKEN is 200 bytes long", from_client, sizeof from_client));
+    assert_string_equal(from_daemon, from_client); /* one message in both */
+
+    /* 127 bytes is the most, and all of them count. */
+    tok[127] = '\0';
+    setenv("COMEM_TOKEN", tok, 1);
+    h_start(h, NULL);
+    unsetenv("COMEM_TOKEN");
+    int fd = raw_connect(h->sock), st = 0;
+    assert_int_equal(raw_hello(fd, COMEM_ROLE_WORKER, "w", tok, &st), COMEM_MSG_HELLO_REPLY);
+    close(fd);
+    tok[126] = '\0';
+    fd = raw_connect(h->sock);
+    assert_int_equal(raw_hello(fd, COMEM_ROLE_WORKER, "w", tok, &st), COMEM_MSG_REPLY);
+    assert_int_equal(st, COMEM_EPERM);
+    close(fd);
+}
+
+static void test_idle_seconds_one_parser(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:8GiB");
+    const char *daemon[] = {"comemd", "--socket", h->sock, "--device", h->spec, NULL};
+    const char *abc[] = {"COMEM_IDLE_SECONDS=abc", NULL}, *zero[] = {"COMEM_IDLE_SECONDS=0", NULL};
+    char line[256];
+    assert_int_equal(h_run(daemon, abc, 3000, g_out, sizeof g_out, g_err, sizeof g_err), 2);
+    assert_true(line_with(g_err, "COMEM_IDLE_SECONDS needs a positive number of seconds, not 'abc'", line, sizeof line));
+    assert_int_equal(h_run(daemon, zero, 3000, g_out, sizeof g_out, g_err, sizeof g_err), 2);
+    assert_true(line_with(g_err, "COMEM_IDLE_SECONDS needs a positive number of seconds, not '0'", line, sizeof line));
+    const char *flag[] = {"comemd", "--socket", h->sock, "--device", h->spec, "--idle-release", "0", NULL};
+    assert_int_equal(h_run(flag, NULL, 3000, g_out, sizeof g_out, g_err, sizeof g_err), 2);
+    assert_true(line_with(g_err, "--idle-release needs a positive number of seconds, not '0'", line, sizeof line));
+    assert_int_not_equal(access(h->sock, F_OK), 0);
+}
+
 static harness g_h;
 
 static int setup(void **s)
@@ -280,9 +345,14 @@ static int setup(void **s)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    const char *only = getenv("COMEM_TEST_FILTER"); /* e.g. "*token*": run only the tests that match */
+    if (only && *only)
+        cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         MP_TEST(test_census_duplicates_do_not_overbook),
         MP_TEST(test_pipelined_admissions_are_bounded),
+        MP_TEST(test_long_token_refused_by_comemd_and_client),
+        MP_TEST(test_idle_seconds_one_parser),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

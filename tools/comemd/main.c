@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord.h"
 
@@ -29,13 +30,18 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: comemd [--socket PATH] [--device auto|nvml|sim[:...]] [--idle-release SECONDS] [--check]\n"
                "  The coordinator for comem clients on this machine. Logs to stderr; stops on SIGTERM.\n"
-               "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_TOKEN, COMEM_IDLE_SECONDS, COMEM_LOG.\n");
+               "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_TOKEN (at most 127 bytes), COMEM_IDLE_SECONDS,\n"
+               "  COMEM_CHECK, COMEM_LOG.\n");
 }
 
 int main(int argc, char **argv)
 {
     comem_coord_config cfg;
-    comem_coord_config_defaults(&cfg);
+    char err[256];
+    if (comem_coord_config_defaults(&cfg, err, sizeof err) != COMEM_OK) {
+        comem_error("%s", err);
+        return 2;
+    }
     const char *env = getenv("COMEM_SOCKET");
     if (env && *env)
         snprintf(cfg.socket_path, sizeof cfg.socket_path, "%s", env);
@@ -54,13 +60,10 @@ int main(int argc, char **argv)
             snprintf(cfg.device_spec, sizeof cfg.device_spec, "%s", v);
             i++;
         } else if (!strcmp(a, "--idle-release") && v) {
-            char *end;
-            double s = strtod(v, &end);
-            if (*end || !(s > 0)) {
-                fprintf(stderr, "comemd: --idle-release needs a positive number of seconds, not '%s'\n", v);
+            if (comem_parse_seconds("--idle-release", v, &cfg.idle_release_s, err, sizeof err) != COMEM_OK) {
+                comem_error("%s", err);
                 return 2;
             }
-            cfg.idle_release_s = s;
             i++;
         } else {
             fprintf(stderr, "comemd: unknown or incomplete argument '%s'\n", a);
