@@ -25,6 +25,7 @@ typedef struct comem_coord_config {
     int64_t grant_ttl_ms;       /* an unused grant expires after this (60000) */
     int reading_max_age_ms;     /* admissions reuse a reading this recent, corrected by the ledger (20) */
     int tick_ms;                /* idle release, expiry and re-measure period (250) */
+    int hello_timeout_ms;       /* a connection that has not said HELLO by then is closed (5000) */
     bool check;                 /* verify the ledger after every mutation (tests, debug) */
 } comem_coord_config;
 

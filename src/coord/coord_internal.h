@@ -34,6 +34,9 @@
  * what a session holds is freed when it ends.
  */
 #define COORD_MAX_CONNS 1024
+#define COORD_PEER_CONNS 64          /* connections one process may hold */
+#define COORD_PEER_UNAUTH 8          /* ... of them without HELLO; its oldest is closed for a new one */
+#define COORD_MAX_UNAUTH 64          /* connections without HELLO in all; the oldest makes room */
 #define COORD_OUT_LIMIT (8 << 20)    /* a client that stops reading this much is dropped */
 #define COORD_OUT_TOTAL (64 << 20)   /* all connections' unsent output; the worst reader is dropped above it */
 #define COORD_MAX_ROUNDS 3           /* plan, ask, re-measure; at most this many times per admission */
@@ -67,6 +70,7 @@ typedef struct conn {
     size_t out_len, out_cap;
     ep_tag tag, pid_tag;
     int slot;
+    int64_t accepted_ns; /* a connection without HELLO is closed hello_timeout_ms after this */
     int jobs;     /* admissions and pressure requests of this connection's session in flight */
     int releases; /* RELEASE requests of this connection's session waiting for a receipt */
 } conn;
@@ -127,6 +131,7 @@ typedef struct measurement {
 typedef struct comem_coord_srv {
     comem_coord_config cfg;
     int epfd, listen_fd, wake_fd, timer_fd;
+    int spare_fd; /* /dev/null, closed to accept-and-refuse one connection when out of descriptors */
     ep_tag listen_tag, wake_tag, timer_tag;
     comem_device_source *src;
     comem_ledger ledger;

@@ -39,6 +39,7 @@ int comem_coord_config_defaults(comem_coord_config *cfg, char *err, size_t errle
     cfg->grant_ttl_ms = 60000;
     cfg->reading_max_age_ms = 20;
     cfg->tick_ms = 250;
+    cfg->hello_timeout_ms = 5000;
     const char *e;
     if ((e = getenv("COMEM_DEVICE")) && *e)
         snprintf(cfg->device_spec, sizeof cfg->device_spec, "%s", e);
@@ -203,30 +204,131 @@ static void protocol_error(comem_coord_srv *s, conn *c, uint32_t request_id, con
     c->closing = true;
 }
 
+/*
+ * Who may hold a connection. A connection that has not said HELLO holds a
+ * slot and 64 KiB for nothing, so such connections are bounded: at most
+ * COORD_PEER_UNAUTH per process and COORD_MAX_UNAUTH in all, the oldest
+ * making room for a new one, and none for longer than the HELLO deadline.
+ * A process holds at most COORD_PEER_CONNS connections. When the table is
+ * full of sessions, a newcomer is told so (COMEM_EBUSY) before it is closed.
+ * So a real client, which says HELLO at once, always gets in unless the
+ * table is full of real sessions.
+ */
+
+/* Refuses c with one REPLY and closes it at the end of this loop turn. */
+static void refuse(comem_coord_srv *s, conn *c, int status, const char *why)
+{
+    coord_reply(s, c, 0, status, why);
+    c->closing = true;
+}
+
+/* The oldest connection without HELLO (of pid, or of anyone when pid < 0), not already closing. */
+static conn *oldest_unauth(comem_coord_srv *s, int32_t pid)
+{
+    conn *old = NULL;
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *c = s->conns[i];
+        if (c && !c->session && !c->closing && (pid < 0 || c->pid == pid) &&
+            (!old || c->accepted_ns < old->accepted_ns))
+            old = c;
+    }
+    return old;
+}
+
+/* Counts open connections: without HELLO (of pid, or all when pid < 0), and all of pid. */
+static void count_conns(comem_coord_srv *s, int32_t pid, int *unauth, int *of_pid)
+{
+    *unauth = *of_pid = 0;
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *c = s->conns[i];
+        if (!c || c->closing)
+            continue;
+        if (!c->session && (pid < 0 || c->pid == pid))
+            (*unauth)++;
+        if (pid >= 0 && c->pid == pid)
+            (*of_pid)++;
+    }
+}
+
+/* Tells a connection that gets no slot why, in one frame written at once, and closes it. */
+static void refuse_unslotted(comem_coord_srv *s, int fd, int32_t pid, const char *why)
+{
+    comem_msg m = {.type = COMEM_MSG_REPLY, .request_id = 0};
+    m.u.reply.status = COMEM_EBUSY;
+    snprintf(m.u.reply.message, sizeof m.u.reply.message, "%s", why);
+    int n = comem_wire_encode(&m, s->frame, COMEM_WIRE_MAX_FRAME);
+    if (n > 0 && send(fd, s->frame, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        comem_debug("could not tell pid %d it was refused: %s", (int)pid, strerror(errno));
+    close(fd);
+}
+
+/* Out of descriptors: accept one connection on the spare descriptor only to refuse it. */
+static void refuse_on_spare(comem_coord_srv *s)
+{
+    if (s->spare_fd < 0)
+        return;
+    close(s->spare_fd);
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+        comem_warn("out of file descriptors; refusing a connection");
+        refuse_unslotted(s, fd, -1, "refused: the coordinator is out of file descriptors");
+    }
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static int free_slot(comem_coord_srv *s)
+{
+    for (int i = 0; i < COORD_MAX_CONNS; i++)
+        if (!s->conns[i])
+            return i;
+    return -1;
+}
+
 static void accept_all(comem_coord_srv *s)
 {
     for (;;) {
+        int slot = free_slot(s);
+        if (slot < 0) {
+            /* Full. A connection that never said HELLO gives its slot up (it is freed at the
+               end of this turn, and the newcomer accepted on the next); else the newcomer is
+               told the coordinator is full. */
+            conn *old = oldest_unauth(s, -1);
+            if (old) {
+                refuse(s, old, COMEM_ETIMEDOUT, "closed: its slot went to a newer connection (no HELLO)");
+                return;
+            }
+        }
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                conn *old = oldest_unauth(s, -1);
+                if (old)
+                    refuse(s, old, COMEM_ETIMEDOUT, "closed: its descriptor went to a newer connection (no HELLO)");
+                else
+                    refuse_on_spare(s);
+            }
             return; /* EAGAIN: no more; other errors: try again on the next event */
+        }
         struct ucred cred;
         socklen_t len = sizeof cred;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
             close(fd);
             continue;
         }
-        int slot = -1;
-        for (int i = 0; i < COORD_MAX_CONNS && slot < 0; i++)
-            if (!s->conns[i])
-                slot = i;
-        conn *c = slot >= 0 ? calloc(1, sizeof *c) : NULL;
+        if (slot < 0) {
+            comem_warn("refusing a connection from pid %d: %d connections, all of them sessions", (int)cred.pid,
+                       COORD_MAX_CONNS);
+            refuse_unslotted(s, fd, cred.pid, "refused: the coordinator is full (" COORD_STR(COORD_MAX_CONNS) " sessions)");
+            continue;
+        }
+        conn *c = calloc(1, sizeof *c);
         if (c)
             c->in = malloc(COMEM_WIRE_MAX_FRAME);
         if (!c || !c->in) {
-            comem_error("refusing a connection from pid %d: no room", (int)cred.pid);
+            comem_error("refusing a connection from pid %d: no memory", (int)cred.pid);
             if (c)
                 free(c);
-            close(fd);
+            refuse_unslotted(s, fd, cred.pid, "refused: the coordinator is out of memory");
             continue;
         }
         c->fd = fd;
@@ -234,6 +336,7 @@ static void accept_all(comem_coord_srv *s)
         c->pid = cred.pid;
         c->uid = cred.uid;
         c->slot = slot;
+        c->accepted_ns = comem_now_ns();
         c->tag = (ep_tag){EP_CONN, c};
         c->pid_tag = (ep_tag){EP_PIDFD, c};
         s->conns[slot] = c;
@@ -241,8 +344,37 @@ static void accept_all(comem_coord_srv *s)
         if (cred.uid != getuid()) {
             /* Another user may never read or change this user's ledger. */
             comem_warn("refused pid %d: uid %u is not the coordinator's uid %u", (int)cred.pid, cred.uid, getuid());
-            coord_reply(s, c, 0, COMEM_EPERM, "refused: another user's coordinator");
-            c->closing = true;
+            refuse(s, c, COMEM_EPERM, "refused: another user's coordinator");
+            continue;
+        }
+        int unauth, of_pid;
+        if (cred.pid > 0) { /* 0: a peer in another pid namespace; only the totals bound those */
+            count_conns(s, cred.pid, &unauth, &of_pid);
+            if (of_pid > COORD_PEER_CONNS) {
+                comem_warn("refused pid %d: it holds %d connections already", (int)cred.pid, of_pid - 1);
+                refuse(s, c, COMEM_EBUSY, "refused: this process holds " COORD_STR(COORD_PEER_CONNS) " connections");
+                continue;
+            }
+            if (unauth > COORD_PEER_UNAUTH) /* the same process keeps opening and not saying HELLO */
+                refuse(s, oldest_unauth(s, cred.pid), COMEM_ETIMEDOUT,
+                       "closed: this process opened more connections without HELLO");
+        }
+        count_conns(s, -1, &unauth, &of_pid);
+        if (unauth > COORD_MAX_UNAUTH)
+            refuse(s, oldest_unauth(s, -1), COMEM_ETIMEDOUT, "closed: its slot went to a newer connection (no HELLO)");
+    }
+}
+
+/* Connections that did not say HELLO within the deadline are closed. */
+static void hello_deadlines(comem_coord_srv *s, int64_t now)
+{
+    int64_t limit = (int64_t)s->cfg.hello_timeout_ms * 1000000;
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *c = s->conns[i];
+        if (c && !c->session && !c->closing && now - c->accepted_ns > limit) {
+            comem_info("pid %d said no HELLO within %d ms; closing its connection", (int)c->pid,
+                       s->cfg.hello_timeout_ms);
+            refuse(s, c, COMEM_ETIMEDOUT, "closed: no HELLO in time");
         }
     }
 }
@@ -308,6 +440,7 @@ static void tick(comem_coord_srv *s)
     ssize_t r = read(s->timer_fd, &expirations, sizeof expirations);
     (void)r;
     int64_t now = comem_now_ns();
+    hello_deadlines(s, now);
     coord_asks_tick(s, now);
     coord_jobs_tick(s, now);
     if (now - s->last_tick_ns < (int64_t)s->cfg.tick_ms * 1000000)
@@ -415,6 +548,7 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
         return COMEM_ENOMEM;
     s->cfg = *cfg;
     s->epfd = s->listen_fd = s->wake_fd = s->timer_fd = -1;
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     s->host_base = -1;
     s->started_ns = s->last_tick_ns = comem_now_ns();
     comem_slab_init(&s->asks, sizeof(ask));
@@ -528,6 +662,8 @@ void comem_coord_destroy(comem_coord_srv *s)
         close(s->wake_fd);
     if (s->timer_fd >= 0)
         close(s->timer_fd);
+    if (s->spare_fd >= 0)
+        close(s->spare_fd);
     for (size_t i = 0; i < comem_slab_slots(&s->jobs); i++) { /* jobs still waiting at shutdown */
         job *j = comem_slab_at(&s->jobs, i, NULL);
         if (j)

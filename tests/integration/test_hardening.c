@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,6 +267,83 @@ static void test_pipelined_admissions_are_bounded(void **s)
     assert_ledger_clean(h);
 }
 
+/* ---- 3. connections that never say HELLO ---- */
+
+#define SILENT_PROCS 6
+#define SILENT_EACH 200
+
+typedef struct silent_args {
+    const harness *h;
+    chan down, up;
+} silent_args;
+
+/* Opens SILENT_EACH connections and says nothing; later reports how many the coordinator closed. */
+static int silent_main(void *arg)
+{
+    silent_args *a = arg;
+    int fds[SILENT_EACH], n = 0;
+    for (int i = 0; i < SILENT_EACH; i++)
+        if ((fds[n] = raw_connect(a->h->sock)) >= 0)
+            n++;
+    ch_put(a->up.wr, n);
+    int64_t cmd;
+    if (!ch_get(a->down.rd, &cmd, 60000))
+        return 1;
+    int closed = 0;
+    for (int i = 0; i < n; i++) {
+        struct pollfd p = {.fd = fds[i], .events = POLLIN};
+        char b[512];
+        if (poll(&p, 1, 0) == 1) {
+            ssize_t r;
+            while ((r = recv(fds[i], b, sizeof b, MSG_DONTWAIT)) > 0)
+                ;
+            closed += r == 0 || (r < 0 && errno != EAGAIN);
+        }
+    }
+    ch_put(a->up.wr, closed);
+    return 0;
+}
+
+static void test_silent_connections_do_not_lock_out(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB");
+    const char *extra[] = {"--hello-timeout", "1.5", NULL};
+    h_start(h, extra);
+    silent_args a[SILENT_PROCS];
+    pid_t kids[SILENT_PROCS];
+    int64_t opened = 0;
+    for (int i = 0; i < SILENT_PROCS; i++) {
+        a[i] = (silent_args){h, {0, 0}, {0, 0}};
+        ch_open(&a[i].down, &a[i].up);
+        kids[i] = h_child(silent_main, &a[i]);
+    }
+    for (int i = 0; i < SILENT_PROCS; i++) {
+        int64_t n;
+        assert_true(ch_get(a[i].up.rd, &n, 30000));
+        opened += n;
+    }
+    print_message("%lld silent connections opened\n", (long long)opened);
+    /* A real client gets in at once, long before the HELLO deadline. */
+    int64_t t0 = comem_now_ns();
+    comem_client *c = NULL;
+    assert_int_equal(comem_client_open(h->sock, COMEM_CLIENT_WORKER, "real", -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
+    assert_true(comem_now_ns() - t0 < 1000 * 1000000LL);
+    assert_true(comem_client_connected(c));
+    comem_client_close(c);
+    /* After the deadline every silent connection has been closed. */
+    usleep(2000 * 1000);
+    for (int i = 0; i < SILENT_PROCS; i++) {
+        int64_t closed = -1;
+        ch_put(a[i].down.wr, 1);
+        assert_true(ch_get(a[i].up.rd, &closed, 30000));
+        assert_int_equal(closed, SILENT_EACH);
+        assert_int_equal(h_wait(kids[i]), 0);
+    }
+    assert_true(h_status_num(h, "coordinator.sessions") >= 1);
+    assert_ledger_clean(h);
+}
+
 /* ---- 5. a token longer than the protocol carries; and one parser for idle seconds ---- */
 
 static char g_out[8192], g_err[8192];
@@ -351,6 +429,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         MP_TEST(test_census_duplicates_do_not_overbook),
         MP_TEST(test_pipelined_admissions_are_bounded),
+        MP_TEST(test_silent_connections_do_not_lock_out),
         MP_TEST(test_long_token_refused_by_comemd_and_client),
         MP_TEST(test_idle_seconds_one_parser),
     };
