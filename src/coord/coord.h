@@ -27,6 +27,7 @@ typedef struct comem_coord_config {
     int tick_ms;                /* idle release, expiry and re-measure period (250) */
     int hello_timeout_ms;       /* a connection that has not said HELLO by then is closed (5000) */
     bool check;                 /* verify the ledger after every mutation (tests, debug) */
+    int64_t reserve_base;       /* the reserve base every host keeps (comemd --reserve); -1: the first host's */
 } comem_coord_config;
 
 /*

@@ -146,7 +146,8 @@ typedef struct comem_coord_srv {
     comem_msg msg; /* decode buffer: one message at a time */
     uint8_t *frame; /* encode buffer: COMEM_WIRE_MAX_FRAME */
     volatile int stop;
-    int64_t host_base; /* the host's reserve base (-1 until a host says) */
+    int64_t host_base; /* the reserve base: comemd --reserve, else the first host's (-1 until one says) */
+    uint64_t host_base_session; /* the session that set host_base (0: none, or --reserve) */
     size_t out_total;  /* Σ out_len over connections, against COORD_OUT_TOTAL */
     bool trim_due;     /* a session ended: give freed heap back to the system */
 } comem_coord_srv;

@@ -40,6 +40,7 @@ int comem_coord_config_defaults(comem_coord_config *cfg, char *err, size_t errle
     cfg->reading_max_age_ms = 20;
     cfg->tick_ms = 250;
     cfg->hello_timeout_ms = 5000;
+    cfg->reserve_base = -1;
     const char *e;
     if ((e = getenv("COMEM_DEVICE")) && *e)
         snprintf(cfg->device_spec, sizeof cfg->device_spec, "%s", e);
@@ -549,7 +550,7 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
     s->cfg = *cfg;
     s->epfd = s->listen_fd = s->wake_fd = s->timer_fd = -1;
     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    s->host_base = -1;
+    s->host_base = cfg->reserve_base >= 0 ? cfg->reserve_base : -1;
     s->started_ns = s->last_tick_ns = comem_now_ns();
     comem_slab_init(&s->asks, sizeof(ask));
     comem_slab_init(&s->jobs, sizeof(job));
@@ -581,8 +582,11 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
             coord_publish_reserve(s, d, false);
             coord_measure(s, d);
         }
-        comem_info("coordinator: listening on %s, %d device(s)%s", s->cfg.socket_path, s->ledger.n_devices,
-                   s->cfg.token[0] ? ", token required" : "");
+        char rb[32] = "";
+        if (s->cfg.reserve_base >= 0)
+            comem_format_bytes(s->cfg.reserve_base, rb, sizeof rb);
+        comem_info("coordinator: listening on %s, %d device(s)%s%s%s", s->cfg.socket_path, s->ledger.n_devices,
+                   s->cfg.token[0] ? ", token required" : "", rb[0] ? ", reserve base fixed at " : "", rb);
         *out = s;
         return COMEM_OK;
     }

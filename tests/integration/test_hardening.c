@@ -410,6 +410,69 @@ static void test_idle_seconds_one_parser(void **s)
     assert_int_not_equal(access(h->sock, F_OK), 0);
 }
 
+/* ---- who sets the published reserve ---- */
+
+/* A raw host session offering reserve_base. */
+static int raw_host(const harness *h, const char *name, int64_t base)
+{
+    int fd = raw_connect(h->sock);
+    assert_true(fd >= 0);
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_HELLO;
+    g_m.u.hello.proto_version = COMEM_WIRE_VERSION;
+    g_m.u.hello.role = COMEM_ROLE_HOST;
+    g_m.u.hello.pid = (uint32_t)getpid();
+    g_m.u.hello.reserve_base = base;
+    snprintf(g_m.u.hello.name, sizeof g_m.u.hello.name, "%s", name);
+    assert_int_equal(raw_call(fd, &g_m, 1, &g_r), COMEM_MSG_HELLO_REPLY);
+    return fd;
+}
+
+/* The reserve base the coordinator publishes for device 0, asked on fd. */
+static int64_t base_on(int fd)
+{
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_RESERVE;
+    assert_int_equal(raw_call(fd, &g_m, 9, &g_r), COMEM_MSG_RESERVE_REPLY);
+    return g_r.u.reserve_reply.base;
+}
+
+static void test_reserve_set_by_first_host_or_comemd(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB");
+    h_start(h, NULL);
+    int host = raw_host(h, "comfyui", 400 * MIB);
+    assert_true(base_on(host) == 400 * MIB);
+    /* Another process of the same user claims the host role with 0, leaves, and claims it again. */
+    int rogue = raw_host(h, "rogue", 0);
+    assert_true(base_on(host) == 400 * MIB);
+    close(rogue);
+    usleep(100 * 1000);
+    rogue = raw_host(h, "rogue-again", 0);
+    assert_true(base_on(host) == 400 * MIB);
+    assert_true(h_status_num(h, "devices.0.reserve.published") == 400 * MIB);
+    close(rogue);
+    /* The host that set it leaves: the next host to join sets it. */
+    close(host);
+    usleep(100 * 1000);
+    host = raw_host(h, "comfyui-2", 512 * MIB);
+    assert_true(base_on(host) == 512 * MIB);
+    close(host);
+    h_stop(h, false);
+
+    /* comemd --reserve: fixed for the coordinator's life, whatever the hosts say. */
+    const char *extra[] = {"--reserve", "1GiB", NULL};
+    h_start(h, extra);
+    int probe = raw_session(h, COMEM_ROLE_TOOL, "probe");
+    assert_true(base_on(probe) == GIB);
+    host = raw_host(h, "comfyui", 0);
+    assert_true(base_on(host) == GIB && base_on(probe) == GIB);
+    close(host);
+    close(probe);
+    assert_ledger_clean(h);
+}
+
 static harness g_h;
 
 static int setup(void **s)
@@ -432,6 +495,7 @@ int main(void)
         MP_TEST(test_silent_connections_do_not_lock_out),
         MP_TEST(test_long_token_refused_by_comemd_and_client),
         MP_TEST(test_idle_seconds_one_parser),
+        MP_TEST(test_reserve_set_by_first_host_or_comemd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,7 @@
  * tools/comemd/main.c - the coordinator as a daemon.
  *
  *   comemd [--socket PATH] [--device SPEC] [--idle-release SECONDS] [--hello-timeout SECONDS]
- *          [--check]
+ *          [--reserve SIZE] [--check]
  *
  * Runs in the foreground (a service manager backgrounds it), logs to stderr,
  * and shuts down cleanly on SIGTERM or SIGINT: every session's connection is
@@ -33,7 +33,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: comemd [--socket PATH] [--device auto|nvml|sim[:...]] [--idle-release SECONDS]\n"
-            "              [--hello-timeout SECONDS] [--check]\n"
+            "              [--hello-timeout SECONDS] [--reserve SIZE] [--check]\n"
             "  The coordinator for comem clients on this machine. Logs to stderr; stops on SIGTERM.\n"
             "  --socket PATH           where to listen (default: COMEM_SOCKET, else the per-user socket);\n"
             "                          an existing file there is replaced only if it is a stale socket of\n"
@@ -41,6 +41,8 @@ static void usage(FILE *f)
             "  --device SPEC           the cards to coordinate (default: COMEM_DEVICE, else auto)\n"
             "  --idle-release SECONDS  ask a holder idle this long to release (default 60, or COMEM_IDLE_SECONDS)\n"
             "  --hello-timeout SECONDS close a connection that has not said HELLO by then (default 5)\n"
+            "  --reserve SIZE          the reserve base hosts keep on every card (e.g. 400MiB); when given, no\n"
+            "                          host can change it; without it the first host to join sets it\n"
             "  --check                 verify the ledger after every mutation (tests, debugging)\n"
             "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_TOKEN (at most 127 bytes), COMEM_IDLE_SECONDS,\n"
             "  COMEM_CHECK, COMEM_LOG.\n");
@@ -97,6 +99,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             cfg.hello_timeout_ms = secs * 1000 < 1 ? 1 : (int)(secs * 1000);
+            i++;
+        } else if (!strcmp(a, "--reserve") && v) {
+            double bytes;
+            if (comem_parse_size(v, &bytes, err, sizeof err) != COMEM_OK || bytes >= 9.2e18) {
+                comem_error("--reserve: %s", err[0] ? err : "too large");
+                return 2;
+            }
+            cfg.reserve_base = (int64_t)bytes;
             i++;
         } else {
             fprintf(stderr, "comemd: unknown or incomplete argument '%s'\n", a);
