@@ -47,7 +47,11 @@ typedef struct comem_view_writer {
     char path[PATH_MAX];
 } comem_view_writer;
 
-/* Creates or reuses the view file for socket_path; readers that mapped it keep working. */
+/*
+ * Creates the view file for socket_path, or reuses the one there (readers that
+ * mapped it keep working) when it is a view of this user; anything else at
+ * that path is left untouched and refused with COMEM_EPERM.
+ */
 int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_devices);
 void comem_view_publish(comem_view_writer *w, int device, const comem_view_values *v);
 void comem_view_writer_close(comem_view_writer *w);

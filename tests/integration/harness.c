@@ -283,7 +283,13 @@ pid_t h_child(int (*fn)(void *), void *arg)
     return p;
 }
 
-static void forget(pid_t pid)
+void h_track(pid_t pid)
+{
+    if (pid > 0 && g_n_kids < 256)
+        g_kids[g_n_kids++] = pid;
+}
+
+void h_forget(pid_t pid)
 {
     for (int i = 0; i < g_n_kids; i++)
         if (g_kids[i] == pid)
@@ -295,7 +301,7 @@ int h_wait(pid_t pid)
     int st;
     if (waitpid(pid, &st, 0) != pid)
         return -2;
-    forget(pid);
+    h_forget(pid);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

@@ -68,6 +68,9 @@ bool ch_get(int fd, int64_t *v, int timeout_ms);
 pid_t h_child(int (*fn)(void *), void *arg);
 /* Waits for a child; returns its exit status or -1 when killed by a signal. */
 int h_wait(pid_t pid);
+/* Adds a process this test forked itself to those h_kill_children kills; h_forget takes it off (reaped). */
+void h_track(pid_t pid);
+void h_forget(pid_t pid);
 /* Kills and reaps every child still running (a failed test's cleanup). */
 void h_kill_children(void);
 /* A cmocka teardown: kills the children, stops comemd, removes the directory of *state (a harness). */

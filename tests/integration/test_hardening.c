@@ -473,6 +473,144 @@ static void test_reserve_set_by_first_host_or_comemd(void **s)
     assert_ledger_clean(h);
 }
 
+/* ---- 7. two daemons on one socket ---- */
+
+/* A listening socket of the test's own at path (what another daemon might have put there). */
+static int listen_at(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 8), 0);
+    return fd;
+}
+
+static pid_t spawn_comemd(const harness *h)
+{
+    char bin[512];
+    const char *dir = getenv("COMEM_BIN_DIR");
+    snprintf(bin, sizeof bin, "%s/comemd", dir ? dir : "build/bin");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(bin, "comemd", "--socket", h->sock, "--device", h->spec, (char *)NULL);
+        _exit(127);
+    }
+    h_track(pid); /* killed by the teardown if the test fails first */
+    return pid;
+}
+
+/* True when pid is still running after ms (it is reaped when it is not). */
+static bool still_running(pid_t pid, int ms)
+{
+    for (int waited = 0;; waited += 10) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            h_forget(pid);
+            return false;
+        }
+        if (waited >= ms)
+            return true;
+        usleep(10 * 1000);
+    }
+}
+
+static void test_two_daemons_on_one_socket(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:8GiB");
+    /* Started at the same instant, exactly one keeps running, and it answers. */
+    for (int trial = 0; trial < 5; trial++) {
+        pid_t a = spawn_comemd(h), b = spawn_comemd(h);
+        bool ra = still_running(a, 400), rb = still_running(b, 0);
+        assert_true(ra != rb);
+        int fd = raw_connect(h->sock), st;
+        assert_true(fd >= 0);
+        assert_int_equal(raw_hello(fd, COMEM_ROLE_TOOL, "probe", NULL, &st), COMEM_MSG_HELLO_REPLY);
+        close(fd);
+        pid_t live = ra ? a : b;
+        kill(live, SIGTERM);
+        assert_int_equal(h_wait(live), 0);
+        assert_int_not_equal(access(h->sock, F_OK), 0); /* the survivor removed the socket it created */
+    }
+    /* A second daemon is refused even when the first one's socket file has gone. */
+    h_start(h, NULL);
+    assert_int_equal(unlink(h->sock), 0);
+    pid_t b = spawn_comemd(h);
+    assert_false(still_running(b, 1500));
+    /* The first one, stopped, removes only what it created: not a socket someone else put there since. */
+    int other = listen_at(h->sock);
+    h_stop(h, false);
+    int fd = raw_connect(h->sock);
+    assert_true(fd >= 0);
+    close(fd);
+    close(other);
+}
+
+/* ---- 8. a socket path that names someone's file ---- */
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static bool file_says(const char *path, const char *text)
+{
+    char buf[256] = "";
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strcmp(buf, text) == 0;
+}
+
+static void test_socket_path_never_destroys_a_file(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:8GiB");
+    char notes[300], view[310], lock[310], line[256];
+    snprintf(notes, sizeof notes, "%s/notes.txt", h->dir);
+    write_file(notes, "my notes\n");
+    const char *daemon[] = {"comemd", "--socket", notes, "--device", h->spec, NULL};
+    assert_int_equal(h_run(daemon, NULL, 3000, g_out, sizeof g_out, g_err, sizeof g_err), 1);
+    assert_true(line_with(g_err, "is a regular file, not a coordinator's socket", line, sizeof line));
+    assert_true(file_says(notes, "my notes\n"));
+    snprintf(view, sizeof view, "%s.view", notes);
+    snprintf(lock, sizeof lock, "%s.lock", notes);
+    assert_int_not_equal(access(view, F_OK), 0); /* nothing created beside it either */
+    assert_int_not_equal(access(lock, F_OK), 0);
+
+    /* A file where the view would go is not overwritten. */
+    char sock2[300];
+    snprintf(sock2, sizeof sock2, "%s/sock2", h->dir);
+    snprintf(view, sizeof view, "%s.view", sock2);
+    write_file(view, "precious\n");
+    const char *daemon2[] = {"comemd", "--socket", sock2, "--device", h->spec, NULL};
+    assert_int_equal(h_run(daemon2, NULL, 3000, g_out, sizeof g_out, g_err, sizeof g_err), 1);
+    assert_true(line_with(g_err, "is not a comem view", line, sizeof line));
+    assert_true(file_says(view, "precious\n"));
+    assert_int_not_equal(access(sock2, F_OK), 0);
+
+    /* A directory is refused too; a stale socket of ours is replaced as before. */
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/adir", h->dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    const char *daemon3[] = {"comemd", "--socket", dir, "--device", h->spec, NULL};
+    assert_int_equal(h_run(daemon3, NULL, 3000, g_out, sizeof g_out, g_err, sizeof g_err), 1);
+    close(listen_at(h->sock)); /* a socket nobody listens on */
+    h_start(h, NULL);
+    h_stop(h, false);
+    assert_int_not_equal(access(h->sock, F_OK), 0);
+}
+
 static harness g_h;
 
 static int setup(void **s)
@@ -496,6 +634,8 @@ int main(void)
         MP_TEST(test_long_token_refused_by_comemd_and_client),
         MP_TEST(test_idle_seconds_one_parser),
         MP_TEST(test_reserve_set_by_first_host_or_comemd),
+        MP_TEST(test_two_daemons_on_one_socket),
+        MP_TEST(test_socket_path_never_destroys_a_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
