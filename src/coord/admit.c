@@ -249,9 +249,10 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
         char sb[32] = "";
         if (!r->granted)
             comem_format_bytes(r->short_by, sb, 32);
-        comem_info("admission: '%s' needs %s on device %d, free %s; asked %d holder(s) (%d busy), got %s; %s%s",
+        comem_info("admission: '%s' needs %s on device %d, free %s; asked %d holder(s) (%d busy), got %s; %s%s%s",
                    session_name(s, j->session), need, j->device, fb, j->n_asked, j->n_busy, fr,
-                   r->granted ? "granted" : "refused, short by ", sb);
+                   r->granted ? "granted" : "refused, short by ", sb,
+                   s->meas[j->device].valid ? "" : " (the device cannot be read now)");
         coord_send(s, c, &m);
         if (j->freed > 0)
             coord_publish_reserve(s, j->device, true);

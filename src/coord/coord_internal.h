@@ -46,6 +46,7 @@
 #define COORD_SESSION_RELEASES 64    /* RELEASE requests in flight per session */
 #define COORD_MAX_ASKS 8192          /* asks waiting for receipts, in all */
 #define COORD_UNANSWERED_SKIP_MS 5000 /* a holder that let an ask's deadline pass is not asked for this long */
+#define COORD_READ_RETRY_MS 1000     /* a device that could not be read is not read again for this long */
 
 #define COORD_STR_(x) #x
 #define COORD_STR(x) COORD_STR_(x) /* a bound's value, in a reply's text */
@@ -127,6 +128,8 @@ typedef struct measurement {
     bool stale;         /* the ledger learned of a change the reading cannot include */
     int64_t taken_ns;
     int64_t done_since; /* bytes of grants turned into residency after the reading */
+    bool failing;       /* the last reading failed (logged once per episode) */
+    int64_t retry_ns;   /* after a failure, the device is not read again before this */
 } measurement;
 
 typedef struct comem_coord_srv {

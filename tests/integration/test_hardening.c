@@ -344,6 +344,70 @@ static void test_silent_connections_do_not_lock_out(void **s)
     assert_ledger_clean(h);
 }
 
+/* ---- 4. a client stopped while it holds the simulated card's lock ---- */
+
+typedef struct holdlock_args {
+    const harness *h;
+    chan up;
+} holdlock_args;
+
+static int holdlock_main(void *arg)
+{
+    holdlock_args *a = arg;
+    comem_sim *sim = h_sim(a->h);
+    if (!sim || comem_sim_debug_hold_lock(sim) != COMEM_OK)
+        return 10;
+    ch_put(a->up.wr, 1);
+    raise(SIGSTOP); /* stopped with the card's lock held */
+    return 0;       /* continued: exits holding it (the robust lock is recovered by the next locker) */
+}
+
+static void test_stopped_lock_holder_does_not_freeze_the_loop(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    holdlock_args a = {h, {0, 0}};
+    chan unused;
+    ch_open(&unused, &a.up);
+    pid_t kid = h_child(holdlock_main, &a);
+    int64_t ready;
+    assert_true(ch_get(a.up.rd, &ready, 20000));
+    int st;
+    assert_int_equal(waitpid(kid, &st, WUNTRACED), kid);
+    assert_true(WIFSTOPPED(st));
+    usleep(600 * 1000); /* a few ticks: each one reads the card */
+
+    /* The loop still answers: a status, and an admission (refused: the card cannot be read). */
+    int64_t t0 = comem_now_ns();
+    char *text = h_status(h);
+    assert_non_null(text);
+    comem_free(text);
+    assert_true(comem_now_ns() - t0 < 2000 * 1000000LL);
+    t0 = comem_now_ns();
+    int fd = raw_session(h, COMEM_ROLE_WORKER, "asker"); /* raw: a library client would itself wait on the lock */
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_ADMIT;
+    g_m.u.admit.weights = GIB;
+    g_m.u.admit.timeout_ms = 5000;
+    assert_int_equal(raw_call(fd, &g_m, 7, &g_r), COMEM_MSG_ADMIT_REPLY);
+    assert_int_equal(g_r.u.admit_reply.granted, 0);
+    assert_true(comem_now_ns() - t0 < 2000 * 1000000LL);
+    close(fd);
+
+    /* Continued, it exits with the lock held; the lock is recovered and the card reads again. */
+    kill(kid, SIGCONT);
+    assert_int_equal(h_wait(kid), 0);
+    bool granted = false;
+    for (int i = 0; i < 30 && !granted; i++) {
+        granted = admit_in_child(h, 1 * GIB, 5000) == 0;
+        if (!granted)
+            usleep(100 * 1000);
+    }
+    assert_true(granted);
+    assert_ledger_clean(h);
+}
+
 /* ---- 5. a token longer than the protocol carries; and one parser for idle seconds ---- */
 
 static char g_out[8192], g_err[8192];
@@ -631,6 +695,7 @@ int main(void)
         MP_TEST(test_census_duplicates_do_not_overbook),
         MP_TEST(test_pipelined_admissions_are_bounded),
         MP_TEST(test_silent_connections_do_not_lock_out),
+        MP_TEST(test_stopped_lock_holder_does_not_freeze_the_loop),
         MP_TEST(test_long_token_refused_by_comemd_and_client),
         MP_TEST(test_idle_seconds_one_parser),
         MP_TEST(test_reserve_set_by_first_host_or_comemd),
