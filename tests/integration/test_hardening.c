@@ -474,6 +474,83 @@ static void test_idle_seconds_one_parser(void **s)
     assert_int_not_equal(access(h->sock, F_OK), 0);
 }
 
+/* ---- 6. a grant completed after a coordinator restart ---- */
+
+typedef struct late_args {
+    const harness *h;
+    int64_t load;
+    chan down, up;
+} late_args;
+
+/* Admits, registers the entry empty, waits for the word, then loads and completes the grant. */
+static int late_main(void *arg)
+{
+    late_args *a = arg;
+    comem_sim *sim = h_sim(a->h);
+    comem_client *c = NULL;
+    if (!sim || comem_client_open(a->h->sock, COMEM_CLIENT_WORKER, "late", -1, COMEM_OPEN_NO_LOCAL, &c))
+        return 10;
+    comem_sim_touch(sim, 0);
+    uint64_t holder, grant, entry;
+    if (comem_holder_add(c, "models", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder) ||
+        comem_admit(c, 0, holder, a->load, 0, 0, NULL, 0, 10000, &grant, NULL) ||
+        comem_entry_add(c, holder, "model", a->load, 0, 0, &entry))
+        return 11;
+    ch_put(a->up.wr, 1); /* granted; the coordinator may go now */
+    int64_t cmd;
+    if (!ch_get(a->down.rd, &cmd, 60000))
+        return 12;
+    if (comem_sim_alloc(sim, 0, a->load) != COMEM_OK)
+        return 13;
+    ch_put(a->up.wr, comem_grant_done(c, grant, entry, a->load));
+    if (!ch_get(a->down.rd, &cmd, 60000))
+        return 14;
+    comem_client_close(c);
+    return 0;
+}
+
+static void test_grant_done_after_restart_keeps_its_bytes(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    late_args a = {h, 3 * GIB, {0, 0}, {0, 0}};
+    ch_open(&a.down, &a.up);
+    pid_t kid = h_child(late_main, &a);
+    int64_t v;
+    assert_true(ch_get(a.up.rd, &v, 20000));
+    h_stop(h, true); /* SIGKILL: its grant dies with it */
+    h_start(h, NULL);
+    bool back = false; /* the worker re-registers its entry, still empty */
+    for (int i = 0; i < 100 && !back; i++) {
+        usleep(50 * 1000);
+        back = h_entry_id(h, "late") != 0;
+    }
+    assert_true(back);
+    assert_int_equal(h_process_resident(h, "late"), 0);
+    ch_put(a.down.wr, 1);
+    assert_true(ch_get(a.up.rd, &v, 20000));
+    assert_int_equal(v, COMEM_OK);
+    /* What the worker holds is what the ledger books: resident, not a context floor. */
+    bool booked = false;
+    for (int i = 0; i < 40 && !booked; i++) {
+        booked = h_process_resident(h, "late") == 3 * GIB;
+        if (!booked)
+            usleep(50 * 1000);
+    }
+    assert_true(booked);
+    bool floor_right = false;
+    for (int i = 0; i < 40 && !floor_right; i++) { /* the floor follows at the next reading */
+        floor_right = h_status_num(h, "devices.0.context_floors") == 300 * MIB;
+        if (!floor_right)
+            usleep(50 * 1000);
+    }
+    assert_true(floor_right);
+    ch_put(a.down.wr, 1);
+    assert_int_equal(h_wait(kid), 0);
+    assert_ledger_clean(h);
+}
+
 /* ---- who sets the published reserve ---- */
 
 /* A raw host session offering reserve_base. */
@@ -698,6 +775,7 @@ int main(void)
         MP_TEST(test_stopped_lock_holder_does_not_freeze_the_loop),
         MP_TEST(test_long_token_refused_by_comemd_and_client),
         MP_TEST(test_idle_seconds_one_parser),
+        MP_TEST(test_grant_done_after_restart_keeps_its_bytes),
         MP_TEST(test_reserve_set_by_first_host_or_comemd),
         MP_TEST(test_two_daemons_on_one_socket),
         MP_TEST(test_socket_path_never_destroys_a_file),
