@@ -177,7 +177,7 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
     }
     if (!up && (flags & COMEM_OPEN_NO_LOCAL)) {
         client_free(c);
-        return COMEM_ECLOSED;
+        return COMEM_ECLOSED; /* comem_probe says why */
     }
     if (!up && !refused)
         comem_info("no coordinator at %s; deciding locally", c->path);

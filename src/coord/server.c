@@ -252,6 +252,28 @@ static void count_conns(comem_coord_srv *s, int32_t pid, int *unauth, int *of_pi
     }
 }
 
+static void on_readable(comem_coord_srv *s, conn *c);
+
+/*
+ * Closes the oldest connection (of pid; of anyone when pid < 0) that has not
+ * said HELLO, to make room. A connection accepted in the same burst may have
+ * its HELLO waiting unread: each candidate is read first, and one that turns
+ * out to be a session is kept. True when one was closed.
+ */
+static bool reclaim_unauth(comem_coord_srv *s, int32_t pid, const char *why)
+{
+    for (;;) {
+        conn *old = oldest_unauth(s, pid);
+        if (!old)
+            return false;
+        on_readable(s, old);
+        if (old->session || old->closing)
+            continue; /* it said HELLO after all (or went): not silent */
+        refuse(s, old, COMEM_ETIMEDOUT, why);
+        return true;
+    }
+}
+
 /* Tells a connection that gets no slot why, in one frame written at once, and closes it. */
 static void refuse_unslotted(comem_coord_srv *s, int fd, int32_t pid, const char *why)
 {
@@ -294,21 +316,17 @@ static void accept_all(comem_coord_srv *s)
             /* Full. A connection that never said HELLO gives its slot up (it is freed at the
                end of this turn, and the newcomer accepted on the next); else the newcomer is
                told the coordinator is full. */
-            conn *old = oldest_unauth(s, -1);
-            if (old) {
-                refuse(s, old, COMEM_ETIMEDOUT, "closed: its slot went to a newer connection (no HELLO)");
+            if (reclaim_unauth(s, -1, "closed: its slot went to a newer connection (no HELLO)"))
                 return;
-            }
+            for (int i = 0; i < COORD_MAX_CONNS; i++)
+                if (s->conns[i] && s->conns[i]->closing)
+                    return; /* a slot frees at the end of this turn: accept on the next */
         }
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE) {
-                conn *old = oldest_unauth(s, -1);
-                if (old)
-                    refuse(s, old, COMEM_ETIMEDOUT, "closed: its descriptor went to a newer connection (no HELLO)");
-                else
-                    refuse_on_spare(s);
-            }
+            if ((errno == EMFILE || errno == ENFILE) &&
+                !reclaim_unauth(s, -1, "closed: its descriptor went to a newer connection (no HELLO)"))
+                refuse_on_spare(s);
             return; /* EAGAIN: no more; other errors: try again on the next event */
         }
         struct ucred cred;
@@ -346,7 +364,9 @@ static void accept_all(comem_coord_srv *s)
         if (cred.uid != getuid()) {
             /* Another user may never read or change this user's ledger. */
             comem_warn("refused pid %d: uid %u is not the coordinator's uid %u", (int)cred.pid, cred.uid, getuid());
-            refuse(s, c, COMEM_EPERM, "refused: another user's coordinator");
+            char why[80];
+            snprintf(why, sizeof why, "refused: this coordinator serves uid %u only", (unsigned)getuid());
+            refuse(s, c, COMEM_EPERM, why);
             continue;
         }
         int unauth, of_pid;
@@ -358,12 +378,11 @@ static void accept_all(comem_coord_srv *s)
                 continue;
             }
             if (unauth > COORD_PEER_UNAUTH) /* the same process keeps opening and not saying HELLO */
-                refuse(s, oldest_unauth(s, cred.pid), COMEM_ETIMEDOUT,
-                       "closed: this process opened more connections without HELLO");
+                reclaim_unauth(s, cred.pid, "closed: this process opened more connections without HELLO");
         }
         count_conns(s, -1, &unauth, &of_pid);
         if (unauth > COORD_MAX_UNAUTH)
-            refuse(s, oldest_unauth(s, -1), COMEM_ETIMEDOUT, "closed: its slot went to a newer connection (no HELLO)");
+            reclaim_unauth(s, -1, "closed: its slot went to a newer connection (no HELLO)");
     }
 }
 

@@ -234,6 +234,11 @@ int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_
     return COMEM_OK;
 }
 
+int32_t comem_view_coord_pid(const comem_view *v)
+{
+    return v ? atomic_load_explicit(&((comem_view_shared *)v->sh)->coord_pid, memory_order_relaxed) : 0;
+}
+
 void comem_view_close(comem_view *v)
 {
     if (!v)

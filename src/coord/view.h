@@ -56,6 +56,10 @@ int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_
 void comem_view_publish(comem_view_writer *w, int device, const comem_view_values *v);
 void comem_view_writer_close(comem_view_writer *w);
 
+/* The pid of the coordinator that last published the view (reader side; 0 when unknown). */
+struct comem_view;
+int32_t comem_view_coord_pid(const struct comem_view *v);
+
 /* The view file that belongs to a socket path. */
 void comem_view_path(const char *socket_path, char *buf, size_t len);
 

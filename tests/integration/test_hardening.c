@@ -752,6 +752,124 @@ static void test_socket_path_never_destroys_a_file(void **s)
     assert_int_not_equal(access(h->sock, F_OK), 0);
 }
 
+/* ---- comem status says why no coordinator answers ---- */
+
+/* Runs `comem status --socket sock [--timeout 0.5]` with envs; returns its stderr's verdict line. */
+static const char *status_says(const char *sock, const char *const *envs, char *line, size_t len)
+{
+    const char *argv[] = {"comem", "status", "--socket", sock, "--timeout", "0.5", NULL};
+    assert_int_equal(h_run(argv, envs, 10000, g_out, sizeof g_out, g_err, sizeof g_err), 1);
+    assert_true(line_with(g_err, "comem status: no coordinator answers: ", line, len));
+    print_message("%s\n", line);
+    return line;
+}
+
+#define FULL_PROCS 16
+
+typedef struct filler_args {
+    const harness *h;
+    chan down, up;
+} filler_args;
+
+/* Holds as many sessions as one process may (64), then waits. */
+static int filler_main(void *arg)
+{
+    filler_args *a = arg;
+    int n = 0;
+    for (int i = 0; i < 64; i++) {
+        int fd = raw_connect(a->h->sock), st;
+        if (fd >= 0 && raw_hello(fd, COMEM_ROLE_TOOL, "filler", NULL, &st) == COMEM_MSG_HELLO_REPLY)
+            n++;
+    }
+    ch_put(a->up.wr, n);
+    int64_t cmd;
+    ch_get(a->down.rd, &cmd, 60000);
+    return 0;
+}
+
+static void test_status_says_why_nobody_answers(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:8GiB");
+    char line[512], path[300];
+
+    snprintf(path, sizeof path, "%s/none.sock", h->dir); /* no such path */
+    assert_non_null(strstr(status_says(path, NULL, line, sizeof line), "no such file"));
+    close(listen_at(path)); /* a socket nobody listens on */
+    assert_non_null(strstr(status_says(path, NULL, line, sizeof line), "nobody listens"));
+
+    setenv("COMEM_TOKEN", "s3cret", 1); /* refused: the token */
+    h_start(h, NULL);
+    unsetenv("COMEM_TOKEN");
+    const char *wrong[] = {"COMEM_TOKEN=wrong", NULL}, *none[] = {"COMEM_TOKEN", NULL};
+    assert_non_null(strstr(status_says(h->sock, wrong, line, sizeof line), "refused this process: bad token"));
+    assert_non_null(strstr(status_says(h->sock, none, line, sizeof line), "bad token (COMEM_TOKEN is unset"));
+    h_stop(h, false);
+
+    h_start(h, NULL); /* full: every slot holds a session */
+    filler_args f[FULL_PROCS];
+    pid_t kids[FULL_PROCS];
+    int64_t total = 0, n;
+    for (int i = 0; i < FULL_PROCS; i++) {
+        f[i] = (filler_args){h, {0, 0}, {0, 0}};
+        ch_open(&f[i].down, &f[i].up);
+        kids[i] = h_child(filler_main, &f[i]);
+    }
+    for (int i = 0; i < FULL_PROCS; i++) {
+        assert_true(ch_get(f[i].up.rd, &n, 30000));
+        total += n;
+    }
+    print_message("%lld sessions held\n", (long long)total);
+    assert_non_null(strstr(status_says(h->sock, NULL, line, sizeof line), "is full"));
+    for (int i = 0; i < FULL_PROCS; i++) {
+        ch_put(f[i].down.wr, 0);
+        assert_int_equal(h_wait(kids[i]), 0);
+    }
+
+    kill(h->comemd, SIGSTOP); /* frozen */
+    int st;
+    assert_int_equal(waitpid(h->comemd, &st, WUNTRACED), h->comemd);
+    assert_non_null(strstr(status_says(h->sock, NULL, line, sizeof line), "did not answer within 500 ms"));
+    assert_non_null(strstr(line, "is stopped"));
+    kill(h->comemd, SIGCONT);
+    const char *argv[] = {"comem", "status", "--socket", h->sock, NULL};
+    assert_int_equal(h_run(argv, NULL, 10000, g_out, sizeof g_out, g_err, sizeof g_err), 0); /* and it answers again */
+
+    if (getuid() != 0) {
+        print_message("not root: the refusal of another uid is not exercised here\n");
+        return;
+    }
+    /* Another user: let it reach the socket, so that only the coordinator's uid check refuses it. */
+    assert_int_equal(chmod(h->dir, 0755), 0);
+    assert_int_equal(chmod(h->sock, 0777), 0);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/comem", getenv("COMEM_BIN_DIR") ? getenv("COMEM_BIN_DIR") : "build/bin");
+    fflush(NULL);
+    pid_t kid = fork();
+    if (kid == 0) {
+        alarm(20);
+        dup2(p[1], 2);
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(3);
+        execl(bin, "comem", "status", "--socket", h->sock, "--timeout", "2", (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof g_err - 1 && (r = read(p[0], g_err + got, sizeof g_err - 1 - got)) > 0)
+        got += (size_t)r;
+    g_err[got] = '\0';
+    close(p[0]);
+    assert_int_equal(h_wait(kid), 1);
+    assert_true(line_with(g_err, "comem status: no coordinator answers: ", line, sizeof line));
+    print_message("%s\n", line);
+    assert_non_null(strstr(line, "refused this process: this coordinator serves uid 0 only"));
+    assert_int_equal(chmod(h->dir, 0700), 0);
+}
+
 static harness g_h;
 
 static int setup(void **s)
@@ -779,6 +897,7 @@ int main(void)
         MP_TEST(test_reserve_set_by_first_host_or_comemd),
         MP_TEST(test_two_daemons_on_one_socket),
         MP_TEST(test_socket_path_never_destroys_a_file),
+        MP_TEST(test_status_says_why_nobody_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
