@@ -640,6 +640,7 @@ static int open_devices(comem_coord_srv *s)
         /* An entry larger than the card, RAM and swap together is not a model anyone holds. */
         devs[i].entry_max = off_card >= 0 ? comem_add(r->total, off_card) : comem_mul(r->total, 16);
         devs[i].scope = r->scope;
+        devs[i].proc_scope = r->local_scope;
         devs[i].reserve_base = -1;
         devs[i].last_free = r->free;
     }

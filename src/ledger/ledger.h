@@ -57,6 +57,7 @@ typedef struct ledger_device {
     int64_t capacity;
     int64_t entry_max;     /* the largest entry size accepted (card + host RAM + swap); <= 0 at init: capacity */
     comem_scope scope;     /* of the coordinator's own reading of this device */
+    comem_scope proc_scope; /* of each process's own free reading there (process-local on a WDDM card) */
     int64_t reserve_base;  /* the operator's reserve, read once */
     int64_t published;     /* the total reserve published to the host */
     int64_t last_free;     /* true free at the last reading (-1 before any) */

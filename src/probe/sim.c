@@ -510,6 +510,7 @@ static void fill_identity(const comem_sim *sim, int card, comem_device_reading *
     snprintf(out->uuid, sizeof out->uuid, "%s%04x", sim->uuid_base, (unsigned)card);
     snprintf(out->name, sizeof out->name, "comem simulated card (%s)",
              sim->spec.semantics == COMEM_SIM_WDDM ? "wddm" : "linux");
+    out->local_scope = sim->spec.semantics == COMEM_SIM_WDDM ? COMEM_SCOPE_PROCESS_LOCAL : COMEM_SCOPE_DEVICE_WIDE;
 }
 
 int comem_sim_read(comem_sim *sim, int card, comem_device_reading *out)

@@ -752,6 +752,77 @@ static void test_socket_path_never_destroys_a_file(void **s)
     assert_int_not_equal(access(h->sock, F_OK), 0);
 }
 
+/* ---- a wddm card's scope is the card's, not each client's environment ---- */
+
+typedef struct keeper_args {
+    const harness *h;
+    int role;
+    int64_t load;
+    chan down, up;
+} keeper_args;
+
+/* A host (reports its reserve on each command) or a worker that loads `load` and keeps it. */
+static int keeper_main(void *arg)
+{
+    keeper_args *a = arg;
+    comem_sim *sim = h_sim(a->h);
+    comem_client *c = NULL;
+    if (!sim || comem_client_open(a->h->sock, a->role, a->role == COMEM_CLIENT_HOST ? "host" : "worker",
+                                  a->role == COMEM_CLIENT_HOST ? 400 * MIB : -1, COMEM_OPEN_NO_LOCAL, &c))
+        return 10;
+    comem_sim_touch(sim, 0);
+    uint64_t holder, grant, entry;
+    if (comem_holder_add(c, "models", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder))
+        return 11;
+    if (a->load > 0 && (comem_admit(c, 0, holder, a->load, 0, 0, NULL, 0, 10000, &grant, NULL) ||
+                        comem_sim_alloc(sim, 0, a->load) || comem_entry_add(c, holder, "m", a->load, 0, 0, &entry) ||
+                        comem_grant_done(c, grant, entry, a->load)))
+        return 12;
+    ch_put(a->up.wr, 1);
+    int64_t cmd;
+    while (ch_get(a->down.rd, &cmd, 60000) && cmd) {
+        int64_t reserve = -1;
+        comem_reserve(c, 0, &reserve, NULL);
+        ch_put(a->up.wr, reserve);
+    }
+    comem_client_close(c);
+    return 0;
+}
+
+static pid_t keeper(keeper_args *a, const harness *h, int role, int64_t load)
+{
+    *a = (keeper_args){h, role, load, {0, 0}, {0, 0}};
+    ch_open(&a->down, &a->up);
+    pid_t pid = h_child(keeper_main, a);
+    int64_t ready;
+    assert_true(ch_get(a->up.rd, &ready, 20000));
+    return pid;
+}
+
+static void test_wddm_card_scope_is_the_cards(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:16GiB:wddm:reserved=256MiB:ctx=300MiB");
+    unsetenv("COMEM_DEVICE"); /* the clients are not told the card is wddm */
+    h_start(h, NULL);
+    keeper_args ha, wa;
+    pid_t host = keeper(&ha, h, COMEM_CLIENT_HOST, 0), worker = keeper(&wa, h, COMEM_CLIENT_WORKER, 3 * GIB);
+    int64_t want = 400 * MIB + 300 * MIB + 3 * GIB, reserve = -1; /* base + the worker's floor and residency */
+    for (int i = 0; i < 50 && reserve != want; i++) {
+        ch_put(ha.down.wr, 1);
+        assert_true(ch_get(ha.up.rd, &reserve, 20000));
+        if (reserve != want)
+            usleep(50 * 1000);
+    }
+    assert_true(reserve == want);
+    assert_true(h_status_num(h, "devices.0.reserve.published") == want);
+    ch_put(wa.down.wr, 0);
+    ch_put(ha.down.wr, 0);
+    assert_int_equal(h_wait(worker), 0);
+    assert_int_equal(h_wait(host), 0);
+    assert_ledger_clean(h);
+}
+
 /* ---- comem status says why no coordinator answers ---- */
 
 /* Runs `comem status --socket sock [--timeout 0.5]` with envs; returns its stderr's verdict line. */
@@ -898,6 +969,7 @@ int main(void)
         MP_TEST(test_two_daemons_on_one_socket),
         MP_TEST(test_socket_path_never_destroys_a_file),
         MP_TEST(test_status_says_why_nobody_answers),
+        MP_TEST(test_wddm_card_scope_is_the_cards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
