@@ -823,6 +823,24 @@ static void test_wddm_card_scope_is_the_cards(void **s)
     assert_ledger_clean(h);
 }
 
+/* ---- comem devices: the fallback note goes to stderr ---- */
+
+static void test_devices_note_on_stderr(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:8GiB");
+    char rundir[300], lib[300];
+    snprintf(rundir, sizeof rundir, "COMEM_RUNTIME_DIR=%s", h->dir); /* the fallback card's file goes there */
+    snprintf(lib, sizeof lib, "COMEM_NVML_LIBRARY=%s/no-libnvidia-ml.so.1", h->dir); /* no GPU, whatever the machine */
+    const char *envs[] = {rundir, lib, "COMEM_DEVICE", NULL};
+    const char *argv[] = {"comem", "devices", NULL};
+    assert_int_equal(h_run(argv, envs, 10000, g_out, sizeof g_out, g_err, sizeof g_err), 0);
+    assert_true(strncmp(g_out, "IDX", 3) == 0); /* the table, from its first line */
+    assert_null(strstr(g_out, "no GPU found"));
+    char line[512];
+    assert_true(line_with(g_err, "note: no GPU found", line, sizeof line));
+}
+
 /* ---- comem status says why no coordinator answers ---- */
 
 /* Runs `comem status --socket sock [--timeout 0.5]` with envs; returns its stderr's verdict line. */
@@ -970,6 +988,7 @@ int main(void)
         MP_TEST(test_socket_path_never_destroys_a_file),
         MP_TEST(test_status_says_why_nobody_answers),
         MP_TEST(test_wddm_card_scope_is_the_cards),
+        MP_TEST(test_devices_note_on_stderr),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
