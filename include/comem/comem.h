@@ -240,7 +240,11 @@ typedef struct comem_coord comem_coord;
 /*
  * Starts a coordinator on a thread of this process, listening on socket_path
  * (NULL: the default socket) and reading devices from device_spec (NULL:
- * COMEM_DEVICE, else auto). COMEM_EEXIST when another coordinator answers there.
+ * COMEM_DEVICE, else auto). COMEM_EEXIST when another coordinator answers there
+ * or holds the path's lock (socket_path.lock); COMEM_EPERM when something other
+ * than a stale socket of this user is at the path (it is left untouched);
+ * COMEM_EINVAL for a COMEM_TOKEN over 127 bytes or a COMEM_IDLE_SECONDS that is
+ * not a positive number.
  */
 COMEM_API int comem_coord_start(const char *socket_path, const char *device_spec, comem_coord **out);
 COMEM_API void comem_coord_stop(comem_coord *coord);

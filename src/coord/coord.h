@@ -41,8 +41,10 @@ int comem_coord_config_defaults(comem_coord_config *cfg, char *err, size_t errle
 typedef struct comem_coord_srv comem_coord_srv;
 
 /*
- * Opens the devices and binds the socket (a stale socket file is replaced;
- * a live coordinator there gives COMEM_EEXIST). Does not start the loop.
+ * Claims the socket path (server.c: what is there must be nothing or a stale
+ * socket of this user, else COMEM_EPERM, untouched; PATH.lock is flock'ed, and
+ * another coordinator holding it, or answering there, gives COMEM_EEXIST),
+ * opens the devices and the view, and binds the socket. Does not start the loop.
  */
 int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out);
 
@@ -52,7 +54,7 @@ int comem_coord_run(comem_coord_srv *srv);
 /* Asks the loop to stop; safe from a signal handler or another thread. */
 void comem_coord_request_stop(comem_coord_srv *srv);
 
-/* Closes every connection, removes the socket, frees. Call after run returns. */
+/* Closes every connection, removes the socket it bound (only that one), frees. Call after run returns. */
 void comem_coord_destroy(comem_coord_srv *srv);
 
 /* The socket path the coordinator listens on. */
