@@ -254,16 +254,21 @@ static void count_conns(comem_coord_srv *s, int32_t pid, int *unauth, int *of_pi
 
 static void on_readable(comem_coord_srv *s, conn *c);
 
+static void count_conns(comem_coord_srv *s, int32_t pid, int *unauth, int *of_pid);
+
 /*
- * Closes the oldest connection (of pid; of anyone when pid < 0) that has not
- * said HELLO, to make room. A connection accepted in the same burst may have
- * its HELLO waiting unread: each candidate is read first, and one that turns
- * out to be a session is kept. True when one was closed.
+ * While more than limit connections (of pid; of anyone when pid < 0) have not
+ * said HELLO, closes the oldest, to make room. A connection accepted in the
+ * same burst may have its HELLO waiting unread: each candidate is read first,
+ * and one that turns out to be a session is kept (and no longer counts). True
+ * when one was closed.
  */
-static bool reclaim_unauth(comem_coord_srv *s, int32_t pid, const char *why)
+static bool reclaim_unauth(comem_coord_srv *s, int32_t pid, int limit, const char *why)
 {
     for (;;) {
-        conn *old = oldest_unauth(s, pid);
+        int unauth, of_pid;
+        count_conns(s, pid, &unauth, &of_pid);
+        conn *old = unauth > limit ? oldest_unauth(s, pid) : NULL;
         if (!old)
             return false;
         on_readable(s, old);
@@ -316,7 +321,7 @@ static void accept_all(comem_coord_srv *s)
             /* Full. A connection that never said HELLO gives its slot up (it is freed at the
                end of this turn, and the newcomer accepted on the next); else the newcomer is
                told the coordinator is full. */
-            if (reclaim_unauth(s, -1, "closed: its slot went to a newer connection (no HELLO)"))
+            if (reclaim_unauth(s, -1, 0, "closed: its slot went to a newer connection (no HELLO)"))
                 return;
             for (int i = 0; i < COORD_MAX_CONNS; i++)
                 if (s->conns[i] && s->conns[i]->closing)
@@ -325,7 +330,7 @@ static void accept_all(comem_coord_srv *s)
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if ((errno == EMFILE || errno == ENFILE) &&
-                !reclaim_unauth(s, -1, "closed: its descriptor went to a newer connection (no HELLO)"))
+                !reclaim_unauth(s, -1, 0, "closed: its descriptor went to a newer connection (no HELLO)"))
                 refuse_on_spare(s);
             return; /* EAGAIN: no more; other errors: try again on the next event */
         }
@@ -369,20 +374,18 @@ static void accept_all(comem_coord_srv *s)
             refuse(s, c, COMEM_EPERM, why);
             continue;
         }
-        int unauth, of_pid;
         if (cred.pid > 0) { /* 0: a peer in another pid namespace; only the totals bound those */
+            int unauth, of_pid;
             count_conns(s, cred.pid, &unauth, &of_pid);
             if (of_pid > COORD_PEER_CONNS) {
                 comem_warn("refused pid %d: it holds %d connections already", (int)cred.pid, of_pid - 1);
                 refuse(s, c, COMEM_EBUSY, "refused: this process holds " COORD_STR(COORD_PEER_CONNS) " connections");
                 continue;
             }
-            if (unauth > COORD_PEER_UNAUTH) /* the same process keeps opening and not saying HELLO */
-                reclaim_unauth(s, cred.pid, "closed: this process opened more connections without HELLO");
+            /* the same process keeps opening and not saying HELLO */
+            reclaim_unauth(s, cred.pid, COORD_PEER_UNAUTH, "closed: this process opened more connections without HELLO");
         }
-        count_conns(s, -1, &unauth, &of_pid);
-        if (unauth > COORD_MAX_UNAUTH)
-            reclaim_unauth(s, -1, "closed: its slot went to a newer connection (no HELLO)");
+        reclaim_unauth(s, -1, COORD_MAX_UNAUTH, "closed: its slot went to a newer connection (no HELLO)");
     }
 }
 
