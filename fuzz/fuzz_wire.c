@@ -12,15 +12,72 @@
  *   - every failure is COMEM_EPROTO, never another status.
  * The payload is handed to the decoder in a heap block of exactly its length,
  * so ASan reports a read past payload[h->length - 1].
+ *
+ * Every CENSUS and RECEIPT the decoder accepts is then applied to a small
+ * ledger, as the coordinator applies them (a 24 GiB card, one holder, four
+ * entries whose ids the seeds name): whatever the items say (an entry listed
+ * many times, extreme counts, sizes and sequences) the ledger must keep its
+ * invariants, attributing no more than the card holds; a break abort()s.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "comem/common.h"
+#include "ledger/ledger.h"
 #include "wire/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    comem_log_set_level(COMEM_LOG_ERROR); /* refusals are expected here, by the million */
+    return 0;
+}
+
+/* Applies a decoded residency list to a fresh ledger; its invariants must hold after. */
+static void check_ledger(const comem_msg *m)
+{
+    const comem_wire_residency *items;
+    size_t n;
+    uint64_t seq = 0;
+    uint8_t has = 0;
+    int64_t pinned = 0, overhead = 0;
+    if (m->type == COMEM_MSG_CENSUS) {
+        items = m->u.census.items;
+        n = m->u.census.n;
+        seq = m->u.census.seq;
+        has = m->u.census.has;
+        pinned = m->u.census.pinned;
+        overhead = m->u.census.overhead;
+    } else if (m->type == COMEM_MSG_RECEIPT) {
+        items = m->u.receipt.items;
+        n = m->u.receipt.n;
+    } else {
+        return;
+    }
+    static comem_ledger l;
+    ledger_device d = {.index = 0, .capacity = (int64_t)24 << 30, .entry_max = (int64_t)64 << 30};
+    uint64_t session, holder, entry;
+    if (comem_ledger_init(&l, &d, 1, (int64_t)16 << 30) != COMEM_OK ||
+        comem_ledger_session_add(&l, 1, 0, COMEM_ROLE_WORKER, 0, 0, "w", 0, &session) != COMEM_OK ||
+        comem_ledger_holder_add(&l, session, 0, COMEM_HOLDER_MODELS, 0, "h", 0, &holder) != COMEM_OK)
+        abort();
+    /* Ids of a fresh ledger: generation 1, slots 0..3, as make_corpus names them. */
+    for (int i = 0; i < 4; i++)
+        if (comem_ledger_entry_add(&l, session, holder, "e", (int64_t)(10 + 5 * i) << 30, (int64_t)1 << 30, i & 1, 0,
+                                   &entry) != COMEM_OK)
+            abort();
+    (void)comem_ledger_census(&l, session, holder, seq, has, pinned, overhead, items, n, 1, NULL);
+    char why[256];
+    if (comem_ledger_check(&l, why, sizeof why) != COMEM_OK || comem_ledger_attributed(&l, 0) > d.capacity)
+        abort();
+    comem_ledger_fini(&l);
+}
 
 /* Large: kept off the stack. */
 static comem_msg g_first, g_second, g_scratch;
@@ -93,6 +150,7 @@ static size_t one_frame(const uint8_t *data, size_t size)
             abort();
         check_round_trip(data, frame); /* before free: status text points into payload */
         check_exact_length(&h, payload);
+        check_ledger(&g_first);
     } else if (rc != COMEM_EPROTO) {
         abort();
     }

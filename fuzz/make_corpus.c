@@ -5,8 +5,16 @@
  * Usage: fuzz_wire_corpus DIR (DIR must exist). The seeds are generated at
  * fuzz time by the codec itself, so no binary blobs live in the repository
  * and the seeds follow the layout whenever it changes.
+ *
+ * Beside one sample per type, the classes of input that once got past the
+ * coordinator (issue 9): residency lists naming one entry many times (and
+ * the pattern whose deltas cancel out), full lists, extreme counts, sizes
+ * and sequences, the longest token, and a stream of pipelined admissions
+ * with keep lists. Their entry ids are those of the fuzz target's ledger
+ * (generation 1, slots 0..3), so they reach its checks.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +217,126 @@ static void sample(comem_msg *m, uint16_t type)
     }
 }
 
+#define ENTRY(i) ((1ull << 32) | (uint64_t)((i) + 1)) /* the fuzz target's entries, i in 0..3 */
+
+/* The hostile and extreme seeds, by number; false past the last. */
+static bool extreme(comem_msg *m, int k, const char **name)
+{
+    memset(m, 0, sizeof *m);
+    m->request_id = 7;
+    comem_msg_census *cs = &m->u.census;
+    switch (k) {
+    case 0: /* one census naming two entries 512 times */
+        *name = "census-duplicates";
+        m->type = COMEM_MSG_CENSUS;
+        cs->holder_id = ENTRY(0);
+        cs->seq = 1;
+        cs->n = COMEM_WIRE_MAX_ITEMS;
+        for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
+            cs->items[i] = (comem_wire_residency){ENTRY(i % 2), 1, (int64_t)20 << 30};
+        return true;
+    case 1: /* deltas that cancel out item by item (each 0 counts -1 GiB), applied last-wins: 37 GiB on 24 */
+        *name = "census-cancelling-duplicates";
+        m->type = COMEM_MSG_CENSUS;
+        cs->holder_id = ENTRY(0);
+        cs->n = 42;
+        for (int i = 0; i < 40; i++)
+            cs->items[i] = (comem_wire_residency){ENTRY(1), 2, 0};
+        cs->items[40] = (comem_wire_residency){ENTRY(2), 2, (int64_t)20 << 30};
+        cs->items[41] = (comem_wire_residency){ENTRY(1), 2, (int64_t)20 << 30};
+        return true;
+    case 2: /* extreme values everywhere */
+        *name = "census-extremes";
+        m->type = COMEM_MSG_CENSUS;
+        cs->holder_id = UINT64_MAX;
+        cs->seq = UINT64_MAX;
+        cs->has = COMEM_CENSUS_PINNED | COMEM_CENSUS_OVERHEAD;
+        cs->pinned = INT64_MAX;
+        cs->overhead = INT64_MIN;
+        cs->n = COMEM_WIRE_MAX_ITEMS;
+        for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
+            cs->items[i] = (comem_wire_residency){i < 4 ? ENTRY(i) : UINT64_MAX - (uint64_t)i,
+                                                  i % 3 ? UINT64_MAX : 0, i % 2 ? INT64_MAX : INT64_MIN};
+        return true;
+    case 3: /* a receipt naming one entry 512 times */
+        *name = "receipt-duplicates";
+        m->type = COMEM_MSG_RECEIPT;
+        m->request_id = 0;
+        m->u.receipt.ask_id = 1;
+        m->u.receipt.outcome = COMEM_RECEIPT_DONE;
+        m->u.receipt.freed = INT64_MAX;
+        m->u.receipt.n = COMEM_WIRE_MAX_ITEMS;
+        for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
+            m->u.receipt.items[i] = (comem_wire_residency){ENTRY(3), (uint64_t)i, (int64_t)i << 30};
+        return true;
+    case 4: /* an admission with a full keep list and the largest sizes */
+        *name = "admit-extremes";
+        m->type = COMEM_MSG_ADMIT;
+        m->u.admit.device = UINT16_MAX;
+        m->u.admit.holder_id = UINT64_MAX;
+        m->u.admit.weights = INT64_MAX;
+        m->u.admit.inference = INT64_MAX;
+        m->u.admit.cast_forward = INT64_MIN;
+        m->u.admit.timeout_ms = UINT32_MAX;
+        m->u.admit.n_keep = COMEM_WIRE_MAX_ITEMS;
+        for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
+            m->u.admit.keep[i] = ENTRY(i % 4);
+        return true;
+    case 5: /* an entry larger than any machine */
+        *name = "entry-add-extremes";
+        m->type = COMEM_MSG_ENTRY_ADD;
+        m->u.entry_add.holder_id = ENTRY(0);
+        m->u.entry_add.size = INT64_MAX;
+        m->u.entry_add.resident = INT64_MIN;
+        m->u.entry_add.flags = COMEM_ENTRY_DYNAMIC;
+        memset(m->u.entry_add.name, 'n', COMEM_WIRE_NAME_MAX - 1);
+        return true;
+    case 6: /* the longest token and name the protocol carries */
+        *name = "hello-longest";
+        m->type = COMEM_MSG_HELLO;
+        m->u.hello.proto_version = COMEM_WIRE_VERSION;
+        m->u.hello.role = COMEM_ROLE_HOST;
+        m->u.hello.reserve_base = 0;
+        m->u.hello.caps = COMEM_CAP_MASK;
+        memset(m->u.hello.name, 'h', COMEM_WIRE_NAME_MAX - 1);
+        memset(m->u.hello.token, 't', COMEM_WIRE_TEXT_MAX - 1);
+        return true;
+    case 7: /* a full ask */
+        *name = "ask-full";
+        m->type = COMEM_MSG_ASK;
+        m->request_id = 0;
+        m->u.ask.ask_id = UINT64_MAX;
+        m->u.ask.kind = COMEM_ASK_PINS;
+        m->u.ask.bytes = INT64_MAX;
+        m->u.ask.deadline_ms = UINT32_MAX;
+        m->u.ask.n = COMEM_WIRE_MAX_ITEMS;
+        for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
+            m->u.ask.items[i] = (comem_wire_release){ENTRY(0), i % 2 ? INT64_MAX : -1};
+        return true;
+    case 8:
+        *name = "pin-extremes";
+        m->type = COMEM_MSG_PIN_ACQUIRE;
+        m->u.pin.holder_id = UINT64_MAX;
+        m->u.pin.bytes = INT64_MAX;
+        return true;
+    case 9:
+        *name = "pressure-extremes";
+        m->type = COMEM_MSG_PRESSURE;
+        m->u.pressure.device = UINT16_MAX;
+        m->u.pressure.bytes = INT64_MIN;
+        m->u.pressure.timeout_ms = UINT32_MAX;
+        return true;
+    case 10:
+        *name = "release-extremes";
+        m->type = COMEM_MSG_RELEASE;
+        m->u.release.entry_id = ENTRY(0);
+        m->u.release.bytes = INT64_MIN;
+        m->u.release.timeout_ms = UINT32_MAX;
+        return true;
+    default: return false;
+    }
+}
+
 static int write_file(const char *dir, const char *name, const uint8_t *p, size_t n)
 {
     char path[4096];
@@ -262,6 +390,39 @@ int main(int argc, char **argv)
     len += encode_sample(COMEM_MSG_HOLDER_ADD, g_buf + len, sizeof g_buf - len);
     if (write_file(argv[1], "seed-stream-opening", g_buf, len) != 0)
         return 1;
-    printf("fuzz_wire_corpus: wrote %zu seeds to %s\n", n_types + 1, argv[1]);
+    size_t n_seeds = n_types + 1;
+    const char *what;
+    for (int k = 0; extreme(&g_msg, k, &what); k++) {
+        int n = comem_wire_encode(&g_msg, g_buf, sizeof g_buf);
+        char name[64];
+        snprintf(name, sizeof name, "seed-x%02d-%s", k, what);
+        if (n < 0) {
+            fprintf(stderr, "fuzz_wire_corpus: cannot encode %s: status %d\n", what, n);
+            return 1;
+        }
+        if (write_file(argv[1], name, g_buf, (size_t)n) != 0)
+            return 1;
+        n_seeds++;
+    }
+    /* Pipelined admissions with keep lists, as one stream (the flood of issue 9, item 2, in small). */
+    len = 0;
+    for (int i = 0; i < 12; i++) {
+        memset(&g_msg, 0, sizeof g_msg);
+        g_msg.type = COMEM_MSG_ADMIT;
+        g_msg.request_id = 100u + (uint32_t)i;
+        g_msg.u.admit.weights = (int64_t)8 << 30;
+        g_msg.u.admit.timeout_ms = 30000;
+        g_msg.u.admit.n_keep = 64;
+        for (int k = 0; k < 64; k++)
+            g_msg.u.admit.keep[k] = 0x7fff000000000000ull + (uint64_t)k;
+        int n = comem_wire_encode(&g_msg, g_buf + len, sizeof g_buf - len);
+        if (n < 0)
+            return 1;
+        len += (size_t)n;
+    }
+    if (write_file(argv[1], "seed-stream-pipelined-admits", g_buf, len) != 0)
+        return 1;
+    n_seeds++;
+    printf("fuzz_wire_corpus: wrote %zu seeds to %s\n", n_seeds, argv[1]);
     return 0;
 }

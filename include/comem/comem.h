@@ -53,6 +53,19 @@ typedef struct comem_client comem_client;
 COMEM_API int comem_client_open(const char *socket_path, int role, const char *name, int64_t reserve_base,
                                 unsigned flags, comem_client **out);
 
+/*
+ * Does a coordinator answer at socket_path (NULL: COMEM_SOCKET, else the
+ * default)? One attempt as a tool, waiting at most timeout_ms (< 0: 10 s);
+ * one line for a person goes to why (whylen bytes; may be NULL): who answered,
+ * or why nobody did. Returns COMEM_OK, or the reason: COMEM_ENOENT (nothing at
+ * the path), COMEM_EINVAL (not a socket, or COMEM_TOKEN unusable),
+ * COMEM_ECLOSED (a socket nobody listens on, or closed without a word),
+ * COMEM_EPERM (refused: another user's coordinator, or a bad token),
+ * COMEM_EBUSY (full, or not accepting connections), COMEM_ETIMEDOUT (accepted
+ * the connection but did not answer: frozen, e.g. stopped, or overloaded).
+ */
+COMEM_API int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whylen);
+
 /* Unregisters everything, stops its threads (and an embedded coordinator), frees. */
 COMEM_API void comem_client_close(comem_client *c);
 
@@ -227,7 +240,11 @@ typedef struct comem_coord comem_coord;
 /*
  * Starts a coordinator on a thread of this process, listening on socket_path
  * (NULL: the default socket) and reading devices from device_spec (NULL:
- * COMEM_DEVICE, else auto). COMEM_EEXIST when another coordinator answers there.
+ * COMEM_DEVICE, else auto). COMEM_EEXIST when another coordinator answers there
+ * or holds the path's lock (socket_path.lock); COMEM_EPERM when something other
+ * than a stale socket of this user is at the path (it is left untouched);
+ * COMEM_EINVAL for a COMEM_TOKEN over 127 bytes or a COMEM_IDLE_SECONDS that is
+ * not a positive number.
  */
 COMEM_API int comem_coord_start(const char *socket_path, const char *device_spec, comem_coord **out);
 COMEM_API void comem_coord_stop(comem_coord *coord);

@@ -61,6 +61,8 @@ COMEM_API int comem_simcard_release_self(comem_simcard *s);
  * driver-reserved slice counted as used); local 1: this process's
  * cuMemGetInfo-style view (under wddm its budget, which others' allocations do
  * not move). Any out-pointer may be NULL. *scope receives comem_scope.
+ * COMEM_EBUSY when the card's lock is held by a stopped process, or stayed
+ * held for 2 s: a reading never waits longer than that.
  */
 COMEM_API int comem_simcard_read(comem_simcard *s, int card, int local, int64_t *total, int64_t *free_bytes,
                                  int64_t *used, int64_t *reserved, int *scope);

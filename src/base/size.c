@@ -69,6 +69,19 @@ int comem_parse_number(const char *s, double *out, char *err, size_t errlen)
     return COMEM_OK;
 }
 
+int comem_parse_seconds(const char *what, const char *s, double *out, char *err, size_t errlen)
+{
+    const char *end;
+    double v;
+    if (!s || read_decimal(s, &v, &end) != COMEM_OK || *end != '\0' || !(v > 0) || !isfinite(v) || v > 1e9) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s needs a positive number of seconds, not '%s'", what, s ? s : "");
+        return COMEM_EINVAL;
+    }
+    *out = v;
+    return COMEM_OK;
+}
+
 int comem_parse_size(const char *s, double *out, char *err, size_t errlen)
 {
     static const struct {

@@ -21,6 +21,15 @@ int comem_parse_size(const char *s, double *out, char *err, size_t errlen);
 int comem_parse_number(const char *s, double *out, char *err, size_t errlen);
 
 /*
+ * Parses a duration given in seconds that must be positive and finite ("60",
+ * "0.5"): the one parser behind every such flag and environment variable, so
+ * that a bad value gets the same refusal wherever it is written. what names
+ * the setting in the message ("--idle-release", "COMEM_IDLE_SECONDS"):
+ * "<what> needs a positive number of seconds, not '<s>'". 0 or COMEM_EINVAL.
+ */
+int comem_parse_seconds(const char *what, const char *s, double *out, char *err, size_t errlen);
+
+/*
  * Shortest decimal text that strtod() reads back as exactly x, the way
  * Python's repr() does; integral values below 2^63 print without a fraction.
  * buf needs 32 bytes. Returns buf.

@@ -216,6 +216,7 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
         pthread_mutex_unlock(&c->lock);
         return COMEM_ENOENT;
     }
+    bool grew = false;
     if (e) {
         /*
          * The grant's bytes are resident now. The coordinator applies the same rule
@@ -226,11 +227,49 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
         int64_t grow = used - e->resident;
         if (grow > g.bytes)
             grow = g.bytes;
-        if (grow > 0)
+        if (grow > 0) {
             e->resident = e->resident + grow > e->size ? e->size : e->resident + grow;
+            grew = true;
+        }
+    }
+    bool stale = g.gen == 0 || g.gen != c->gen || c->link == LINK_DOWN;
+    if (grew && (stale || !comem_tab_entry_live(c, e))) {
+        /*
+         * No GRANT_DONE will carry the growth: the grant was local, or booked by a
+         * coordinator that is gone (the entry may already be registered with the new
+         * one, at its old residency), or the entry is not registered yet. A new census
+         * sequence makes the residency reach the coordinator: now, when the entry is
+         * registered on this connection, else with the resync or its registration.
+         */
+        e->seq++;
+        client_holder *h = comem_tab_holder(c, e->holder);
+        if (stale && c->link == LINK_UP && h && comem_tab_entry_live(c, e) && comem_tab_holder_live(c, h)) {
+            m.type = COMEM_MSG_CENSUS;
+            m.u.census.holder_id = h->coord_id;
+            m.u.census.seq = h->report_seq;
+            m.u.census.n = 1;
+            m.u.census.items[0] = (comem_wire_residency){e->coord_id, e->seq, e->resident};
+            e->synced_seq = e->seq;
+            bool wait = !comem_on_service_thread(c);
+            int rc = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, wait);
+            pthread_mutex_unlock(&c->lock);
+            if (rc != COMEM_OK)
+                return rc;
+            client_reply rep;
+            rc = comem_req_finish(c, &r, &m, comem_client_timeout(c, -1), &rep, NULL);
+            if (rc == COMEM_ECLOSED)
+                return COMEM_OK; /* lost again: the resync replays the residency */
+            if (rc != COMEM_OK || rep.type == 0)
+                return rc;
+            return rep.type == COMEM_MSG_REPLY ? rep.u.reply.status : reply_status(&rep, COMEM_MSG_REPLY);
+        }
+        if (c->link != LINK_DOWN) {
+            c->need_sync = true;
+            comem_client_wake(c);
+        }
     }
     /* A local grant, or one from a coordinator that is gone: nothing is booked anywhere. */
-    if (g.gen == 0 || g.gen != c->gen || c->link == LINK_DOWN) {
+    if (stale) {
         pthread_mutex_unlock(&c->lock);
         return COMEM_OK;
     }

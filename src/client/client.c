@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/token.h"
 #include "client/client_internal.h"
+
+_Static_assert(COMEM_TOKEN_MAX == COMEM_WIRE_TEXT_MAX - 1, "a token is the HELLO's text<128>");
 
 /* How long open waits for an embedded coordinator it started (or lost a race to) to answer. */
 #define EMBED_CONNECT_MS 2000
@@ -124,11 +127,9 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
     if (role < COMEM_CLIENT_HOST || role > COMEM_CLIENT_TOOL || strlen(name) >= COMEM_WIRE_NAME_MAX ||
         (flags & ~(COMEM_OPEN_EMBED | COMEM_OPEN_NO_LOCAL)))
         return COMEM_EINVAL;
-    const char *token = getenv("COMEM_TOKEN");
-    if (!token)
-        token = "";
-    if (strlen(token) >= COMEM_WIRE_TEXT_MAX) {
-        comem_error("COMEM_TOKEN is longer than %d bytes", COMEM_WIRE_TEXT_MAX - 1);
+    char token[COMEM_TOKEN_MAX + 1], err[160];
+    if (comem_token_from_env(token, sizeof token, err, sizeof err) != COMEM_OK) {
+        comem_error("%s", err); /* the coordinator refuses the same value with the same line */
         return COMEM_EINVAL;
     }
     comem_client *c = client_alloc();
@@ -176,7 +177,7 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
     }
     if (!up && (flags & COMEM_OPEN_NO_LOCAL)) {
         client_free(c);
-        return COMEM_ECLOSED;
+        return COMEM_ECLOSED; /* comem_probe says why */
     }
     if (!up && !refused)
         comem_info("no coordinator at %s; deciding locally", c->path);

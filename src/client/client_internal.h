@@ -255,7 +255,11 @@ uint32_t comem_tab_caps(comem_client *c);
 
 /* ---- conn.c ---- */
 
-/* Connects to path; returns the socket (non-blocking, close-on-exec) or a negative status. */
+/*
+ * Connects to path; returns the socket (non-blocking, close-on-exec) or a
+ * negative status: COMEM_ENOENT (nothing there), COMEM_ECLOSED (nobody
+ * listens), COMEM_EBUSY (its queue is full), COMEM_EPERM, COMEM_EIO.
+ */
 int comem_conn_connect(const char *path);
 
 /*

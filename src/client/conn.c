@@ -31,20 +31,22 @@ int comem_conn_connect(const char *path)
     if (n >= sizeof sa.sun_path)
         return COMEM_ERANGE;
     memcpy(sa.sun_path, path, n + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking from the start: a Unix stream connect does not wait for accept(), it
+       succeeds or fails at once, and with a full queue (a coordinator that stopped accepting)
+       it fails with EAGAIN instead of waiting; no write can hang past its deadline either. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return COMEM_EIO;
-    /* A Unix stream connect does not wait for accept(): it succeeds or is refused at once. */
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
         int e = errno;
         close(fd);
-        return e == ENOENT || e == ECONNREFUSED || e == EAGAIN ? COMEM_ECLOSED : COMEM_EIO;
-    }
-    /* Non-blocking, so that no write can hang past its deadline on a coordinator that stopped reading. */
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
-        close(fd);
-        return COMEM_EIO;
+        switch (e) {
+        case ENOENT: return COMEM_ENOENT;       /* nothing at the path */
+        case ECONNREFUSED: return COMEM_ECLOSED; /* a socket nobody listens on, or not a socket */
+        case EAGAIN: return COMEM_EBUSY;        /* its queue is full: it does not accept */
+        case EACCES: case EPERM: return COMEM_EPERM;
+        default: return COMEM_EIO;
+        }
     }
     return fd;
 }
@@ -222,8 +224,10 @@ int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, 
         return n;
     int timeout = comem_client_timeout(c, -1);
     int rc = send_all(fd, buf, (size_t)n, timeout);
-    if (rc != COMEM_OK)
-        return rc == COMEM_ETIMEDOUT ? rc : COMEM_ECLOSED;
+    if (rc == COMEM_ETIMEDOUT)
+        return rc;
+    /* Even when the send failed, read on: a coordinator that refused at accept (another uid,
+       full) wrote why before closing, and that line is worth more than "connection closed". */
 
     int64_t deadline = comem_now_ns() + (int64_t)timeout * 1000000;
     for (;;) {
@@ -242,6 +246,12 @@ int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, 
             return rc;
     }
     const comem_msg *r = c->in;
+    if (r->type == COMEM_MSG_REPLY && r->request_id == 0 && r->u.reply.status != COMEM_OK) {
+        /* Refused before HELLO was read (another uid, a full coordinator): said with id 0. */
+        *refused = true;
+        snprintf(why, whylen, "%s", r->u.reply.message);
+        return r->u.reply.status;
+    }
     if (r->request_id != req)
         return COMEM_EPROTO;
     if (r->type == COMEM_MSG_REPLY) {

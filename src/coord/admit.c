@@ -117,6 +117,7 @@ static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
         .n_keep = j->n_keep,
         .excluded = j->excluded,
         .n_excluded = (size_t)j->n_excluded,
+        .now_ns = comem_now_ns(),
     };
     size_t n = coord_plan_release(&s->ledger, &in, out, sizeof out / sizeof out[0]);
     int sent = 0;
@@ -155,10 +156,11 @@ static int plan_pressure(comem_coord_srv *s, uint64_t jid, job *j)
     if (!hs || !ids || !keys || !asks)
         goto done;
     size_t n = 0;
+    int64_t now = comem_now_ns();
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
         uint64_t hid;
         const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
-        if (!h || h->session == j->session || h->device != j->device)
+        if (!h || h->session == j->session || h->device != j->device || now < h->unanswered_until_ns)
             continue;
         snprintf(keys[n], sizeof keys[n], "%016llx", (unsigned long long)hid);
         ids[n] = hid;
@@ -187,6 +189,8 @@ done:
 /* Forgets a job: its queue place, its keep list, its record. */
 static void job_free(comem_coord_srv *s, uint64_t jid, job *j)
 {
+    if (j->requester)
+        j->requester->jobs--;
     queue_remove(s, j->device, jid);
     free(j->keep);
     comem_slab_free(&s->jobs, jid);
@@ -221,6 +225,14 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
                                                          expires, &gid)
                                 : COMEM_OK;
         }
+        if (rc == COMEM_ERANGE) { /* the session's grants are at their bound: say so, not "short by" */
+            comem_warn("admission: '%s' holds " COORD_STR(COMEM_LEDGER_SESSION_GRANTS) " unfinished grants; refused",
+                       session_name(s, j->session));
+            coord_reply(s, c, j->request_id, COMEM_EBUSY,
+                        "too many unfinished grants (" COORD_STR(COMEM_LEDGER_SESSION_GRANTS) "); finish or cancel some");
+            job_free(s, jid, j);
+            return;
+        }
         r->granted = rc == COMEM_OK;
         r->grant_id = gid;
         r->bytes = r->granted ? j->weights : 0;
@@ -237,9 +249,10 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
         char sb[32] = "";
         if (!r->granted)
             comem_format_bytes(r->short_by, sb, 32);
-        comem_info("admission: '%s' needs %s on device %d, free %s; asked %d holder(s) (%d busy), got %s; %s%s",
+        comem_info("admission: '%s' needs %s on device %d, free %s; asked %d holder(s) (%d busy), got %s; %s%s%s",
                    session_name(s, j->session), need, j->device, fb, j->n_asked, j->n_busy, fr,
-                   r->granted ? "granted" : "refused, short by ", sb);
+                   r->granted ? "granted" : "refused, short by ", sb,
+                   s->meas[j->device].valid ? "" : " (the device cannot be read now)");
         coord_send(s, c, &m);
         if (j->freed > 0)
             coord_publish_reserve(s, j->device, true);
@@ -285,12 +298,29 @@ static void pump(comem_coord_srv *s, int dev)
     }
 }
 
+/*
+ * A new job for c's request, or 0 after answering it: COMEM_EBUSY when the
+ * session already has COORD_SESSION_JOBS in flight or the coordinator
+ * COORD_MAX_JOBS (each waits in a FIFO and holds its keep list).
+ */
 static uint64_t new_job(comem_coord_srv *s, conn *c, uint32_t rid, job_kind kind, int dev, uint32_t timeout_ms)
 {
+    if (c->jobs >= COORD_SESSION_JOBS) {
+        coord_reply(s, c, rid, COMEM_EBUSY,
+                    "too many requests in flight (" COORD_STR(COORD_SESSION_JOBS) " a process); wait for answers");
+        return 0;
+    }
+    if (s->jobs.used >= COORD_MAX_JOBS) {
+        coord_reply(s, c, rid, COMEM_EBUSY, "the coordinator has " COORD_STR(COORD_MAX_JOBS) " requests in flight; try later");
+        return 0;
+    }
     uint64_t id;
     job *j = comem_slab_alloc(&s->jobs, &id);
-    if (!j)
+    if (!j) {
+        coord_reply(s, c, rid, COMEM_ENOMEM, NULL);
         return 0;
+    }
+    c->jobs++;
     j->kind = kind;
     j->session = c->session;
     j->requester = c;
@@ -320,10 +350,8 @@ void coord_admit(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_admi
         }
     }
     uint64_t id = new_job(s, c, rid, JOB_ADMIT, a->device, a->timeout_ms);
-    if (!id) {
-        coord_reply(s, c, rid, COMEM_ENOMEM, NULL);
+    if (!id)
         return;
-    }
     job *j = job_get(s, id);
     j->holder = a->holder_id;
     j->weights = a->weights;
@@ -349,10 +377,8 @@ void coord_pressure(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_p
         return;
     }
     uint64_t id = new_job(s, c, rid, JOB_PRESSURE, p->device, p->timeout_ms);
-    if (!id) {
-        coord_reply(s, c, rid, COMEM_ENOMEM, NULL);
+    if (!id)
         return;
-    }
     job_get(s, id)->need = p->bytes;
     queue_push(s, p->device, id);
     pump(s, p->device);

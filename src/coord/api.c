@@ -25,7 +25,12 @@ int comem_coord_start(const char *socket_path, const char *device_spec, comem_co
     if (!out)
         return COMEM_EINVAL;
     comem_coord_config cfg;
-    comem_coord_config_defaults(&cfg);
+    char err[256];
+    int rc = comem_coord_config_defaults(&cfg, err, sizeof err);
+    if (rc != COMEM_OK) {
+        comem_error("cannot start a coordinator: %s", err);
+        return rc;
+    }
     if (socket_path)
         snprintf(cfg.socket_path, sizeof cfg.socket_path, "%s", socket_path);
     if (device_spec)
@@ -33,7 +38,7 @@ int comem_coord_start(const char *socket_path, const char *device_spec, comem_co
     struct comem_coord *c = calloc(1, sizeof *c);
     if (!c)
         return COMEM_ENOMEM;
-    int rc = comem_coord_create(&cfg, &c->srv);
+    rc = comem_coord_create(&cfg, &c->srv);
     if (rc != COMEM_OK) {
         free(c);
         return rc;

@@ -20,6 +20,10 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     conn *c = h ? coord_conn_of(s, h->session) : NULL;
     if (!c)
         return 0;
+    if (s->asks.used >= COORD_MAX_ASKS) {
+        comem_warn("%d asks are waiting for receipts; holder '%s' is not asked", COORD_MAX_ASKS, h->name);
+        return 0;
+    }
     uint64_t id;
     ask *a = comem_slab_alloc(&s->asks, &id);
     if (!a)
@@ -49,6 +53,7 @@ static void reply_release(comem_coord_srv *s, const ask *a, uint8_t outcome, int
     conn *rc = coord_conn_of(s, a->req_session);
     if (!rc)
         return; /* the requester left: nobody waits */
+    rc->releases--;
     const ledger_entry *e = comem_ledger_entry(&s->ledger, a->entry);
     comem_msg m = {.type = COMEM_MSG_RELEASE_REPLY, .request_id = a->req_id};
     m.u.release_reply.outcome = outcome;
@@ -89,6 +94,9 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
         return; /* late (past its deadline) or not this session's: nothing to settle */
     }
     coord_touched(s, a->device); /* whatever it freed, the card shows it now */
+    ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
+    if (h)
+        h->unanswered_until_ns = 0; /* it answers again */
     if (r->n > 0) {
         int rc = comem_ledger_census(&s->ledger, c->session, a->holder, 0, 0, 0, 0, r->items, r->n, comem_now_ns(), NULL);
         if (rc != COMEM_OK)
@@ -103,8 +111,11 @@ void coord_asks_tick(comem_coord_srv *s, int64_t now_ns)
         uint64_t id;
         ask *a = comem_slab_at(&s->asks, i, &id);
         if (a && now_ns >= a->deadline_ns) {
-            const ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
-            comem_info("holder '%s' did not answer its ask in time; counted as busy", h ? h->name : "?");
+            ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
+            comem_info("holder '%s' did not answer its ask in time; counted as busy, and not asked again for %d s",
+                       h ? h->name : "?", COORD_UNANSWERED_SKIP_MS / 1000);
+            if (h)
+                h->unanswered_until_ns = comem_add(now_ns, (int64_t)COORD_UNANSWERED_SKIP_MS * 1000000);
             settle(s, id, a, COMEM_RECEIPT_BUSY, 0);
         }
     }
@@ -152,13 +163,19 @@ void coord_release(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_re
         coord_reply(s, c, rid, COMEM_ENOTSUP, "the entry's holder does not answer release asks");
         return;
     }
-    if (h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY)) {
-        release_now(s, c, rid, COMEM_RECEIPT_BUSY, 0, e->resident); /* never interrupt a compute thread */
+    if ((h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY)) || comem_now_ns() < h->unanswered_until_ns) {
+        /* never interrupt a compute thread; nor wait again on a holder that let its last ask pass */
+        release_now(s, c, rid, COMEM_RECEIPT_BUSY, 0, e->resident);
         return;
     }
     int64_t bytes = r->bytes < 0 || r->bytes > e->resident ? e->resident : r->bytes;
     if (bytes == 0) {
         release_now(s, c, rid, COMEM_RECEIPT_DONE, 0, e->resident);
+        return;
+    }
+    if (c->releases >= COORD_SESSION_RELEASES) {
+        coord_reply(s, c, rid, COMEM_EBUSY,
+                    "too many releases in flight (" COORD_STR(COORD_SESSION_RELEASES) " a process); wait for answers");
         return;
     }
     comem_wire_release item = {r->entry_id, bytes};
@@ -170,6 +187,7 @@ void coord_release(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_re
     }
     a->req_session = c->session;
     a->req_id = rid;
+    c->releases++;
     a->entry = r->entry_id;
     a->entry_before = e->resident;
     /* Answer within the requester's wait as well as the holder's deadline. */

@@ -13,6 +13,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct comem_coord_config {
@@ -24,17 +25,26 @@ typedef struct comem_coord_config {
     int64_t grant_ttl_ms;       /* an unused grant expires after this (60000) */
     int reading_max_age_ms;     /* admissions reuse a reading this recent, corrected by the ledger (20) */
     int tick_ms;                /* idle release, expiry and re-measure period (250) */
+    int hello_timeout_ms;       /* a connection that has not said HELLO by then is closed (5000) */
     bool check;                 /* verify the ledger after every mutation (tests, debug) */
+    int64_t reserve_base;       /* the reserve base every host keeps (comemd --reserve); -1: the first host's */
 } comem_coord_config;
 
-/* Defaults, then the environment: COMEM_DEVICE, COMEM_TOKEN, COMEM_IDLE_SECONDS, COMEM_CHECK. */
-void comem_coord_config_defaults(comem_coord_config *cfg);
+/*
+ * Defaults, then the environment: COMEM_DEVICE, COMEM_TOKEN, COMEM_IDLE_SECONDS,
+ * COMEM_CHECK. COMEM_EINVAL, with the one-line reason in err, for a token
+ * longer than the protocol carries or an idle time that is not a positive
+ * number of seconds (the same refusal as comemd's --idle-release).
+ */
+int comem_coord_config_defaults(comem_coord_config *cfg, char *err, size_t errlen);
 
 typedef struct comem_coord_srv comem_coord_srv;
 
 /*
- * Opens the devices and binds the socket (a stale socket file is replaced;
- * a live coordinator there gives COMEM_EEXIST). Does not start the loop.
+ * Claims the socket path (server.c: what is there must be nothing or a stale
+ * socket of this user, else COMEM_EPERM, untouched; PATH.lock is flock'ed, and
+ * another coordinator holding it, or answering there, gives COMEM_EEXIST),
+ * opens the devices and the view, and binds the socket. Does not start the loop.
  */
 int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out);
 
@@ -44,7 +54,7 @@ int comem_coord_run(comem_coord_srv *srv);
 /* Asks the loop to stop; safe from a signal handler or another thread. */
 void comem_coord_request_stop(comem_coord_srv *srv);
 
-/* Closes every connection, removes the socket, frees. Call after run returns. */
+/* Closes every connection, removes the socket it bound (only that one), frees. Call after run returns. */
 void comem_coord_destroy(comem_coord_srv *srv);
 
 /* The socket path the coordinator listens on. */

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "coord/coord.h"
 #include "coord/view.h"
@@ -27,9 +28,28 @@
 #include "probe/device.h"
 #include "wire/wire.h"
 
+/*
+ * Bounds. Every queue the coordinator keeps has one, so no client can grow it
+ * without end: what is refused at a bound is refused with a reply that says so
+ * (COMEM_EBUSY: too many in flight, try again when some are answered), and
+ * what a session holds is freed when it ends.
+ */
 #define COORD_MAX_CONNS 1024
-#define COORD_OUT_LIMIT (8 << 20) /* a client that stops reading this much is dropped */
-#define COORD_MAX_ROUNDS 3        /* plan, ask, re-measure; at most this many times per admission */
+#define COORD_PEER_CONNS 64          /* connections one process may hold */
+#define COORD_PEER_UNAUTH 8          /* ... of them without HELLO; its oldest is closed for a new one */
+#define COORD_MAX_UNAUTH 64          /* connections without HELLO in all; the oldest makes room */
+#define COORD_OUT_LIMIT (8 << 20)    /* a client that stops reading this much is dropped */
+#define COORD_OUT_TOTAL (64 << 20)   /* all connections' unsent output; the worst reader is dropped above it */
+#define COORD_MAX_ROUNDS 3           /* plan, ask, re-measure; at most this many times per admission */
+#define COORD_SESSION_JOBS 64        /* admissions and pressure requests in flight per session */
+#define COORD_MAX_JOBS 4096          /* ... and in all */
+#define COORD_SESSION_RELEASES 64    /* RELEASE requests in flight per session */
+#define COORD_MAX_ASKS 8192          /* asks waiting for receipts, in all */
+#define COORD_UNANSWERED_SKIP_MS 5000 /* a holder that let an ask's deadline pass is not asked for this long */
+#define COORD_READ_RETRY_MS 1000     /* a device that could not be read is not read again for this long */
+
+#define COORD_STR_(x) #x
+#define COORD_STR(x) COORD_STR_(x) /* a bound's value, in a reply's text */
 
 typedef enum ep_kind { EP_LISTEN, EP_WAKE, EP_TIMER, EP_CONN, EP_PIDFD } ep_kind;
 
@@ -52,6 +72,9 @@ typedef struct conn {
     size_t out_len, out_cap;
     ep_tag tag, pid_tag;
     int slot;
+    int64_t accepted_ns; /* a connection without HELLO is closed hello_timeout_ms after this */
+    int jobs;     /* admissions and pressure requests of this connection's session in flight */
+    int releases; /* RELEASE requests of this connection's session waiting for a receipt */
 } conn;
 
 typedef enum job_kind { JOB_ADMIT = 1, JOB_PRESSURE = 2 } job_kind;
@@ -105,11 +128,17 @@ typedef struct measurement {
     bool stale;         /* the ledger learned of a change the reading cannot include */
     int64_t taken_ns;
     int64_t done_since; /* bytes of grants turned into residency after the reading */
+    bool failing;       /* the last reading failed (logged once per episode) */
+    int64_t retry_ns;   /* after a failure, the device is not read again before this */
 } measurement;
 
 typedef struct comem_coord_srv {
     comem_coord_config cfg;
     int epfd, listen_fd, wake_fd, timer_fd;
+    int spare_fd; /* /dev/null, closed to accept-and-refuse one connection when out of descriptors */
+    int lock_fd;  /* <socket>.lock, flock'ed for the coordinator's life */
+    dev_t sock_dev; /* the socket this process bound: the only one it removes at exit */
+    ino_t sock_ino;
     ep_tag listen_tag, wake_tag, timer_tag;
     comem_device_source *src;
     comem_ledger ledger;
@@ -124,7 +153,10 @@ typedef struct comem_coord_srv {
     comem_msg msg; /* decode buffer: one message at a time */
     uint8_t *frame; /* encode buffer: COMEM_WIRE_MAX_FRAME */
     volatile int stop;
-    int64_t host_base; /* the host's reserve base (-1 until a host says) */
+    int64_t host_base; /* the reserve base: comemd --reserve, else the first host's (-1 until one says) */
+    uint64_t host_base_session; /* the session that set host_base (0: none, or --reserve) */
+    size_t out_total;  /* Σ out_len over connections, against COORD_OUT_TOTAL */
+    bool trim_due;     /* a session ended: give freed heap back to the system */
 } comem_coord_srv;
 
 /* ---- server.c ---- */

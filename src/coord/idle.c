@@ -37,7 +37,6 @@ static const char *current_prompt(comem_coord_srv *s)
 
 void coord_idle_tick(comem_coord_srv *s, int64_t now_ns)
 {
-    (void)now_ns;
     size_t cap = s->ledger.holders.used;
     if (cap == 0)
         return;
@@ -55,7 +54,8 @@ void coord_idle_tick(comem_coord_srv *s, int64_t now_ns)
         for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders) && n < cap; i++) {
             uint64_t hid;
             const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
-            if (!h || h->device != d || !(h->flags & COMEM_CAP_IDLE_RELEASE) || asking(s, hid))
+            if (!h || h->device != d || !(h->flags & COMEM_CAP_IDLE_RELEASE) || asking(s, hid) ||
+                now_ns < h->unanswered_until_ns)
                 continue;
             snprintf(keys[n], sizeof keys[n], "%016llx", (unsigned long long)hid);
             ids[n] = hid;

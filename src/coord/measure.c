@@ -83,12 +83,26 @@ static void publish_view(comem_coord_srv *s, int device)
 int coord_measure(comem_coord_srv *s, int device)
 {
     measurement *m = &s->meas[device];
+    int64_t now = comem_now_ns();
+    if (now < m->retry_ns)
+        return COMEM_EBUSY; /* it could not be read a moment ago: do not wait on it again yet */
     int rc = comem_device_read(s->src, device, &m->r);
     if (rc != COMEM_OK) {
-        comem_warn("cannot read device %d: %s", device, comem_status_str(rc));
+        if (!m->failing)
+            comem_warn("cannot read device %d: %s%s; decisions on it are refused until it reads again", device,
+                       comem_status_str(rc),
+                       rc == COMEM_EBUSY ? " (its lock is held by a process that does not let go: stopped?)" : "");
+        m->failing = true;
         m->valid = false;
+        /* Each failed reading may have waited its bound; try again only after a pause, so the
+           loop spends at most a tenth of its time on a device it cannot read. */
+        m->retry_ns = comem_add(now, COORD_READ_RETRY_MS * 1000000LL);
         return rc;
     }
+    if (m->failing)
+        comem_info("device %d reads again", device);
+    m->failing = false;
+    m->retry_ns = 0;
     m->valid = true;
     m->stale = false;
     m->taken_ns = comem_now_ns();

@@ -35,6 +35,8 @@ static bool eligible(const walk *w, uint64_t eid, const ledger_entry *e)
         return false;
     if (h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY))
         return false; /* never interrupt a compute thread; it is asked at its next boundary */
+    if (w->in->now_ns < h->unanswered_until_ns)
+        return false; /* it did not answer the last ask: waiting on it again would stall the queue */
     return !listed(w->in->excluded, w->in->n_excluded, e->holder);
 }
 

@@ -5,7 +5,8 @@
  * through the eviction ladder (arith/evict.h), skipping entries the requester
  * must not be asked for: its own, those in its keep list, those of holders
  * that do not answer release asks, are busy computing (unless they release
- * while busy), or already said busy to this request. It stops as soon as the
+ * while busy), already said busy to this request, or recently let an ask pass
+ * its deadline unanswered. It stops as soon as the
  * shortfall is covered, so its cost is the victims it walks, not the size of
  * the machine's ledger.
  */
@@ -26,6 +27,7 @@ typedef struct coord_plan_in {
     size_t n_keep;
     const uint64_t *excluded; /* holders not to ask again */
     size_t n_excluded;
+    int64_t now_ns; /* holders whose unanswered_until_ns is later are skipped */
 } coord_plan_in;
 
 typedef struct coord_planned {

@@ -5,7 +5,9 @@
  * is smaller by what it cannot see. Where the host's own free reading is
  * device-wide (Linux), it already sees every worker, so each worker's charge is
  * 0 and the published reserve is the operator's base. Where it is
- * process-local (WDDM), each worker is charged its context floor plus its
+ * process-local (WDDM: the host says so in its HELLO, or the card the
+ * coordinator serves is a WDDM one, which decides even when the host's own
+ * environment did not say), each worker is charged its context floor plus its
  * residency. The total is capped at 3/4 of the card; it grows at once and
  * shrinks only on evidence (a receipt, or a session's end).
  */
@@ -54,8 +56,11 @@ int64_t coord_charge_of(comem_coord_srv *s, uint64_t session, int device)
     const ledger_session *ss = comem_slab_get(&s->ledger.sessions, session);
     if (!ss || ss->role != COMEM_ROLE_WORKER || !present_on(s, session, device))
         return 0;
+    /* The host's own free reading is process-local when it says so, or when the card is one
+       (WDDM) whatever its environment told it: the card the coordinator serves decides. */
     const ledger_session *host = host_session(s);
-    bool process_local = host && host->scope == COMEM_SCOPE_PROCESS_LOCAL;
+    bool process_local = host && (host->scope == COMEM_SCOPE_PROCESS_LOCAL ||
+                                  s->ledger.devices[device].proc_scope == COMEM_SCOPE_PROCESS_LOCAL);
     int64_t floor = ss->floor[device] > 0 ? ss->floor[device] : COMEM_CONTEXT_FLOOR;
     return comem_charge(comem_ledger_session_resident(&s->ledger, session, 0, device), process_local, floor);
 }

@@ -30,6 +30,33 @@ static int pidfd_open_compat(int32_t pid)
 #endif
 }
 
+/*
+ * Who sets the reserve base (the operator's EXTRA_RESERVED_VRAM, before comem
+ * adds charges). comemd --reserve fixes it for the coordinator's life and no
+ * host can change it. Otherwise the first host to join with a base sets it;
+ * other hosts' offers are logged and ignored, and only that host's leaving
+ * clears it (the next host to join then sets it). So another process
+ * of the same user that claims the host role cannot zero the reserve a running
+ * host set; one that joins before any host can, which --reserve rules out.
+ */
+static void offer_base(comem_coord_srv *s, uint64_t session, const comem_msg_hello *h)
+{
+    char a[32], b[32];
+    if (s->host_base >= 0) {
+        if (h->reserve_base != s->host_base)
+            comem_info("host '%s' offers a reserve base of %s; keeping %s (%s)", h->name,
+                       comem_format_bytes(h->reserve_base, a, 32), comem_format_bytes(s->host_base, b, 32),
+                       s->cfg.reserve_base >= 0 ? "comemd --reserve" : "set by the first host");
+        return;
+    }
+    /* The operator's base, read once: later publishes add to it and never compound. */
+    s->host_base = h->reserve_base;
+    s->host_base_session = session;
+    comem_info("reserve base %s, set by host '%s'", comem_format_bytes(s->host_base, a, 32), h->name);
+    for (int d = 0; d < s->ledger.n_devices; d++)
+        coord_publish_reserve(s, d, true);
+}
+
 int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t request_id)
 {
     if (c->session) {
@@ -65,12 +92,8 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->pid_tag};
         epoll_ctl(s->epfd, EPOLL_CTL_ADD, c->pidfd, &ev);
     }
-    if (h->role == COMEM_ROLE_HOST && h->reserve_base >= 0 && s->host_base < 0) {
-        /* The operator's base, read once: later publishes add to it and never compound. */
-        s->host_base = h->reserve_base;
-        for (int d = 0; d < s->ledger.n_devices; d++)
-            coord_publish_reserve(s, d, true);
-    }
+    if (h->role == COMEM_ROLE_HOST && h->reserve_base >= 0)
+        offer_base(s, id, h);
     comem_info("session %llx: %s '%s' pid %d joined", (unsigned long long)id,
                h->role == COMEM_ROLE_HOST ? "host" : h->role == COMEM_ROLE_WORKER ? "worker" : "tool", h->name,
                (int)c->pid);
@@ -90,12 +113,10 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
         return;
     ledger_session *ss = comem_ledger_session(&s->ledger, id);
     char name[COMEM_LEDGER_NAME_MAX] = "";
-    bool host = false;
-    if (ss) {
+    if (ss)
         snprintf(name, sizeof name, "%s", ss->name);
-        host = ss->role == COMEM_ROLE_HOST;
-    }
     c->session = 0;
+    s->trim_due = true;
     coord_asks_session_ended(s, id);
     coord_jobs_session_ended(s, id);
     ledger_release_summary sum = {0};
@@ -105,8 +126,10 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
                (unsigned long long)id, name, (int)c->pid, why, sum.grants, comem_format_bytes(sum.grant_bytes, g, 32),
                sum.entries, sum.entries == 1 ? "y" : "ies", comem_format_bytes(sum.resident_bytes, r, 32),
                comem_format_bytes(sum.pinned_bytes, p, 32));
-    if (host)
-        s->host_base = -1;
+    if (id == s->host_base_session) { /* the host that set the base left: the next one sets it */
+        s->host_base = s->cfg.reserve_base;
+        s->host_base_session = 0;
+    }
     for (int d = 0; d < s->ledger.n_devices; d++) {
         coord_publish_reserve(s, d, true); /* the session's death is the evidence for a shrink */
         coord_measure(s, d);

@@ -93,6 +93,7 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_s(o, "uuid", ld->uuid);
     add_s(o, "name", ld->name);
     add_s(o, "scope", comem_scope_name(ld->scope));
+    add_s(o, "process_scope", comem_scope_name(ld->proc_scope)); /* of each process's own free reading */
     add_i(o, "capacity", ld->capacity);
     add_i(o, "free", m->valid ? m->r.free : -1);
     add_i(o, "used", m->valid ? m->r.used : -1);

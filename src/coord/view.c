@@ -22,18 +22,72 @@
 
 void comem_view_path(const char *socket_path, char *buf, size_t len) { snprintf(buf, len, "%s.view", socket_path); }
 
+/*
+ * Opens the view file that is there, only if it is one: a regular file of
+ * this user, of the view's size, carrying the view's magic. Anything else at
+ * the path is someone's file and is refused untouched (COMEM_EPERM).
+ */
+static int open_existing(const char *path, int *out)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return errno == ENOENT ? COMEM_ENOENT : errno == EMFILE || errno == ENFILE ? COMEM_EIO : COMEM_EPERM;
+    struct stat st;
+    comem_view_shared head;
+    bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid() &&
+                st.st_size == (off_t)sizeof(comem_view_shared) && pread(fd, &head, sizeof head.magic + sizeof head.version, 0) ==
+                                                                           (ssize_t)(sizeof head.magic + sizeof head.version) &&
+                head.magic == VIEW_MAGIC && head.version == VIEW_VERSION;
+    if (!ours) {
+        close(fd);
+        return COMEM_EPERM;
+    }
+    *out = fd;
+    return COMEM_OK;
+}
+
+/* Creates the view complete under a temporary name and links it into place: never half a view at path. */
+static int create_new(const char *path, int n_devices)
+{
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return COMEM_EIO;
+    int rc = COMEM_EIO;
+    if (ftruncate(fd, (off_t)sizeof(comem_view_shared)) == 0) {
+        comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (sh != MAP_FAILED) {
+            sh->magic = VIEW_MAGIC;
+            sh->version = VIEW_VERSION;
+            atomic_store(&sh->n_devices, (uint32_t)n_devices);
+            munmap(sh, sizeof *sh);
+            /* link() never replaces: if a view appeared meanwhile, that one is used (and checked). */
+            rc = link(tmp, path) == 0 || errno == EEXIST ? COMEM_OK : COMEM_EIO;
+        }
+    }
+    close(fd);
+    unlink(tmp);
+    return rc;
+}
+
 int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_devices)
 {
     memset(w, 0, sizeof *w);
     w->fd = -1;
     comem_view_path(socket_path, w->path, sizeof w->path);
-    int fd = open(w->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
-        comem_error("cannot create the status view %s: %s", w->path, strerror(errno));
-        return COMEM_EIO;
+    int fd = -1;
+    int rc = open_existing(w->path, &fd);
+    if (rc == COMEM_ENOENT && (rc = create_new(w->path, n_devices)) == COMEM_OK)
+        rc = open_existing(w->path, &fd);
+    if (rc == COMEM_EPERM) {
+        comem_error("refusing %s: it is not a comem view of this user (a file of that name is in the way; "
+                    "choose another --socket path, or remove it if it is yours)",
+                    w->path);
+        return rc;
     }
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)sizeof(comem_view_shared)) != 0) {
-        close(fd);
+    if (rc != COMEM_OK) {
+        comem_error("cannot create the status view %s: %s", w->path, strerror(errno));
         return COMEM_EIO;
     }
     comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -44,8 +98,6 @@ int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_
     /* Reused in place, so a reader that mapped it under a previous coordinator keeps working. */
     uint64_t s = atomic_load(&sh->seq);
     atomic_store(&sh->seq, (s | 1u) + 0); /* odd while we reset */
-    sh->magic = VIEW_MAGIC;
-    sh->version = VIEW_VERSION;
     atomic_store(&sh->n_devices, (uint32_t)n_devices);
     atomic_store(&sh->coord_pid, (int32_t)getpid());
     atomic_store_explicit(&sh->seq, (s | 1u) + 1, memory_order_release);
@@ -180,6 +232,11 @@ int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_
     if (reclaimable)
         *reclaimable = x.reclaimable;
     return COMEM_OK;
+}
+
+int32_t comem_view_coord_pid(const comem_view *v)
+{
+    return v ? atomic_load_explicit(&((comem_view_shared *)v->sh)->coord_pid, memory_order_relaxed) : 0;
 }
 
 void comem_view_close(comem_view *v)

@@ -47,10 +47,18 @@ typedef struct comem_view_writer {
     char path[PATH_MAX];
 } comem_view_writer;
 
-/* Creates or reuses the view file for socket_path; readers that mapped it keep working. */
+/*
+ * Creates the view file for socket_path, or reuses the one there (readers that
+ * mapped it keep working) when it is a view of this user; anything else at
+ * that path is left untouched and refused with COMEM_EPERM.
+ */
 int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_devices);
 void comem_view_publish(comem_view_writer *w, int device, const comem_view_values *v);
 void comem_view_writer_close(comem_view_writer *w);
+
+/* The pid of the coordinator that last published the view (reader side; 0 when unknown). */
+struct comem_view;
+int32_t comem_view_coord_pid(const struct comem_view *v);
 
 /* The view file that belongs to a socket path. */
 void comem_view_path(const char *socket_path, char *buf, size_t len);

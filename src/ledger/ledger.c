@@ -2,6 +2,7 @@
 #include "ledger/ledger.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/bytes.h"
@@ -34,8 +35,11 @@ int comem_ledger_init(comem_ledger *l, const ledger_device *devices, int n, int6
         return COMEM_EINVAL;
     memset(l, 0, sizeof *l);
     l->n_devices = n;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         l->devices[i] = devices[i];
+        if (l->devices[i].entry_max <= 0)
+            l->devices[i].entry_max = l->devices[i].capacity; /* unsaid: the card alone */
+    }
     comem_slab_init(&l->sessions, sizeof(ledger_session));
     comem_slab_init(&l->holders, sizeof(ledger_holder));
     comem_slab_init(&l->entries, sizeof(ledger_entry));
@@ -128,6 +132,20 @@ int comem_ledger_check(const comem_ledger *l, char *why, size_t len)
                 return COMEM_ERANGE;
             }
         }
+    }
+    size_t n_holders = 0, n_entries = 0, n_grants = 0;
+    for (size_t i = 0; i < comem_slab_slots(&l->sessions); i++) {
+        const ledger_session *s = comem_slab_at(&l->sessions, i, NULL);
+        if (s) {
+            n_holders += s->n_holders;
+            n_entries += s->n_entries;
+            n_grants += s->n_grants;
+        }
+    }
+    if (n_holders != l->holders.used || n_entries != l->entries.used || n_grants != l->grants.used) {
+        snprintf(why, len, "per-session counts (%zu holders, %zu entries, %zu grants) disagree with the records", n_holders,
+                 n_entries, n_grants);
+        return COMEM_ERANGE;
     }
     if (pinned != l->total_pinned || l->total_pinned < 0 ||
         (l->total_pinned > 0 && l->max_pinned > 0 && l->total_pinned > l->max_pinned)) {
@@ -330,9 +348,13 @@ int comem_ledger_holder_add(comem_ledger *l, uint64_t session, int device, uint8
         return COMEM_ENODEV;
     if (kind < COMEM_HOLDER_MODELS || kind > COMEM_HOLDER_RAW)
         return COMEM_EINVAL;
+    ledger_session *ss = comem_slab_get(&l->sessions, session);
+    if (ss->n_holders >= COMEM_LEDGER_SESSION_HOLDERS || l->holders.used >= COMEM_LEDGER_MAX_HOLDERS)
+        return COMEM_ERANGE;
     ledger_holder *h = comem_slab_alloc(&l->holders, id);
     if (!h)
         return COMEM_ENOMEM;
+    ss->n_holders++;
     h->session = session;
     h->device = device;
     h->kind = kind;
@@ -351,15 +373,18 @@ int comem_ledger_holder_remove(comem_ledger *l, uint64_t session, uint64_t holde
     ledger_holder *h = comem_slab_get(&l->holders, holder);
     if (!h || h->session != session)
         return COMEM_ENOENT;
+    ledger_session *ss = comem_slab_get(&l->sessions, session);
     uint64_t eid;
     for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
         ledger_entry *e = comem_slab_at(&l->entries, i, &eid);
         if (e && e->holder == holder) {
             comem_order_remove(l, eid);
             comem_slab_free(&l->entries, eid);
+            ss->n_entries--;
         }
     }
     comem_slab_free(&l->holders, holder);
+    ss->n_holders--;
     after_mutation(l, "holder remove");
     return COMEM_OK;
 }
@@ -374,12 +399,18 @@ int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, c
         return COMEM_ENOENT;
     if (size < 0)
         return COMEM_EINVAL;
+    if (size > l->devices[h->device].entry_max)
+        return COMEM_ERANGE; /* more than the card, RAM and swap together could hold */
+    ledger_session *ss = comem_slab_get(&l->sessions, session);
+    if (ss->n_entries >= COMEM_LEDGER_SESSION_ENTRIES || l->entries.used >= COMEM_LEDGER_MAX_ENTRIES)
+        return COMEM_ERANGE;
     resident = comem_min(comem_clamp0(resident), size);
     if (comem_add(comem_ledger_attributed(l, h->device), resident) > l->devices[h->device].capacity)
         return COMEM_ERANGE;
     ledger_entry *e = comem_slab_alloc(&l->entries, id);
     if (!e)
         return COMEM_ENOMEM;
+    ss->n_entries++;
     e->holder = holder;
     e->session = session;
     e->device = h->device;
@@ -404,17 +435,49 @@ int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry)
         return COMEM_ENOENT;
     comem_order_remove(l, entry);
     comem_slab_free(&l->entries, entry);
+    comem_ledger_session(l, session)->n_entries--;
     after_mutation(l, "entry remove");
     return COMEM_OK;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * True when items name some entry twice. Such a list cannot be judged item by
+ * item (each would be compared with the same unchanged residency, and only the
+ * last applied), so the message as a whole is refused.
+ */
+static bool has_duplicates(const comem_wire_residency *items, size_t n)
+{
+    uint64_t ids[COMEM_WIRE_MAX_ITEMS];
+    for (size_t i = 0; i < n; i++)
+        ids[i] = items[i].entry_id;
+    qsort(ids, n, sizeof ids[0], cmp_id);
+    for (size_t i = 1; i < n; i++)
+        if (ids[i] == ids[i - 1])
+            return true;
+    return false;
 }
 
 int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
                         int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *changed)
 {
+    if (changed)
+        *changed = 0;
     ledger_holder *h = comem_slab_get(&l->holders, holder);
     if (!h || h->session != session)
         return COMEM_ENOENT;
-    /* First pass: would the census fit on the card? Apply nothing if not. */
+    if (n > COMEM_WIRE_MAX_ITEMS || (n && !items))
+        return COMEM_EINVAL;
+    if (has_duplicates(items, n)) {
+        comem_warn("census from holder '%s' lists an entry more than once; refused as a whole", h->name);
+        return COMEM_EINVAL;
+    }
+    /* First pass: would the census as a whole fit on the card? Apply nothing if not. */
     int64_t delta = 0;
     for (size_t i = 0; i < n; i++) {
         const ledger_entry *e = comem_slab_get(&l->entries, items[i].entry_id);
@@ -466,17 +529,21 @@ int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint
 int comem_ledger_grant_add(comem_ledger *l, uint64_t session, uint64_t holder, int device, int64_t bytes,
                            int64_t expires_ns, uint64_t *id)
 {
-    if (!comem_slab_get(&l->sessions, session))
+    ledger_session *ss = comem_slab_get(&l->sessions, session);
+    if (!ss)
         return COMEM_ENOENT;
     if (!valid_device(l, device))
         return COMEM_ENODEV;
     if (bytes <= 0)
         return COMEM_EINVAL;
+    if (ss->n_grants >= COMEM_LEDGER_SESSION_GRANTS || l->grants.used >= COMEM_LEDGER_MAX_GRANTS)
+        return COMEM_ERANGE;
     if (comem_add(comem_ledger_attributed(l, device), bytes) > l->devices[device].capacity)
         return COMEM_ENOSPC;
     ledger_grant *g = comem_slab_alloc(&l->grants, id);
     if (!g)
         return COMEM_ENOMEM;
+    ss->n_grants++;
     g->session = session;
     g->holder = holder;
     g->device = device;
@@ -505,6 +572,7 @@ int comem_ledger_grant_done(comem_ledger *l, uint64_t session, uint64_t grant, u
         comem_order_insert(l, entry);
     }
     comem_slab_free(&l->grants, grant);
+    comem_ledger_session(l, session)->n_grants--;
     after_mutation(l, "grant done");
     return COMEM_OK;
 }
@@ -516,6 +584,9 @@ int comem_ledger_grants_expire(comem_ledger *l, int64_t now_ns)
     for (size_t i = 0; i < comem_slab_slots(&l->grants); i++) {
         ledger_grant *g = comem_slab_at(&l->grants, i, &id);
         if (g && g->expires_ns <= now_ns) {
+            ledger_session *ss = comem_slab_get(&l->sessions, g->session);
+            if (ss)
+                ss->n_grants--;
             comem_slab_free(&l->grants, id);
             n++;
         }

@@ -37,12 +37,27 @@
 
 #define COMEM_LEDGER_NAME_MAX COMEM_WIRE_NAME_MAX
 
+/*
+ * Bounds on what one session, and the whole ledger, may register: a process
+ * holds tens to a few hundred models, so these are far above real use and
+ * keep a runaway or hostile client from growing the coordinator without end.
+ * An add beyond a bound is refused with COMEM_ERANGE and changes nothing.
+ */
+#define COMEM_LEDGER_SESSION_HOLDERS 256
+#define COMEM_LEDGER_SESSION_ENTRIES 4096
+#define COMEM_LEDGER_SESSION_GRANTS 256
+#define COMEM_LEDGER_MAX_HOLDERS 16384
+#define COMEM_LEDGER_MAX_ENTRIES 65536
+#define COMEM_LEDGER_MAX_GRANTS 16384
+
 typedef struct ledger_device {
     int index;
     char uuid[80];
     char name[96];
     int64_t capacity;
+    int64_t entry_max;     /* the largest entry size accepted (card + host RAM + swap); <= 0 at init: capacity */
     comem_scope scope;     /* of the coordinator's own reading of this device */
+    comem_scope proc_scope; /* of each process's own free reading there (process-local on a WDDM card) */
     int64_t reserve_base;  /* the operator's reserve, read once */
     int64_t published;     /* the total reserve published to the host */
     int64_t last_free;     /* true free at the last reading (-1 before any) */
@@ -61,6 +76,7 @@ typedef struct ledger_session {
     int64_t pinned;                     /* pinned host RAM booked */
     int64_t floor[COMEM_MAX_DEVICES];   /* context floor per device, 0 when no context */
     int64_t started_ns;
+    uint32_t n_holders, n_entries, n_grants; /* derived: what it owns, against the bounds above */
 } ledger_session;
 
 typedef struct ledger_holder {
@@ -77,6 +93,7 @@ typedef struct ledger_holder {
     bool idle_known;
     double idle_since; /* seconds on the coordinator's clock */
     char last_prompt[COMEM_LEDGER_NAME_MAX];
+    int64_t unanswered_until_ns; /* it let an ask pass its deadline: not asked again before this */
 } ledger_holder;
 
 typedef struct ledger_entry {
@@ -145,6 +162,10 @@ int comem_ledger_holder_add(comem_ledger *l, uint64_t session, int device, uint8
 int comem_ledger_holder_remove(comem_ledger *l, uint64_t session, uint64_t holder);
 ledger_holder *comem_ledger_holder(comem_ledger *l, uint64_t id);
 
+/*
+ * Adds an entry. COMEM_ERANGE when size is above the device's entry_max, or when
+ * resident (clamped to [0, size]) would put the device above capacity.
+ */
 int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, const char *name, int64_t size,
                            int64_t resident, bool dynamic, int64_t now_ns, uint64_t *id);
 int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry);
@@ -156,8 +177,10 @@ ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id);
  * resident is clamped to [0, size]; the peak follows the census; an entry not
  * listed keeps its value (missing means unknown, not zero). Pinned/overhead
  * apply only with a holder sequence newer than the last (equal is dropped).
- * An item that would put the device above capacity is refused
- * (COMEM_ERANGE, nothing applied). *changed counts entries whose resident moved.
+ * The message is judged as a whole: a list naming an entry twice is refused
+ * (COMEM_EINVAL), and so is one whose items together would put the device
+ * above capacity (COMEM_ERANGE); either way nothing is applied. *changed
+ * counts entries whose resident moved.
  */
 int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
                         int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *changed);

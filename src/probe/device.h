@@ -40,6 +40,8 @@ typedef struct comem_device_reading {
     char pci_bus_id[32];
     const char *source; /* "nvml", "cuda", "sim" */
     comem_scope scope;  /* of free */
+    comem_scope local_scope; /* of a process's own (cuMemGetInfo-style) free on this device: process-local
+                                under WDDM, whatever this reading's own scope (NVML sees the card) */
     int64_t total;
     int64_t free;
     int64_t used;       /* as the source reports it; device-wide sources include reserved */

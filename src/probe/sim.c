@@ -44,7 +44,7 @@ typedef struct sim_shared {
     pthread_mutex_t lock; /* robust and process-shared; guards everything below */
     uint64_t recoveries;  /* locks recovered from dead owners */
     int32_t n_cards;
-    int32_t pad;
+    int32_t owner; /* the pid holding the lock, 0 when free (written by its holder; read racily by waiters) */
     sim_card cards[COMEM_SIM_MAX_CARDS];
     sim_slot slots[COMEM_SIM_MAX_PROCS];
 } sim_shared;
@@ -128,12 +128,38 @@ static void reap(sim_shared *sh, int32_t self)
  */
 #define SIM_LOCK_SLICE_NS (20 * 1000 * 1000)
 
-static int lock_slices(pthread_mutex_t *m)
+/*
+ * A reading never waits without a bound. The lock is held for microseconds by
+ * a running process (longer under churn: a slot reap reads /proc), but a
+ * process stopped (SIGSTOP, a debugger) while it holds it holds it until it is
+ * continued, and the coordinator's loop, which reads the card, must never wait
+ * on another process without a bound. So a reading gives up with COMEM_EBUSY
+ * at once (after one slice) when the holder is stopped, and after
+ * SIM_READ_WAIT_NS in any case. Allocations and frees still wait: they are the
+ * calling process's own, as a driver call would be.
+ */
+#define SIM_READ_WAIT_NS (2000 * 1000 * 1000LL)
+
+/* True when pid is stopped or traced (it cannot let go of anything until it is continued). */
+static bool proc_stopped(int32_t pid)
 {
+    char state;
+    uint64_t start;
+    return pid > 0 && proc_stat(pid, &state, &start) && (state == 'T' || state == 't');
+}
+
+/* wait_ns < 0: until the lock is had; else ETIMEDOUT after about wait_ns, or once its holder is stopped. */
+static int lock_slices(sim_shared *sh, int64_t wait_ns)
+{
+    pthread_mutex_t *m = &sh->lock;
     int first = pthread_mutex_trylock(m); /* uncontended: no clock reading */
     if (first != EBUSY)
         return first;
-    for (;;) {
+    int64_t give_up = wait_ns < 0 ? INT64_MAX : comem_add(comem_now_ns(), wait_ns);
+    for (int slice = 0;; slice++) {
+        if (slice > 0 && wait_ns >= 0 &&
+            (comem_now_ns() >= give_up || proc_stopped(__atomic_load_n(&sh->owner, __ATOMIC_RELAXED))))
+            return ETIMEDOUT;
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until); /* timedlock's clock; a jump only shortens or stretches a slice */
         until.tv_nsec += SIM_LOCK_SLICE_NS;
@@ -147,9 +173,11 @@ static int lock_slices(pthread_mutex_t *m)
     }
 }
 
-static int lock(comem_sim *sim)
+static int lock_within(comem_sim *sim, int64_t wait_ns)
 {
-    int rc = lock_slices(&sim->sh->lock);
+    int rc = lock_slices(sim->sh, wait_ns);
+    if (rc == ETIMEDOUT && wait_ns >= 0)
+        return COMEM_EBUSY; /* its holder is alive but does not let go: stopped, or far behind */
     if (rc == EOWNERDEAD) {
         /* The owner died mid-operation; its slot is dead and reap() clears it. */
         pthread_mutex_consistent(&sim->sh->lock);
@@ -161,11 +189,18 @@ static int lock(comem_sim *sim)
         comem_error("sim: cannot lock the card: %s", strerror(rc));
         return COMEM_EIO;
     }
+    __atomic_store_n(&sim->sh->owner, sim->pid, __ATOMIC_RELAXED);
     reap(sim->sh, sim->pid);
     return COMEM_OK;
 }
 
-static void unlock(comem_sim *sim) { pthread_mutex_unlock(&sim->sh->lock); }
+static int lock(comem_sim *sim) { return lock_within(sim, -1); }
+
+static void unlock(comem_sim *sim)
+{
+    __atomic_store_n(&sim->sh->owner, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&sim->sh->lock);
+}
 
 /* A forked child inherits the parent's handle; it must not act as the parent. */
 static int check_owner(comem_sim *sim)
@@ -475,12 +510,13 @@ static void fill_identity(const comem_sim *sim, int card, comem_device_reading *
     snprintf(out->uuid, sizeof out->uuid, "%s%04x", sim->uuid_base, (unsigned)card);
     snprintf(out->name, sizeof out->name, "comem simulated card (%s)",
              sim->spec.semantics == COMEM_SIM_WDDM ? "wddm" : "linux");
+    out->local_scope = sim->spec.semantics == COMEM_SIM_WDDM ? COMEM_SCOPE_PROCESS_LOCAL : COMEM_SCOPE_DEVICE_WIDE;
 }
 
 int comem_sim_read(comem_sim *sim, int card, comem_device_reading *out)
 {
     int rc = check_card(sim, card);
-    if (rc != COMEM_OK || (rc = lock(sim)) != COMEM_OK)
+    if (rc != COMEM_OK || (rc = lock_within(sim, SIM_READ_WAIT_NS)) != COMEM_OK)
         return rc;
     const sim_card *k = &sim->sh->cards[card];
     fill_identity(sim, card, out);
@@ -505,7 +541,7 @@ int comem_sim_read(comem_sim *sim, int card, comem_device_reading *out)
 int comem_sim_read_local(comem_sim *sim, int card, comem_device_reading *out)
 {
     int rc = check_card(sim, card);
-    if (rc != COMEM_OK || (rc = lock(sim)) != COMEM_OK)
+    if (rc != COMEM_OK || (rc = lock_within(sim, SIM_READ_WAIT_NS)) != COMEM_OK)
         return rc;
     const sim_card *k = &sim->sh->cards[card];
     fill_identity(sim, card, out);
@@ -527,7 +563,7 @@ int comem_sim_read_local(comem_sim *sim, int card, comem_device_reading *out)
 int comem_sim_usage(comem_sim *sim, int card, int32_t pid, int64_t *context, int64_t *allocated)
 {
     int rc = check_card(sim, card);
-    if (rc != COMEM_OK || (rc = lock(sim)) != COMEM_OK)
+    if (rc != COMEM_OK || (rc = lock_within(sim, SIM_READ_WAIT_NS)) != COMEM_OK)
         return rc;
     *context = *allocated = 0;
     for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++) {

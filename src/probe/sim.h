@@ -17,7 +17,8 @@
  *
  * Layout (one file, drawn from the top):
  *
- *   header   magic, version, robust process-shared mutex, card configs
+ *   header   magic, version, robust process-shared mutex (and its holder's
+ *            pid, so a waiter can tell a stopped holder), card configs
  *   procs[]  one slot per process: pid, start time, and per card its context
  *            bytes and allocated bytes. The slots are the only source of truth;
  *            every total is derived from them under the lock.
@@ -92,6 +93,10 @@ int comem_sim_touch(comem_sim *sim, int card);
 /* Releases the calling process's context and allocations on every card (as exit would). */
 int comem_sim_release_self(comem_sim *sim);
 
+/*
+ * Readings never wait without a bound for the card lock: COMEM_EBUSY when its
+ * holder is stopped (it holds it until it is continued), or after 2 s.
+ */
 /* The NVML-style reading: device-wide free, the reserved slice, every process. */
 int comem_sim_read(comem_sim *sim, int card, comem_device_reading *out);
 /* The cuMemGetInfo-style reading for the calling process (process-local under wddm). */

@@ -3,6 +3,7 @@
 
 #include "unit/tmpdir.h"
 
+#include <errno.h>
 #include <json-c/json.h>
 #include <poll.h>
 #include <signal.h>
@@ -167,6 +168,82 @@ int h_process_count(const harness *h, const char *name)
     return n;
 }
 
+/* Reads what fd has now into buf at *len (keeping one byte for the NUL); false at EOF. */
+static bool drain(int fd, char *buf, size_t cap, size_t *len)
+{
+    char tmp[4096];
+    ssize_t n = read(fd, tmp, sizeof tmp);
+    if (n <= 0)
+        return n < 0 && errno == EINTR;
+    size_t take = *len + (size_t)n < cap ? (size_t)n : cap - 1 - *len;
+    memcpy(buf + *len, tmp, take);
+    *len += take;
+    buf[*len] = '\0';
+    return true;
+}
+
+int h_run(const char *const *argv, const char *const *envs, int timeout_ms, char *out, size_t outlen, char *err,
+          size_t errlen)
+{
+    char bin[512];
+    const char *dir = getenv("COMEM_BIN_DIR");
+    snprintf(bin, sizeof bin, "%s/%s", dir ? dir : "build/bin", argv[0]);
+    int po[2], pe[2];
+    if (pipe(po) || pipe(pe))
+        abort();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        close(po[0]);
+        close(pe[0]);
+        for (int i = 0; envs && envs[i]; i++) {
+            const char *eq = strchr(envs[i], '=');
+            if (eq) {
+                char name[128];
+                snprintf(name, sizeof name, "%.*s", (int)(eq - envs[i]), envs[i]);
+                setenv(name, eq + 1, 1);
+            } else {
+                unsetenv(envs[i]);
+            }
+        }
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    size_t lo = 0, le = 0;
+    if (outlen)
+        out[0] = '\0';
+    if (errlen)
+        err[0] = '\0';
+    bool open_o = true, open_e = true;
+    int64_t deadline = comem_now_ns() + (int64_t)timeout_ms * 1000000;
+    bool timed_out = false;
+    while (open_o || open_e) {
+        struct pollfd p[2] = {{.fd = open_o ? po[0] : -1, .events = POLLIN}, {.fd = open_e ? pe[0] : -1, .events = POLLIN}};
+        int left = (int)((deadline - comem_now_ns()) / 1000000);
+        if (left <= 0 || poll(p, 2, left) == 0) {
+            timed_out = true;
+            break;
+        }
+        if (p[0].revents && !drain(po[0], out, outlen, &lo))
+            open_o = false;
+        if (p[1].revents && !drain(pe[0], err, errlen, &le))
+            open_e = false;
+    }
+    if (timed_out)
+        kill(pid, SIGKILL);
+    close(po[0]);
+    close(pe[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    if (timed_out)
+        return -2;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 void ch_open(chan *a, chan *b)
 {
     int p[2], q[2];
@@ -206,7 +283,13 @@ pid_t h_child(int (*fn)(void *), void *arg)
     return p;
 }
 
-static void forget(pid_t pid)
+void h_track(pid_t pid)
+{
+    if (pid > 0 && g_n_kids < 256)
+        g_kids[g_n_kids++] = pid;
+}
+
+void h_forget(pid_t pid)
 {
     for (int i = 0; i < g_n_kids; i++)
         if (g_kids[i] == pid)
@@ -218,7 +301,7 @@ int h_wait(pid_t pid)
     int st;
     if (waitpid(pid, &st, 0) != pid)
         return -2;
-    forget(pid);
+    h_forget(pid);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

@@ -46,6 +46,15 @@ uint64_t h_entry_id(const harness *h, const char *name);
 /* Number of sessions named `name` on device 0. */
 int h_process_count(const harness *h, const char *name);
 
+/*
+ * Runs COMEM_BIN_DIR/argv[0] with argv, after applying envs ("NAME=value" sets,
+ * "NAME" unsets; NULL-terminated, may be NULL), and captures its stdout and
+ * stderr (NUL-terminated, truncated to fit). Kills it after timeout_ms.
+ * Returns its exit status, -1 when a signal ended it, -2 when it timed out.
+ */
+int h_run(const char *const *argv, const char *const *envs, int timeout_ms, char *out, size_t outlen, char *err,
+          size_t errlen);
+
 /* Pipes between a test and a child. */
 typedef struct chan {
     int rd, wr;
@@ -59,6 +68,9 @@ bool ch_get(int fd, int64_t *v, int timeout_ms);
 pid_t h_child(int (*fn)(void *), void *arg);
 /* Waits for a child; returns its exit status or -1 when killed by a signal. */
 int h_wait(pid_t pid);
+/* Adds a process this test forked itself to those h_kill_children kills; h_forget takes it off (reaped). */
+void h_track(pid_t pid);
+void h_forget(pid_t pid);
 /* Kills and reaps every child still running (a failed test's cleanup). */
 void h_kill_children(void);
 /* A cmocka teardown: kills the children, stops comemd, removes the directory of *state (a harness). */

@@ -113,6 +113,64 @@ static void test_census_refused_above_capacity(void **st)
     assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "big", 4 * GIB, 4 * GIB, false, 0, &id), COMEM_ERANGE);
 }
 
+/* A census is judged as a whole: the same entry listed many times is refused, not applied last-wins. */
+static void test_census_duplicates_refused(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 0); /* 24 GiB device */
+    uint64_t a = entry(s, h, 20 * GIB, 0), b = entry(s, h, 20 * GIB, 0);
+    static comem_wire_residency it[COMEM_WIRE_MAX_ITEMS];
+    for (size_t i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
+        it[i] = (comem_wire_residency){i % 2 ? a : b, 1, 20 * GIB};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, it, COMEM_WIRE_MAX_ITEMS, 0, NULL), COMEM_EINVAL);
+    assert_true(comem_ledger_entry(&g_l, a)->resident == 0 && comem_ledger_entry(&g_l, b)->resident == 0);
+    /* Each item alone fits (20 GiB on a 24 GiB card), both together do not: refused as a whole. */
+    comem_wire_residency two[2] = {{a, 1, 20 * GIB}, {b, 1, 20 * GIB}};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, two, 2, 0, NULL), COMEM_ERANGE);
+    assert_true(comem_ledger_attributed(&g_l, 0) == 0);
+    comem_wire_residency one = {a, 1, 20 * GIB};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, &one, 1, 0, NULL), 0);
+    assert_true(comem_ledger_attributed(&g_l, 0) == 20 * GIB);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, it, COMEM_WIRE_MAX_ITEMS + 1, 0, NULL), COMEM_EINVAL);
+}
+
+/* An entry's size is bounded by where its bytes could live: without a bound given, the card itself. */
+static void test_entry_size_bounded(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 1); /* 8 GiB device, no entry_max given */
+    uint64_t id;
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "huge", COMEM_TIB, 0, false, 0, &id), COMEM_ERANGE);
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "fits", 8 * GIB, 0, false, 0, &id), 0);
+    g_l.devices[1].entry_max = 64 * GIB; /* the coordinator allows the card plus host RAM and swap */
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "paged", 40 * GIB, 0, false, 0, &id), 0);
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "huge", COMEM_TIB, 0, false, 0, &id), COMEM_ERANGE);
+}
+
+/* What one session may register is bounded; the bound is refused clearly and freed with the session. */
+static void test_session_bounds(void **st)
+{
+    (void)st;
+    uint64_t s = session("w"), h = holder(s, 0), id;
+    for (int i = 1; i < COMEM_LEDGER_SESSION_HOLDERS; i++)
+        holder(s, 0);
+    assert_int_equal(comem_ledger_holder_add(&g_l, s, 0, COMEM_HOLDER_MODELS, 0, "one-too-many", 0, &id), COMEM_ERANGE);
+    comem_ledger_set_checking(&g_l, false); /* 4096 adds: check once at the end */
+    for (int i = 0; i < COMEM_LEDGER_SESSION_ENTRIES; i++)
+        assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "m", 1, 0, false, 0, &id), 0);
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "m", 1, 0, false, 0, &id), COMEM_ERANGE);
+    for (int i = 0; i < COMEM_LEDGER_SESSION_GRANTS; i++)
+        assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 0, 1, INT64_MAX, &id), 0);
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 0, 1, INT64_MAX, &id), COMEM_ERANGE);
+    comem_ledger_set_checking(&g_l, true);
+    char why[256];
+    assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), 0);
+    uint64_t other = session("other"), oh = holder(other, 0); /* another session is not affected */
+    assert_int_equal(comem_ledger_entry_add(&g_l, other, oh, "m", 1, 0, false, 0, &id), 0);
+    assert_int_equal(comem_ledger_session_end(&g_l, s, NULL), 0);
+    assert_true(g_l.entries.used == 1 && g_l.grants.used == 0 && g_l.holders.used == 1);
+}
+
 static void test_ownership(void **st)
 {
     (void)st;
@@ -290,6 +348,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_census_sequence_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_census_pins_equal_seq_dropped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_census_refused_above_capacity, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_census_duplicates_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_entry_size_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_session_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ownership, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_end_releases_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grants, setup, teardown),

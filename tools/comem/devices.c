@@ -109,7 +109,7 @@ int cmd_devices(int argc, char **argv)
     char b[6][32];
     if (!json) {
         if (note[0])
-            printf("note: %s\n", note);
+            fprintf(stderr, "note: %s\n", note); /* stdout is the table alone, for whoever parses it */
         printf("%-3s  %-28s  %-40s  %-6s  %-13s  %10s  %10s  %10s  %10s\n", "IDX", "NAME", "UUID", "SOURCE", "SCOPE",
                "TOTAL", "USED", "FREE", "RESERVED");
     }

@@ -1,12 +1,14 @@
 /*
  * tools/comem/status.c - `comem status`: the machine's memory as the ledger sees it.
  *
- *   comem status [--socket PATH] [--json] [--pretty]
+ *   comem status [--socket PATH] [--timeout SECONDS] [--json] [--pretty]
  *
  * Asks the coordinator (COMEM_SOCKET or the per-user socket by default) for
  * its snapshot and prints it: per device, capacity, true free, the reserve,
  * each process with its context floor, holders and entries, outstanding
- * grants, unattributed bytes, and pinned host RAM.
+ * grants, unattributed bytes, and pinned host RAM. When no coordinator
+ * answers it says why (comem_probe): nothing at the path, a stale socket,
+ * refused (uid, token), full, or frozen; and exits 1.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 
 #include "args.h"
 #include "base/size.h"
+#include "comem/common.h"
 #include "cmds.h"
 #include "comem/comem.h"
 #include "jsonout.h"
@@ -22,6 +25,7 @@ static const arg_spec k_specs[] = {
     {"socket", ARG_STRING, false},
     {"json", ARG_FLAG, false},
     {"pretty", ARG_FLAG, false},
+    {"timeout", ARG_STRING, false},
 };
 #define N_SPECS (sizeof k_specs / sizeof k_specs[0])
 
@@ -120,7 +124,8 @@ static void print_table(json_object *root)
 int cmd_status(int argc, char **argv)
 {
     if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        printf("usage: comem status [--socket PATH] [--json] [--pretty]\n");
+        printf("usage: comem status [--socket PATH] [--timeout SECONDS] [--json] [--pretty]\n"
+               "  --timeout SECONDS  how long to wait for the coordinator (default 5)\n");
         return 0;
     }
     arg_value vals[N_SPECS];
@@ -129,17 +134,27 @@ int cmd_status(int argc, char **argv)
         fprintf(stderr, "comem status: %s\n", err);
         return 2;
     }
+    double timeout_s = 5;
+    if (vals[3].set && comem_parse_seconds("--timeout", vals[3].str, &timeout_s, err, sizeof err) != COMEM_OK) {
+        fprintf(stderr, "comem status: %s\n", err);
+        args_free(vals, N_SPECS);
+        return 2;
+    }
+    int timeout_ms = timeout_s * 1000 > 3600000 ? 3600000 : (int)(timeout_s * 1000);
     comem_client *c = NULL;
     const char *sock = vals[0].set ? vals[0].str : NULL;
-    int rc = comem_client_open(sock, COMEM_CLIENT_TOOL, "comem-status", -1, COMEM_OPEN_NO_LOCAL, &c);
+    /* Ask first whether anyone answers, and why not: the client's own failure says only that. */
+    char why[512];
+    int rc = comem_probe(sock, timeout_ms, why, sizeof why);
+    if (rc == COMEM_OK && (rc = comem_client_open(sock, COMEM_CLIENT_TOOL, "comem-status", -1, COMEM_OPEN_NO_LOCAL,
+                                                  &c)) != COMEM_OK)
+        snprintf(why, sizeof why, "it answered once, then this client could not join (%s)", comem_status_str(rc));
     if (rc != COMEM_OK) {
-        char def[512] = "";
-        if (!sock)
-            comem_default_socket(def, sizeof def);
-        fprintf(stderr, "comem status: no coordinator answers at %s (%s)\n", sock ? sock : def, comem_status_str(rc));
+        fprintf(stderr, "comem status: no coordinator answers: %s\n", why);
         args_free(vals, N_SPECS);
         return 1;
     }
+    comem_client_set_timeout(c, timeout_ms);
     char *text = NULL;
     rc = comem_status_json(c, &text);
     comem_client_close(c);

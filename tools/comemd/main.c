@@ -1,18 +1,22 @@
 /*
  * tools/comemd/main.c - the coordinator as a daemon.
  *
- *   comemd [--socket PATH] [--device SPEC] [--idle-release SECONDS] [--check]
+ *   comemd [--socket PATH] [--device SPEC] [--idle-release SECONDS] [--hello-timeout SECONDS]
+ *          [--reserve SIZE] [--check]
  *
  * Runs in the foreground (a service manager backgrounds it), logs to stderr,
- * and shuts down cleanly on SIGTERM or SIGINT: the socket is removed and every
- * session's connection closed. The token, if any, comes from COMEM_TOKEN.
+ * and shuts down cleanly on SIGTERM or SIGINT: every session's connection is
+ * closed and the socket it created is removed (nothing it did not create).
+ * The token, if any, comes from COMEM_TOKEN.
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "base/log.h"
+#include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord.h"
 
@@ -27,15 +31,41 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: comemd [--socket PATH] [--device auto|nvml|sim[:...]] [--idle-release SECONDS] [--check]\n"
-               "  The coordinator for comem clients on this machine. Logs to stderr; stops on SIGTERM.\n"
-               "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_TOKEN, COMEM_IDLE_SECONDS, COMEM_LOG.\n");
+    fprintf(f,
+            "usage: comemd [--socket PATH] [--device auto|nvml|sim[:...]] [--idle-release SECONDS]\n"
+            "              [--hello-timeout SECONDS] [--reserve SIZE] [--check]\n"
+            "  The coordinator for comem clients on this machine. Logs to stderr; stops on SIGTERM.\n"
+            "  --socket PATH           where to listen (default: COMEM_SOCKET, else the per-user socket);\n"
+            "                          an existing file there is replaced only if it is a stale socket of\n"
+            "                          this user; PATH.lock (kept) makes a second daemon on PATH refuse to start\n"
+            "  --device SPEC           the cards to coordinate (default: COMEM_DEVICE, else auto)\n"
+            "  --idle-release SECONDS  ask a holder idle this long to release (default 60, or COMEM_IDLE_SECONDS)\n"
+            "  --hello-timeout SECONDS close a connection that has not said HELLO by then (default 5)\n"
+            "  --reserve SIZE          the reserve base hosts keep on every card (e.g. 400MiB); when given, no\n"
+            "                          host can change it; without it the first host to join sets it\n"
+            "  --check                 verify the ledger after every mutation (tests, debugging)\n"
+            "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_TOKEN (at most 127 bytes), COMEM_IDLE_SECONDS,\n"
+            "  COMEM_CHECK, COMEM_LOG.\n");
+}
+
+/* A daemon may hold a connection and a pidfd per session: lift the soft descriptor limit to the hard one. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 int main(int argc, char **argv)
 {
     comem_coord_config cfg;
-    comem_coord_config_defaults(&cfg);
+    char err[256];
+    if (comem_coord_config_defaults(&cfg, err, sizeof err) != COMEM_OK) {
+        comem_error("%s", err);
+        return 2;
+    }
     const char *env = getenv("COMEM_SOCKET");
     if (env && *env)
         snprintf(cfg.socket_path, sizeof cfg.socket_path, "%s", env);
@@ -48,19 +78,35 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--check")) {
             cfg.check = true;
         } else if (!strcmp(a, "--socket") && v) {
-            snprintf(cfg.socket_path, sizeof cfg.socket_path, "%s", v);
+            if ((size_t)snprintf(cfg.socket_path, sizeof cfg.socket_path, "%s", v) >= sizeof cfg.socket_path) {
+                comem_error("--socket: path too long");
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--device") && v) {
             snprintf(cfg.device_spec, sizeof cfg.device_spec, "%s", v);
             i++;
         } else if (!strcmp(a, "--idle-release") && v) {
-            char *end;
-            double s = strtod(v, &end);
-            if (*end || !(s > 0)) {
-                fprintf(stderr, "comemd: --idle-release needs a positive number of seconds, not '%s'\n", v);
+            if (comem_parse_seconds("--idle-release", v, &cfg.idle_release_s, err, sizeof err) != COMEM_OK) {
+                comem_error("%s", err);
                 return 2;
             }
-            cfg.idle_release_s = s;
+            i++;
+        } else if (!strcmp(a, "--hello-timeout") && v) {
+            double secs;
+            if (comem_parse_seconds("--hello-timeout", v, &secs, err, sizeof err) != COMEM_OK || secs > 3600) {
+                comem_error("%s", err[0] ? err : "--hello-timeout: at most 3600 seconds");
+                return 2;
+            }
+            cfg.hello_timeout_ms = secs * 1000 < 1 ? 1 : (int)(secs * 1000);
+            i++;
+        } else if (!strcmp(a, "--reserve") && v) {
+            double bytes;
+            if (comem_parse_size(v, &bytes, err, sizeof err) != COMEM_OK || bytes >= 9.2e18) {
+                comem_error("--reserve: %s", err[0] ? err : "too large");
+                return 2;
+            }
+            cfg.reserve_base = (int64_t)bytes;
             i++;
         } else {
             fprintf(stderr, "comemd: unknown or incomplete argument '%s'\n", a);
@@ -68,9 +114,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    raise_fd_limit();
     int rc = comem_coord_create(&cfg, &g_srv);
     if (rc == COMEM_EEXIST) {
-        comem_error("another coordinator already answers on %s", cfg.socket_path[0] ? cfg.socket_path : "the default socket");
+        comem_error("another coordinator already runs on %s", cfg.socket_path[0] ? cfg.socket_path : "the default socket");
         return 1;
     }
     if (rc != COMEM_OK) {
