@@ -164,6 +164,25 @@ COMEM_API void comem_admit_details(comem_client *c, int64_t *need, int64_t *free
                                    int64_t *freed, int *asked, int *busy);
 
 /*
+ * comem_admit and its details in one call, for bindings (one crossing instead
+ * of two): writes COMEM_ADMIT_NFIGURES values to figures, indexed by the
+ * COMEM_ADMIT_* names below (the grant id as its int64 bit pattern; 0 when
+ * refused or decided locally without one). Returns what comem_admit returns.
+ */
+#define COMEM_ADMIT_GRANT 0       /* the grant id (0 when refused) */
+#define COMEM_ADMIT_SHORT_BY 1    /* when refused: the missing bytes */
+#define COMEM_ADMIT_NEED 2        /* the ask target */
+#define COMEM_ADMIT_FREE_BEFORE 3 /* true free before asking anyone */
+#define COMEM_ADMIT_FREE_AFTER 4  /* true free after the receipts */
+#define COMEM_ADMIT_FREED 5       /* bytes others reported freed for it */
+#define COMEM_ADMIT_ASKED 6       /* holders asked */
+#define COMEM_ADMIT_BUSY 7        /* holders that answered busy */
+#define COMEM_ADMIT_NFIGURES 8
+COMEM_API int comem_admit_figures(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
+                                  int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms,
+                                  int64_t *figures);
+
+/*
  * Whom the last admission this thread made on c asked: writes up to cap
  * holder ids (the coordinator's, as comem_status_json lists them; the first 64
  * at most) to holders and returns how many it wrote. holders NULL: returns how

@@ -46,6 +46,42 @@ _OPEN_NO_LOCAL = 2
 _ENTRY_PAGED = 1
 
 
+_I64 = 1 << 63
+_admit = _L.comem_admit_figures
+_grant_done = _L.comem_grant_done
+
+
+class _Out:
+    """Per-thread out-parameters for admission: made once, reused by every call on the thread."""
+
+    def __init__(self) -> None:
+        self.fig = (c_int64 * 8)()  # COMEM_ADMIT_GRANT .. COMEM_ADMIT_BUSY
+        self.ids = (c_uint64 * 64)()
+
+    def details(self, h: int) -> tuple:
+        """(need, free_before, free_after, freed, asked ids, n_asked, n_busy) of the admission just made."""
+        f = self.fig
+        asked = f[6]
+        ids: List[str] = []
+        if asked:
+            n = _L.comem_admit_asked(h, self.ids, 64)
+            for i in range(n):  # the same holder asked again in a later round is named once
+                x = format(self.ids[i], "x")
+                if x not in ids:
+                    ids.append(x)
+        return f[2], f[3], f[4], f[5], ids, asked, f[7]
+
+
+_outs = threading.local()
+
+
+def _out() -> _Out:
+    o = getattr(_outs, "o", None)
+    if o is None:
+        o = _outs.o = _Out()
+    return o
+
+
 class Reserve(NamedTuple):
     """What a process should keep free on a device, and the headroom its pager should use (bytes)."""
     reserve: int
@@ -220,20 +256,18 @@ class Grant:
     ``free_after``, ``freed`` (what others gave back), ``asked`` (holder ids), ``n_asked``, ``n_busy``.
     """
 
+    __slots__ = ("client", "id", "bytes", "device", "holder", "need", "free_before", "free_after", "freed", "asked",
+                 "n_asked", "n_busy", "_open")
+
     def __init__(self, client: "Client", gid: int, nbytes: int, device: int, holder: Optional[Holder],
-                 details: Dict[str, Any]) -> None:
+                 details: Sequence[Any]) -> None:
         self.client = client
         self.id = gid
         self.bytes = nbytes
         self.device = device
         self.holder = holder
-        self.need: int = details["need"]
-        self.free_before: int = details["free_before"]
-        self.free_after: int = details["free_after"]
-        self.freed: int = details["freed"]
-        self.asked: List[str] = details["asked"]
-        self.n_asked: int = details["n_asked"]
-        self.n_busy: int = details["n_busy"]
+        (self.need, self.free_before, self.free_after, self.freed, self.asked, self.n_asked,
+         self.n_busy) = details
         self._open = gid != 0
 
     @property
@@ -262,7 +296,9 @@ class Grant:
         if self._open:
             h = self.client._h()
             self._open = False
-            check(_L.comem_grant_done(h, self.id, 0, 0), "comem_grant_done")
+            rc = _grant_done(h, self.id, 0, 0)
+            if rc < 0:
+                raise errors.error(rc, "comem_grant_done")
 
     def __enter__(self) -> "Grant":
         return self
@@ -301,11 +337,13 @@ class Client:
         self._holders: Dict[int, Holder] = {}
         self._keepalive: List[Any] = []  # callbacks of removed holders: an ask may still be running
         self._pagers: List[Any] = []  # pagers attached through this client: detached before it closes
+        self._pager_handles: List[int] = []  # their C handles, for the finalizer (which must not hold self)
         self._lock = threading.Lock()
         h = c_void_p()
         check(_L.comem_client_open(sock, ROLES[role], nm, rb, flags, byref(h)), "comem_client_open")
         self._handle: Optional[int] = h.value
-        self._finalizer = weakref.finalize(self, _L.comem_client_close, h.value)
+        # Also at interpreter exit: attached pagers are detached first (they point at this client).
+        self._finalizer = weakref.finalize(self, _close_client, h.value, self._pager_handles)
         if tmo is not None:
             _L.comem_client_set_timeout(h.value, tmo)
 
@@ -327,11 +365,8 @@ class Client:
             return
         if _in_callback(self):
             raise RuntimeError("a client cannot be closed from its own release callback")
-        for p in list(self._pagers):  # the C pager keeps a pointer to this client: detach it first
-            try:
-                p.detach()
-            except Error:
-                log.exception("comem: detaching %r before closing client '%s' failed", p, self.name)
+        for p in list(self._pagers):  # detached by the finalizer below, first thing
+            p._client = None
         self._pagers.clear()
         self._handle = None
         self._finalizer()  # ctypes releases the GIL: a callback in flight can finish
@@ -437,37 +472,45 @@ class Client:
         raises :class:`comem.Refused` with how short it was and whom it asked.
         ``keep``: entries of this client that must not be asked to release.
         """
-        w = errors.size(weights, "weights")
-        inf = errors.size(inference, "inference")
-        cf = errors.size(cast_forward, "cast_forward")
-        dev = errors.device(device)
-        hid = self._holder_id(holder)
-        keep = list(keep)
-        if len(keep) > errors.MAX_KEEP:
-            raise ValueError(f"keep lists at most {errors.MAX_KEEP} entries (got {len(keep)})")
-        ids = (c_uint64 * max(1, len(keep)))()
-        for i, e in enumerate(keep):
-            if not isinstance(e, Entry) or e.holder.client is not self:
-                raise TypeError("keep must list this client's comem.Entry objects")
-            ids[i] = e.id
-        tmo = errors.timeout_ms(timeout)
-        gid = c_uint64()
-        short = c_int64()
-        rc = _L.comem_admit(self._h(), dev, hid, w, inf, cf, ids, len(keep), tmo, byref(gid), byref(short))
-        details = self._details()
+        # The common case (plain non-negative ints, no keep list) is checked inline: this is the call
+        # every load makes, and what the binding adds to the C library is measured (bench_python.py).
+        w = weights if type(weights) is int and 0 <= weights < _I64 else errors.size(weights, "weights")
+        inf = inference if type(inference) is int and 0 <= inference < _I64 else errors.size(inference, "inference")
+        cf = (cast_forward if type(cast_forward) is int and 0 <= cast_forward < _I64
+              else errors.size(cast_forward, "cast_forward"))
+        dev = device if type(device) is int and 0 <= device < errors.MAX_DEVICES else errors.device(device)
+        hid = 0 if holder is None else self._holder_id(holder)
+        ids, n = None, 0
+        if keep:
+            keep = list(keep)
+            if len(keep) > errors.MAX_KEEP:
+                raise ValueError(f"keep lists at most {errors.MAX_KEEP} entries (got {len(keep)})")
+            n = len(keep)
+            ids = (c_uint64 * n)()
+            for i, e in enumerate(keep):
+                if not isinstance(e, Entry) or e.holder.client is not self:
+                    raise TypeError("keep must list this client's comem.Entry objects")
+                ids[i] = e.id
+        tmo = -1 if timeout is None else errors.timeout_ms(timeout)
+        h = self._h()
+        o = _out()
+        rc = _admit(h, dev, hid, w, inf, cf, ids, n, tmo, o.fig)
+        d = o.details(h)
         if rc == errors.ENOSPC:
-            raise Refused("comem_admit", short.value, **details)
-        check(rc, "comem_admit")
-        return Grant(self, gid.value, w, dev, holder, details)
+            raise Refused("comem_admit", o.fig[1], *d)
+        if rc < 0:
+            raise errors.error(rc, "comem_admit")
+        return Grant(self, o.fig[0] & 0xFFFFFFFFFFFFFFFF, w, dev, holder, d)
 
     def _details(self) -> Dict[str, Any]:
-        need, fb, fa, freed = c_int64(), c_int64(), c_int64(), c_int64()
-        asked, busy = c_int(), c_int()
-        _L.comem_admit_details(self._h(), byref(need), byref(fb), byref(fa), byref(freed), byref(asked), byref(busy))
-        ids = (c_uint64 * 64)()
-        n = _L.comem_admit_asked(self._h(), ids, 64)
-        return {"need": need.value, "free_before": fb.value, "free_after": fa.value, "freed": freed.value,
-                "asked": [format(ids[i], "x") for i in range(n)], "n_asked": asked.value, "n_busy": busy.value}
+        """The last admission's figures on this thread, by name."""
+        h = self._h()
+        o = _out()
+        v = [c_int64() for _ in range(4)] + [c_int(), c_int()]
+        _L.comem_admit_details(h, *[byref(x) for x in v])
+        for i, x in enumerate(v):
+            o.fig[2 + i] = x.value
+        return dict(zip(("need", "free_before", "free_after", "freed", "asked", "n_asked", "n_busy"), o.details(h)))
 
     def pressure(self, nbytes: int, device: int = 0, timeout: Optional[float] = None) -> int:
         """At an out-of-memory retry site: asks idle siblings for ``nbytes`` first. Returns what came back."""
@@ -553,6 +596,14 @@ class Client:
     def __repr__(self) -> str:
         state = "closed" if self._handle is None else ("connected" if self.connected else "local")
         return f"<comem.Client {self.name!r} {self.role} ({state})>"
+
+
+def _close_client(handle: int, pager_handles: List[int]) -> None:
+    """Detaches the pagers attached through the client (their C side points at it), then closes it."""
+    for ph in list(pager_handles):
+        _L.comem_pager_detach(ph)
+    pager_handles.clear()
+    _L.comem_client_close(handle)
 
 
 def _entry_id(entry: Union[str, int]) -> int:

@@ -18,6 +18,7 @@ time) and ``"sim"`` (the shared simulated card, host memory behind it).
 from __future__ import annotations
 
 import ctypes
+import weakref
 from ctypes import byref, c_int64, c_uint8, c_uint32, c_void_p
 from typing import Dict, List, Optional, Union
 
@@ -51,6 +52,9 @@ class Pager:
         self.device = dev
         self._vbars: Dict[int, "VBar"] = {}
         self._client = None
+        self._attached: List[List[int]] = []  # the attached client's handle list, for the finalizer
+        # Closed at the latest when the interpreter exits (its VBARs keep it alive until then).
+        self._finalizer = weakref.finalize(self, _close_pager, h.value, self._vbars, self._attached)
 
     def _h(self) -> int:
         if self._handle is None:
@@ -147,6 +151,8 @@ class Pager:
         check(_L.comem_pager_attach(self._h(), client._h(), errors.name(name, "holder name")), "comem_pager_attach")
         self._client = client  # the client must outlive the attachment
         client._pagers.append(self)  # so closing the client detaches this pager first
+        client._pager_handles.append(self._handle)
+        self._attached.append(client._pager_handles)
 
     def detach(self) -> None:
         """Removes the pager's holder and entries from the ledger."""
@@ -156,6 +162,10 @@ class Pager:
     def _forget_client(self) -> None:
         if self._client is not None and self in self._client._pagers:
             self._client._pagers.remove(self)
+        for handles in self._attached:
+            if self._handle in handles:
+                handles.remove(self._handle)
+        self._attached.clear()
         self._client = None
 
     @property
@@ -168,12 +178,9 @@ class Pager:
         """Detaches, destroys every VBAR and releases the backend."""
         if self._handle is None:
             return
-        for v in self._vbars.values():
-            v._handle = None
-        self._vbars.clear()
-        _L.comem_pager_close(self._handle)
-        self._handle = None
         self._forget_client()
+        self._finalizer()
+        self._handle = None
 
     def __enter__(self) -> "Pager":
         return self
@@ -183,6 +190,18 @@ class Pager:
 
     def __repr__(self) -> str:
         return f"<comem.Pager {self.backend} device {self.device}>"
+
+
+def _close_pager(handle: int, vbars: Dict[int, "VBar"], attached: List[List[int]]) -> None:
+    """Closes a pager (detaching it): its VBARs become unusable; its client forgets it."""
+    for handles in attached:
+        if handle in handles:
+            handles.remove(handle)
+    attached.clear()
+    for v in vbars.values():
+        v._handle = None
+    vbars.clear()
+    _L.comem_pager_close(handle)
 
 
 class VBar:

@@ -202,6 +202,25 @@ int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, i
     return COMEM_OK;
 }
 
+int comem_admit_figures(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
+                        int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, int64_t *figures)
+{
+    uint64_t grant = 0;
+    int64_t short_by = 0;
+    int rc = comem_admit(c, device, holder, weights, inference, cast_forward, keep, n_keep, timeout_ms, &grant,
+                         &short_by);
+    if (figures) {
+        int asked = 0, busy = 0;
+        figures[COMEM_ADMIT_GRANT] = (int64_t)grant;
+        figures[COMEM_ADMIT_SHORT_BY] = short_by;
+        comem_admit_details(c, &figures[COMEM_ADMIT_NEED], &figures[COMEM_ADMIT_FREE_BEFORE],
+                            &figures[COMEM_ADMIT_FREE_AFTER], &figures[COMEM_ADMIT_FREED], &asked, &busy);
+        figures[COMEM_ADMIT_ASKED] = asked;
+        figures[COMEM_ADMIT_BUSY] = busy;
+    }
+    return rc;
+}
+
 int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t used)
 {
     if (!c || used < 0)
@@ -447,7 +466,7 @@ int comem_pin_acquire(comem_client *c, uint64_t holder, int64_t bytes, int64_t *
         m.type = COMEM_MSG_PIN_ACQUIRE;
         m.u.pin.holder_id = coord;
         m.u.pin.bytes = bytes;
-        rc = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, true);
+        rc = comem_req_begin(c, &r, PEND_PIN, coord, (uint64_t)bytes, true);
     }
     pthread_mutex_unlock(&c->lock);
     if (rc != COMEM_OK)

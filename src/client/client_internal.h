@@ -108,7 +108,8 @@ typedef enum pend_kind {
     PEND_PLAIN = 0,
     PEND_HOLDER_ADD = 1, /* the service thread maps the id itself, waiter or not */
     PEND_ENTRY_ADD = 2,
-    PEND_STATUS = 3 /* STATUS_REPLY chunks are reassembled into text */
+    PEND_STATUS = 3, /* STATUS_REPLY chunks are reassembled into text */
+    PEND_PIN = 4     /* a pin acquire: granted after its caller gave up, its bytes are given back */
 } pend_kind;
 
 /*
@@ -320,10 +321,13 @@ void comem_req_abort(comem_client *c, client_req *r);
 
 /*
  * Service thread, lock held: a reply frame arrived; completes its request.
- * *orphan_kind and *orphan receive an add whose object is gone (remove it at the
- * coordinator). Returns false when no request waits for it.
+ * *orphan_kind (PEND_PLAIN when there is nothing to undo) and *orphan receive an
+ * add whose object is gone (remove it at the coordinator), or a pin granted after
+ * its caller gave up (*orphan the holder, *orphan_bytes the bytes to release).
+ * Returns false when no request waits for it.
  */
-bool comem_pending_complete(comem_client *c, const comem_msg *m, pend_kind *orphan_kind, uint64_t *orphan);
+bool comem_pending_complete(comem_client *c, const comem_msg *m, pend_kind *orphan_kind, uint64_t *orphan,
+                            int64_t *orphan_bytes);
 
 /* Lock held: every request fails with COMEM_ECLOSED (the connection ended). */
 void comem_pending_fail_all(comem_client *c);

@@ -6,10 +6,11 @@
  * Lifetimes: a waiting record belongs to its waiter, which unlinks and frees
  * it after it wakes (reply, timeout, or the connection's end). A detached
  * record (an add sent from the service thread, or an add whose caller timed
- * out) stays so that its id reply can still be applied; the service thread
- * unlinks and frees it when the reply comes or the connection ends. Other
- * late replies match nothing and are dropped (service.c gives a late grant
- * back). Everything here runs under c->lock except the send and the wait.
+ * out) stays so that its id reply can still be applied; so does a pin acquire
+ * whose caller timed out, so that a late grant can be given back. The service
+ * thread unlinks and frees those when the reply comes or the connection ends.
+ * Other late replies match nothing and are dropped (service.c gives a late
+ * grant back). Everything here runs under c->lock except the send and the wait.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -154,6 +155,8 @@ int comem_req_finish(comem_client *c, client_req *r, comem_msg *m, int timeout_m
             else
                 comem_tab_remove_entry(c, p->obj);
             p->waiting = false;
+        } else if (!comem_on_service_thread(c) && p->kind == PEND_PIN) {
+            p->waiting = false; /* a late grant is given back when its reply comes */
         } else {
             unlink_pending(c, p);
             free_pending(p);
@@ -292,9 +295,11 @@ static void complete(comem_client *c, client_pending *p, int status)
     }
 }
 
-bool comem_pending_complete(comem_client *c, const comem_msg *m, pend_kind *orphan_kind, uint64_t *orphan)
+bool comem_pending_complete(comem_client *c, const comem_msg *m, pend_kind *orphan_kind, uint64_t *orphan,
+                            int64_t *orphan_bytes)
 {
     *orphan = 0;
+    *orphan_bytes = 0;
     client_pending *p = c->pending;
     while (p && p->req != m->request_id)
         p = p->next;
@@ -311,6 +316,11 @@ bool comem_pending_complete(comem_client *c, const comem_msg *m, pend_kind *orph
     copy_reply(&p->reply, m);
     if (p->kind == PEND_HOLDER_ADD || p->kind == PEND_ENTRY_ADD)
         apply_add(c, p, m, orphan_kind, orphan);
+    if (p->kind == PEND_PIN && !p->waiting && m->type == COMEM_MSG_PIN_REPLY && m->u.pin_reply.granted) {
+        *orphan_kind = PEND_PIN; /* its caller gave up: nobody counts these bytes as pinned */
+        *orphan = p->obj;
+        *orphan_bytes = (int64_t)p->snap;
+    }
     complete(c, p, COMEM_OK);
     return true;
 }

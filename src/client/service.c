@@ -44,11 +44,23 @@ static void late_reply(comem_client *c, const comem_msg *m, uint64_t gen)
     comem_debug("dropping a late %s (request %u)", comem_wire_type_name(m->type), m->request_id);
 }
 
-/* An add answered after its object was removed: take it back out of the ledger. */
-static void give_back(comem_client *c, pend_kind kind, uint64_t coord_id, uint64_t gen)
+/*
+ * An add answered after its object was removed, or a pin granted after its caller
+ * gave up: take it back out of the ledger.
+ */
+static void give_back(comem_client *c, pend_kind kind, uint64_t coord_id, int64_t bytes, uint64_t gen)
 {
     comem_msg g;
     memset(&g, 0, sizeof g);
+    if (kind == PEND_PIN) {
+        comem_info("pinned RAM was granted after its caller gave up; giving %lld bytes back", (long long)bytes);
+        g.type = COMEM_MSG_PIN_RELEASE;
+        g.request_id = comem_client_next_req(c);
+        g.u.pin.holder_id = coord_id;
+        g.u.pin.bytes = bytes;
+        (void)comem_conn_send(c, gen, &g);
+        return;
+    }
     g.type = kind == PEND_HOLDER_ADD ? COMEM_MSG_HOLDER_REMOVE : COMEM_MSG_ENTRY_REMOVE;
     g.request_id = comem_client_next_req(c);
     g.u.id.id = coord_id;
@@ -70,14 +82,15 @@ static int dispatch(comem_client *c)
     }
     pend_kind orphan_kind = PEND_PLAIN;
     uint64_t orphan = 0;
+    int64_t orphan_bytes = 0;
     pthread_mutex_lock(&c->lock);
-    bool matched = comem_pending_complete(c, m, &orphan_kind, &orphan);
+    bool matched = comem_pending_complete(c, m, &orphan_kind, &orphan, &orphan_bytes);
     uint64_t gen = c->gen;
     pthread_mutex_unlock(&c->lock);
     if (!matched)
         late_reply(c, m, gen);
-    if (orphan)
-        give_back(c, orphan_kind, orphan, gen);
+    if (orphan_kind != PEND_PLAIN)
+        give_back(c, orphan_kind, orphan, orphan_bytes, gen);
     return COMEM_OK;
 }
 
@@ -181,6 +194,11 @@ static void *service_main(void *arg)
         if (c->fd < 0) {
             if (try_connect(c) == COMEM_OK)
                 continue;
+            /* The attempt may have consumed close's wake-up (its HELLO waits on the same eventfd):
+               look at the flag before sleeping. stopping is set before the wake is written, so a
+               close after this check still finds the eventfd readable. */
+            if (atomic_load(&c->stopping))
+                break;
             /* Sleep, but wake at once for close. A refusal set a longer wait. */
             int wait = c->retry_ms;
             if (comem_conn_read(c, -1, wait) < 0)

@@ -16,6 +16,7 @@ tensor of that size), added to the device's extra headroom.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from typing import Any, Iterable, List, Optional, Tuple, Union
@@ -64,6 +65,7 @@ def init(implementation: Optional[str] = None, simple_vram_headroom: Optional[in
         log.warning("comem.aimdo: no comem client (%s); pages are not steerable across processes", e)
         client = None
     lib = _Lib()
+    atexit.register(deinit)  # pagers before their client, before the interpreter tears threads down
     return True
 
 
