@@ -215,7 +215,6 @@ class Scene:
             extra = max(mm.minimum_inference_memory(), mm.extra_reserved_memory())
             vae_bytes = int((free + 0.10 * E - extra) / 1.1)
             a_before = A.ask("resident", name="sam")["resident"]
-            released_before = host.models.released
             vae = patcher(vae_bytes)
             t = time.monotonic()
             mm.load_models_gpu([vae])
@@ -228,42 +227,49 @@ class Scene:
             self.figures["b_worker_freed_bytes"] = a_before - a_after
             self.snapshot("(b) host took from idle A")
 
-            # 3. Worker B starts paging a model while it computes (busy from now on).
-            B = m.child("paged_worker.py", "worker-b")
-            self.pids["B"] = B.pid
-            layer_mib = max(32, int(0.02 * E / MiB) // 32 * 32)
-            st = B.ask("start", layers=max(8, int(0.5 * E / (layer_mib * MiB))), layer_mib=layer_mib, timeout=120)
-            time.sleep(1.0)
-            b0 = B.ask("stats")
-            self.snapshot("worker B paging (busy)")
-
-            # 4. (a)+(c) worker A asks for a model larger than what is free: the coordinator takes the busy
-            #    pager's unpinned pages (it releases while computing) and the host's bytes, through
-            #    ComfyUI's own LoadedModel.model_unload.
+            # 3. (a) worker A asks for more than is free: the coordinator takes the host's bytes, and the host
+            #    answers through ComfyUI's own LoadedModel.model_unload (the only other holder now).
             free = comem.View(m.socket).read(0).free
-            # More than is free: about half of what the busy pager could give, and some of the host's.
-            want = int((free + 0.5 * b0["reclaimable"] + 0.04 * E - 1.2 * GiB) / 1.1)
+            want = int((free + 0.06 * E - 1.2 * GiB) / 1.1)
             host_before = host.models.resident(0)
+            released_before = host.models.released
             t = time.monotonic()
             out = A.ask("load", name="sam2", mib=max(256, want // MiB), parts=max(2, want // (256 * MiB)),
                         timeout=120)
             self.figures["a_admit_s"] = time.monotonic() - t
-            time.sleep(0.5)
-            b1 = B.ask("stats")
             host_after = host.models.resident(0)
             self.claim("a", "refused" not in out and host.models.released > released_before and host_after < host_before,
                        f"worker A {'refused ' + str(out) if 'refused' in out else 'granted'} {gib(want)}; "
                        f"the host gave {gib(host.models.released - released_before)} "
                        f"through model_unload ({gib(host_before)} -> {gib(host_after)})")
             self.figures["a_host_released_bytes"] = host.models.released - released_before
+            self.snapshot("(a) A took from the host")
+
+            # 4. Worker B starts paging a model while it computes (busy from now on).
+            B = m.child("paged_worker.py", "worker-b")
+            self.pids["B"] = B.pid
+            layer_mib = max(32, int(0.02 * E / MiB) // 32 * 32)
+            B.ask("start", layers=max(8, int(0.5 * E / (layer_mib * MiB))), layer_mib=layer_mib, timeout=120)
+            time.sleep(1.0)
+            b0 = B.ask("stats")
+            self.snapshot("worker B paging (busy)")
+
+            # 5. (c) worker A asks again, for about half of what the busy pager could give: the coordinator
+            #    takes unpinned pages from it (a pager releases while computing, most offloaded first).
+            free = comem.View(m.socket).read(0).free
+            want = int((free + 0.5 * b0["reclaimable"] - 1.2 * GiB) / 1.1)
+            out = A.ask("load", name="sam3", mib=max(256, want // MiB), parts=max(2, want // (256 * MiB)),
+                        timeout=120)
+            time.sleep(0.5)
+            b1 = B.ask("stats")
             gave = b0["usage"] - b1["usage"]
-            self.claim("c", gave > 0 and b1["release_asks"] > b0["release_asks"] and b1["exceptions"] == 0
-                       and b1["offloaded"] > b0["offloaded"] and b1["passes"] > b0["passes"],
-                       f"busy worker B gave {gib(gave)} of pages while computing ({b1['passes'] - b0['passes']} "
-                       f"passes meanwhile, {b1['offloaded'] - b0['offloaded']} offloaded faults, "
-                       f"{b1['exceptions']} exceptions)")
+            self.claim("c", "refused" not in out and gave > 0 and b1["release_asks"] > b0["release_asks"]
+                       and b1["exceptions"] == 0 and b1["offloaded"] > b0["offloaded"] and b1["passes"] > b0["passes"],
+                       f"worker A {'refused' if 'refused' in out else 'granted'} {gib(want)}; busy worker B gave "
+                       f"{gib(gave)} of pages while computing ({b1['passes'] - b0['passes']} passes meanwhile, "
+                       f"{b1['offloaded'] - b0['offloaded']} offloaded faults, {b1['exceptions']} exceptions)")
             self.figures["c_pager_gave_bytes"] = gave
-            self.snapshot("(a)(c) A admitted")
+            self.snapshot("(c) A took from busy B")
 
             # 5. (d) worker A is killed.
             a_pid = A.pid
