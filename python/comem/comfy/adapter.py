@@ -116,8 +116,8 @@ class Adapter:
         self._patch(mm.LoadedModel, "model_load", _wrap_model_load(mm.LoadedModel.model_load))
         if self.devices.simulated:
             self._patch(mm, "get_torch_device", _sim_torch_device)
-            self._patch(mm, "get_free_memory", self._wrap_get_free_memory(mm.get_free_memory))
-            self._patch(mm, "get_total_memory", self._wrap_get_total_memory(mm.get_total_memory))
+            self._patch(mm, "get_free_memory", self._wrap_reading(mm.get_free_memory, self.devices.free))
+            self._patch(mm, "get_total_memory", self._wrap_reading(mm.get_total_memory, self.devices.total))
         execution = sys.modules.get("execution")
         if execution is not None and hasattr(execution, "get_output_data"):
             self._patch(execution, "get_output_data", self._wrap_node(execution.get_output_data))
@@ -219,27 +219,19 @@ class Adapter:
                     self.models.sync()
         return load_models_gpu
 
-    def _wrap_get_free_memory(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap_reading(self, orig: Callable[..., Any], read: Callable[[int], int]) -> Callable[..., Any]:
+        """get_free_memory / get_total_memory: the simulated card's figure for the device that plays it."""
         @functools.wraps(orig)
-        def get_free_memory(dev: Any = None, torch_free_too: bool = False) -> Any:
+        def reading(dev: Any = None, *args: Any, **kwargs: Any) -> Any:
             d = dev if dev is not None else self.mm.get_torch_device()
             idx = self.devices.index(d)
             if idx is None:
-                return orig(dev, torch_free_too)
-            free = self.devices.free(idx)
-            return (free, 0) if torch_free_too else free
-        return get_free_memory
-
-    def _wrap_get_total_memory(self, orig: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(orig)
-        def get_total_memory(dev: Any = None, torch_total_too: bool = False) -> Any:
-            d = dev if dev is not None else self.mm.get_torch_device()
-            idx = self.devices.index(d)
-            if idx is None:
-                return orig(dev, torch_total_too)
-            total = self.devices.total(idx)
-            return (total, 0) if torch_total_too else total
-        return get_total_memory
+                return orig(dev, *args, **kwargs)
+            # the one flag is torch_free_too / torch_total_too, by position or by name
+            torch_too = bool(args[0]) if args else any(kwargs.values())
+            v = read(idx)
+            return (v, 0) if torch_too else v  # torch holds nothing there: its share is 0
+        return reading
 
     def _wrap_node(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(orig)
