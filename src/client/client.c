@@ -18,6 +18,7 @@ _Static_assert(COMEM_TOKEN_MAX == COMEM_WIRE_TEXT_MAX - 1, "a token is the HELLO
 
 /* How long open waits for an embedded coordinator it started (or lost a race to) to answer. */
 #define EMBED_CONNECT_MS 2000
+#define BUSY_CONNECT_MS 1000 /* how long a full accept queue is retried at open */
 
 int comem_client_timeout(comem_client *c, int timeout_ms)
 {
@@ -97,6 +98,12 @@ static comem_client *client_alloc(void)
 static int connect_or_embed(comem_client *c)
 {
     int fd = comem_conn_connect(c->path);
+    /* A full queue (EBUSY) is a coordinator draining a burst of connections: it accepts in
+       microseconds, and evicts silent ones to make room, so a real client retries briefly. */
+    for (int waited = 0; fd == COMEM_EBUSY && waited < BUSY_CONNECT_MS; waited += 5) {
+        usleep(5000);
+        fd = comem_conn_connect(c->path);
+    }
     if (fd >= 0 || !(c->flags & COMEM_OPEN_EMBED))
         return fd;
     comem_coord *coord = NULL;

