@@ -80,7 +80,7 @@ typedef struct job {
 } job;
 
 /* Who waits for an ask's receipt: a job, a sweep, or another session's RELEASE request. */
-typedef enum ask_owner { OWNER_JOB = 1, OWNER_IDLE = 2, OWNER_PINS = 3, OWNER_REQUEST = 4 } ask_owner;
+typedef enum ask_owner { OWNER_JOB = 1, OWNER_IDLE = 2, OWNER_PINS = 3, OWNER_REQUEST = 4, OWNER_PRESSURE = 5 } ask_owner;
 
 typedef struct ask {
     uint64_t session; /* the asked holder's session */
@@ -125,6 +125,8 @@ typedef struct comem_coord_srv {
     uint8_t *frame; /* encode buffer: COMEM_WIRE_MAX_FRAME */
     volatile int stop;
     int64_t host_base; /* the host's reserve base (-1 until a host says) */
+    int64_t max_pinned_windows; /* the pin ceiling by ComfyUI's Windows rule (a WDDM process joined) */
+    int pressure_out[COMEM_MAX_DEVICES]; /* pressure asks not yet settled, per device (pressure.c) */
 } comem_coord_srv;
 
 /* ---- server.c ---- */
@@ -189,6 +191,12 @@ void coord_idle_tick(comem_coord_srv *s, int64_t now_ns);
 void coord_idle_ask_done(comem_coord_srv *s, uint64_t holder);
 /* A pin request fell short: ask other sessions' pin holders for their share (rate-limited). */
 void coord_pin_pressure(comem_coord_srv *s, uint64_t requester, int64_t shortfall);
+
+/* ---- pressure.c ---- */
+/* Asks holders for what a device is short of its reserve, when nobody's request explains it. */
+void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns);
+/* One of device's pressure asks settled. */
+void coord_pressure_ask_done(comem_coord_srv *s, int device);
 
 /* ---- status.c ---- */
 /* The status snapshot as JSON text (malloc'd). */

@@ -109,8 +109,24 @@ static void on_pin(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pi
 {
     comem_msg m = {.type = COMEM_MSG_PIN_REPLY, .request_id = rid};
     int64_t shortfall = 0;
-    int rc = acquire ? comem_ledger_pin_acquire(&s->ledger, c->session, p->bytes, &shortfall)
+    int rc = COMEM_OK;
+    for (int d = 0; acquire && d < s->ledger.n_devices && rc == COMEM_OK; d++) {
+        /* UMA: pinned RAM is the device's memory too, so it must fit what the device has free beyond
+           its reserve, or VRAM and RAM would both be promised the same bytes (user-needs F21). */
+        if (!s->meas[d].valid || !s->meas[d].r.unified)
+            continue;
+        const ledger_device *ld = &s->ledger.devices[d];
+        int64_t room = comem_sub(coord_available(s, d, true), ld->reserve_base >= 0 ? ld->reserve_base : ld->published);
+        if (p->bytes > room) {
+            rc = COMEM_ENOSPC;
+            shortfall = comem_sub(p->bytes, comem_clamp0(room));
+        }
+    }
+    if (rc == COMEM_OK)
+        rc = acquire ? comem_ledger_pin_acquire(&s->ledger, c->session, p->bytes, &shortfall)
                      : comem_ledger_pin_release(&s->ledger, c->session, p->bytes);
+    if (rc == COMEM_OK)
+        coord_touched(s, -1); /* on a UMA device the pages come out of its free */
     if (rc != COMEM_OK && rc != COMEM_ENOSPC) {
         coord_reply(s, c, rid, rc, NULL);
         return;

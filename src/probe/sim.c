@@ -538,6 +538,7 @@ static void fill_identity(const comem_sim *sim, int card, comem_device_reading *
     out->index = card;
     out->source = "sim";
     snprintf(out->uuid, sizeof out->uuid, "%s%04x", sim->uuid_base, (unsigned)card);
+    out->unified = sim->spec.semantics == COMEM_SIM_UMA;
     snprintf(out->name, sizeof out->name, "comem simulated card (%s)",
              sim->spec.semantics == COMEM_SIM_WDDM ? "wddm" : sim->spec.semantics == COMEM_SIM_UMA ? "uma" : "linux");
 }

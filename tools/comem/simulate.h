@@ -118,6 +118,7 @@ typedef struct sc_term {
     int proc;  /* -1: none */
     char pname[SC_NAME]; /* the process as written (resolved into proc after the whole file) */
     int card;  /* 0 unless named */
+    bool card_set; /* "card N" was written: event figures count that card's events only */
     double at; /* < 0: the whole run (or its end, for a reading) */
 } sc_term;
 

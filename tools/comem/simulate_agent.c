@@ -55,6 +55,7 @@ typedef struct amodel {
     comem_vbar *vbar;        /* paged models */
     int64_t high;            /* most of it ever resident at once (paged) */
     double last_use;         /* scenario time it was last loaded or run */
+    int64_t after_pass;      /* resident at the end of the last pass (paged) */
 } amodel;
 
 typedef struct agent {
@@ -401,8 +402,8 @@ static void pass(agent *a, int i)
         }
         a->inject = 0;
     }
-    if (m->high > before && before >= 0)
-        ev(a, EV_PAGED_EVICT, i, m->high - before, 0);
+    if (m->after_pass > before) /* taken by pressure since the last pass */
+        ev(a, EV_PAGED_EVICT, i, m->after_pass - before, 0);
     int64_t size = comem_vbar_size(m->vbar), streamed = 0, staging = atomic_load(&a->sh->p[a->idx].staging);
     uint32_t sig[16];
     for (int64_t off = 0; off < size; off += FAULT_SPAN) {
@@ -418,6 +419,7 @@ static void pass(agent *a, int i)
         }
     }
     int64_t after = comem_vbar_loaded_size(m->vbar);
+    m->after_pass = after;
     int64_t commits = (comem_pager_stat(a->pager, COMEM_PAGER_STAT_COMMITS) - commits0) * comem_vbar_page_size(m->vbar);
     int64_t first = comem_clamp0(after - m->high); /* pages resident for the first time are not a reload */
     if (after > m->high)

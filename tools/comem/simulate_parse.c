@@ -380,6 +380,7 @@ static bool parse_term(parser *p, char **tok, int n, int *i, sc_term *t)
                 if (!strcmp(a, "card") && *i + 1 < n) {
                     if (!parse_int(p, "card", tok[*i + 1], 0, SC_MAX_CARDS - 1, &t->card))
                         return false;
+                    t->card_set = true;
                     *i += 2;
                 } else if (!strcmp(a, "at") && *i + 1 < n) {
                     if (!parse_secs(p, "at", tok[*i + 1], &t->at))

@@ -258,10 +258,35 @@ static const run_sample *sample_at(const run_result *r, double t)
     return &r->samples[r->n_samples - 1];
 }
 
+/* An event figure counted over one card's events only. */
+static double per_card(const run_result *r, sc_metric m, int card)
+{
+    double v = 0;
+    for (int i = 0; i < r->n_events; i++) {
+        const sh_event *e = &r->events[i];
+        if (e->card != card)
+            continue;
+        bool release = e->kind == EV_ASKED || e->kind == EV_EVICT || e->kind == EV_IDLE_REL;
+        int64_t took = release ? e->b : e->kind == EV_PAGED_EVICT ? e->a : 0;
+        if (m == M_EVICTIONS && took > 0)
+            v++;
+        else if (m == M_EVICTED && took > 0)
+            v += (double)took;
+        else if (m == M_RELOADED && e->kind == EV_RELOAD)
+            v += (double)e->a;
+        else if (m == M_FAILED && (e->kind == EV_OOM || e->kind == EV_FOREIGN_OOM || e->kind == EV_PIN_FAILED))
+            v++;
+    }
+    return v;
+}
+
 double sim_metric_value(const scenario *s, const run_result *r, const sc_term *t)
 {
     if (!t->is_metric)
         return t->value;
+    if (t->card_set &&
+        (t->metric == M_EVICTIONS || t->metric == M_EVICTED || t->metric == M_RELOADED || t->metric == M_FAILED))
+        return per_card(r, t->metric, t->card);
     const run_sample *x = sample_at(r, t->at);
     switch (t->metric) {
     case M_PEAK:
