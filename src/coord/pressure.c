@@ -56,8 +56,9 @@ void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns)
     for (int d = 0; d < s->ledger.n_devices; d++) {
         const ledger_device *ld = &s->ledger.devices[d];
         const measurement *m = &s->meas[d];
-        if (!m->valid || s->pressure_out[d] > 0 || s->queue_head[d] != 0)
-            continue; /* nothing read, a round still out, or an admission planning on this device */
+        if (!m->valid || s->pressure_out[d] > 0 || s->queue_head[d] != 0 || comem_ledger_granted(&s->ledger, d) > 0)
+            continue; /* nothing read, a round still out, or an admission planning or loading on this device
+                         (a grant being filled is counted both in the reading and as a grant) */
         int64_t keep = ld->reserve_base >= 0 ? ld->reserve_base : ld->published;
         int64_t avail = coord_available(s, d, false);
         if (avail >= keep)

@@ -23,7 +23,7 @@
 #define W_LEFT 70
 #define W_CHART 760
 #define W_SIDE 230
-#define H_STRIP 46
+#define H_STRIP 50
 #define H_CHART 210
 #define H_PIN 52
 #define H_GAP 46
@@ -83,7 +83,7 @@ static void band(FILE *f, const frame *fr, const run_result *r, const double *lo
     fprintf(f, " Z\" fill=\"%s\" %s/>\n", fill, extra ? extra : "");
 }
 
-static void axes(FILE *f, const frame *fr, bool time_labels, double unit, const char *unit_name)
+static void axes(FILE *f, const frame *fr, bool time_labels, double unit, const char *unit_name, bool y_labels)
 {
     double ts = nice_step(fr->tmax, 10);
     for (double t = 0; t <= fr->tmax + 1e-9; t += ts) {
@@ -94,8 +94,8 @@ static void axes(FILE *f, const frame *fr, bool time_labels, double unit, const 
             fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"ax\" text-anchor=\"middle\">%.0f s</text>\n", x,
                     fr->y0 + fr->h + 13, t);
     }
-    double ys = nice_step(fr->ymax / unit, 4) * unit;
-    for (double v = 0; v <= fr->ymax + 1; v += ys) {
+    double ys = nice_step(fr->ymax / unit, fr->h < 80 ? 2 : 4) * unit;
+    for (double v = 0; y_labels && v <= fr->ymax + 1; v += ys) {
         double y = fy(fr, v);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eeeeee\"/>\n", fr->x0, y,
                 fr->x0 + fr->w, y);
@@ -183,16 +183,23 @@ static void strip(FILE *f, const scenario *s, const run_result *r, int card, con
         if (!merged)
             ms[n++] = m;
     }
-    double last_x[3] = {-1e9, -1e9, -1e9};
+    /* rows: 0-1 releases (a second row when labels would collide), 2 refusals and failures, 3 loads and kills */
+    double last_x[4] = {-1e9, -1e9, -1e9, -1e9};
     for (int k = 0; k < n; k++) {
-        double x = fx(fr, ms[k].t), y = y_top + 12 + 14 * ms[k].lane;
+        double x = fx(fr, ms[k].t);
+        int row = ms[k].lane == 0 ? 0 : ms[k].lane + 1;
+        if (row == 0 && x < last_x[0])
+            row = 1;
+        double y = y_top + 10 + 11.5 * row;
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"sym\" fill=\"%s\" text-anchor=\"middle\">%s</text>\n", x, y,
                 ms[k].col, ms[k].sym);
-        if (ms[k].label[0] && x - last_x[ms[k].lane] > 46) {
+        if (ms[k].label[0] && x >= last_x[row]) {
             fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"ev\" fill=\"%s\">", x + 6, y, ms[k].col);
             esc(f, ms[k].label);
             fprintf(f, "</text>\n");
-            last_x[ms[k].lane] = x + 6 + 5.5 * (double)strlen(ms[k].label);
+            last_x[row] = x + 10 + 5.6 * (double)strlen(ms[k].label);
+        } else if (!ms[k].label[0] && x > last_x[row]) {
+            last_x[row] = x + 6;
         }
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-opacity=\"0.25\"/>\n",
                 x, y + 3, x, fr->y0, ms[k].col);
@@ -215,7 +222,7 @@ static void row(FILE *f, const scenario *s, const run_result *r, int card, doubl
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"h2\">", x0, y0 + 4);
     esc(f, title);
     fprintf(f, "</text>\n");
-    axes(f, &fr, false, G, "G");
+    axes(f, &fr, false, G, "G", true);
     /* the driver's slice */
     for (int k = 0; k < r->n_samples; k++) {
         lo[k] = 0;
@@ -269,7 +276,8 @@ static void row(FILE *f, const scenario *s, const run_result *r, int card, doubl
         pmax = fmax(pmax, t * 1.05);
     }
     frame pf = {x0, fr.y0 + fr.h + 14, W_CHART, H_PIN, tmax, pmax};
-    axes(f, &pf, true, G, "G");
+    bool pinned_any = r->values[M_PINNED_PEAK] > 0;
+    axes(f, &pf, true, G, "G", pinned_any);
     for (int k = 0; k < r->n_samples; k++)
         hi[k] = 0;
     for (int p = 0; p < s->n_procs; p++) {
@@ -283,12 +291,12 @@ static void row(FILE *f, const scenario *s, const run_result *r, int card, doubl
             band(f, &pf, r, lo, hi, color(s, p), "fill-opacity=\"0.85\"");
     }
     double yp = fy(&pf, r->values[M_PIN_BUDGET]);
-    if (r->values[M_PIN_BUDGET] <= pmax)
+    if (pinned_any && r->values[M_PIN_BUDGET] <= pmax)
         fprintf(f,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" stroke-dasharray=\"2,2\"/>\n",
                 pf.x0, yp, pf.x0 + pf.w, yp);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"ax\">pinned RAM (budget dotted)</text>\n", pf.x0 + 4,
-            pf.y0 + 10);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"ax\">%s</text>\n", pf.x0 + 4, pf.y0 + 12,
+            pinned_any ? "pinned host RAM (dotted: the machine's pin budget)" : "pinned host RAM: none");
     /* the figures at the right */
     double sx = x0 + W_CHART + 18, sy = fr.y0 + 8;
     char b[32], line[96];
