@@ -376,6 +376,9 @@ static void ensure_pager(agent *a)
     /* aimdo's 2 s device poll, on the scenario's clock */
     comem_pager_set_device_poll(a->pager, COMEM_PAGER_DEFAULT_DEVICE_HEADROOM,
                                 (int64_t)(COMEM_PAGER_DEFAULT_POLL_MS / a->s->speed));
+    /* Windows: ComfyUI starts aimdo with nvml_pressure=True, so every policy's pager sees the whole card */
+    if (a->s->card.semantics == SC_WDDM)
+        comem_pager_set_device_wide(a->pager, 1);
     if (a->pol == POL_COMEM && a->c && comem_client_connected(a->c))
         comem_pager_attach(a->pager, a->c, "weights");
 }
