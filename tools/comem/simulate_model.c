@@ -256,7 +256,9 @@ static void free_memory(sim_engine *e, int owner, int card, double required, len
             .size = sm->size,
             .loaded = e->p[en.proc].resident[en.model],
             .refs = en.proc == owner ? 2 : 1, /* a stand-in is referenced by the list only */
-            .device = e->s->procs[en.proc].card == card ? card : -2,
+            /* a stand-in's load_device is the host's device whatever card the worker is on
+               (pool.py _register_new_patchers: get_torch_device()); single-device by design */
+            .device = en.proc != owner || e->s->procs[en.proc].card == card ? card : -2,
             .dynamic = sm->paged && en.proc == owner, /* a stand-in says is_dynamic() False */
             .keep = en.proc == keep.proc && en.model == keep.model,
             .dead = !e->p[en.proc].alive && en.proc != owner,

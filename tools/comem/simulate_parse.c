@@ -25,6 +25,7 @@ typedef struct parser {
     scenario *s;
     sc_proc *cur;  /* the process steps attach to */
     int replicas;  /* of cur */
+    double stagger; /* replica k starts k * stagger later */
     bool failed;
 } parser;
 
@@ -163,14 +164,16 @@ static bool expand_replicas(parser *p)
     for (int i = 0; i < p->replicas; i++) {
         sc_proc *q = &s->procs[first + i];
         *q = base;
-        char name[SC_NAME + 8];
+        char name[SC_NAME + 16];
         snprintf(name, sizeof name, "%s-%d", base.name, i + 1);
         if (strlen(name) >= SC_NAME)
             return fail(p, "'%s' with its replica number is too long a name", base.name);
         strcpy(q->name, name);
+        q->start = base.start + p->stagger * i;
     }
     s->n_procs = first + p->replicas;
     p->replicas = 1;
+    p->stagger = 0;
     return true;
 }
 
@@ -190,6 +193,7 @@ static bool proc_header(parser *p, sc_role role, char **tok, int n)
     if (sc_proc_index(s, pr->name) >= 0)
         return fail(p, "a process named '%s' already exists", pr->name);
     int replicas = 1;
+    p->stagger = 0;
     for (int i = 2; i < n; i++) {
         if (!strcmp(tok[i], "start") && i + 1 < n) {
             if (!parse_secs(p, "start", tok[++i], &pr->start))
@@ -200,11 +204,14 @@ static bool proc_header(parser *p, sc_role role, char **tok, int n)
         } else if (!strcmp(tok[i], "x") && i + 1 < n) {
             if (!parse_int(p, "x (replicas)", tok[++i], 1, SC_MAX_PROCS, &replicas))
                 return false;
+        } else if (!strcmp(tok[i], "stagger") && i + 1 < n) {
+            if (!parse_secs(p, "stagger", tok[++i], &p->stagger))
+                return false;
         } else if (tok[i][0] == 'x' && isdigit((unsigned char)tok[i][1])) {
             if (!parse_int(p, "x (replicas)", tok[i] + 1, 1, SC_MAX_PROCS, &replicas))
                 return false;
         } else {
-            return fail(p, "unknown or incomplete '%s' after '%s %s' (start T, card N, xCOUNT)", tok[i], tok[0],
+            return fail(p, "unknown or incomplete '%s' after '%s %s' (start T, card N, xCOUNT, stagger S)", tok[i], tok[0],
                         tok[1]);
         }
     }
