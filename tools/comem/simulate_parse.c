@@ -274,10 +274,14 @@ static bool step_line(parser *p, char **tok, int n)
     st->line = p->line;
     st->model = -1;
     st->target = -1;
+    static const char *const app_steps[] = {"at", "idle", "wait", "foreign", "ram", "kill", "release"};
     bool app_ok = false;
+    for (size_t k = 0; k < sizeof app_steps / sizeof app_steps[0]; k++)
+        app_ok |= !strcmp(kw, app_steps[k]);
+    if (pr->role == ROLE_APP && !app_ok)
+        return fail(p, "an app (an unregistered program) cannot '%s': it only holds outside bytes", kw);
     if (!strcmp(kw, "at") || !strcmp(kw, "idle") || !strcmp(kw, "wait")) {
         st->kind = kw[0] == 'a' ? ST_AT : ST_IDLE;
-        app_ok = true;
         if (!need_args(p, kw, 1, n, "a number of seconds") || !parse_secs(p, kw, tok[1], &st->secs))
             return false;
         if (n > 2)
@@ -321,7 +325,6 @@ static bool step_line(parser *p, char **tok, int n)
         }
     } else if (!strcmp(kw, "foreign")) {
         st->kind = ST_FOREIGN;
-        app_ok = true;
         if (!need_args(p, kw, 1, n, "a size: foreign SIZE [over SECONDS]") ||
             !parse_bytes(p, "foreign", tok[1], &st->bytes))
             return false;
@@ -333,19 +336,16 @@ static bool step_line(parser *p, char **tok, int n)
         }
     } else if (!strcmp(kw, "custom") || !strcmp(kw, "pin") || !strcmp(kw, "unpin") || !strcmp(kw, "ram")) {
         st->kind = !strcmp(kw, "custom") ? ST_CUSTOM : !strcmp(kw, "pin") ? ST_PIN : !strcmp(kw, "unpin") ? ST_UNPIN : ST_RAM;
-        app_ok = st->kind == ST_RAM;
         if (!need_args(p, kw, 1, n, "a size") || !parse_bytes(p, kw, tok[1], &st->bytes))
             return false;
         if (n > 2)
             return fail(p, "'%s' takes one size", kw);
     } else if (!strcmp(kw, "kill")) {
         st->kind = ST_KILL;
-        app_ok = true;
         if (n > 1)
             return fail(p, "'kill' takes nothing");
     } else if (!strcmp(kw, "release")) {
         st->kind = ST_RELEASE;
-        app_ok = true;
         st->bytes = -1;
         if (!need_args(p, kw, 1, n, "a process: release PROCESS [SIZE]") ||
             !copy_name(p, "release", tok[1], st->tname))
@@ -361,8 +361,6 @@ static bool step_line(parser *p, char **tok, int n)
     } else {
         return fail(p, "unknown statement '%s' (see docs/scenarios.md)", kw);
     }
-    if (pr->role == ROLE_APP && !app_ok)
-        return fail(p, "an app (an unregistered program) cannot '%s': it only holds outside bytes", kw);
     pr->n_steps++;
     return true;
 }
