@@ -496,7 +496,11 @@ static int64_t evict_own(agent *a, int keep, int64_t bytes)
     return total;
 }
 
-/* comem: ask before loading bytes of model i; retries while refused, for the admission wait. */
+/*
+ * comem: ask before loading bytes of model i; retries while refused, for the
+ * admission wait. A paged model asks once: refused, it pages in what is free
+ * and streams the rest (F15: "admission refuses or pages during load").
+ */
 static int comem_admit_for(agent *a, int i, int64_t bytes, uint64_t *grant)
 {
     const sc_model *sm = &a->pr->models[i];
@@ -515,6 +519,8 @@ static int comem_admit_for(agent *a, int i, int64_t bytes, uint64_t *grant)
         }
         if (rc == COMEM_ENOSPC && short_by > 0 && evict_own(a, i, short_by) > 0)
             continue; /* this process's own manager made room among its own models: ask again */
+        if (sm->paged)
+            return rc; /* the pager takes what is free: no refusal, no wait */
         if (rc != COMEM_ENOSPC || wait_s(t0, a) >= a->s->admit_wait || atomic_load(&a->sh->end)) {
             ev(a, EV_REFUSE, i, bytes, short_by);
             return rc;
@@ -552,15 +558,12 @@ static void bring_in(agent *a, int i, double cancel)
         if (!a->pager)
             return;
         uint64_t grant = 0;
-        bool ok = true;
         if (!m->vbar) {
             bool paged_ok;
             if (a->pol == POL_COMEM && a->c)
-                ok = comem_admit_for(a, i, sm->size, &grant) == COMEM_OK;
+                comem_admit_for(a, i, sm->size, &grant); /* granted or not, the pager decides residency */
             else if (a->pol != POL_COMEM)
                 engine_admit_for(a, i, &paged_ok); /* the manager makes room; the pager decides residency */
-            if (!ok)
-                return;
             ev(a, EV_LOAD, i, sm->size, 0);
             if (comem_vbar_create(a->pager, sm->size, 0, &m->vbar) != COMEM_OK) {
                 m->vbar = NULL;

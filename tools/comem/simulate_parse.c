@@ -435,6 +435,9 @@ static bool expect_line(parser *p, bool gap, char **tok, int n, const char *raw)
     char *hash = strchr(e->text, '#');
     if (hash)
         *hash = '\0';
+    char *quote = gap ? strchr(e->text, '"') : NULL; /* the reason is shown apart */
+    if (quote)
+        *quote = '\0';
     for (size_t l = strlen(e->text); l > 0 && isspace((unsigned char)e->text[l - 1]); l--)
         e->text[l - 1] = '\0';
     if (gap) {
