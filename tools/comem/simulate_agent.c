@@ -50,6 +50,7 @@
 typedef struct amodel {
     int64_t resident;        /* bytes on the card (whole models) */
     bool listed;             /* loaded: in its manager's list */
+    bool wanted;             /* the workflow loaded it and has not unloaded it: a run uses it */
     int64_t evicted_pending; /* taken by someone's eviction and not loaded again yet */
     uint64_t entry;          /* comem entry (whole models) */
     comem_vbar *vbar;        /* paged models */
@@ -553,6 +554,7 @@ static void bring_in(agent *a, int i, double cancel)
     const sc_model *sm = &a->pr->models[i];
     amodel *m = &a->m[i];
     m->last_use = now(a);
+    m->wanted = true;
     if (sm->paged) {
         ensure_pager(a);
         if (!a->pager)
@@ -622,8 +624,8 @@ static void bring_in(agent *a, int i, double cancel)
 static void do_run(agent *a, const sc_step *st)
 {
     uint32_t use = st->models;
-    for (int i = 0; i < a->pr->n_models; i++)
-        if (!use && (a->m[i].listed || model_resident(a, i) > 0))
+    for (int i = 0; i < a->pr->n_models && !st->models; i++)
+        if (a->m[i].wanted)
             use |= 1u << i;
     char prompt[48];
     snprintf(prompt, sizeof prompt, "%s-run-%d", a->pr->name, ++a->runs);
@@ -690,6 +692,7 @@ static void do_unload(agent *a, int i)
         }
     }
     m->listed = false;
+    m->wanted = false;
     census(a, i);
     ev(a, EV_UNLOAD, i, freed, 0);
 }
