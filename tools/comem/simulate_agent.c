@@ -627,7 +627,7 @@ static void do_run(agent *a, const sc_step *st)
     for (int i = 0; i < a->pr->n_models && !st->models; i++)
         if (a->m[i].wanted)
             use |= 1u << i;
-    char prompt[48];
+    char prompt[64];
     snprintf(prompt, sizeof prompt, "%s-run-%d", a->pr->name, ++a->runs);
     /* The node starts: from here its models are in use, the loads it does first included. */
     if (a->pol == POL_COMEM && a->c)
@@ -864,9 +864,20 @@ static void do_step(agent *a, const sc_step *st)
     case ST_IDLE:
         sh_sleep(a->sh, st->secs);
         break;
-    case ST_LOAD:
+    case ST_LOAD: { /* a loader node: computing while it loads, so nobody asks for what it is loading */
+        char prompt[64];
+        snprintf(prompt, sizeof prompt, "%s-load-%d", a->pr->name, ++a->runs);
+        if (a->pol == POL_COMEM && a->c)
+            comem_holder_busy(a->c, 0, 1, prompt);
+        else if (a->pol != POL_COMEM)
+            rq(a, RQ_BUSY, -1, 1, 0, NULL);
         bring_in(a, st->model, st->cancel);
+        if (a->pol == POL_COMEM && a->c)
+            comem_holder_busy(a->c, 0, 0, prompt);
+        else if (a->pol != POL_COMEM)
+            rq(a, RQ_BUSY, -1, 0, 0, NULL);
         break;
+    }
     case ST_RUN:
         do_run(a, st);
         break;
