@@ -88,9 +88,16 @@ static void on_grant_done(comem_coord_srv *s, conn *c, uint32_t rid, const comem
     ledger_grant *gr = comem_ledger_grant(&s->ledger, g->grant_id);
     int device = gr ? gr->device : -1;
     int64_t bytes = gr ? gr->bytes : 0;
+    int64_t granted_ns = gr ? comem_sub(gr->expires_ns, (int64_t)s->cfg.grant_ttl_ms * 1000000) : 0;
     int rc = comem_ledger_grant_done(&s->ledger, c->session, g->grant_id, g->entry_id, g->used);
     if (rc == COMEM_OK && g->entry_id && device >= 0) {
-        coord_note_done(s, device, comem_min(comem_clamp0(g->used), bytes));
+        /* A reading taken before the grant cannot show its bytes: correct it. One taken since may
+           already count them (the holder allocated, then reported): read again rather than count
+           them twice (comem simulate's F19 met that race on a loaded machine). */
+        if (s->meas[device].taken_ns > granted_ns)
+            coord_touched(s, device);
+        else
+            coord_note_done(s, device, comem_min(comem_clamp0(g->used), bytes));
         coord_publish_reserve(s, device, false); /* residency grew: a worker's charge may too */
     }
     coord_reply(s, c, rid, rc, rc == COMEM_ENOENT ? "no such grant (expired?) or entry" : NULL);
