@@ -1,5 +1,5 @@
 # comem - the two commands a newcomer needs:
-#   make demo    installs what is missing, builds, runs the demo
+#   make demo    installs what is missing, builds, runs the demo scenario under every policy
 #   make check   installs what is missing, builds, runs every test
 # Other targets: make (build only), make asan, make tsan, make clean.
 
@@ -26,7 +26,7 @@ build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: deps build
-	$(BUILD)/bin/comem demo
+	$(BUILD)/bin/comem simulate scenarios/demo.scn --svg $(BUILD)/demo.svg --json $(BUILD)/demo.json
 
 check: deps build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)

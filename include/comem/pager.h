@@ -124,6 +124,17 @@ COMEM_API int comem_pager_set_extra_headroom(comem_pager *p, int64_t bytes);
 COMEM_API int comem_pager_set_device_poll(comem_pager *p, int64_t headroom_bytes, int64_t cache_ms);
 
 /*
+ * on != 0: the device term reads the device-wide free figure (NVML's: every
+ * process's allocations count) instead of this process's own (cuMemGetInfo's).
+ * They differ under Windows WDDM, where the process's own figure is its budget
+ * and does not move when another process allocates; aimdo's nvml_pressure,
+ * which ComfyUI turns on there. The next deficit reads the device again.
+ * Returns COMEM_OK, COMEM_EINVAL, or COMEM_ENOTSUP when the backend has no
+ * device-wide reading (the CUDA backend today; the simulated card has one).
+ */
+COMEM_API int comem_pager_set_device_wide(comem_pager *p, int on);
+
+/*
  * The pressure formula, as a fault evaluates it for a commit of `size` bytes:
  *   reading (at most every cache_ms): deficit_sync = device_headroom - device_free,
  *                                     usage_at_poll = usage

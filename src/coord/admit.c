@@ -76,7 +76,12 @@ static void queue_remove(comem_coord_srv *s, int dev, uint64_t id)
 
 static int64_t need_of(comem_coord_srv *s, uint64_t session, int dev, int64_t weights, int64_t working)
 {
-    int64_t reserve = coord_reserve_for(s, session, dev, NULL);
+    /* The reserve kept here is the operator's base: the free figure this target is compared with is
+       device-wide and already counts every worker. The published reserve is what a host whose own
+       reading is process-local (WDDM) must add for what it cannot see; adding it here as well would
+       book every worker twice (comfy-env's double-booking, on WDDM; found by comem simulate, F12). */
+    const ledger_device *ld = &s->ledger.devices[dev];
+    int64_t reserve = ld->reserve_base >= 0 ? ld->reserve_base : coord_reserve_for(s, session, dev, NULL);
     int64_t min_inference = comem_trunc(comem_minimum_inference_memory((double)reserve));
     int64_t need = comem_ask_target(weights, COMEM_WEIGHT_SLACK, min_inference, reserve, working);
     const ledger_session *ss = comem_ledger_session(&s->ledger, session);

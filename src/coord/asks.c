@@ -80,6 +80,9 @@ static void settle(comem_coord_srv *s, uint64_t id, ask *a, uint8_t outcome, int
     case OWNER_REQUEST:
         reply_release(s, &copy, outcome, freed);
         break;
+    case OWNER_PRESSURE:
+        coord_pressure_ask_done(s, copy.device);
+        break;
     }
     if (freed > 0 && copy.kind != COMEM_ASK_PINS)
         coord_publish_reserve(s, copy.device, true); /* a receipt is the evidence a shrink needs */

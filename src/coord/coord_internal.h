@@ -103,7 +103,7 @@ typedef struct job {
 } job;
 
 /* Who waits for an ask's receipt: a job, a sweep, or another session's RELEASE request. */
-typedef enum ask_owner { OWNER_JOB = 1, OWNER_IDLE = 2, OWNER_PINS = 3, OWNER_REQUEST = 4 } ask_owner;
+typedef enum ask_owner { OWNER_JOB = 1, OWNER_IDLE = 2, OWNER_PINS = 3, OWNER_REQUEST = 4, OWNER_PRESSURE = 5 } ask_owner;
 
 typedef struct ask {
     uint64_t session; /* the asked holder's session */
@@ -157,6 +157,8 @@ typedef struct comem_coord_srv {
     uint64_t host_base_session; /* the session that set host_base (0: none, or --reserve) */
     size_t out_total;  /* Σ out_len over connections, against COORD_OUT_TOTAL */
     bool trim_due;     /* a session ended: give freed heap back to the system */
+    int64_t max_pinned_windows; /* the pin ceiling by ComfyUI's Windows rule (a WDDM process joined) */
+    int pressure_out[COMEM_MAX_DEVICES]; /* pressure asks not yet settled, per device (pressure.c) */
 } comem_coord_srv;
 
 /* ---- server.c ---- */
@@ -221,6 +223,12 @@ void coord_idle_tick(comem_coord_srv *s, int64_t now_ns);
 void coord_idle_ask_done(comem_coord_srv *s, uint64_t holder);
 /* A pin request fell short: ask other sessions' pin holders for their share (rate-limited). */
 void coord_pin_pressure(comem_coord_srv *s, uint64_t requester, int64_t shortfall);
+
+/* ---- pressure.c ---- */
+/* Asks holders for what a device is short of its reserve, when nobody's request explains it. */
+void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns);
+/* One of device's pressure asks settled. */
+void coord_pressure_ask_done(comem_coord_srv *s, int device);
 
 /* ---- status.c ---- */
 /* The status snapshot as JSON text (malloc'd). */

@@ -103,9 +103,16 @@ static void on_grant_done(comem_coord_srv *s, conn *c, uint32_t rid, const comem
     ledger_grant *gr = comem_ledger_grant(&s->ledger, g->grant_id);
     int device = gr ? gr->device : -1;
     int64_t bytes = gr ? gr->bytes : 0;
+    int64_t granted_ns = gr ? comem_sub(gr->expires_ns, (int64_t)s->cfg.grant_ttl_ms * 1000000) : 0;
     int rc = comem_ledger_grant_done(&s->ledger, c->session, g->grant_id, g->entry_id, g->used);
     if (rc == COMEM_OK && g->entry_id && device >= 0) {
-        coord_note_done(s, device, comem_min(comem_clamp0(g->used), bytes));
+        /* A reading taken before the grant cannot show its bytes: correct it. One taken since may
+           already count them (the holder allocated, then reported): read again rather than count
+           them twice (comem simulate's F19 met that race on a loaded machine). */
+        if (s->meas[device].taken_ns > granted_ns)
+            coord_touched(s, device);
+        else
+            coord_note_done(s, device, comem_min(comem_clamp0(g->used), bytes));
         coord_publish_reserve(s, device, false); /* residency grew: a worker's charge may too */
     }
     coord_reply(s, c, rid, rc, rc == COMEM_ENOENT ? "no such grant (expired?) or entry" : NULL);
@@ -124,8 +131,24 @@ static void on_pin(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pi
 {
     comem_msg m = {.type = COMEM_MSG_PIN_REPLY, .request_id = rid};
     int64_t shortfall = 0;
-    int rc = acquire ? comem_ledger_pin_acquire(&s->ledger, c->session, p->bytes, &shortfall)
+    int rc = COMEM_OK;
+    for (int d = 0; acquire && d < s->ledger.n_devices && rc == COMEM_OK; d++) {
+        /* UMA: pinned RAM is the device's memory too, so it must fit what the device has free beyond
+           its reserve, or VRAM and RAM would both be promised the same bytes (user-needs F21). */
+        if (!s->meas[d].valid || !s->meas[d].r.unified)
+            continue;
+        const ledger_device *ld = &s->ledger.devices[d];
+        int64_t room = comem_sub(coord_available(s, d, true), ld->reserve_base >= 0 ? ld->reserve_base : ld->published);
+        if (p->bytes > room) {
+            rc = COMEM_ENOSPC;
+            shortfall = comem_sub(p->bytes, comem_clamp0(room));
+        }
+    }
+    if (rc == COMEM_OK)
+        rc = acquire ? comem_ledger_pin_acquire(&s->ledger, c->session, p->bytes, &shortfall)
                      : comem_ledger_pin_release(&s->ledger, c->session, p->bytes);
+    if (rc == COMEM_OK)
+        coord_touched(s, -1); /* on a UMA device the pages come out of its free */
     if (rc != COMEM_OK && rc != COMEM_ENOSPC) {
         coord_reply(s, c, rid, rc, NULL);
         return;

@@ -49,7 +49,11 @@ void coord_idle_tick(comem_coord_srv *s, int64_t now_ns)
     const char *prompt = current_prompt(s);
     double now = coord_now_s(s);
     for (int d = 0; d < s->ledger.n_devices; d++) {
-        bool tight = s->meas[d].valid && s->meas[d].r.free < s->ledger.devices[d].published;
+        /* tight: the device-wide free cannot cover the reserve the operator asked for (the published
+           one counts, for a blind WDDM host, workers this reading already sees) */
+        const ledger_device *ld = &s->ledger.devices[d];
+        int64_t keep = ld->reserve_base >= 0 ? ld->reserve_base : ld->published;
+        bool tight = s->meas[d].valid && s->meas[d].r.free < keep;
         size_t n = 0;
         for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders) && n < cap; i++) {
             uint64_t hid;

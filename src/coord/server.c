@@ -481,6 +481,7 @@ static void tick(comem_coord_srv *s)
     for (int d = 0; d < s->ledger.n_devices; d++)
         coord_measure(s, d);
     coord_idle_tick(s, now);
+    coord_pressure_tick(s, now);
 }
 
 /* ---- lifecycle ---- */
@@ -647,12 +648,16 @@ static int open_devices(comem_coord_srv *s)
         devs[i].reserve_base = -1;
         devs[i].last_free = r->free;
     }
-    /* The machine-wide pinned ceiling, from cgroup-clamped RAM (ComfyUI's rule). */
+    /* The machine-wide pinned ceiling, from cgroup-clamped RAM (ComfyUI's rule). Its Windows form
+       (40 % of RAM) applies once a process says its free reading is process-local (session.c). */
     double max_pinned = COMEM_PINNING_DISABLED;
+    s->max_pinned_windows = (int64_t)COMEM_PINNING_DISABLED;
     if (have_host) {
         comem_pin_ceiling_in pin = {.ram = (double)host.total, .disk_swap = host.disk_swap,
                                     .cgroup_limited = host.cgroup_limited, .enabled = true};
         max_pinned = comem_max_pinned(&pin);
+        pin.windows = true;
+        s->max_pinned_windows = (int64_t)comem_max_pinned(&pin);
     }
     rc = comem_ledger_init(&s->ledger, devs, n, (int64_t)max_pinned);
     comem_ledger_set_checking(&s->ledger, s->cfg.check);

@@ -92,6 +92,12 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->pid_tag};
         epoll_ctl(s->epfd, EPOLL_CTL_ADD, c->pidfd, &ev);
     }
+    if (h->scope == COMEM_SCOPE_PROCESS_LOCAL && s->max_pinned_windows < s->ledger.max_pinned &&
+        s->ledger.total_pinned <= s->max_pinned_windows) {
+        /* A WDDM process: this is Windows, where ComfyUI pins at most 40 % of RAM. */
+        s->ledger.max_pinned = s->max_pinned_windows;
+        comem_info("pin ceiling: %lld bytes (Windows: 40%% of RAM)", (long long)s->ledger.max_pinned);
+    }
     if (h->role == COMEM_ROLE_HOST && h->reserve_base >= 0)
         offer_base(s, id, h);
     comem_info("session %llx: %s '%s' pid %d joined", (unsigned long long)id,

@@ -128,6 +128,19 @@ int comem_pager_set_extra_headroom(comem_pager *p, int64_t bytes)
     return COMEM_OK;
 }
 
+int comem_pager_set_device_wide(comem_pager *p, int on)
+{
+    if (!p)
+        return COMEM_EINVAL;
+    if (on && !p->vmm->ops->read_free_wide)
+        return COMEM_ENOTSUP;
+    pthread_mutex_lock(&p->lock);
+    p->device_wide = on != 0;
+    p->polled = false;
+    pthread_mutex_unlock(&p->lock);
+    return COMEM_OK;
+}
+
 int comem_pager_set_device_poll(comem_pager *p, int64_t headroom_bytes, int64_t cache_ms)
 {
     if (!p || headroom_bytes < 0 || cache_ms < 0)
@@ -159,6 +172,8 @@ static void poll_device(comem_pager *p)
         return;
     int64_t free_bytes = 0, capacity = 0;
     int rc = p->vmm->ops->read_free(p->vmm, &free_bytes, &capacity);
+    if (rc == COMEM_OK && p->device_wide && p->vmm->ops->read_free_wide)
+        rc = p->vmm->ops->read_free_wide(p->vmm, &free_bytes); /* the capacity stays this process's own */
     if (rc == COMEM_OK) {
         p->deficit_sync = comem_sub(p->device_headroom, free_bytes);
         p->capacity = capacity;

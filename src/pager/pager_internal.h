@@ -102,6 +102,7 @@ struct comem_pager {
     int64_t extra_headroom;
     int64_t device_headroom;
     int64_t cache_ms;
+    bool device_wide; /* the device term reads the device-wide figure (aimdo's nvml_pressure) */
     bool polled;
     int64_t poll_ms;
     int64_t deficit_sync;

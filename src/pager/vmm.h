@@ -36,6 +36,9 @@ typedef struct comem_vmm_ops {
     int (*sync)(comem_vmm *m);
     /* The device's free bytes and the capacity the pager budgets against. */
     int (*read_free)(comem_vmm *m, int64_t *free_bytes, int64_t *capacity);
+    /* The device-wide free bytes (NVML's figure: every process counts, also under WDDM); NULL when the
+       backend has no such reading. */
+    int (*read_free_wide)(comem_vmm *m, int64_t *free_bytes);
     /* Copies host memory into committed pages, and back. */
     int (*write)(comem_vmm *m, uint64_t va, const void *src, int64_t size);
     int (*read)(comem_vmm *m, uint64_t va, void *dst, int64_t size);

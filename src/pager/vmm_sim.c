@@ -119,6 +119,15 @@ static int sim_read_free(comem_vmm *m, int64_t *free_bytes, int64_t *capacity)
     return COMEM_OK;
 }
 
+static int sim_read_free_wide(comem_vmm *m, int64_t *free_bytes)
+{
+    vmm_sim *s = as_sim(m);
+    int rc = comem_sim_read(s->sim, s->card, &s->reading); /* the NVML-style reading */
+    if (rc == COMEM_OK)
+        *free_bytes = s->reading.free;
+    return rc;
+}
+
 static int sim_write(comem_vmm *m, uint64_t va, const void *src, int64_t size)
 {
     (void)m;
@@ -147,6 +156,7 @@ static const comem_vmm_ops k_sim_ops = {
     .evict = sim_evict,
     .sync = sim_sync,
     .read_free = sim_read_free,
+    .read_free_wide = sim_read_free_wide,
     .write = sim_write,
     .read = sim_read,
     .close = sim_close,

@@ -47,6 +47,7 @@ typedef struct comem_device_reading {
     int64_t used;       /* as the source reports it; device-wide sources include reserved */
     int64_t reserved;   /* driver-reserved bytes */
     int64_t overcommit; /* bytes beyond physical memory (simulated WDDM spill); 0 elsewhere */
+    bool unified;       /* the device's memory is host RAM (UMA): pinned RAM comes out of its free */
     bool procs_known;
     size_t n_procs;
     comem_proc_use procs[COMEM_MAX_DEVICE_PROCS];

@@ -270,8 +270,8 @@ static bool usage_from_dir(const char *root, const char *dir, int64_t *usage)
 
 int comem_hostmem_read(const char *root, comem_hostmem *out)
 {
-    if (!root)
-        root = "";
+    if (!root) /* the machine, unless COMEM_HOSTMEM_ROOT names a stand-in tree (comem simulate's machine) */
+        root = getenv("COMEM_HOSTMEM_ROOT") ? getenv("COMEM_HOSTMEM_ROOT") : "";
     memset(out, 0, sizeof *out);
     int rc = read_meminfo(root, out);
     if (rc != COMEM_OK)

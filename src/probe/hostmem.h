@@ -3,8 +3,10 @@
  *
  * Reads <root>/proc/meminfo (MemTotal, MemAvailable, SwapTotal),
  * <root>/proc/swaps, <root>/proc/self/cgroup and the cgroup v2/v1 files under
- * <root>/sys/fs/cgroup. root is "" (or NULL) for the real machine; tests point
- * it at fixture trees. The hierarchy walk: the process's own cgroup directories
+ * <root>/sys/fs/cgroup. root is "" for the real machine; tests point it at
+ * fixture trees. NULL means the real machine unless COMEM_HOSTMEM_ROOT names a
+ * tree of the same shape (comem simulate gives its coordinator the scenario's
+ * RAM and cgroup limit that way). The hierarchy walk: the process's own cgroup directories
  * (v2 "0::path", v1 lines with the memory controller), each followed by its
  * ancestors up to the mount root, then the two mount roots; the smallest limit
  * wins, and usage is read in the directory the limit came from.

@@ -18,7 +18,7 @@
 #include "comem/common.h"
 
 #define SIM_MAGIC 0x4d49534d454d4f43ULL /* "COMEMSIM" */
-#define SIM_VERSION 1u
+#define SIM_VERSION 2u /* 2: host bytes per slot (uma) */
 
 typedef struct sim_card {
     int64_t capacity;
@@ -35,6 +35,7 @@ typedef struct sim_slot {
     uint64_t start_time;  /* to tell a reused pid from the original */
     int64_t context[COMEM_SIM_MAX_CARDS];
     int64_t allocated[COMEM_SIM_MAX_CARDS];
+    int64_t host[COMEM_SIM_MAX_CARDS]; /* host RAM against card c: its pool under uma, else only counted */
 } sim_slot;
 
 typedef struct sim_shared {
@@ -249,6 +250,23 @@ static int64_t card_used(const sim_shared *sh, int card)
 
 static int64_t slot_used(const sim_slot *s, int card) { return s ? comem_add(s->context[card], s->allocated[card]) : 0; }
 
+/* Σ host bytes against card over every process (its pool's RAM share under uma). Caller holds the lock. */
+static int64_t card_host(const sim_shared *sh, int card)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++)
+        if (sh->slots[i].pid != 0)
+            sum = comem_add(sum, sh->slots[i].host[card]);
+    return sum;
+}
+
+/* What physical memory of card is taken: device use, plus host RAM when the card is uma (one pool). */
+static int64_t pool_used(const sim_shared *sh, int card)
+{
+    int64_t used = card_used(sh, card);
+    return sh->cards[card].semantics == COMEM_SIM_UMA ? comem_add(used, card_host(sh, card)) : used;
+}
+
 /* ---- opening ---- */
 
 static uint64_t fnv1a(const char *s, uint64_t h)
@@ -419,7 +437,7 @@ static int ensure_context(comem_sim *sim, sim_slot *s, int card)
         return COMEM_OK;
     const sim_card *k = &sim->sh->cards[card];
     int64_t visible = k->capacity - k->reserved;
-    if (k->semantics == COMEM_SIM_LINUX && comem_add(card_used(sim->sh, card), k->context_cost) > visible)
+    if (k->semantics != COMEM_SIM_WDDM && comem_add(pool_used(sim->sh, card), k->context_cost) > visible)
         return COMEM_ENOSPC;
     s->context[card] = k->context_cost;
     s->has_context |= 1u << card;
@@ -448,8 +466,8 @@ int comem_sim_alloc(comem_sim *sim, int card, int64_t bytes)
     } else if ((rc = ensure_context(sim, s, card)) == COMEM_OK) {
         const sim_card *k = &sim->sh->cards[card];
         int64_t visible = k->capacity - k->reserved;
-        /* Linux: physical memory bounds everyone. WDDM: only the caller's own budget does. */
-        int64_t counted = k->semantics == COMEM_SIM_LINUX ? card_used(sim->sh, card) : slot_used(s, card);
+        /* Linux: physical memory bounds everyone (uma: RAM included). WDDM: only the caller's own budget does. */
+        int64_t counted = k->semantics == COMEM_SIM_WDDM ? slot_used(s, card) : pool_used(sim->sh, card);
         if (comem_add(counted, bytes) > visible)
             rc = COMEM_ENOSPC;
         else
@@ -487,6 +505,53 @@ int comem_sim_touch(comem_sim *sim, int card)
     return rc;
 }
 
+int comem_sim_host_alloc(comem_sim *sim, int card, int64_t bytes)
+{
+    int rc = lock_for(sim, card, bytes);
+    if (rc != COMEM_OK)
+        return rc;
+    sim_slot *s = own_slot(sim, true);
+    const sim_card *k = &sim->sh->cards[card];
+    if (!s)
+        rc = COMEM_ERANGE;
+    else if (k->semantics == COMEM_SIM_UMA && comem_add(pool_used(sim->sh, card), bytes) > k->capacity - k->reserved)
+        rc = COMEM_ENOSPC; /* one pool: the RAM is not there */
+    else
+        s->host[card] = comem_add(s->host[card], bytes);
+    unlock(sim);
+    return rc;
+}
+
+int comem_sim_host_free(comem_sim *sim, int card, int64_t bytes)
+{
+    int rc = lock_for(sim, card, bytes);
+    if (rc != COMEM_OK)
+        return rc;
+    sim_slot *s = own_slot(sim, false);
+    if (!s || s->host[card] < bytes) {
+        comem_error("sim: process %d frees %lld host bytes on card %d but holds %lld", (int)sim->pid,
+                    (long long)bytes, card, (long long)(s ? s->host[card] : 0));
+        rc = COMEM_EINVAL;
+    } else {
+        s->host[card] -= bytes;
+    }
+    unlock(sim);
+    return rc;
+}
+
+int comem_sim_host_usage(comem_sim *sim, int card, int32_t pid, int64_t *host)
+{
+    int rc = check_card(sim, card);
+    if (rc != COMEM_OK || (rc = lock(sim)) != COMEM_OK)
+        return rc;
+    *host = 0;
+    for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++)
+        if (sim->sh->slots[i].pid == pid)
+            *host = sim->sh->slots[i].host[card];
+    unlock(sim);
+    return COMEM_OK;
+}
+
 int comem_sim_release_self(comem_sim *sim)
 {
     int rc = check_owner(sim);
@@ -508,8 +573,9 @@ static void fill_identity(const comem_sim *sim, int card, comem_device_reading *
     out->index = card;
     out->source = "sim";
     snprintf(out->uuid, sizeof out->uuid, "%s%04x", sim->uuid_base, (unsigned)card);
+    out->unified = sim->spec.semantics == COMEM_SIM_UMA;
     snprintf(out->name, sizeof out->name, "comem simulated card (%s)",
-             sim->spec.semantics == COMEM_SIM_WDDM ? "wddm" : "linux");
+             sim->spec.semantics == COMEM_SIM_WDDM ? "wddm" : sim->spec.semantics == COMEM_SIM_UMA ? "uma" : "linux");
     out->local_scope = sim->spec.semantics == COMEM_SIM_WDDM ? COMEM_SCOPE_PROCESS_LOCAL : COMEM_SCOPE_DEVICE_WIDE;
 }
 
@@ -523,7 +589,7 @@ int comem_sim_read(comem_sim *sim, int card, comem_device_reading *out)
     out->scope = COMEM_SCOPE_DEVICE_WIDE;
     out->total = k->capacity;
     out->reserved = k->reserved;
-    out->used = comem_add(k->reserved, card_used(sim->sh, card));
+    out->used = comem_add(k->reserved, pool_used(sim->sh, card)); /* uma: the RAM share of the pool too */
     out->free = comem_clamp0(out->total - out->used);
     out->overcommit = comem_clamp0(out->used - out->total);
     out->procs_known = true;
@@ -552,7 +618,7 @@ int comem_sim_read_local(comem_sim *sim, int card, comem_device_reading *out)
         out->free = comem_clamp0(out->total - slot_used(own_slot(sim, false), card));
     } else {
         out->scope = COMEM_SCOPE_DEVICE_WIDE;
-        out->free = comem_clamp0(out->total - card_used(sim->sh, card));
+        out->free = comem_clamp0(out->total - pool_used(sim->sh, card));
     }
     out->used = out->total - out->free;
     unlock(sim);

@@ -14,13 +14,20 @@
  *          the card. An allocation within the budget succeeds even when the card
  *          is physically full: the excess is "overcommit" (VidMm paging someone
  *          out), reported in the NVML-style reading, never an error.
+ *   uma:   an integrated device whose memory is host RAM (APU, Jetson, DGX
+ *          Spark): one pool. Readings are device-wide like linux, and host
+ *          allocations (comem_sim_host_alloc: pinned or plain RAM) draw on the
+ *          same pool as device allocations, so VRAM plus RAM can never exceed
+ *          the physical memory; an allocation of either kind that does not fit
+ *          fails. On linux and wddm cards host allocations are only counted.
  *
  * Layout (one file, drawn from the top):
  *
  *   header   magic, version, robust process-shared mutex (and its holder's
  *            pid, so a waiter can tell a stopped holder), card configs
  *   procs[]  one slot per process: pid, start time, and per card its context
- *            bytes and allocated bytes. The slots are the only source of truth;
+ *            bytes, allocated bytes and host bytes (RAM drawn on that card's
+ *            pool under uma; only counted elsewhere). The slots are the only source of truth;
  *            every total is derived from them under the lock.
  *
  * Every operation takes the lock and first reaps slots whose process is gone
@@ -43,7 +50,7 @@
 #define COMEM_SIM_MAX_CARDS 8
 #define COMEM_SIM_MAX_PROCS 256
 
-typedef enum comem_sim_semantics { COMEM_SIM_LINUX = 0, COMEM_SIM_WDDM = 1 } comem_sim_semantics;
+typedef enum comem_sim_semantics { COMEM_SIM_LINUX = 0, COMEM_SIM_WDDM = 1, COMEM_SIM_UMA = 2 } comem_sim_semantics;
 
 typedef struct comem_sim_spec {
     int n_cards;
@@ -60,7 +67,7 @@ typedef struct comem_sim_spec {
 
 /*
  * Parses "sim[:ITEM]...", ITEM being SIZE (capacity), NxSIZE (N cards),
- * linux | wddm, reserved=SIZE, ctx=SIZE, or path=PATH (the rest of the text).
+ * linux | wddm | uma, reserved=SIZE, ctx=SIZE, or path=PATH (the rest of the text).
  * Examples: "sim", "sim:24GiB", "sim:16GiB:wddm", "sim:2x80GiB:ctx=512MiB".
  * Returns 0 or COMEM_EINVAL with a reason in err.
  */
@@ -94,10 +101,22 @@ int comem_sim_touch(comem_sim *sim, int card);
 int comem_sim_release_self(comem_sim *sim);
 
 /*
+ * Allocates bytes of host RAM for the calling process against card: on a uma
+ * card they draw on the card's pool (COMEM_ENOSPC when the pool cannot hold
+ * them, device allocations included); on linux and wddm cards they are only
+ * counted. No context is created.
+ */
+int comem_sim_host_alloc(comem_sim *sim, int card, int64_t bytes);
+/* Frees host bytes this process allocated against card; more than it holds is COMEM_EINVAL. */
+int comem_sim_host_free(comem_sim *sim, int card, int64_t bytes);
+/* One process's host bytes counted against card (0 when none). */
+int comem_sim_host_usage(comem_sim *sim, int card, int32_t pid, int64_t *host);
+
+/*
  * Readings never wait without a bound for the card lock: COMEM_EBUSY when its
  * holder is stopped (it holds it until it is continued), or after 2 s.
  */
-/* The NVML-style reading: device-wide free, the reserved slice, every process. */
+/* The NVML-style reading: device-wide free, the reserved slice, every process (uma: host bytes in used). */
 int comem_sim_read(comem_sim *sim, int card, comem_device_reading *out);
 /* The cuMemGetInfo-style reading for the calling process (process-local under wddm). */
 int comem_sim_read_local(comem_sim *sim, int card, comem_device_reading *out);

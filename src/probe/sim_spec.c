@@ -41,7 +41,7 @@ int comem_sim_spec_parse(const char *text, comem_sim_spec *out, char *err, size_
         .context_cost = COMEM_SIM_DEFAULT_CONTEXT,
     };
     if (!text || strncmp(text, "sim", 3) != 0 || (text[3] != '\0' && text[3] != ':')) {
-        snprintf(err, errlen, "a simulated device is written sim[:SIZE][:NxSIZE][:linux|wddm]..., not '%s'",
+        snprintf(err, errlen, "a simulated device is written sim[:SIZE][:NxSIZE][:linux|wddm|uma]..., not '%s'",
                  text ? text : "");
         return COMEM_EINVAL;
     }
@@ -71,6 +71,8 @@ int comem_sim_spec_parse(const char *text, comem_sim_spec *out, char *err, size_
             out->semantics = COMEM_SIM_LINUX;
         } else if (!strcmp(item, "wddm")) {
             out->semantics = COMEM_SIM_WDDM;
+        } else if (!strcmp(item, "uma")) {
+            out->semantics = COMEM_SIM_UMA;
         } else if (!strncmp(item, "reserved=", 9)) {
             rc = parse_bytes(item + 9, &out->reserved, err, errlen);
         } else if (!strncmp(item, "ctx=", 4)) {
@@ -90,7 +92,7 @@ int comem_sim_spec_parse(const char *text, comem_sim_spec *out, char *err, size_
                 rc = parse_bytes(item, &out->capacity, err, errlen);
             }
         } else {
-            snprintf(err, errlen, "unknown item '%s' (SIZE, NxSIZE, linux, wddm, reserved=, ctx=, path=)", item);
+            snprintf(err, errlen, "unknown item '%s' (SIZE, NxSIZE, linux, wddm, uma, reserved=, ctx=, path=)", item);
             return COMEM_EINVAL;
         }
         if (rc != COMEM_OK)
@@ -129,5 +131,5 @@ void comem_sim_spec_format(const comem_sim_spec *s, char *buf, size_t len)
     compact(s->reserved, res, sizeof res);
     compact(s->context_cost, ctx, sizeof ctx);
     snprintf(buf, len, "sim:%dx%s:%s:reserved=%s:ctx=%s", s->n_cards, cap,
-             s->semantics == COMEM_SIM_WDDM ? "wddm" : "linux", res, ctx);
+             s->semantics == COMEM_SIM_WDDM ? "wddm" : s->semantics == COMEM_SIM_UMA ? "uma" : "linux", res, ctx);
 }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/bytes.h"
@@ -640,6 +641,48 @@ static void test_device_term_and_cache(void **s)
     close_card();
 }
 
+/*
+ * WDDM: this process's own free figure is its budget and does not move when another process
+ * allocates; the device-wide term (aimdo's nvml_pressure) sees the other process.
+ */
+static void test_device_wide_term(void **s)
+{
+    (void)s;
+    open_card("1GiB:wddm", false);
+    assert_int_equal(comem_pager_set_simple_headroom(g_p, 0), COMEM_OK);
+    assert_int_equal(comem_pager_set_device_poll(g_p, 256 * MIB, 0), COMEM_OK);
+    int ready[2], done[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(done), 0);
+    pid_t child = fork();
+    if (child == 0) { /* another process takes 600 MiB of the card */
+        comem_sim_spec spec;
+        comem_sim *sim = NULL;
+        char c = 0;
+        if (comem_sim_spec_parse(g_spec, &spec, NULL, 0) || comem_sim_open(&spec, &sim) ||
+            comem_sim_alloc(sim, 0, 600 * MIB) || write(ready[1], &c, 1) != 1 || read(done[0], &c, 1) != 1)
+            _exit(3);
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    assert_int_equal(comem_pager_budget_deficit(g_p, 0), 256 * MIB - 1 * GIB); /* blind: its own budget */
+    assert_int_equal(comem_pager_set_device_wide(g_p, 1), COMEM_OK);
+    assert_int_equal(comem_pager_budget_deficit(g_p, 0), 256 * MIB - (1 * GIB - 600 * MIB));
+    assert_int_equal(comem_pager_set_device_wide(g_p, 0), COMEM_OK);
+    assert_int_equal(comem_pager_budget_deficit(g_p, 0), 256 * MIB - 1 * GIB);
+    assert_int_equal(comem_pager_set_device_wide(NULL, 1), COMEM_EINVAL);
+    assert_int_equal(write(done[1], &c, 1), 1);
+    int st;
+    assert_int_equal(waitpid(child, &st, 0), child);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    for (int i = 0; i < 2; i++) {
+        close(ready[i]);
+        close(done[i]);
+    }
+    close_card();
+}
+
 static void test_extra_headroom_after_the_max(void **s)
 {
     (void)s;
@@ -839,6 +882,7 @@ int main(void)
         cmocka_unit_test(test_free_memory_and_reclaimable),
         cmocka_unit_test(test_simple_headroom_is_live),
         cmocka_unit_test(test_device_term_and_cache),
+        cmocka_unit_test(test_device_wide_term),
         cmocka_unit_test(test_extra_headroom_after_the_max),
         cmocka_unit_test(test_transient_commit_failures_are_retried),
         cmocka_unit_test(test_oom_is_recovered_once),

@@ -396,6 +396,88 @@ static void test_handle_refused_after_fork(void **s)
     comem_sim_close(sim);
 }
 
+/* uma: device and host allocations draw on one pool; linux counts host bytes without touching the card. */
+static void test_uma_one_pool(void **s)
+{
+    (void)s;
+    comem_sim_spec sp;
+    char canon[160];
+    assert_int_equal(comem_sim_spec_parse("sim:8GiB:uma:reserved=0:ctx=256MiB", &sp, NULL, 0), 0);
+    assert_int_equal(sp.semantics, COMEM_SIM_UMA);
+    comem_sim_spec_format(&sp, canon, sizeof canon);
+    assert_string_equal(canon, "sim:1x8GiB:uma:reserved=0:ctx=256MiB");
+    comem_sim *sim = open_sim("sim:8GiB:uma:reserved=0:ctx=256MiB", "uma");
+    int32_t me = (int32_t)getpid();
+    assert_int_equal(comem_sim_alloc(sim, 0, 4 * COMEM_GIB), 0); /* ctx 256 MiB + 4 GiB */
+    int ready[2], go[2], done[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(done), 0);
+    pid_t child = child_fork();
+    if (child == 0) {
+        comem_sim *c = child_open("sim:8GiB:uma:reserved=0:ctx=256MiB", "uma");
+        char b = 0;
+        /* 3 GiB of pinned RAM fits; one more GiB would pass the pool's end */
+        if (comem_sim_host_alloc(c, 0, 3 * COMEM_GIB) != 0 || comem_sim_host_alloc(c, 0, COMEM_GIB) != COMEM_ENOSPC)
+            _exit(4);
+        if (write(ready[1], &b, 1) != 1 || read(go[0], &b, 1) != 1)
+            _exit(5);
+        if (comem_sim_host_free(c, 0, 2 * COMEM_GIB) != 0 || comem_sim_host_free(c, 0, 2 * COMEM_GIB) != COMEM_EINVAL)
+            _exit(6);
+        if (write(done[1], &b, 1) != 1)
+            _exit(7);
+        pause(); /* killed holding 1 GiB of host RAM */
+        _exit(0);
+    }
+    wait_byte(ready[0]);
+    comem_device_reading r, l;
+    assert_int_equal(comem_sim_read(sim, 0, &r), 0);
+    assert_true(r.used == 256 * COMEM_MIB + 4 * COMEM_GIB + 3 * COMEM_GIB); /* the RAM share is used pool */
+    assert_true(r.free == 768 * COMEM_MIB);
+    assert_int_equal(r.scope, COMEM_SCOPE_DEVICE_WIDE);
+    assert_string_equal(r.name, "comem simulated card (uma)");
+    assert_int_equal(comem_sim_read_local(sim, 0, &l), 0);
+    assert_true(l.free == r.free && l.scope == COMEM_SCOPE_DEVICE_WIDE);
+    int64_t host = -1;
+    assert_int_equal(comem_sim_host_usage(sim, 0, child, &host), 0);
+    assert_true(host == 3 * COMEM_GIB);
+    assert_int_equal(comem_sim_alloc(sim, 0, COMEM_GIB), COMEM_ENOSPC); /* VRAM cannot take the RAM's share */
+    char b = 0;
+    assert_int_equal(write(go[1], &b, 1), 1);
+    wait_byte(done[0]);
+    assert_int_equal(comem_sim_alloc(sim, 0, COMEM_GIB), 0);
+    assert_int_equal(comem_sim_read(sim, 0, &r), 0);
+    assert_true(r.free == 1792 * COMEM_MIB); /* 8 GiB - ctx - 5 GiB of VRAM - the child's 1 GiB of RAM */
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    assert_int_equal(comem_sim_read(sim, 0, &r), 0); /* the dead process's RAM is back in the pool */
+    assert_true(r.used == 256 * COMEM_MIB + 5 * COMEM_GIB && r.free == 3 * COMEM_GIB - 256 * COMEM_MIB);
+    assert_int_equal(comem_sim_host_alloc(sim, 0, -1), COMEM_EINVAL);
+    assert_int_equal(comem_sim_host_alloc(sim, 0, COMEM_GIB), 0);
+    assert_int_equal(comem_sim_host_usage(sim, 0, me, &host), 0);
+    assert_true(host == COMEM_GIB);
+    assert_int_equal(comem_sim_release_self(sim), 0);
+    assert_int_equal(comem_sim_read(sim, 0, &r), 0);
+    assert_true(r.used == 0);
+    comem_sim_close(sim);
+    for (int i = 0; i < 2; i++) {
+        close(ready[i]);
+        close(go[i]);
+        close(done[i]);
+    }
+
+    /* linux: host bytes are counted, the card is untouched */
+    comem_sim *lx = open_sim("sim:4GiB:reserved=0:ctx=256MiB", "lx-host");
+    assert_int_equal(comem_sim_host_alloc(lx, 0, 64 * COMEM_GIB), 0);
+    assert_int_equal(check_reading(lx, 0), 0);
+    assert_int_equal(comem_sim_host_usage(lx, 0, me, &host), 0);
+    assert_true(host == 64 * COMEM_GIB);
+    assert_int_equal(comem_sim_alloc(lx, 0, 3 * COMEM_GIB), 0);
+    assert_int_equal(comem_sim_host_free(lx, 0, 64 * COMEM_GIB), 0);
+    assert_int_equal(comem_sim_host_alloc(lx, 1, 1), COMEM_ENODEV);
+    comem_sim_close(lx);
+}
+
 static void test_as_source(void **s)
 {
     (void)s;
@@ -427,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_killed_while_holding_the_lock),
         cmocka_unit_test(test_concurrent_creation),
         cmocka_unit_test(test_handle_refused_after_fork),
+        cmocka_unit_test(test_uma_one_pool),
         cmocka_unit_test(test_as_source),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

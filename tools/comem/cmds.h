@@ -7,5 +7,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_demo_worker(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_simulate(int argc, char **argv);
+int cmd_release(int argc, char **argv);
 
 #endif

@@ -3,6 +3,8 @@
  *
  *   comem calc RULE [--flag VALUE]...   evaluate one rule, print JSON
  *   comem demo                          the walkthrough the README runs
+ *   comem simulate SCENARIO             replay a workload under each policy (docs/scenarios.md)
+ *   comem release --process NAME        ask a process to give memory back, with a receipt
  */
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +24,8 @@ static void usage(FILE *f)
             "  devices [--device SPEC]      the cards and host RAM as comem reads them\n"
             "  status [--socket PATH]       the machine's memory as the coordinator's ledger sees it\n"
             "  demo                         three processes share a simulated 24 GiB card\n"
+            "  simulate SCENARIO            replay a workload under comem, comfy-env and no coordination\n"
+            "  release --process NAME       ask a process to release memory now, with a receipt\n"
             "  version                      print the version\n\n"
             "Run 'comem COMMAND --help' for a command's flags.\n");
 }
@@ -43,6 +47,10 @@ int main(int argc, char **argv)
         return cmd_demo_worker(argc - 2, argv + 2);
     if (!strcmp(cmd, "demo"))
         return cmd_demo(argc - 2, argv + 2);
+    if (!strcmp(cmd, "simulate"))
+        return cmd_simulate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "release"))
+        return cmd_release(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("comem %s\n", COMEM_VERSION);
         return 0;

@@ -1,0 +1,106 @@
+/*
+ * coord/pressure.c - the card's own pressure: bytes nobody asked for push a device below its reserve.
+ *
+ * Admissions keep the reserve free when they grant; what they cannot see
+ * coming is memory that never asks: a foreign app growing (a browser, an LLM
+ * server), an unregistered allocation inside a registered process, a
+ * pager's standing residency under a blind (WDDM) budget. So after every
+ * tick's measurement, a device whose true free is below the operator's
+ * reserve gets one round of release asks for the difference, planned like an
+ * admission's (coord/plan.c: ComfyUI's eviction order, busy holders skipped
+ * unless they release while busy, as a pager does). Nobody is the requester;
+ * holders that served the prompt the host runs now are left alone (cooling
+ * them forces a reload), and nothing is planned while idle releases are out
+ * (they are the gentler answer to a tight card, and may be enough).
+ * A round's asks are settled (receipt, busy, deadline, or the holder's end)
+ * before the next round is planned, so a foreign app that keeps growing is
+ * answered once per tick at most, never by a flood.
+ *
+ * comem simulate's F4 (a browser grows while a pager runs, on a WDDM card
+ * whose pager reads only its own budget) is the scenario that needed it.
+ */
+#include <string.h>
+
+#include "base/bytes.h"
+#include "base/log.h"
+#include "base/size.h"
+#include "comem/common.h"
+#include "coord/coord_internal.h"
+#include "coord/plan.h"
+
+/* The prompt the host is serving now, or NULL (as idle.c reads it). */
+static const char *current_prompt(const comem_coord_srv *s)
+{
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
+        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, NULL);
+        if (ss && ss->role == COMEM_ROLE_HOST && ss->prompt[0])
+            return ss->prompt;
+    }
+    return NULL;
+}
+
+void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns)
+{
+    (void)now_ns;
+    if (s->n_idle_asking > 0)
+        return;
+    const char *prompt = current_prompt(s);
+    uint64_t spare[64]; /* the current prompt's holders */
+    size_t n_spare = 0;
+    for (size_t i = 0; prompt && i < comem_slab_slots(&s->ledger.holders) && n_spare < 64; i++) {
+        uint64_t hid;
+        const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
+        if (h && !strcmp(h->last_prompt, prompt))
+            spare[n_spare++] = hid;
+    }
+    for (int d = 0; d < s->ledger.n_devices; d++) {
+        const ledger_device *ld = &s->ledger.devices[d];
+        const measurement *m = &s->meas[d];
+        if (!m->valid || s->pressure_out[d] > 0 || s->queue_head[d] != 0 || comem_ledger_granted(&s->ledger, d) > 0)
+            continue; /* nothing read, a round still out, or an admission planning or loading on this device
+                         (a grant being filled is counted both in the reading and as a grant) */
+        int64_t keep = ld->reserve_base >= 0 ? ld->reserve_base : ld->published;
+        int64_t avail = coord_available(s, d, false);
+        if (avail >= keep)
+            continue;
+        coord_planned out[COMEM_WIRE_MAX_ITEMS];
+        coord_plan_in in = {.device = d, .need = (double)keep, .avail = (double)avail, .excluded = spare,
+                            .n_excluded = n_spare};
+        size_t n = coord_plan_release(&s->ledger, &in, out, sizeof out / sizeof out[0]);
+        int64_t asked = 0;
+        int holders = 0;
+        for (size_t a = 0; a < n; a++) {
+            if (!out[a].holder)
+                continue;
+            uint64_t holder = out[a].holder;
+            comem_wire_release items[COMEM_WIRE_MAX_ITEMS];
+            uint16_t k = 0;
+            int64_t total = 0;
+            for (size_t b = a; b < n; b++) {
+                if (out[b].holder != holder)
+                    continue;
+                items[k++] = (comem_wire_release){out[b].entry, out[b].bytes};
+                total = comem_add(total, out[b].bytes);
+                out[b].holder = 0;
+            }
+            if (coord_ask(s, holder, COMEM_ASK_RELEASE, total, items, k, OWNER_PRESSURE, (uint64_t)d)) {
+                s->pressure_out[d]++;
+                asked = comem_add(asked, total);
+                holders++;
+            }
+        }
+        if (holders) {
+            char a[32], b[32], c[32];
+            comem_info("pressure: device %d has %s free, below the reserve %s (something outside the ledger grew); "
+                       "asked %d holder(s) for %s",
+                       d, comem_format_bytes(avail, a, 32), comem_format_bytes(keep, b, 32), holders,
+                       comem_format_bytes(asked, c, 32));
+        }
+    }
+}
+
+void coord_pressure_ask_done(comem_coord_srv *s, int device)
+{
+    if (device >= 0 && device < COMEM_MAX_DEVICES && s->pressure_out[device] > 0)
+        s->pressure_out[device]--;
+}

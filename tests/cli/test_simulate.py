@@ -1,0 +1,119 @@
+"""`comem simulate`: malformed scenarios are refused with file:line before anything runs; a run's
+expectations decide the exit status; --json and --svg write what they promise; `comem release` refuses
+bad arguments."""
+import glob
+import json
+import os
+import tempfile
+import time
+import unittest
+
+from comem_cli import SOURCE_DIR, run
+
+GOOD = """\
+scenario tiny "a worker loads and runs"
+speed 200
+card 8GiB
+worker w
+  model m 2GiB
+  load m
+  run 2
+expect failed == 0
+"""
+
+
+class Simulate(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def write(self, name, text):
+        path = os.path.join(self.dir.name, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_malformed_scenarios_name_file_and_line_and_run_nothing(self):
+        cases = [
+            ("card 8GiB\nworker w\n  load m\n", 3, "has no model 'm'"),
+            ("card 8GiB\nbogus 1\n", 2, "unknown statement 'bogus'"),
+            ("card 8GB\n", 1, "ambiguous unit"),
+            ("card 8GiB\nload m\n", 2, "must follow a process"),
+            ("card 8GiB\nworker w\n  model m 1GiB\n  run 1 m\nexpect nothing == 0\n", 5, "neither a figure"),
+            ("card 8GiB\nworker w\n  release ghost\n", 3, "no process named 'ghost'"),
+            ("worker w\n  idle 1\n", 2, "no 'card' line"),
+            ("card 8GiB\nworker w x200\n", 2, "whole number from 1 to"),
+            ("card 8GiB\nworker w\n  model m 1GiB\n  load m cancel 2\n", 4, "cancel"),
+            ("card 8GiB\napp a\n  load m\n", 3, "an app"),
+            ("card 8GiB\nworker w\n  idle 1\nexpect resident == 0\n", 4, "needs a process"),
+            ('card 8GiB\nworker w\n  idle 1\nexpect-gap failed == 0\n', 4, "reason in quotes"),
+        ]
+        for i, (text, line, what) in enumerate(cases):
+            path = self.write(f"bad{i}.scn", text)
+            t0 = time.monotonic()
+            p = run("simulate", path)
+            self.assertEqual(p.returncode, 2, (text, p.stdout, p.stderr))
+            self.assertIn(f"{path}:{line}: ", p.stderr, text)
+            self.assertIn(what, p.stderr, text)
+            self.assertEqual(p.stdout, "", "nothing runs for a malformed scenario")
+            self.assertLess(time.monotonic() - t0, 2)
+
+    def test_every_bundled_scenario_parses(self):
+        files = sorted(glob.glob(os.path.join(SOURCE_DIR, "scenarios", "*.scn")))
+        self.assertGreaterEqual(len(files), 22)  # F1-F21 and the demo
+        for f in files:
+            p = run("simulate", f, "--check")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(": ok", p.stdout)
+
+    def test_a_run_asserts_comem_and_writes_json_and_svg(self):
+        good = self.write("good.scn", GOOD)
+        js, svg = os.path.join(self.dir.name, "o.json"), os.path.join(self.dir.name, "o.svg")
+        p = run("simulate", good, "--json", js, "--svg", svg, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        for policy in ("comem", "comfy-env", "uncoordinated"):
+            self.assertIn(policy, p.stdout)
+        self.assertIn("failed allocations / OOMs", p.stdout)
+        d = json.load(open(js))
+        self.assertEqual([r["policy"] for r in d["runs"]], ["comem", "comfy-env", "uncoordinated"])
+        for r in d["runs"]:
+            self.assertTrue(r["ran"])
+            self.assertEqual(r["metrics"]["failed"], 0)
+            self.assertTrue(r["expectations"][0]["ok"])
+            self.assertTrue(any(e["process"] == "w" for e in r["events"]))
+            self.assertGreater(len(r["samples"]), 4)
+            # the worker's 2 GiB and its context were on the card while it ran
+            self.assertTrue(any(s["process_bytes"][0] >= 2 * 2**30 for s in r["samples"]))
+        text = open(svg).read()
+        self.assertTrue(text.startswith("<svg") and text.rstrip().endswith("</svg>"))
+        self.assertIn("card 0: 8 GiB, linux", text)
+
+    def test_a_failed_expectation_under_comem_fails_the_run(self):
+        bad = self.write("fails.scn", GOOD.replace("expect failed == 0", "expect failed == 1"))
+        p = run("simulate", bad, "--policy", "comem", timeout=60)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("comem=FAIL", p.stdout)
+        gap = self.write("gap.scn", GOOD.replace("expect failed == 0", 'expect-gap failed == 1 "not yet"'))
+        p = run("simulate", gap, "--policy", "comem", timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)  # a known gap is reported, not asserted
+        self.assertIn("a known gap, not asserted: not yet", p.stdout)
+
+    def test_bad_flags(self):
+        good = self.write("good.scn", GOOD)
+        for args in (["--policy", "everyone"], ["--semantics", "macos"], ["--speed", "0"], ["--frobnicate"]):
+            p = run("simulate", good, *args)
+            self.assertEqual(p.returncode, 2, args)
+
+    def test_release_refuses_bad_arguments(self):
+        self.assertEqual(run("release").returncode, 2)
+        self.assertEqual(run("release", "--process", "a", "--entry", "1").returncode, 2)
+        sock = os.path.join(self.dir.name, "nobody.sock")
+        p = run("release", "--socket", sock, "--process", "a")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no coordinator", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
