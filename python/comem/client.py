@@ -351,7 +351,7 @@ class Client:
 
     def _h(self) -> int:
         if self._handle is None:
-            raise Error(errors.ECLOSED, "client", f"client '{self.name}' is closed")
+            raise errors.Closed(errors.ECLOSED, "client", f"client '{self.name}' is closed")
         return self._handle
 
     @property

@@ -58,7 +58,7 @@ class Pager:
 
     def _h(self) -> int:
         if self._handle is None:
-            raise Error(errors.ECLOSED, "pager", "the pager is closed")
+            raise errors.Closed(errors.ECLOSED, "pager", "the pager is closed")
         return self._handle
 
     # ---- headrooms and pressure ----
@@ -85,6 +85,8 @@ class Pager:
 
     def set_device_poll(self, headroom: int, cache_s: float) -> None:
         """The device term: the free margin it regulates to and how long a reading is reused (seconds)."""
+        if cache_s is None:
+            raise TypeError("cache_s must be a number of seconds (0: read the device at every call)")
         check(_L.comem_pager_set_device_poll(self._h(), errors.size(headroom, "headroom"),
                                              errors.timeout_ms(cache_s)), "comem_pager_set_device_poll")
 
@@ -217,7 +219,7 @@ class VBar:
 
     def _h(self) -> int:
         if self._handle is None:
-            raise Error(errors.ECLOSED, "vbar", "the VBAR was destroyed (or its pager closed)")
+            raise errors.Closed(errors.ECLOSED, "vbar", "the VBAR was destroyed (or its pager closed)")
         return self._handle
 
     def _range(self, offset: int, size: int) -> "tuple[int, int]":

@@ -41,7 +41,7 @@ class SimCard:
 
     def _h(self) -> int:
         if self._handle is None:
-            raise errors.Error(errors.ECLOSED, "simcard", "the card handle is closed")
+            raise errors.Closed(errors.ECLOSED, "simcard", "the card handle is closed")
         return self._handle
 
     @property

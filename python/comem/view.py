@@ -41,7 +41,7 @@ class View:
         """
         dev = errors.device(device)
         if self._handle is None:
-            raise errors.Error(errors.ECLOSED, "comem_view_read", "the view is closed")
+            raise errors.Closed(errors.ECLOSED, "comem_view_read", "the view is closed")
         cap, free, res, rec = c_int64(), c_int64(), c_int64(), c_int64()
         check(_L.comem_view_read(self._handle, dev, byref(cap), byref(free), byref(res), byref(rec)),
               "comem_view_read")
