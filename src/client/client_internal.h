@@ -217,11 +217,6 @@ void comem_client_wake(comem_client *c);
 /* A fresh request id (never 0: that marks unsolicited frames). */
 uint32_t comem_client_next_req(comem_client *c);
 
-/* ---- socket_path.c ---- */
-
-/* The socket path open uses: arg, else $COMEM_SOCKET, else the default. 0 or a negative status. */
-int comem_socket_resolve(const char *arg, char *buf, size_t len);
-
 /* ---- tables.c (all under c->lock) ---- */
 
 /* Finds a record by the client's id; NULL when unknown (0 is never an id). */
