@@ -178,6 +178,8 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why);
 void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m);
 
 /* ---- measure.c ---- */
+/* Opens the device source, fills the ledger's device table and the pin ceilings, and inits the ledger. */
+int coord_devices_open(comem_coord_srv *s);
 /* Reads device now; updates floors and the view. */
 int coord_measure(comem_coord_srv *s, int device);
 /* True free usable for a decision: a recent reading minus grants, corrected by the ledger since. */

@@ -17,7 +17,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "arith/pinned.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/rundir.h"
@@ -26,8 +25,6 @@
 #include "comem/comem.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
-#include "probe/hostmem.h"
-#include "probe/select.h"
 
 #define TIMER_PERIOD_MS 20 /* ask deadlines are checked this often; the tick runs every cfg.tick_ms */
 #define OUT_KEEP (64 << 10)  /* an output buffer larger than this is freed once it drains */
@@ -613,57 +610,6 @@ static int bind_socket(comem_coord_srv *s)
     return COMEM_OK;
 }
 
-static int open_devices(comem_coord_srv *s)
-{
-    char note[512];
-    int rc = comem_devices_open(s->cfg.device_spec[0] ? s->cfg.device_spec : NULL, &s->src, note, sizeof note);
-    if (rc != COMEM_OK) {
-        comem_error("coordinator: cannot open devices: %s", note);
-        return rc;
-    }
-    if (note[0])
-        comem_info("coordinator: %s", note);
-    int n = 0;
-    comem_device_count(s->src, &n);
-    if (n > COMEM_MAX_DEVICES)
-        n = COMEM_MAX_DEVICES;
-    ledger_device devs[COMEM_MAX_DEVICES];
-    /* The machine's RAM and swap: where a model's bytes live when not on the card. */
-    comem_hostmem host;
-    bool have_host = comem_hostmem_read(NULL, &host) == COMEM_OK;
-    int64_t off_card = have_host ? comem_add(comem_max(host.mem_total, host.total), comem_clamp0(host.swap_total)) : -1;
-    for (int i = 0; i < n; i++) {
-        comem_device_reading *r = &s->meas[i].r;
-        memset(&devs[i], 0, sizeof devs[i]);
-        if (comem_device_read(s->src, i, r) != COMEM_OK)
-            return COMEM_ENODEV;
-        devs[i].index = i;
-        snprintf(devs[i].uuid, sizeof devs[i].uuid, "%s", r->uuid);
-        snprintf(devs[i].name, sizeof devs[i].name, "%s", r->name);
-        devs[i].capacity = r->total;
-        /* An entry larger than the card, RAM and swap together is not a model anyone holds. */
-        devs[i].entry_max = off_card >= 0 ? comem_add(r->total, off_card) : comem_mul(r->total, 16);
-        devs[i].scope = r->scope;
-        devs[i].proc_scope = r->local_scope;
-        devs[i].reserve_base = -1;
-        devs[i].last_free = r->free;
-    }
-    /* The machine-wide pinned ceiling, from cgroup-clamped RAM (ComfyUI's rule). Its Windows form
-       (40 % of RAM) applies once a process says its free reading is process-local (session.c). */
-    double max_pinned = COMEM_PINNING_DISABLED;
-    s->max_pinned_windows = (int64_t)COMEM_PINNING_DISABLED;
-    if (have_host) {
-        comem_pin_ceiling_in pin = {.ram = (double)host.total, .disk_swap = host.disk_swap,
-                                    .cgroup_limited = host.cgroup_limited, .enabled = true};
-        max_pinned = comem_max_pinned(&pin);
-        pin.windows = true;
-        s->max_pinned_windows = (int64_t)comem_max_pinned(&pin);
-    }
-    rc = comem_ledger_init(&s->ledger, devs, n, (int64_t)max_pinned);
-    comem_ledger_set_checking(&s->ledger, s->cfg.check);
-    return rc;
-}
-
 int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
 {
     comem_coord_srv *s = calloc(1, sizeof *s);
@@ -684,7 +630,7 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
     if (rc == COMEM_OK)
         rc = claim_path(s);
     if (rc == COMEM_OK)
-        rc = open_devices(s);
+        rc = coord_devices_open(s);
     if (rc == COMEM_OK)
         rc = comem_view_writer_open(&s->view, s->cfg.socket_path, s->ledger.n_devices);
     if (rc == COMEM_OK)
