@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base/clock.h"
 #include "coord/coord.h"
 #include "coord/view.h"
 #include "ledger/ledger.h"
@@ -161,14 +162,40 @@ typedef struct comem_coord_srv {
     int pressure_out[COMEM_MAX_DEVICES]; /* pressure asks not yet settled, per device (pressure.c) */
 } comem_coord_srv;
 
-/* ---- server.c ---- */
-/* Queues one message to a connection (encoded into its output buffer). */
+/* Seconds since the coordinator started: the clock of idle times (ledger_holder.idle_since). */
+static inline double coord_now_s(const comem_coord_srv *s) { return (double)(comem_now_ns() - s->started_ns) / 1e9; }
+
+/* ---- conn.c: what goes out ---- */
+/* Adds fd to the loop's epoll set, tagged so the loop knows whose it is. 0 or -1 (errno). */
+int coord_watch(comem_coord_srv *s, int fd, uint32_t events, ep_tag *tag);
+/* Queues one message to a connection (encoded into its output buffer) and writes what the socket takes. */
 void coord_send(comem_coord_srv *s, conn *c, comem_msg *m);
-/* Sends REPLY {status, message} for a request id. */
+/* Sends REPLY {status, message} for a request id (message NULL: the status's own text). */
 void coord_reply(comem_coord_srv *s, conn *c, uint32_t request_id, int status, const char *message);
+/* Writes what is queued; arms EPOLLOUT while the socket is full. False: the peer is gone. */
+bool coord_flush(comem_coord_srv *s, conn *c);
+/* Drops what c has queued and marks it closing (it does not read, or it is gone). */
+void coord_drop_output(comem_coord_srv *s, conn *c);
 /* The connection of a session, or NULL. */
 conn *coord_conn_of(comem_coord_srv *s, uint64_t session);
-double coord_now_s(const comem_coord_srv *s);
+
+/* ---- input.c: what comes in ---- */
+/* Accepts every waiting connection that may hold a slot; refuses the others, saying why. */
+void coord_accept(comem_coord_srv *s);
+/* Reads what c sent and handles every whole frame (coord_handle). */
+void coord_conn_readable(comem_coord_srv *s, conn *c);
+/* Closes connections that did not say HELLO within the deadline. */
+void coord_hello_deadlines(comem_coord_srv *s, int64_t now_ns);
+/* Ends c's session (if any), closes its descriptors and frees it. */
+void coord_conn_close(comem_coord_srv *s, conn *c);
+
+/* ---- socket.c: the socket path ---- */
+/* Checks what is at the path (nothing, or a stale socket of this user) and locks PATH.lock. */
+int coord_socket_claim(comem_coord_srv *s);
+/* Under the lock: replaces a stale socket and listens. COMEM_EEXIST when a coordinator answers there. */
+int coord_socket_bind(comem_coord_srv *s);
+/* Closes the socket, removing the path only if it is still the socket bound here, and drops the lock. */
+void coord_socket_release(comem_coord_srv *s);
 
 /* ---- session.c ---- */
 int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t request_id);
