@@ -109,6 +109,8 @@ static void note_asked(job *j, uint64_t holder)
     j->n_asked++;
 }
 
+static void job_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed);
+
 /* Plans (coord/plan.c) and sends the asks for an admission; returns the asks sent. */
 static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
 {
@@ -125,28 +127,11 @@ static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
         .now_ns = comem_now_ns(),
     };
     size_t n = coord_plan_release(&s->ledger, &in, out, sizeof out / sizeof out[0]);
-    int sent = 0;
-    /* One ask per holder, listing its entries' amounts. */
-    for (size_t a = 0; a < n; a++) {
-        if (!out[a].holder)
-            continue;
-        uint64_t holder = out[a].holder;
-        comem_wire_release items[COMEM_WIRE_MAX_ITEMS];
-        uint16_t k = 0;
-        int64_t total = 0;
-        for (size_t b = a; b < n; b++) {
-            if (out[b].holder != holder)
-                continue;
-            items[k++] = (comem_wire_release){out[b].entry, out[b].bytes};
-            total = comem_add(total, out[b].bytes);
-            out[b].holder = 0;
-        }
-        if (coord_ask(s, holder, COMEM_ASK_RELEASE, total, items, k, OWNER_JOB, jid)) {
-            sent++;
-            note_asked(j, holder);
-        }
-    }
-    return sent;
+    uint64_t asked[COMEM_WIRE_MAX_ITEMS];
+    size_t sent = coord_ask_plan(s, out, n, job_ask_done, jid, asked, NULL);
+    for (size_t i = 0; i < sent; i++)
+        note_asked(j, asked[i]);
+    return (int)sent;
 }
 
 /* Pressure: ask idle siblings, largest first, for the bytes requested. */
@@ -176,7 +161,7 @@ static int plan_pressure(comem_coord_srv *s, uint64_t jid, job *j)
     }
     size_t k = comem_plan_pressure_release(hs, n, j->need, SIZE_MAX, asks);
     for (size_t a = 0; a < k; a++) {
-        if (coord_ask(s, ids[asks[a].holder], COMEM_ASK_RELEASE, asks[a].bytes, NULL, 0, OWNER_JOB, jid)) {
+        if (coord_ask(s, ids[asks[a].holder], COMEM_ASK_RELEASE, asks[a].bytes, NULL, 0, job_ask_done, jid)) {
             sent++;
             note_asked(j, ids[asks[a].holder]);
         }
@@ -389,17 +374,18 @@ void coord_pressure(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_p
     pump(s, p->device);
 }
 
-void coord_job_ask_done(comem_coord_srv *s, uint64_t jid, uint64_t holder, bool busy, int64_t freed)
+/* One of a job's asks settled: its freed bytes count, a busy holder is not asked again by it. */
+static void job_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed)
 {
-    job *j = job_get(s, jid);
+    job *j = job_get(s, a->owner);
     if (!j)
         return; /* the job already finished (deadline) or its requester left */
     j->asks_out--;
     j->freed = comem_add(j->freed, comem_clamp0(freed));
-    if (busy) {
+    if (outcome != COMEM_RECEIPT_DONE) {
         j->n_busy++;
         if (j->n_excluded < (int)(sizeof j->excluded / sizeof j->excluded[0]))
-            j->excluded[j->n_excluded++] = holder;
+            j->excluded[j->n_excluded++] = a->holder;
     }
     if (j->asks_out > 0)
         return;

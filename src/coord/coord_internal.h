@@ -23,6 +23,7 @@
 
 #include "base/clock.h"
 #include "coord/coord.h"
+#include "coord/plan.h"
 #include "coord/view.h"
 #include "ledger/ledger.h"
 #include "ledger/slab.h"
@@ -103,8 +104,17 @@ typedef struct job {
     uint64_t next;         /* next job in the device FIFO */
 } job;
 
-/* Who waits for an ask's receipt: a job, a sweep, or another session's RELEASE request. */
-typedef enum ask_owner { OWNER_JOB = 1, OWNER_IDLE = 2, OWNER_PINS = 3, OWNER_REQUEST = 4, OWNER_PRESSURE = 5 } ask_owner;
+struct ask;
+
+/*
+ * Who waits for an ask's receipt (an admission or pressure job, the idle
+ * sweep, the card's own pressure, another session's RELEASE request) is told
+ * through this, once, when the ask settles: a receipt's outcome and the bytes
+ * it freed, COMEM_RECEIPT_BUSY when the deadline passed or the holder's
+ * session ended (COMEM_RECEIPT_GONE and the entry's bytes, for a RELEASE).
+ * The ask is already forgotten; a is a copy.
+ */
+typedef void (*coord_ask_done)(comem_coord_srv *s, const struct ask *a, uint8_t outcome, int64_t freed);
 
 typedef struct ask {
     uint64_t session; /* the asked holder's session */
@@ -113,9 +123,9 @@ typedef struct ask {
     int device;
     int64_t bytes;
     int64_t deadline_ns;
-    ask_owner owner;
-    uint64_t job;
-    /* OWNER_REQUEST: the RELEASE being answered */
+    coord_ask_done done; /* its owner's (NULL: nobody waits, as for pin asks) */
+    uint64_t owner;      /* the owner's own id: a job id, a device */
+    /* a RELEASE being answered */
     uint64_t req_session;
     uint32_t req_id;
     uint64_t entry;
@@ -231,16 +241,24 @@ int64_t coord_charge_of(comem_coord_srv *s, uint64_t session, int device);
 /* ---- admit.c ---- */
 void coord_admit(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_admit *a);
 void coord_pressure(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_pressure *p);
-/* An ask owned by job finished: busy or freed bytes. */
-void coord_job_ask_done(comem_coord_srv *s, uint64_t job_id, uint64_t holder, bool busy, int64_t freed);
 /* A session ended: its jobs are dropped, and jobs waiting on its holders move on. */
 void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session);
 void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns);
 
 /* ---- asks.c ---- */
-/* Sends an ask; returns its id (0 when the holder's session has no connection). */
+/*
+ * Sends an ask for bytes (with per-entry amounts, n of them, possibly 0) to holder, owned by
+ * done/owner. Returns its id; 0 when the holder's session has no connection or COORD_MAX_ASKS wait.
+ */
 uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t bytes, const comem_wire_release *items,
-                   uint16_t n, ask_owner owner, uint64_t job);
+                   uint16_t n, coord_ask_done done, uint64_t owner);
+/*
+ * Sends a release plan (coord/plan.c) as COMEM_ASK_RELEASE asks, one per holder listing its
+ * entries' amounts, owned by done/owner. Writes the holders asked, in plan order, to asked (room
+ * for n; may be NULL) and their total to *bytes (may be NULL). Returns how many asks went out.
+ */
+size_t coord_ask_plan(comem_coord_srv *s, coord_planned *plan, size_t n, coord_ask_done done, uint64_t owner,
+                      uint64_t *asked, int64_t *bytes);
 void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r);
 /* A RELEASE request: ask the holder of another session's entry and relay its receipt. */
 void coord_release(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_release *r);
@@ -249,15 +267,12 @@ void coord_asks_session_ended(comem_coord_srv *s, uint64_t session);
 
 /* ---- idle.c ---- */
 void coord_idle_tick(comem_coord_srv *s, int64_t now_ns);
-void coord_idle_ask_done(comem_coord_srv *s, uint64_t holder);
 /* A pin request fell short: ask other sessions' pin holders for their share (rate-limited). */
 void coord_pin_pressure(comem_coord_srv *s, uint64_t requester, int64_t shortfall);
 
 /* ---- pressure.c ---- */
 /* Asks holders for what a device is short of its reserve, when nobody's request explains it. */
 void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns);
-/* One of device's pressure asks settled. */
-void coord_pressure_ask_done(comem_coord_srv *s, int device);
 
 /* ---- status.c ---- */
 /* The status snapshot as JSON text (malloc'd). */

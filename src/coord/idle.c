@@ -35,6 +35,8 @@ static const char *current_prompt(comem_coord_srv *s)
     return NULL;
 }
 
+static void idle_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed);
+
 void coord_idle_tick(comem_coord_srv *s, int64_t now_ns)
 {
     size_t cap = s->ledger.holders.used;
@@ -81,7 +83,7 @@ void coord_idle_tick(comem_coord_srv *s, int64_t now_ns)
             const ledger_holder *h = comem_ledger_holder(&s->ledger, hid);
             int64_t held = comem_ledger_session_resident(&s->ledger, h->session, hid, d);
             if (s->n_idle_asking < (int)(sizeof s->idle_asking / sizeof s->idle_asking[0]) &&
-                coord_ask(s, hid, COMEM_ASK_IDLE, held, NULL, 0, OWNER_IDLE, 0)) {
+                coord_ask(s, hid, COMEM_ASK_IDLE, held, NULL, 0, idle_ask_done, 0)) {
                 s->idle_asking[s->n_idle_asking++] = hid;
                 comem_info("idle release: asked holder '%s' (idle %.1f s%s) to release %lld bytes", h->name,
                            now - h->idle_since, tight ? ", card tight" : "", (long long)held);
@@ -95,8 +97,12 @@ done:
     free(sel);
 }
 
-void coord_idle_ask_done(comem_coord_srv *s, uint64_t holder)
+/* An idle ask settled, whatever its outcome: the holder may be asked again, from now. */
+static void idle_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed)
 {
+    (void)outcome;
+    (void)freed;
+    uint64_t holder = a->holder;
     for (int i = 0; i < s->n_idle_asking; i++) {
         if (s->idle_asking[i] == holder) {
             s->idle_asking[i] = s->idle_asking[--s->n_idle_asking];
@@ -137,8 +143,9 @@ void coord_pin_pressure(comem_coord_srv *s, uint64_t requester, int64_t shortfal
         n++;
     }
     size_t k = comem_plan_pin_pressure(rs, n, shortfall, 1e18, 0, COMEM_PIN_PRESSURE_MIN_SLICE, 0, asks);
+    /* Nobody waits for these receipts: the holder reports its unpinning itself (PIN_RELEASE). */
     for (size_t i = 0; i < k; i++)
-        coord_ask(s, ids[asks[i].holder], COMEM_ASK_PINS, asks[i].bytes, NULL, 0, OWNER_PINS, 0);
+        coord_ask(s, ids[asks[i].holder], COMEM_ASK_PINS, asks[i].bytes, NULL, 0, NULL, 0);
     s->last_pin_sweep_ns = now;
 done:
     free(rs);

@@ -39,6 +39,8 @@ static const char *current_prompt(const comem_coord_srv *s)
     return NULL;
 }
 
+static void pressure_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed);
+
 void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns)
 {
     (void)now_ns;
@@ -68,39 +70,24 @@ void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns)
                             .n_excluded = n_spare};
         size_t n = coord_plan_release(&s->ledger, &in, out, sizeof out / sizeof out[0]);
         int64_t asked = 0;
-        int holders = 0;
-        for (size_t a = 0; a < n; a++) {
-            if (!out[a].holder)
-                continue;
-            uint64_t holder = out[a].holder;
-            comem_wire_release items[COMEM_WIRE_MAX_ITEMS];
-            uint16_t k = 0;
-            int64_t total = 0;
-            for (size_t b = a; b < n; b++) {
-                if (out[b].holder != holder)
-                    continue;
-                items[k++] = (comem_wire_release){out[b].entry, out[b].bytes};
-                total = comem_add(total, out[b].bytes);
-                out[b].holder = 0;
-            }
-            if (coord_ask(s, holder, COMEM_ASK_RELEASE, total, items, k, OWNER_PRESSURE, (uint64_t)d)) {
-                s->pressure_out[d]++;
-                asked = comem_add(asked, total);
-                holders++;
-            }
-        }
+        size_t holders = coord_ask_plan(s, out, n, pressure_ask_done, (uint64_t)d, NULL, &asked);
+        s->pressure_out[d] += (int)holders;
         if (holders) {
             char a[32], b[32], c[32];
             comem_info("pressure: device %d has %s free, below the reserve %s (something outside the ledger grew); "
-                       "asked %d holder(s) for %s",
+                       "asked %zu holder(s) for %s",
                        d, comem_format_bytes(avail, a, 32), comem_format_bytes(keep, b, 32), holders,
                        comem_format_bytes(asked, c, 32));
         }
     }
 }
 
-void coord_pressure_ask_done(comem_coord_srv *s, int device)
+/* One of a device's pressure asks settled; the next round waits for the last. */
+static void pressure_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed)
 {
+    (void)outcome;
+    (void)freed;
+    int device = (int)a->owner;
     if (device >= 0 && device < COMEM_MAX_DEVICES && s->pressure_out[device] > 0)
         s->pressure_out[device]--;
 }
