@@ -43,7 +43,6 @@
 #include "wire/wire.h"
 
 #define COMEM_CLIENT_DEFAULT_TIMEOUT_MS 10000
-#define COMEM_CLIENT_LOCAL_RESERVE ((int64_t)400 << 20) /* ComfyUI's EXTRA_RESERVED_VRAM on Linux */
 #define COMEM_CLIENT_PATH_MAX sizeof(((struct sockaddr_un *)0)->sun_path)
 
 /* The connection's state. */
@@ -374,7 +373,7 @@ int comem_resync(comem_client *c);
 
 /* ---- local.c ---- */
 
-/* The reserve local decisions use: reserve_base when >= 0, else 400 MiB. */
+/* The reserve local decisions use: reserve_base when >= 0, else ComfyUI's default (COMEM_RESERVE_DEFAULT). */
 int64_t comem_local_reserve_bytes(const comem_client *c);
 
 /* Local admission from this process's device reading. */

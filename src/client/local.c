@@ -20,7 +20,7 @@
 
 int64_t comem_local_reserve_bytes(const comem_client *c)
 {
-    return c->reserve_base >= 0 ? c->reserve_base : COMEM_CLIENT_LOCAL_RESERVE;
+    return c->reserve_base >= 0 ? c->reserve_base : COMEM_RESERVE_DEFAULT;
 }
 
 /* Reads device `index` of this process's source, opening it the first time. */

@@ -31,10 +31,7 @@ static const ledger_session *host_session(comem_coord_srv *s)
 
 static int64_t base_of(comem_coord_srv *s)
 {
-    if (s->host_base >= 0)
-        return s->host_base;
-    comem_reserve_opts linux_default = {0};
-    return comem_trunc(comem_extra_reserved_vram(&linux_default));
+    return s->host_base >= 0 ? s->host_base : COMEM_RESERVE_DEFAULT;
 }
 
 /* Does the session hold anything on device (a holder there, or a context)? */
