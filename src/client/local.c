@@ -51,10 +51,7 @@ static int read_device(comem_client *c, int index, comem_device_reading *r)
 int comem_local_admit(comem_client *c, int device, int64_t weights, int64_t inference, int64_t cast_forward,
                       uint64_t *grant, int64_t *short_by)
 {
-    /* load_models_gpu's target: int(weights * 1.1) + max(minimum_inference_memory(), inference + reserve). */
-    int64_t reserve = comem_local_reserve_bytes(c);
-    int64_t min_inference = comem_trunc(comem_minimum_inference_memory((double)reserve));
-    int64_t need = comem_ask_target(weights, COMEM_WEIGHT_SLACK, min_inference, reserve, comem_add(inference, cast_forward));
+    int64_t need = comem_admit_target(weights, comem_add(inference, cast_forward), comem_local_reserve_bytes(c));
     comem_device_reading *r = malloc(sizeof *r);
     if (!r)
         return COMEM_ENOMEM;

@@ -22,9 +22,7 @@
 #include <string.h>
 
 #include "arith/cross_reserve.h"
-#include "arith/evict.h"
 #include "arith/planners.h"
-#include "arith/reserve.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/size.h"
@@ -82,8 +80,7 @@ static int64_t need_of(comem_coord_srv *s, uint64_t session, int dev, int64_t we
        book every worker twice (comfy-env's double-booking, on WDDM; found by comem simulate, F12). */
     const ledger_device *ld = &s->ledger.devices[dev];
     int64_t reserve = ld->reserve_base >= 0 ? ld->reserve_base : coord_reserve_for(s, session, dev, NULL);
-    int64_t min_inference = comem_trunc(comem_minimum_inference_memory((double)reserve));
-    int64_t need = comem_ask_target(weights, COMEM_WEIGHT_SLACK, min_inference, reserve, working);
+    int64_t need = comem_admit_target(weights, working, reserve);
     const ledger_session *ss = comem_ledger_session(&s->ledger, session);
     if (ss && ss->floor[dev] == 0)
         need = comem_add(need, COMEM_CONTEXT_FLOOR); /* no context there yet: the load creates one */
