@@ -147,12 +147,12 @@ static int plan_pressure(comem_coord_srv *s, uint64_t jid, job *j)
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
         uint64_t hid;
         const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
-        if (!h || h->session == j->session || h->device != j->device || now < h->unanswered_until_ns)
+        if (!h || h->session == j->session || h->device != j->device || !coord_may_ask(h, now))
             continue;
         snprintf(keys[n], sizeof keys[n], "%016llx", (unsigned long long)hid);
         ids[n] = hid;
-        hs[n] = (comem_release_holder){.key = keys[n], .alive = true, .advertises = (h->flags & COMEM_CAP_RELEASE) != 0,
-                                       .in_flight = (h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY)) || excluded(j, hid),
+        hs[n] = (comem_release_holder){.key = keys[n], .alive = true, .advertises = true,
+                                       .in_flight = excluded(j, hid), /* it said busy to this request */
                                        .held = comem_ledger_session_resident(&s->ledger, h->session, hid, j->device)};
         n++;
     }

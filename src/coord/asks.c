@@ -185,7 +185,7 @@ void coord_release(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_re
         coord_reply(s, c, rid, COMEM_ENOTSUP, "the entry's holder does not answer release asks");
         return;
     }
-    if ((h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY)) || comem_now_ns() < h->unanswered_until_ns) {
+    if (!coord_may_ask(h, comem_now_ns())) {
         /* never interrupt a compute thread; nor wait again on a holder that let its last ask pass */
         release_now(s, c, rid, COMEM_RECEIPT_BUSY, 0, e->resident);
         return;

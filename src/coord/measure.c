@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "arith/pinned.h"
+#include "arith/planners.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "comem/common.h"
@@ -88,9 +89,8 @@ static int64_t reclaimable(comem_coord_srv *s, int device)
         if (!e || e->device != device || e->resident <= 0)
             continue;
         const ledger_holder *h = comem_slab_get(&s->ledger.holders, e->holder);
-        if (!h || !(h->flags & (COMEM_CAP_RELEASE | COMEM_CAP_IDLE_RELEASE)))
-            continue;
-        if (!h->busy || (h->flags & COMEM_CAP_WHILE_BUSY))
+        if (h && comem_may_release_now((h->flags & (COMEM_CAP_RELEASE | COMEM_CAP_IDLE_RELEASE)) != 0, h->busy,
+                                       (h->flags & COMEM_CAP_WHILE_BUSY) != 0))
             sum = comem_add(sum, e->resident);
     }
     return sum;

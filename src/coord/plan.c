@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "arith/evict.h"
+#include "arith/planners.h"
 #include "wire/wire.h"
 
 typedef struct walk {
@@ -26,17 +27,19 @@ static bool listed(const uint64_t *ids, size_t n, uint64_t id)
     return false;
 }
 
+bool coord_may_ask(const ledger_holder *h, int64_t now_ns)
+{
+    bool answers = (h->flags & COMEM_CAP_RELEASE) != 0, while_busy = (h->flags & COMEM_CAP_WHILE_BUSY) != 0;
+    return comem_may_release_now(answers, h->busy, while_busy) && now_ns >= h->unanswered_until_ns;
+}
+
 static bool eligible(const walk *w, uint64_t eid, const ledger_entry *e)
 {
     if (e->session == w->in->requester || listed(w->in->keep, w->in->n_keep, eid))
         return false;
     const ledger_holder *h = comem_slab_get(&w->l->holders, e->holder);
-    if (!h || !(h->flags & COMEM_CAP_RELEASE))
+    if (!h || !coord_may_ask(h, w->in->now_ns))
         return false;
-    if (h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY))
-        return false; /* never interrupt a compute thread; it is asked at its next boundary */
-    if (w->in->now_ns < h->unanswered_until_ns)
-        return false; /* it did not answer the last ask: waiting on it again would stall the queue */
     return !listed(w->in->excluded, w->in->n_excluded, e->holder);
 }
 

@@ -35,6 +35,16 @@ typedef struct coord_planned {
     int64_t bytes;
 } coord_planned;
 
+/*
+ * May holder h be asked for a sized release now? It answers sized asks, is
+ * not computing unless it releases while busy (comem_may_release_now, the rule
+ * its own client answers by), and has not let an ask pass its deadline within
+ * COORD_UNANSWERED_SKIP_MS (h->unanswered_until_ns): waiting on it again would
+ * stall whoever asks. Admissions, pressure rounds and RELEASE requests all ask
+ * by this one test.
+ */
+bool coord_may_ask(const ledger_holder *h, int64_t now_ns);
+
 /* Writes up to cap planned releases to out; returns how many. */
 size_t coord_plan_release(const comem_ledger *l, const coord_plan_in *in, coord_planned *out, size_t cap);
 

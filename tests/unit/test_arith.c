@@ -319,6 +319,18 @@ static void test_admit_target(void **st)
                      (int64_t)((double)COMEM_GIB * 1.1) + 2 * COMEM_GIB + COMEM_RESERVE_DEFAULT);
 }
 
+/* ---- who may be asked now: the coordinator plans by it, a holder's client answers by it ---- */
+
+static void test_may_release_now(void **st)
+{
+    (void)st;
+    assert_true(comem_may_release_now(true, false, false));
+    assert_true(comem_may_release_now(true, true, true));   /* a pager releases while it computes */
+    assert_false(comem_may_release_now(true, true, false)); /* a computing holder is never interrupted */
+    assert_false(comem_may_release_now(false, false, true));
+    assert_false(comem_may_release_now(false, false, false));
+}
+
 /* ---- planners: invariants over many random inputs ---- */
 
 static void test_pressure_plan_invariants(void **st)
@@ -372,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_windows_pin_pressure),
         cmocka_unit_test(test_disk_swap),
         cmocka_unit_test(test_admit_target),
+        cmocka_unit_test(test_may_release_now),
         cmocka_unit_test(test_pressure_plan_invariants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
