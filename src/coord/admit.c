@@ -134,40 +134,33 @@ static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
 /* Pressure: ask idle siblings, largest first, for the bytes requested. */
 static int plan_pressure(comem_coord_srv *s, uint64_t jid, job *j)
 {
-    size_t cap = s->ledger.holders.used + 1;
-    comem_release_holder *hs = malloc(cap * sizeof *hs);
-    uint64_t *ids = malloc(cap * sizeof *ids);
-    char (*keys)[24] = malloc(cap * sizeof *keys);
-    comem_release_ask *asks = malloc(cap * sizeof *asks);
-    int sent = 0;
-    if (!hs || !ids || !keys || !asks)
-        goto done;
-    size_t n = 0;
+    coord_roster r;
+    if (!coord_roster_init(&r, &s->ledger, sizeof(comem_release_holder)))
+        return 0;
     int64_t now = comem_now_ns();
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
         uint64_t hid;
         const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
         if (!h || h->session == j->session || h->device != j->device || !coord_may_ask(h, now))
             continue;
-        snprintf(keys[n], sizeof keys[n], "%016llx", (unsigned long long)hid);
-        ids[n] = hid;
-        hs[n] = (comem_release_holder){.key = keys[n], .alive = true, .advertises = true,
-                                       .in_flight = excluded(j, hid), /* it said busy to this request */
-                                       .held = comem_ledger_session_resident(&s->ledger, h->session, hid, j->device)};
-        n++;
+        const char *key;
+        comem_release_holder *row = coord_roster_add(&r, hid, &key);
+        if (!row)
+            break;
+        *row = (comem_release_holder){.key = key, .alive = true, .advertises = true,
+                                      .in_flight = excluded(j, hid), /* it said busy to this request */
+                                      .held = comem_ledger_session_resident(&s->ledger, h->session, hid, j->device)};
     }
-    size_t k = comem_plan_pressure_release(hs, n, j->need, SIZE_MAX, asks);
+    comem_release_ask *asks = r.out;
+    size_t k = comem_plan_pressure_release(r.rows, r.n, j->need, SIZE_MAX, asks);
+    int sent = 0;
     for (size_t a = 0; a < k; a++) {
-        if (coord_ask(s, ids[asks[a].holder], COMEM_ASK_RELEASE, asks[a].bytes, NULL, 0, job_ask_done, jid)) {
+        if (coord_ask(s, r.ids[asks[a].holder], COMEM_ASK_RELEASE, asks[a].bytes, NULL, 0, job_ask_done, jid)) {
             sent++;
-            note_asked(j, ids[asks[a].holder]);
+            note_asked(j, r.ids[asks[a].holder]);
         }
     }
-done:
-    free(hs);
-    free(ids);
-    free(keys);
-    free(asks);
+    coord_roster_free(&r);
     return sent;
 }
 

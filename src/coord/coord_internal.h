@@ -237,6 +237,13 @@ void coord_publish_reserve(comem_coord_srv *s, int device, bool shrink_allowed);
 int64_t coord_reserve_for(comem_coord_srv *s, uint64_t session, int device, int64_t *pager_headroom);
 /* The charge one session adds to device's reserve. */
 int64_t coord_charge_of(comem_coord_srv *s, uint64_t session, int device);
+/*
+ * What the device-wide true free must keep on device: the operator's base (the published reserve
+ * until a base is set). The tight-card test, the card's own pressure and pins on a unified device
+ * compare with it: the published reserve adds what a host with a process-local reading cannot see,
+ * which a device-wide figure already counts, so adding it here would count every worker twice.
+ */
+int64_t coord_base_reserve(const comem_coord_srv *s, int device);
 
 /* ---- admit.c ---- */
 void coord_admit(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_admit *a);

@@ -137,8 +137,7 @@ static void on_pin(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pi
            its reserve, or VRAM and RAM would both be promised the same bytes (user-needs F21). */
         if (!s->meas[d].valid || !s->meas[d].r.unified)
             continue;
-        const ledger_device *ld = &s->ledger.devices[d];
-        int64_t room = comem_sub(coord_available(s, d, true), ld->reserve_base >= 0 ? ld->reserve_base : ld->published);
+        int64_t room = comem_sub(coord_available(s, d, true), coord_base_reserve(s, d));
         if (p->bytes > room) {
             rc = COMEM_ENOSPC;
             shortfall = comem_sub(p->bytes, comem_clamp0(room));

@@ -1,7 +1,10 @@
-/* coord/plan.c - ComfyUI's eviction ladder over the whole machine's resident entries. */
+/* coord/plan.c - ComfyUI's eviction ladder over the whole machine's resident entries, and whom it may ask. */
 #include "coord/plan.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "arith/evict.h"
 #include "arith/planners.h"
@@ -107,4 +110,53 @@ size_t coord_plan_release(const comem_ledger *l, const coord_plan_in *in, coord_
     } while (res.n_actions == sizeof actions / sizeof actions[0] && w.n_out < cap);
     (void)total;
     return w.n_out;
+}
+
+/* ---- the holders as the arith planners see them ---- */
+
+bool coord_roster_init(coord_roster *r, const comem_ledger *l, size_t row_size)
+{
+    size_t cap = l->holders.used + 1;
+    size_t out_size = sizeof(comem_release_ask) > sizeof(size_t) ? sizeof(comem_release_ask) : sizeof(size_t);
+    *r = (coord_roster){.cap = cap, .row_size = row_size};
+    r->ids = malloc(cap * sizeof *r->ids);
+    r->keys = malloc(cap * sizeof *r->keys);
+    r->rows = malloc(cap * row_size);
+    r->out = malloc(cap * out_size);
+    if (r->ids && r->keys && r->rows && r->out)
+        return true;
+    coord_roster_free(r);
+    return false;
+}
+
+void *coord_roster_add(coord_roster *r, uint64_t id, const char **key)
+{
+    if (r->n == r->cap)
+        return NULL;
+    size_t i = r->n++;
+    snprintf(r->keys[i], sizeof r->keys[i], "%016llx", (unsigned long long)id);
+    r->ids[i] = id;
+    *key = r->keys[i];
+    void *row = (char *)r->rows + i * r->row_size;
+    memset(row, 0, r->row_size);
+    return row;
+}
+
+void coord_roster_free(coord_roster *r)
+{
+    free(r->ids);
+    free(r->keys);
+    free(r->rows);
+    free(r->out);
+    *r = (coord_roster){0};
+}
+
+const char *coord_current_prompt(const comem_ledger *l)
+{
+    for (size_t i = 0; i < comem_slab_slots(&l->sessions); i++) {
+        const ledger_session *ss = comem_slab_at(&l->sessions, i, NULL);
+        if (ss && ss->role == COMEM_ROLE_HOST && ss->prompt[0])
+            return ss->prompt;
+    }
+    return NULL;
 }

@@ -28,17 +28,6 @@
 #include "coord/coord_internal.h"
 #include "coord/plan.h"
 
-/* The prompt the host is serving now, or NULL (as idle.c reads it). */
-static const char *current_prompt(const comem_coord_srv *s)
-{
-    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
-        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, NULL);
-        if (ss && ss->role == COMEM_ROLE_HOST && ss->prompt[0])
-            return ss->prompt;
-    }
-    return NULL;
-}
-
 static void pressure_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed);
 
 void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns)
@@ -46,7 +35,7 @@ void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns)
     (void)now_ns;
     if (s->n_idle_asking > 0)
         return;
-    const char *prompt = current_prompt(s);
+    const char *prompt = coord_current_prompt(&s->ledger);
     uint64_t spare[64]; /* the current prompt's holders */
     size_t n_spare = 0;
     for (size_t i = 0; prompt && i < comem_slab_slots(&s->ledger.holders) && n_spare < 64; i++) {
@@ -56,12 +45,11 @@ void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns)
             spare[n_spare++] = hid;
     }
     for (int d = 0; d < s->ledger.n_devices; d++) {
-        const ledger_device *ld = &s->ledger.devices[d];
         const measurement *m = &s->meas[d];
         if (!m->valid || s->pressure_out[d] > 0 || s->queue_head[d] != 0 || comem_ledger_granted(&s->ledger, d) > 0)
             continue; /* nothing read, a round still out, or an admission planning or loading on this device
                          (a grant being filled is counted both in the reading and as a grant) */
-        int64_t keep = ld->reserve_base >= 0 ? ld->reserve_base : ld->published;
+        int64_t keep = coord_base_reserve(s, d);
         int64_t avail = coord_available(s, d, false);
         if (avail >= keep)
             continue;

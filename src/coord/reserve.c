@@ -106,3 +106,9 @@ int64_t coord_reserve_for(comem_coord_srv *s, uint64_t session, int device, int6
         *pager_headroom = comem_pager_headroom_forward(false, 0, d->published, d->reserve_base);
     return comem_reserve_for_requester(d->published, own);
 }
+
+int64_t coord_base_reserve(const comem_coord_srv *s, int device)
+{
+    const ledger_device *d = &s->ledger.devices[device];
+    return d->reserve_base >= 0 ? d->reserve_base : d->published;
+}
