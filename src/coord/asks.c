@@ -115,7 +115,7 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
                     (int)c->pid);
         return; /* late (past its deadline) or not this session's: nothing to settle */
     }
-    coord_touched(s, a->device); /* whatever it freed, the card shows it now */
+    coord_card_changed(s, a->device); /* whatever it freed, the card shows it now */
     ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
     if (h)
         h->unanswered_until_ns = 0; /* it answers again */

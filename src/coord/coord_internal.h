@@ -132,11 +132,13 @@ typedef struct ask {
     int64_t entry_before; /* the entry's residency when asked: what comes back if its process ends */
 } ask;
 
-/* The last reading of a device, and what the ledger learned since. */
+/* The last reading of a device, and what changed since. */
 typedef struct measurement {
     comem_device_reading r;
     bool valid;
-    bool stale;         /* the ledger learned of a change the reading cannot include */
+    uint64_t changes;   /* the device's ledger generation (ledger_device.changes) when it was taken */
+    bool stale;         /* the card changed where the ledger shows nothing: a receipt's freed bytes, a
+                           grant filled after the reading was taken */
     int64_t taken_ns;
     int64_t done_since; /* bytes of grants turned into residency after the reading */
     bool failing;       /* the last reading failed (logged once per episode) */
@@ -219,16 +221,21 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m);
 int coord_devices_open(comem_coord_srv *s);
 /* Reads device now; updates floors and the view. */
 int coord_measure(comem_coord_srv *s, int device);
-/* True free usable for a decision: a recent reading minus grants, corrected by the ledger since. */
-int64_t coord_available(comem_coord_srv *s, int device, bool fresh);
-/* Records that bytes of a grant became residency (the reading does not know yet). */
-void coord_note_done(comem_coord_srv *s, int device, int64_t bytes);
 /*
- * Marks device's reading stale (device < 0: every device): a process joined or
- * left, registered, reported or released memory, so the next decision reads
- * the card again instead of reusing the last reading.
+ * True free usable for a decision on device: the last reading minus outstanding grants and the
+ * grants filled since, when it is recent and nothing has changed since (the ledger's generation
+ * is the reading's, and the card was not said to have moved); otherwise (or with fresh) the card
+ * is read first. 0 when the device cannot be read: nothing is admitted on a guess.
  */
-void coord_touched(comem_coord_srv *s, int device);
+int64_t coord_available(comem_coord_srv *s, int device, bool fresh);
+/*
+ * A grant booked at granted_ns became bytes of residency on device. A reading taken before the
+ * grant cannot show them: it is corrected. One taken since may already count them: it is read
+ * again instead, rather than count them twice.
+ */
+void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t granted_ns);
+/* The card changed where the ledger shows nothing (a receipt: what was freed shows on the card). */
+void coord_card_changed(comem_coord_srv *s, int device);
 
 /* ---- reserve.c ---- */
 /* Recomputes the published reserve of device; shrink only with evidence. */

@@ -13,9 +13,13 @@
  * subtracted, and so are grants that turned into residency after the reading
  * (it has not seen those allocations). Anything else the ledger hears about a
  * device (a process joining or leaving, which creates or frees a context; a
- * registration, census or receipt) marks the reading stale, and the next
- * decision reads the card again; so does age beyond reading_max_age_ms, which
- * bounds how long an allocation nobody reported can go unseen.
+ * registration, a census that moved residency, pins) moves the device's ledger
+ * generation (ledger_device.changes), and a reading taken at another
+ * generation is not reused: the next decision reads the card again. The two
+ * changes the ledger cannot show are said here: a receipt (what the holder
+ * freed shows on the card, listed or not) and a grant filled after the reading
+ * was taken. Age beyond reading_max_age_ms also forces a reading, which bounds
+ * how long an allocation nobody reported can go unseen.
  */
 #include <stdio.h>
 #include <string.h>
@@ -164,6 +168,7 @@ int coord_measure(comem_coord_srv *s, int device)
     m->failing = false;
     m->retry_ns = 0;
     m->valid = true;
+    m->changes = s->ledger.devices[device].changes;
     m->stale = false;
     m->taken_ns = comem_now_ns();
     m->done_since = 0;
@@ -178,7 +183,8 @@ int64_t coord_available(comem_coord_srv *s, int device, bool fresh)
 {
     measurement *m = &s->meas[device];
     int64_t age = comem_now_ns() - m->taken_ns;
-    if (fresh || !m->valid || m->stale || age > (int64_t)s->cfg.reading_max_age_ms * 1000000)
+    bool changed = m->stale || m->changes != s->ledger.devices[device].changes;
+    if (fresh || !m->valid || changed || age > (int64_t)s->cfg.reading_max_age_ms * 1000000)
         coord_measure(s, device);
     if (!m->valid)
         return 0; /* cannot read the card: admit nothing rather than guess */
@@ -186,15 +192,15 @@ int64_t coord_available(comem_coord_srv *s, int device, bool fresh)
     return avail;
 }
 
-void coord_note_done(comem_coord_srv *s, int device, int64_t bytes)
+void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t granted_ns)
 {
-    s->meas[device].done_since = comem_add(s->meas[device].done_since, comem_clamp0(bytes));
+    measurement *m = &s->meas[device];
+    if (m->taken_ns > granted_ns) { /* comem simulate's F19 met the race on a loaded machine */
+        m->stale = true;
+        return;
+    }
+    m->done_since = comem_add(m->done_since, comem_clamp0(bytes));
     publish_view(s, device);
 }
 
-void coord_touched(comem_coord_srv *s, int device)
-{
-    for (int d = 0; d < s->ledger.n_devices; d++)
-        if (device < 0 || d == device)
-            s->meas[d].stale = true;
-}
+void coord_card_changed(comem_coord_srv *s, int device) { s->meas[device].stale = true; }

@@ -85,7 +85,6 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
         return rc;
     }
     c->session = id;
-    coord_touched(s, -1); /* a new process may already hold a context */
     /* Watch the process itself: its death ends the session even if the socket is inherited. */
     c->pidfd = pidfd_open_compat(c->pid);
     if (c->pidfd >= 0)

@@ -62,6 +62,9 @@ typedef struct ledger_device {
     int64_t published;     /* the total reserve published to the host */
     int64_t last_free;     /* true free at the last reading (-1 before any) */
     int64_t last_read_ns;
+    uint64_t changes;      /* generation: moves with every mutation that changes what the card shows or
+                              who holds it (sessions, holders, entries, residency, pins), never with a
+                              grant; a reading taken at another generation may be stale (coord/measure.c) */
 } ledger_device;
 
 typedef struct ledger_session {
@@ -179,11 +182,11 @@ ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id);
  * apply only with a holder sequence newer than the last (equal is dropped).
  * The message is judged as a whole: a list naming an entry twice is refused
  * (COMEM_EINVAL), and so is one whose items together would put the device
- * above capacity (COMEM_ERANGE); either way nothing is applied. *changed
+ * above capacity (COMEM_ERANGE); either way nothing is applied. *n_moved
  * counts entries whose resident moved.
  */
 int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
-                        int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *changed);
+                        int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *n_moved);
 
 /* ---- grants ---- */
 /*
