@@ -134,6 +134,19 @@ typedef struct client_pending {
     pthread_cond_t cond;
 } client_pending;
 
+/*
+ * What one admission decided besides the grant, handed up by the call that
+ * made the decision (the coordinator's reply, or comem_local_admit): the
+ * figures comem_admit_figures writes out and comem_admit_details reports.
+ */
+typedef struct client_admission {
+    bool decided; /* false: the call failed before any decision (nothing below is set) */
+    int64_t need, free_before, free_after, freed;
+    int asked, busy;
+    uint64_t ids[COMEM_WIRE_MAX_ASKED]; /* the coordinator's ids of the first holders asked */
+    size_t n_ids;
+} client_admission;
+
 /* A request being made: begun under the lock, finished without it. */
 typedef struct client_req {
     uint64_t gen;
@@ -376,9 +389,13 @@ int comem_resync(comem_client *c);
 /* The reserve local decisions use: reserve_base when >= 0, else ComfyUI's default (COMEM_RESERVE_DEFAULT). */
 int64_t comem_local_reserve_bytes(const comem_client *c);
 
-/* Local admission from this process's device reading. */
+/*
+ * Local admission from this process's device reading: COMEM_OK with *grant,
+ * COMEM_ENOSPC with *short_by, or the reading's failure. *fig receives the
+ * figures of the decision (decided stays false when the device could not be read).
+ */
 int comem_local_admit(comem_client *c, int device, int64_t weights, int64_t inference, int64_t cast_forward,
-                      uint64_t *grant, int64_t *short_by);
+                      uint64_t *grant, int64_t *short_by, client_admission *fig);
 
 /* Local reserve and pager headroom. */
 void comem_local_reserve(comem_client *c, int64_t *reserve, int64_t *pager_headroom);
@@ -388,11 +405,5 @@ int comem_local_status(comem_client *c, char **json);
 
 /* Closes the device source. */
 void comem_local_close(comem_client *c);
-
-/* ---- calls.c ---- */
-
-/* Records the figures of an admission for comem_admit_details (this thread); ids may be NULL. */
-void comem_admit_record(comem_client *c, int64_t need, int64_t free_before, int64_t free_after, int64_t freed,
-                        int asked, int busy, const uint64_t *ids, size_t n_ids);
 
 #endif
