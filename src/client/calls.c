@@ -112,7 +112,7 @@ static int admit(comem_client *c, int device, uint64_t holder, int64_t weights, 
                  int64_t *short_by, client_admission *fig)
 {
     fig->decided = false;
-    if (!c || device < 0 || device >= COMEM_WIRE_MAX_DEVICES || weights < 0 || inference < 0 || cast_forward < 0 ||
+    if (!c || device < 0 || device >= COMEM_MAX_DEVICES || weights < 0 || inference < 0 || cast_forward < 0 ||
         n_keep > COMEM_WIRE_MAX_ITEMS || (n_keep && !keep))
         return COMEM_EINVAL;
     int timeout = comem_client_timeout(c, timeout_ms);
@@ -331,7 +331,7 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
 
 int comem_pressure(comem_client *c, int device, int64_t bytes, int timeout_ms, int64_t *freed)
 {
-    if (!c || device < 0 || device >= COMEM_WIRE_MAX_DEVICES || bytes < 0)
+    if (!c || device < 0 || device >= COMEM_MAX_DEVICES || bytes < 0)
         return COMEM_EINVAL;
     int timeout = comem_client_timeout(c, timeout_ms);
     comem_msg m;
@@ -554,7 +554,7 @@ int comem_pin_release(comem_client *c, uint64_t holder, int64_t bytes)
 
 int comem_reserve(comem_client *c, int device, int64_t *reserve, int64_t *pager_headroom)
 {
-    if (!c || device < 0 || device >= COMEM_WIRE_MAX_DEVICES)
+    if (!c || device < 0 || device >= COMEM_MAX_DEVICES)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);

@@ -30,10 +30,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comem/common.h" /* comem_scope, COMEM_MAX_DEVICES */
 #include "ledger/order.h"
 #include "ledger/slab.h"
-#include "probe/device.h"
-#include "wire/wire.h"
+#include "wire/wire.h"  /* the census items, holder kinds and name bounds the ledger books */
 
 #define COMEM_LEDGER_NAME_MAX COMEM_WIRE_NAME_MAX
 
