@@ -42,6 +42,22 @@
 #include "probe/device.h"
 #include "wire/wire.h"
 
+/*
+ * The public API and the protocol. Roles and holder kinds go on the wire as
+ * the caller gave them, so the API's values are the protocol's (asserted
+ * here). Holder flags (COMEM_ANSWERS_*), entry flags (COMEM_ENTRY_PAGED) and
+ * release kinds (COMEM_RELEASE_*) have the API's own values and are translated
+ * where they cross: register.c's caps_of and entry flags, resync.c's entry
+ * flags, ask.c's release_kind. comem_scope and comem_status are one enum for
+ * both (comem/common.h).
+ */
+_Static_assert(COMEM_CLIENT_HOST == COMEM_ROLE_HOST && COMEM_CLIENT_WORKER == COMEM_ROLE_WORKER &&
+                   COMEM_CLIENT_TOOL == COMEM_ROLE_TOOL,
+               "roles go on the wire unchanged");
+_Static_assert(COMEM_KIND_MODELS == COMEM_HOLDER_MODELS && COMEM_KIND_PAGER == COMEM_HOLDER_PAGER &&
+                   COMEM_KIND_PINS == COMEM_HOLDER_PINS && COMEM_KIND_RAW == COMEM_HOLDER_RAW,
+               "holder kinds go on the wire unchanged");
+
 #define COMEM_CLIENT_DEFAULT_TIMEOUT_MS 10000
 #define COMEM_CLIENT_PATH_MAX sizeof(((struct sockaddr_un *)0)->sun_path)
 

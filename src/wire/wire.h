@@ -135,7 +135,7 @@ typedef struct comem_msg_hello {
     uint16_t proto_version;
     uint8_t role;  /* comem_role */
     uint8_t scope; /* comem_scope of this process's own free reading
-                      (probe/device.h: 0 device-wide, 1 process-local) */
+                      (comem/common.h: 0 device-wide, 1 process-local) */
     uint32_t pid;
     uint32_t caps;
     int64_t reserve_base; /* the host's operator reserve (EXTRA_RESERVED_VRAM as read once); -1 unknown */
