@@ -15,8 +15,12 @@
  *   │   └── pending     requests waiting for their reply (client/pending.c)
  *   ├── write_lock      guards wfd/wgen and every frame write, so two frames
  *   │                   never interleave; taken after lock, never before it
- *   ├── service thread  owns fd, rbuf and in/out: reads frames, matches
- *   │                   replies, runs release callbacks, reconnects
+ *   ├── service thread  owns fd, rbuf, in and out: reads every frame, matches
+ *   │                   replies, hands release asks to the callback thread,
+ *   │                   reconnects and runs the resync (client/service.c)
+ *   ├── callback thread owns receipt, ask_ids and ask_amounts: runs the
+ *   │                   holders' release callbacks one at a time, with no lock
+ *   │                   held, and sends their receipts (callbacks.c, ask.c)
  *   └── dev_lock        the device source for local-only decisions
  *
  * The mirror is the truth: every call updates it first and then, when the
@@ -24,6 +28,53 @@
  * changes, and the service thread's resync (client/resync.c) replays the
  * difference after the next HELLO. The API's ids are the client's own and
  * never change; coordinator ids are translated at the edge.
+ *
+ * THE LINK (c->link, under the lock): every state, every transition and the
+ * function that makes it.
+ *
+ *   LINK_DOWN  no coordinator. Decisions are local (local.c), or COMEM_ECLOSED
+ *              under COMEM_OPEN_NO_LOCAL; registrations change the mirror only.
+ *   LINK_SYNC  a HELLO was accepted on a new generation and the service thread
+ *              is replaying the mirror. Decisions are still local; a record the
+ *              replay registered already is updated at once (residency, reports,
+ *              busy marks), new records wait for the replay.
+ *   LINK_UP    every record is registered: calls go to the coordinator.
+ *
+ *   from       to     when                                          by (file)
+ *   DOWN       UP     open's first HELLO is accepted: nothing to     comem_client_open (client.c)
+ *                     replay yet; gen = 1
+ *   DOWN       SYNC   the service thread's HELLO is accepted; gen++  try_connect (service.c)
+ *   SYNC       UP     the replay finds no difference left            comem_resync (resync.c)
+ *   UP         UP     a call left a difference it could not send     comem_resync (resync.c), woken
+ *                     (need_sync): replayed, the link stays up       by comem_client_wake
+ *   SYNC, UP   DOWN   EOF, a read or write error, a malformed frame  lost (service.c)
+ *                     or one only a client sends, a failed replay;
+ *                     waiting calls fail with COMEM_ECLOSED
+ *
+ * WHAT THE COORDINATOR KNOWS. A record is registered on the connection of
+ * generation gen when its coord_gen is gen and the link is not down
+ * (comem_tab_*_live), so one gen++ makes every coordinator id stale at once.
+ * Beside each mirrored value that the coordinator books, a synced_ twin holds
+ * what it was last told; the replay sends every record whose twin differs.
+ *
+ *   field                       told (set)                                 forgotten (reset)
+ *   coord_id, coord_gen         apply_add (pending.c): the add's ID_REPLY   try_connect: gen++
+ *   adding_gen                  comem_holder_add, comem_entry_add           apply_add, when its reply comes;
+ *                               (register.c), next_step (resync.c)          clear_adding (pending.c), unsent
+ *   refused_gen                 apply_add, on a refusal: not retried        gen++: tried on the next one
+ *   holder synced_busy          comem_holder_busy (register.c), next_step   apply_add zeroes all three
+ *   holder synced_report_seq    comem_holder_report (register.c),           when the id is mapped: a new
+ *                               next_step                                   registration knows only what
+ *   holder synced_pins          comem_pin_acquire/_release (calls.c),       its add carried
+ *                               next_step
+ *   entry synced_seq            comem_entry_set_resident (register.c),      apply_add: the sequence the
+ *                               comem_grant_done's census (calls.c),        add carried
+ *                               next_step
+ *   synced_sess_busy            comem_holder_busy(0) (register.c), next_step  try_connect: false
+ *   synced_sess_pins            comem_pin_acquire/_release(0) (calls.c),      try_connect: 0
+ *                               next_step
+ *   need_sync                   a call that left a difference: want_sync    comem_resync, at every step
+ *                               (register.c), calls.c, apply_add
  *
  * Tables are arrays searched linearly: a process holds tens to a few hundred
  * entries, and every search runs under the lock for microseconds.
@@ -61,7 +112,7 @@ _Static_assert(COMEM_KIND_MODELS == COMEM_HOLDER_MODELS && COMEM_KIND_PAGER == C
 #define COMEM_CLIENT_DEFAULT_TIMEOUT_MS 10000
 #define COMEM_CLIENT_PATH_MAX sizeof(((struct sockaddr_un *)0)->sun_path)
 
-/* The connection's state. */
+/* The connection's state: THE LINK, above. */
 typedef enum client_link {
     LINK_DOWN = 0, /* no coordinator: decisions are local */
     LINK_SYNC = 1, /* HELLO accepted; the service thread is replaying the mirror */
@@ -215,10 +266,10 @@ struct comem_client {
     uint8_t *rbuf;
     size_t rlen, rpos;
     comem_msg *in;  /* the frame being dispatched */
-    comem_msg *out;     /* frames the resync builds */
-    comem_msg *receipt; /* receipts (an ask can arrive while the resync waits) */
+    comem_msg *out; /* frames the resync builds */
     int retry_ms;
     /* owned by the callback thread (client/callbacks.c) */
+    comem_msg *receipt; /* the receipt being built (the service thread answers a full queue on its stack) */
     uint64_t ask_ids[COMEM_WIRE_MAX_ITEMS];
     int64_t ask_amounts[COMEM_WIRE_MAX_ITEMS];
     pthread_mutex_t cb_lock; /* guards the queue below; never held while a callback runs */
@@ -375,7 +426,6 @@ int comem_service_pump_until(comem_client *c, const bool *done, int64_t deadline
 
 /* ---- ask.c ---- */
 
-/* Service thread: answers one ASK (busy rule, callback, RECEIPT). */
 /*
  * Answers one ask: the busy rule, the holder's callback, the RECEIPT. Runs on
  * the callback thread; with busy_now it skips the callback and answers busy
