@@ -15,6 +15,29 @@
  * Jobs on one device run one at a time (a FIFO per device): the grant of one is
  * booked in the ledger before the next plans, so two requests are never told
  * yes for the same bytes.
+ *
+ * AN ADMISSION JOB (job.state): every state, every transition and the function
+ * that makes it. A pressure job walks the same path with one round of asks to
+ * idle siblings (plan_pressure) and is answered with what came back.
+ *
+ *   JOB_QUEUED    in its device's FIFO behind the running job
+ *   JOB_PLANNING  at the head: the target computed, true free read, a plan made
+ *   JOB_ASKING    asks out (asks_out > 0), waiting for their receipts
+ *   granted       answered yes, the grant booked in the ledger; the job is freed
+ *   refused       answered no with the shortfall (busy at the grant bound); freed
+ *
+ *   from        to          when                                          by
+ *   (request)   QUEUED      a valid ADMIT, within the bounds              coord_admit, new_job
+ *   QUEUED      PLANNING    it reaches the head of the FIFO                pump -> step
+ *   PLANNING    granted     true free covers the target                    step -> finish
+ *   PLANNING    ASKING      the plan sent at least one ask                 step -> plan_admit
+ *   PLANNING    refused     COORD_MAX_ROUNDS planned, the deadline passed, step -> finish
+ *                           or nobody may be asked
+ *   ASKING      PLANNING    its last ask settled (receipt, busy, deadline, job_ask_done -> pump: the
+ *                           the holder's end)                              next round reads the card again
+ *   ASKING      granted or  the requester's deadline comes first: decided  coord_jobs_tick -> finish
+ *               refused     with what came back so far
+ *   any         (gone)      its session ended: dropped, nothing booked     coord_jobs_session_ended
  */
 #include <math.h>
 #include <stdio.h>
@@ -244,15 +267,17 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
 static bool step(comem_coord_srv *s, uint64_t jid)
 {
     job *j = job_get(s, jid);
-    j->running = true;
+    j->state = JOB_PLANNING;
     int64_t avail = coord_available(s, j->device, j->round > 0);
     if (j->round == 0)
         j->free_before = avail;
     if (j->kind == JOB_ADMIT) /* a context measured since the last round changes the target */
         j->need = need_of(s, j->session, j->device, j->weights, j->working);
     if (j->kind == JOB_PRESSURE) {
-        if (j->round == 0 && plan_pressure(s, jid, j) > 0)
+        if (j->round == 0 && plan_pressure(s, jid, j) > 0) {
+            j->state = JOB_ASKING;
             return false;
+        }
         finish(s, jid, j, false, avail);
         return true;
     }
@@ -264,14 +289,15 @@ static bool step(comem_coord_srv *s, uint64_t jid)
         finish(s, jid, j, false, avail);
         return true;
     }
-    return false; /* waiting for receipts */
+    j->state = JOB_ASKING; /* waiting for receipts */
+    return false;
 }
 
 static void pump(comem_coord_srv *s, int dev)
 {
     while (s->queue_head[dev]) {
         job *j = job_get(s, s->queue_head[dev]);
-        if (j->running && j->asks_out > 0)
+        if (j->state == JOB_ASKING)
             return;
         if (!step(s, s->queue_head[dev]))
             return;
@@ -380,6 +406,7 @@ static void job_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int6
     if (j->asks_out > 0)
         return;
     j->round++;
+    j->state = JOB_PLANNING; /* the next round plans when pump steps it */
     pump(s, j->device);
 }
 
@@ -402,7 +429,7 @@ void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns)
     for (int d = 0; d < s->ledger.n_devices; d++) {
         uint64_t id = s->queue_head[d];
         job *j = job_get(s, id);
-        if (j && j->running && j->asks_out > 0 && now_ns >= j->deadline_ns) {
+        if (j && j->state == JOB_ASKING && now_ns >= j->deadline_ns) {
             /* The requester stops waiting soon: decide with what came back so far. */
             int64_t avail = coord_available(s, d, true);
             finish(s, id, j, j->kind == JOB_ADMIT && avail >= j->need, avail);

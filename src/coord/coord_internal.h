@@ -81,7 +81,14 @@ typedef struct conn {
 
 typedef enum job_kind { JOB_ADMIT = 1, JOB_PRESSURE = 2 } job_kind;
 
-/* An admission or pressure request waiting for receipts. */
+/* Where a job stands; admit.c draws every state and transition. An answered job is freed at once. */
+typedef enum job_state {
+    JOB_QUEUED = 0, /* in its device's FIFO, behind the running job */
+    JOB_PLANNING,   /* at the head: reading true free, planning (within one call of step) */
+    JOB_ASKING      /* at the head, asks_out > 0: waiting for receipts */
+} job_state;
+
+/* An admission or pressure request, one job in its device's FIFO. */
 typedef struct job {
     job_kind kind;
     uint64_t session;
@@ -100,7 +107,7 @@ typedef struct job {
     uint16_t n_keep;
     uint64_t *keep;        /* owned; NULL when empty */
     conn *requester;       /* its connection: jobs end with their session, before the conn */
-    bool running;          /* head of its device's queue */
+    job_state state;
     uint64_t next;         /* next job in the device FIFO */
 } job;
 
