@@ -627,7 +627,9 @@ int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, i
         return COMEM_ENOENT;
     if (bytes < 0)
         return COMEM_EINVAL;
-    /* Book, compare, roll back: two racing pins can never both pass the ceiling. */
+    /* Compare, then book: safe because the ledger has one thread (the coordinator's loop), so
+       nothing can book between the comparison and the booking and two pins never both pass the
+       ceiling. A counter shared between threads would book first, compare and roll back. */
     int64_t after = comem_add(l->total_pinned, bytes);
     if (l->max_pinned <= 0 || after > l->max_pinned) {
         if (shortfall)
