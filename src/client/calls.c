@@ -261,11 +261,11 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
          * both books agree without a new census sequence; a later receipt or resync
          * that lists this entry carries the same figure.
          */
-        int64_t grow = used - e->resident;
+        int64_t grow = comem_sub(used, e->resident);
         if (grow > g.bytes)
             grow = g.bytes;
         if (grow > 0) {
-            e->resident = e->resident + grow > e->size ? e->size : e->resident + grow;
+            e->resident = comem_min(comem_add(e->resident, grow), e->size);
             grew = true;
         }
     }

@@ -242,7 +242,7 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
         r->need = j->need;
         r->free_before = j->free_before;
         r->free_after = avail;
-        r->short_by = r->granted ? 0 : comem_clamp0(j->need - avail);
+        r->short_by = r->granted ? 0 : comem_clamp0(comem_sub(j->need, avail));
         r->freed = j->freed;
         r->reserve = coord_reserve_for(s, j->session, j->device, &r->pager_headroom);
         r->n_asked = (uint16_t)j->n_asked;

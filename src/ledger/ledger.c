@@ -206,7 +206,7 @@ int comem_ledger_check(const comem_ledger *l, char *why, size_t len)
             const ledger_entry *e, *prev = NULL;
             size_t walked = 0, resident = 0;
             for (uint64_t eid; comem_order_next(&it, &eid, &e); prev = e, walked++) {
-                int64_t o = e->size - e->resident, po = prev ? prev->size - prev->resident : 0;
+                int64_t o = comem_sub(e->size, e->resident), po = prev ? comem_sub(prev->size, prev->resident) : 0;
                 if (e->device != d || e->resident <= 0 ||
                     (prev && (po < o || (po == o && (prev->size > e->size ||
                                                       (prev->size == e->size && prev->last_use_ns < e->last_use_ns)))))) {
@@ -657,8 +657,8 @@ int comem_ledger_pin_release(comem_ledger *l, uint64_t session, int64_t bytes)
                    (long long)s->pinned);
         bytes = s->pinned;
     }
-    s->pinned -= bytes;
-    l->total_pinned -= bytes;
+    s->pinned = comem_sub(s->pinned, bytes);
+    l->total_pinned = comem_sub(l->total_pinned, bytes);
     changed(l, -1);
     after_mutation(l, "pin release");
     return COMEM_OK;
