@@ -1,6 +1,8 @@
 /*
- * coord/conn.c - what goes out to a connection: frames encoded into its buffer, flushed as the
- * socket takes them, and the bounds on what a peer may leave unread.
+ * coord/conn.c - what goes out: each connection's buffered frames, flushed, and their bounds.
+ *
+ * Frames are encoded into the connection's buffer and flushed as the socket
+ * takes them; what a peer may leave unread is bounded.
  *
  * Every handler answers through coord_send and coord_reply; nothing here
  * calls back into the handlers or the loop. A frame is written at once when

@@ -1,6 +1,9 @@
 /*
- * coord/input.c - what comes in: connections (accepted within their bounds, closed at the HELLO
- * deadline or at their end) and the frames they send, each decoded and handed to its handler.
+ * coord/input.c - what comes in: connections accepted and closed, and their frames handed on.
+ *
+ * Connections are accepted within their bounds and closed at the HELLO
+ * deadline or at their end; every frame they send is decoded and handed to
+ * its handler.
  *
  * The loop (server.c) calls in here; this file calls the handlers
  * (handlers.c) and answers through conn.c. Input is read once per wake-up

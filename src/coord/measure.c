@@ -1,6 +1,5 @@
 /*
- * coord/measure.c - the devices: opening them (with the machine's pin ceiling), reading them, and
- * the free figure decisions use.
+ * coord/measure.c - the devices: opened, read, and the true free figure decisions use.
  *
  * At start the device source is opened, each device read once into the
  * ledger's device table (capacity, scopes, the largest entry the card, RAM and

@@ -1,4 +1,4 @@
-/* coord/plan.c - ComfyUI's eviction ladder over the whole machine's resident entries, and whom it may ask. */
+/* coord/plan.c - ComfyUI's eviction ladder over the machine's entries, and whom it may ask. */
 #include "coord/plan.h"
 
 #include <math.h>

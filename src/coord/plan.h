@@ -1,16 +1,17 @@
 /*
- * coord/plan.h - whom to ask for memory back: the eviction ladder over the machine's entries, the
- * one test of who may be asked now, and the holders as the arith planners see them. Pure: reads
- * the ledger, sends nothing.
+ * coord/plan.h - whom to ask for memory back (pure: reads the ledger, sends nothing).
  *
- * coord_plan_release walks the device's resident entries in ComfyUI's order (ledger/order.h)
- * through the eviction ladder (arith/evict.h), skipping entries the requester
- * must not be asked for: its own, those in its keep list, those of holders
- * that do not answer release asks, are busy computing (unless they release
- * while busy), already said busy to this request, or recently let an ask pass
- * its deadline unanswered. It stops as soon as the
- * shortfall is covered, so its cost is the victims it walks, not the size of
- * the machine's ledger.
+ * The eviction ladder over the machine's entries, the one test of who may be
+ * asked now, and the holders as the arith planners see them.
+ *
+ * coord_plan_release walks the device's resident entries in ComfyUI's order
+ * (ledger/order.h) through the eviction ladder (arith/evict.h), skipping
+ * entries the requester must not be asked for: its own, those in its keep
+ * list, those of holders that already said busy to this request, and those
+ * of holders coord_may_ask refuses (they do not answer release asks, are busy
+ * computing and do not release while busy, or recently let an ask pass its
+ * deadline unanswered). It stops as soon as the shortfall is covered, so its
+ * cost is the victims it walks, not the size of the machine's ledger.
  */
 #ifndef COMEM_COORD_PLAN_H
 #define COMEM_COORD_PLAN_H

@@ -1,7 +1,4 @@
-/*
- * coord/socket.c - the listening socket's path: claimed, locked and bound at start, and at exit
- * removed only when it is still the socket this process bound.
- */
+/* coord/socket.c - the listening socket's path: claimed, locked, bound, and removed only if ours. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
