@@ -167,7 +167,11 @@ COMEM_API void comem_admit_details(comem_client *c, int64_t *need, int64_t *free
  * comem_admit and its details in one call, for bindings (one crossing instead
  * of two): writes COMEM_ADMIT_NFIGURES values to figures, indexed by the
  * COMEM_ADMIT_* names below (the grant id as its int64 bit pattern; 0 when
- * refused or decided locally without one). Returns what comem_admit returns.
+ * refused or decided locally without one). The figures are this call's own:
+ * all zero when it failed before a decision (a bad argument, no coordinator
+ * with COMEM_OPEN_NO_LOCAL, a timeout). Afterwards comem_admit_details and
+ * comem_admit_asked answer for it as for comem_admit. Returns what comem_admit
+ * returns.
  */
 #define COMEM_ADMIT_GRANT 0       /* the grant id (0 when refused) */
 #define COMEM_ADMIT_SHORT_BY 1    /* when refused: the missing bytes */

@@ -21,6 +21,13 @@ extern "C" {
 #define COMEM_API
 #endif
 
+/*
+ * Devices are numbered 0 .. COMEM_MAX_DEVICES - 1: the one limit every layer
+ * keeps (the probes read at most this many, the ledger books them, the
+ * protocol carries them, the client API checks indices against it).
+ */
+#define COMEM_MAX_DEVICES 16
+
 /* Negative-errno style: 0 is success, every failure is negative. */
 typedef enum comem_status {
     COMEM_OK = 0,

@@ -1,6 +1,7 @@
 /* arith/cross_reserve.c - comfy-env's charge, total, shrink rule, ask target and forwards. */
 #include "arith/cross_reserve.h"
 
+#include "arith/reserve.h"
 #include "base/bytes.h"
 
 int64_t comem_charge(int64_t residency, bool process_local_free, int64_t floor)
@@ -35,6 +36,12 @@ int64_t comem_ask_target(int64_t weights, double slack, int64_t min_inference,
     int64_t w = comem_clamp0(weights);
     int64_t scaled = comem_trunc((double)w * slack);
     return comem_add(scaled, comem_max(min_inference, comem_add(want_inference, extra_reserved)));
+}
+
+int64_t comem_admit_target(int64_t weights, int64_t working, int64_t reserve)
+{
+    int64_t min_inference = comem_trunc(comem_minimum_inference_memory((double)reserve));
+    return comem_ask_target(weights, COMEM_WEIGHT_SLACK, min_inference, reserve, working);
 }
 
 int64_t comem_pager_headroom_forward(bool seed_set, int64_t seed, int64_t published, int64_t base)

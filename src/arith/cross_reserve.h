@@ -40,6 +40,15 @@ int64_t comem_next_reserve(int64_t current, int64_t proposed, bool shrink_allowe
 int64_t comem_ask_target(int64_t weights, double slack, int64_t min_inference,
                          int64_t extra_reserved, int64_t want_inference);
 
+/*
+ * The ask target of one admission as comem computes it, in the coordinator and
+ * in a client deciding alone: comem_ask_target with upstream's slack (1.1), the
+ * minimum inference memory for reserve (int() of 0.8 GiB + reserve), and
+ * working = inference + cast buffers, so
+ *   int(weights * 1.1) + max(int(minimum_inference_memory()), working + reserve).
+ */
+int64_t comem_admit_target(int64_t weights, int64_t working, int64_t reserve);
+
 /* The pager headroom to forward: seed plus what the coordinator added on top of base. */
 int64_t comem_pager_headroom_forward(bool seed_set, int64_t seed, int64_t published, int64_t base);
 

@@ -36,7 +36,7 @@ size_t comem_plan_pressure_release(const comem_release_holder *holders, size_t n
     while (k < m && remaining > 0) {
         int64_t ask = comem_min(comem_clamp0(holders[asks[k].holder].held), remaining);
         asks[k++].bytes = ask;
-        remaining -= ask;
+        remaining = comem_sub(remaining, ask);
     }
     return k;
 }

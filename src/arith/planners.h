@@ -19,6 +19,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * May a holder be asked to release now? Only when it answers that kind of ask,
+ * and not while it computes unless it releases while busy (a pager): a compute
+ * thread is never interrupted; it is asked again at its next boundary. The
+ * coordinator plans with this rule and a holder's own client answers by it.
+ */
+static inline bool comem_may_release_now(bool answers, bool busy, bool releases_while_busy)
+{
+    return answers && (!busy || releases_while_busy);
+}
+
 #define COMEM_IDLE_RELEASE_SECONDS 60.0
 #define COMEM_PIN_PRESSURE_MIN_SLICE ((int64_t)256 << 20)
 #define COMEM_PIN_PRESSURE_INTERVAL 10.0

@@ -5,7 +5,7 @@ double comem_extra_reserved_vram(const comem_reserve_opts *opts)
 {
     if (opts->reserve_vram_set)
         return opts->reserve_vram_gb * 1024 * 1024 * 1024; /* same left-to-right products */
-    double reserve = 400.0 * 1024 * 1024;
+    double reserve = (double)COMEM_RESERVE_DEFAULT; /* 400 MiB, exactly 400.0 * 1024 * 1024 */
     if (opts->windows) {
         reserve = 600.0 * 1024 * 1024; /* the shared-VRAM issue */
         if (opts->total_vram_mib > 15 * 1024)

@@ -11,6 +11,10 @@
 #define COMEM_ARITH_RESERVE_H
 
 #include <stdbool.h>
+#include <stdint.h>
+
+/* EXTRA_RESERVED_VRAM without --reserve-vram, off Windows: the reserve wherever none was said. */
+#define COMEM_RESERVE_DEFAULT ((int64_t)400 << 20)
 
 /* The inputs ComfyUI consults when it fixes its reserve at import time. */
 typedef struct comem_reserve_opts {

@@ -1,4 +1,4 @@
-/* base/rundir.c - the private per-user runtime directory. */
+/* base/rundir.c - the private per-user runtime directory, and the socket paths in it. */
 #include "base/rundir.h"
 
 #include <errno.h>
@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "base/log.h"
+#include "comem/comem.h"
 #include "comem/common.h"
 
 int comem_private_dir(const char *path)
@@ -44,4 +46,31 @@ int comem_runtime_dir(char *buf, size_t len)
     if (n < 0 || (size_t)n >= len)
         return COMEM_ERANGE;
     return comem_private_dir(buf);
+}
+
+int comem_default_socket(char *buf, size_t len)
+{
+    if (!buf || len == 0)
+        return COMEM_EINVAL;
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int rc = comem_runtime_dir(dir, sizeof dir);
+    if (rc != COMEM_OK)
+        return rc;
+    int n = snprintf(buf, len, "%s/comem.sock", dir);
+    if (n < 0 || (size_t)n >= len)
+        return COMEM_ERANGE;
+    return COMEM_OK;
+}
+
+int comem_socket_resolve(const char *arg, char *buf, size_t len)
+{
+    const char *env = getenv("COMEM_SOCKET");
+    const char *path = arg && *arg ? arg : env && *env ? env : NULL;
+    if (!path)
+        return comem_default_socket(buf, len);
+    /* A Unix socket path must fit sun_path with its NUL; say so rather than truncate. */
+    int n = snprintf(buf, len, "%s", path);
+    if (n < 0 || (size_t)n >= len)
+        return COMEM_ERANGE;
+    return COMEM_OK;
 }

@@ -6,6 +6,10 @@
  * it is a real directory (not a link) owned by this uid with no group or other
  * access: other users must not be able to reach the socket or the shared card.
  * COMEM_RUNTIME_DIR overrides the location (tests use it), with the same checks.
+ *
+ * The coordinator's socket lives there (comem.sock) unless a path is given:
+ * the coordinator, its clients, the view reader and the tools all resolve it
+ * here, the same way.
  */
 #ifndef COMEM_BASE_RUNDIR_H
 #define COMEM_BASE_RUNDIR_H
@@ -17,5 +21,17 @@ int comem_runtime_dir(char *buf, size_t len);
 
 /* Creates (if needed) and checks one private directory: 0, COMEM_EPERM or COMEM_EIO. */
 int comem_private_dir(const char *path);
+
+/*
+ * comem_default_socket (public, comem/comem.h) writes the default socket path,
+ * <runtime dir>/comem.sock, creating the directory.
+ */
+
+/*
+ * The socket path a client uses: arg when non-empty, else $COMEM_SOCKET, else
+ * the default. COMEM_OK, or COMEM_ERANGE when it does not fit len (a Unix
+ * socket path must fit sun_path with its NUL: said, never cut short).
+ */
+int comem_socket_resolve(const char *arg, char *buf, size_t len);
 
 #endif

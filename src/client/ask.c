@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "arith/planners.h"
 #include "base/log.h"
 #include "base/size.h"
 #include "client/client_internal.h"
@@ -49,7 +50,7 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now)
     } else {
         hid = h->id;
         snprintf(name, sizeof name, "%s", h->name);
-        if (busy_now || ((h->busy || c->sess_busy) && !(h->flags & COMEM_CAP_WHILE_BUSY))) {
+        if (busy_now || !comem_may_release_now(true, h->busy || c->sess_busy, (h->flags & COMEM_CAP_WHILE_BUSY) != 0)) {
             outcome = COMEM_RECEIPT_BUSY; /* never block a computing holder on a release */
         } else if (!h->fn) {
             outcome = COMEM_RECEIPT_ERROR;

@@ -17,56 +17,55 @@
 #include "base/log.h"
 #include "client/client_internal.h"
 
-/* The figures of the last admission made on this thread. */
+/*
+ * The public API answers comem_admit_details and comem_admit_asked for "the
+ * last admission this thread made on c", so it keeps one record per thread.
+ * Nothing travels through it: an admission hands its figures up explicitly
+ * (client_admission, from the reply or from comem_local_admit), and only the
+ * two public entry points, comem_admit and comem_admit_figures, copy a
+ * decision's figures here for those two readers.
+ */
 static _Thread_local struct {
     const comem_client *c;
-    int64_t need, free_before, free_after, freed;
-    int asked, busy;
-    uint64_t ids[COMEM_WIRE_MAX_ASKED]; /* coordinator holder ids */
-    size_t n_ids;
-} tl_admit;
+    client_admission fig;
+} tl_last;
 
-void comem_admit_record(comem_client *c, int64_t need, int64_t free_before, int64_t free_after, int64_t freed,
-                        int asked, int busy, const uint64_t *ids, size_t n_ids)
+static void remember(const comem_client *c, const client_admission *fig)
 {
-    tl_admit.c = c;
-    tl_admit.need = need;
-    tl_admit.free_before = free_before;
-    tl_admit.free_after = free_after;
-    tl_admit.freed = freed;
-    tl_admit.asked = asked;
-    tl_admit.busy = busy;
-    tl_admit.n_ids = ids ? (n_ids < COMEM_WIRE_MAX_ASKED ? n_ids : COMEM_WIRE_MAX_ASKED) : 0;
-    if (tl_admit.n_ids)
-        memcpy(tl_admit.ids, ids, tl_admit.n_ids * sizeof ids[0]);
+    if (!fig->decided)
+        return; /* no decision: the last one stands */
+    tl_last.c = c;
+    tl_last.fig = *fig;
 }
 
 void comem_admit_details(comem_client *c, int64_t *need, int64_t *free_before, int64_t *free_after, int64_t *freed,
                          int *asked, int *busy)
 {
-    bool mine = c && tl_admit.c == c;
+    static const client_admission none;
+    const client_admission *f = c && tl_last.c == c ? &tl_last.fig : &none;
     if (need)
-        *need = mine ? tl_admit.need : 0;
+        *need = f->need;
     if (free_before)
-        *free_before = mine ? tl_admit.free_before : 0;
+        *free_before = f->free_before;
     if (free_after)
-        *free_after = mine ? tl_admit.free_after : 0;
+        *free_after = f->free_after;
     if (freed)
-        *freed = mine ? tl_admit.freed : 0;
+        *freed = f->freed;
     if (asked)
-        *asked = mine ? tl_admit.asked : 0;
+        *asked = f->asked;
     if (busy)
-        *busy = mine ? tl_admit.busy : 0;
+        *busy = f->busy;
 }
 
 size_t comem_admit_asked(comem_client *c, uint64_t *holders, size_t cap)
 {
-    if (!c || tl_admit.c != c)
+    if (!c || tl_last.c != c)
         return 0;
-    size_t n = tl_admit.n_ids < cap ? tl_admit.n_ids : cap;
+    const client_admission *f = &tl_last.fig;
+    size_t n = f->n_ids < cap ? f->n_ids : cap;
     if (n && holders)
-        memcpy(holders, tl_admit.ids, n * sizeof holders[0]);
-    return holders ? n : tl_admit.n_ids;
+        memcpy(holders, f->ids, n * sizeof holders[0]);
+    return holders ? n : f->n_ids;
 }
 
 /* The coordinator's budget: a little under the caller's wait, so its answer still finds the caller. */
@@ -107,11 +106,13 @@ static int route(comem_client *c, bool *local)
     return !*local && cannot_wait(c) ? COMEM_EBUSY : COMEM_OK;
 }
 
-int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
-                int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, uint64_t *grant,
-                int64_t *short_by)
+/* comem_admit with its figures written to *fig (fig->decided false when it failed before deciding). */
+static int admit(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
+                 int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, uint64_t *grant,
+                 int64_t *short_by, client_admission *fig)
 {
-    if (!c || device < 0 || device >= COMEM_WIRE_MAX_DEVICES || weights < 0 || inference < 0 || cast_forward < 0 ||
+    fig->decided = false;
+    if (!c || device < 0 || device >= COMEM_MAX_DEVICES || weights < 0 || inference < 0 || cast_forward < 0 ||
         n_keep > COMEM_WIRE_MAX_ITEMS || (n_keep && !keep))
         return COMEM_EINVAL;
     int timeout = comem_client_timeout(c, timeout_ms);
@@ -157,7 +158,7 @@ int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, i
         free(m);
         if (c->flags & COMEM_OPEN_NO_LOCAL)
             return COMEM_ECLOSED;
-        return comem_local_admit(c, device, weights, inference, cast_forward, grant, short_by);
+        return comem_local_admit(c, device, weights, inference, cast_forward, grant, short_by, fig);
     }
 
     client_reply rep;
@@ -168,8 +169,10 @@ int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, i
     if ((rc = reply_status(&rep, COMEM_MSG_ADMIT_REPLY)) != COMEM_OK)
         return rc;
     const comem_msg_admit_reply *a = &rep.u.admit_reply;
-    comem_admit_record(c, a->need, a->free_before, a->free_after, a->freed, a->n_asked, a->n_busy, a->asked,
-                       a->n_ids);
+    *fig = (client_admission){.decided = true, .need = a->need, .free_before = a->free_before,
+                              .free_after = a->free_after, .freed = a->freed, .asked = a->n_asked, .busy = a->n_busy,
+                              .n_ids = a->n_ids < COMEM_WIRE_MAX_ASKED ? a->n_ids : COMEM_WIRE_MAX_ASKED};
+    memcpy(fig->ids, a->asked, fig->n_ids * sizeof fig->ids[0]);
     if (!a->granted) {
         if (short_by)
             *short_by = comem_clamp0(a->short_by);
@@ -202,21 +205,36 @@ int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, i
     return COMEM_OK;
 }
 
+int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
+                int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, uint64_t *grant,
+                int64_t *short_by)
+{
+    client_admission fig;
+    int rc = admit(c, device, holder, weights, inference, cast_forward, keep, n_keep, timeout_ms, grant, short_by, &fig);
+    remember(c, &fig);
+    return rc;
+}
+
 int comem_admit_figures(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
                         int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, int64_t *figures)
 {
     uint64_t grant = 0;
     int64_t short_by = 0;
-    int rc = comem_admit(c, device, holder, weights, inference, cast_forward, keep, n_keep, timeout_ms, &grant,
-                         &short_by);
+    client_admission fig;
+    int rc = admit(c, device, holder, weights, inference, cast_forward, keep, n_keep, timeout_ms, &grant, &short_by,
+                   &fig);
+    remember(c, &fig);
     if (figures) {
-        int asked = 0, busy = 0;
+        if (!fig.decided)
+            fig = (client_admission){0};
         figures[COMEM_ADMIT_GRANT] = (int64_t)grant;
         figures[COMEM_ADMIT_SHORT_BY] = short_by;
-        comem_admit_details(c, &figures[COMEM_ADMIT_NEED], &figures[COMEM_ADMIT_FREE_BEFORE],
-                            &figures[COMEM_ADMIT_FREE_AFTER], &figures[COMEM_ADMIT_FREED], &asked, &busy);
-        figures[COMEM_ADMIT_ASKED] = asked;
-        figures[COMEM_ADMIT_BUSY] = busy;
+        figures[COMEM_ADMIT_NEED] = fig.need;
+        figures[COMEM_ADMIT_FREE_BEFORE] = fig.free_before;
+        figures[COMEM_ADMIT_FREE_AFTER] = fig.free_after;
+        figures[COMEM_ADMIT_FREED] = fig.freed;
+        figures[COMEM_ADMIT_ASKED] = fig.asked;
+        figures[COMEM_ADMIT_BUSY] = fig.busy;
     }
     return rc;
 }
@@ -243,11 +261,11 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
          * both books agree without a new census sequence; a later receipt or resync
          * that lists this entry carries the same figure.
          */
-        int64_t grow = used - e->resident;
+        int64_t grow = comem_sub(used, e->resident);
         if (grow > g.bytes)
             grow = g.bytes;
         if (grow > 0) {
-            e->resident = e->resident + grow > e->size ? e->size : e->resident + grow;
+            e->resident = comem_min(comem_add(e->resident, grow), e->size);
             grew = true;
         }
     }
@@ -313,7 +331,7 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
 
 int comem_pressure(comem_client *c, int device, int64_t bytes, int timeout_ms, int64_t *freed)
 {
-    if (!c || device < 0 || device >= COMEM_WIRE_MAX_DEVICES || bytes < 0)
+    if (!c || device < 0 || device >= COMEM_MAX_DEVICES || bytes < 0)
         return COMEM_EINVAL;
     int timeout = comem_client_timeout(c, timeout_ms);
     comem_msg m;
@@ -536,7 +554,7 @@ int comem_pin_release(comem_client *c, uint64_t holder, int64_t bytes)
 
 int comem_reserve(comem_client *c, int device, int64_t *reserve, int64_t *pager_headroom)
 {
-    if (!c || device < 0 || device >= COMEM_WIRE_MAX_DEVICES)
+    if (!c || device < 0 || device >= COMEM_MAX_DEVICES)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);

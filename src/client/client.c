@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/rundir.h"
 #include "base/token.h"
 #include "client/client_internal.h"
 

@@ -15,8 +15,12 @@
  *   │   └── pending     requests waiting for their reply (client/pending.c)
  *   ├── write_lock      guards wfd/wgen and every frame write, so two frames
  *   │                   never interleave; taken after lock, never before it
- *   ├── service thread  owns fd, rbuf and in/out: reads frames, matches
- *   │                   replies, runs release callbacks, reconnects
+ *   ├── service thread  owns fd, rbuf, in and out: reads every frame, matches
+ *   │                   replies, hands release asks to the callback thread,
+ *   │                   reconnects and runs the resync (client/service.c)
+ *   ├── callback thread owns receipt, ask_ids and ask_amounts: runs the
+ *   │                   holders' release callbacks one at a time, with no lock
+ *   │                   held, and sends their receipts (callbacks.c, ask.c)
  *   └── dev_lock        the device source for local-only decisions
  *
  * The mirror is the truth: every call updates it first and then, when the
@@ -24,6 +28,53 @@
  * changes, and the service thread's resync (client/resync.c) replays the
  * difference after the next HELLO. The API's ids are the client's own and
  * never change; coordinator ids are translated at the edge.
+ *
+ * THE LINK (c->link, under the lock): every state, every transition and the
+ * function that makes it.
+ *
+ *   LINK_DOWN  no coordinator. Decisions are local (local.c), or COMEM_ECLOSED
+ *              under COMEM_OPEN_NO_LOCAL; registrations change the mirror only.
+ *   LINK_SYNC  a HELLO was accepted on a new generation and the service thread
+ *              is replaying the mirror. Decisions are still local; a record the
+ *              replay registered already is updated at once (residency, reports,
+ *              busy marks), new records wait for the replay.
+ *   LINK_UP    every record is registered: calls go to the coordinator.
+ *
+ *   from       to     when                                          by (file)
+ *   DOWN       UP     open's first HELLO is accepted: nothing to     comem_client_open (client.c)
+ *                     replay yet; gen = 1
+ *   DOWN       SYNC   the service thread's HELLO is accepted; gen++  try_connect (service.c)
+ *   SYNC       UP     the replay finds no difference left            comem_resync (resync.c)
+ *   UP         UP     a call left a difference it could not send     comem_resync (resync.c), woken
+ *                     (need_sync): replayed, the link stays up       by comem_client_wake
+ *   SYNC, UP   DOWN   EOF, a read or write error, a malformed frame  lost (service.c)
+ *                     or one only a client sends, a failed replay;
+ *                     waiting calls fail with COMEM_ECLOSED
+ *
+ * WHAT THE COORDINATOR KNOWS. A record is registered on the connection of
+ * generation gen when its coord_gen is gen and the link is not down
+ * (comem_tab_*_live), so one gen++ makes every coordinator id stale at once.
+ * Beside each mirrored value that the coordinator books, a synced_ twin holds
+ * what it was last told; the replay sends every record whose twin differs.
+ *
+ *   field                       told (set)                                 forgotten (reset)
+ *   coord_id, coord_gen         apply_add (pending.c): the add's ID_REPLY   try_connect: gen++
+ *   adding_gen                  comem_holder_add, comem_entry_add           apply_add, when its reply comes;
+ *                               (register.c), next_step (resync.c)          clear_adding (pending.c), unsent
+ *   refused_gen                 apply_add, on a refusal: not retried        gen++: tried on the next one
+ *   holder synced_busy          comem_holder_busy (register.c), next_step   apply_add zeroes all three
+ *   holder synced_report_seq    comem_holder_report (register.c),           when the id is mapped: a new
+ *                               next_step                                   registration knows only what
+ *   holder synced_pins          comem_pin_acquire/_release (calls.c),       its add carried
+ *                               next_step
+ *   entry synced_seq            comem_entry_set_resident (register.c),      apply_add: the sequence the
+ *                               comem_grant_done's census (calls.c),        add carried
+ *                               next_step
+ *   synced_sess_busy            comem_holder_busy(0) (register.c), next_step  try_connect: false
+ *   synced_sess_pins            comem_pin_acquire/_release(0) (calls.c),      try_connect: 0
+ *                               next_step
+ *   need_sync                   a call that left a difference: want_sync    comem_resync, at every step
+ *                               (register.c), calls.c, apply_add
  *
  * Tables are arrays searched linearly: a process holds tens to a few hundred
  * entries, and every search runs under the lock for microseconds.
@@ -42,11 +93,26 @@
 #include "probe/device.h"
 #include "wire/wire.h"
 
+/*
+ * The public API and the protocol. Roles and holder kinds go on the wire as
+ * the caller gave them, so the API's values are the protocol's (asserted
+ * here). Holder flags (COMEM_ANSWERS_*), entry flags (COMEM_ENTRY_PAGED) and
+ * release kinds (COMEM_RELEASE_*) have the API's own values and are translated
+ * where they cross: register.c's caps_of and entry flags, resync.c's entry
+ * flags, ask.c's release_kind. comem_scope and comem_status are one enum for
+ * both (comem/common.h).
+ */
+_Static_assert(COMEM_CLIENT_HOST == COMEM_ROLE_HOST && COMEM_CLIENT_WORKER == COMEM_ROLE_WORKER &&
+                   COMEM_CLIENT_TOOL == COMEM_ROLE_TOOL,
+               "roles go on the wire unchanged");
+_Static_assert(COMEM_KIND_MODELS == COMEM_HOLDER_MODELS && COMEM_KIND_PAGER == COMEM_HOLDER_PAGER &&
+                   COMEM_KIND_PINS == COMEM_HOLDER_PINS && COMEM_KIND_RAW == COMEM_HOLDER_RAW,
+               "holder kinds go on the wire unchanged");
+
 #define COMEM_CLIENT_DEFAULT_TIMEOUT_MS 10000
-#define COMEM_CLIENT_LOCAL_RESERVE ((int64_t)400 << 20) /* ComfyUI's EXTRA_RESERVED_VRAM on Linux */
 #define COMEM_CLIENT_PATH_MAX sizeof(((struct sockaddr_un *)0)->sun_path)
 
-/* The connection's state. */
+/* The connection's state: THE LINK, above. */
 typedef enum client_link {
     LINK_DOWN = 0, /* no coordinator: decisions are local */
     LINK_SYNC = 1, /* HELLO accepted; the service thread is replaying the mirror */
@@ -135,6 +201,19 @@ typedef struct client_pending {
     pthread_cond_t cond;
 } client_pending;
 
+/*
+ * What one admission decided besides the grant, handed up by the call that
+ * made the decision (the coordinator's reply, or comem_local_admit): the
+ * figures comem_admit_figures writes out and comem_admit_details reports.
+ */
+typedef struct client_admission {
+    bool decided; /* false: the call failed before any decision (nothing below is set) */
+    int64_t need, free_before, free_after, freed;
+    int asked, busy;
+    uint64_t ids[COMEM_WIRE_MAX_ASKED]; /* the coordinator's ids of the first holders asked */
+    size_t n_ids;
+} client_admission;
+
 /* A request being made: begun under the lock, finished without it. */
 typedef struct client_req {
     uint64_t gen;
@@ -187,10 +266,10 @@ struct comem_client {
     uint8_t *rbuf;
     size_t rlen, rpos;
     comem_msg *in;  /* the frame being dispatched */
-    comem_msg *out;     /* frames the resync builds */
-    comem_msg *receipt; /* receipts (an ask can arrive while the resync waits) */
+    comem_msg *out; /* frames the resync builds */
     int retry_ms;
     /* owned by the callback thread (client/callbacks.c) */
+    comem_msg *receipt; /* the receipt being built (the service thread answers a full queue on its stack) */
     uint64_t ask_ids[COMEM_WIRE_MAX_ITEMS];
     int64_t ask_amounts[COMEM_WIRE_MAX_ITEMS];
     pthread_mutex_t cb_lock; /* guards the queue below; never held while a callback runs */
@@ -216,11 +295,6 @@ void comem_client_wake(comem_client *c);
 
 /* A fresh request id (never 0: that marks unsolicited frames). */
 uint32_t comem_client_next_req(comem_client *c);
-
-/* ---- socket_path.c ---- */
-
-/* The socket path open uses: arg, else $COMEM_SOCKET, else the default. 0 or a negative status. */
-int comem_socket_resolve(const char *arg, char *buf, size_t len);
 
 /* ---- tables.c (all under c->lock) ---- */
 
@@ -352,7 +426,6 @@ int comem_service_pump_until(comem_client *c, const bool *done, int64_t deadline
 
 /* ---- ask.c ---- */
 
-/* Service thread: answers one ASK (busy rule, callback, RECEIPT). */
 /*
  * Answers one ask: the busy rule, the holder's callback, the RECEIPT. Runs on
  * the callback thread; with busy_now it skips the callback and answers busy
@@ -379,12 +452,16 @@ int comem_resync(comem_client *c);
 
 /* ---- local.c ---- */
 
-/* The reserve local decisions use: reserve_base when >= 0, else 400 MiB. */
+/* The reserve local decisions use: reserve_base when >= 0, else ComfyUI's default (COMEM_RESERVE_DEFAULT). */
 int64_t comem_local_reserve_bytes(const comem_client *c);
 
-/* Local admission from this process's device reading. */
+/*
+ * Local admission from this process's device reading: COMEM_OK with *grant,
+ * COMEM_ENOSPC with *short_by, or the reading's failure. *fig receives the
+ * figures of the decision (decided stays false when the device could not be read).
+ */
 int comem_local_admit(comem_client *c, int device, int64_t weights, int64_t inference, int64_t cast_forward,
-                      uint64_t *grant, int64_t *short_by);
+                      uint64_t *grant, int64_t *short_by, client_admission *fig);
 
 /* Local reserve and pager headroom. */
 void comem_local_reserve(comem_client *c, int64_t *reserve, int64_t *pager_headroom);
@@ -394,11 +471,5 @@ int comem_local_status(comem_client *c, char **json);
 
 /* Closes the device source. */
 void comem_local_close(comem_client *c);
-
-/* ---- calls.c ---- */
-
-/* Records the figures of an admission for comem_admit_details (this thread); ids may be NULL. */
-void comem_admit_record(comem_client *c, int64_t need, int64_t free_before, int64_t free_after, int64_t freed,
-                        int asked, int busy, const uint64_t *ids, size_t n_ids);
 
 #endif

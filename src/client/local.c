@@ -20,7 +20,7 @@
 
 int64_t comem_local_reserve_bytes(const comem_client *c)
 {
-    return c->reserve_base >= 0 ? c->reserve_base : COMEM_CLIENT_LOCAL_RESERVE;
+    return c->reserve_base >= 0 ? c->reserve_base : COMEM_RESERVE_DEFAULT;
 }
 
 /* Reads device `index` of this process's source, opening it the first time. */
@@ -49,12 +49,9 @@ static int read_device(comem_client *c, int index, comem_device_reading *r)
 }
 
 int comem_local_admit(comem_client *c, int device, int64_t weights, int64_t inference, int64_t cast_forward,
-                      uint64_t *grant, int64_t *short_by)
+                      uint64_t *grant, int64_t *short_by, client_admission *fig)
 {
-    /* load_models_gpu's target: int(weights * 1.1) + max(minimum_inference_memory(), inference + reserve). */
-    int64_t reserve = comem_local_reserve_bytes(c);
-    int64_t min_inference = comem_trunc(comem_minimum_inference_memory((double)reserve));
-    int64_t need = comem_ask_target(weights, COMEM_WEIGHT_SLACK, min_inference, reserve, comem_add(inference, cast_forward));
+    int64_t need = comem_admit_target(weights, comem_add(inference, cast_forward), comem_local_reserve_bytes(c));
     comem_device_reading *r = malloc(sizeof *r);
     if (!r)
         return COMEM_ENOMEM;
@@ -63,7 +60,8 @@ int comem_local_admit(comem_client *c, int device, int64_t weights, int64_t infe
     free(r);
     if (rc != COMEM_OK)
         return rc;
-    comem_admit_record(c, need, free_now, free_now, 0, 0, 0, NULL, 0);
+    /* Nobody to ask: free after is free before. */
+    *fig = (client_admission){.decided = true, .need = need, .free_before = free_now, .free_after = free_now};
     char a[32], b[32], s[32];
     if (free_now < need) {
         int64_t missing = comem_sub(need, free_now);

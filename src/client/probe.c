@@ -19,6 +19,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/rundir.h"
 #include "base/token.h"
 #include "client/client_internal.h"
 #include "coord/view.h"

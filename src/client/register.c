@@ -98,7 +98,7 @@ static int finish_add(comem_client *c, client_req *r, comem_msg *m, bool holder,
 int comem_holder_add(comem_client *c, const char *name, int device, int kind, unsigned flags, comem_release_fn fn,
                      void *user, uint64_t *holder)
 {
-    if (!c || !holder || !name_ok(name) || device < 0 || device >= COMEM_WIRE_MAX_DEVICES ||
+    if (!c || !holder || !name_ok(name) || device < 0 || device >= COMEM_MAX_DEVICES ||
         kind < COMEM_KIND_MODELS || kind > COMEM_KIND_RAW || (flags & ~HOLDER_FLAGS) ||
         ((flags & ANSWER_FLAGS) && !fn))
         return COMEM_EINVAL;

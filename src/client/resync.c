@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/bytes.h"
 #include "base/log.h"
 #include "base/size.h"
 #include "client/client_internal.h"
@@ -107,7 +108,7 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
             return STEP_SEND;
         }
         if (h->pins != h->synced_pins) {
-            int64_t d = h->pins - h->synced_pins;
+            int64_t d = comem_sub(h->pins, h->synced_pins);
             h->synced_pins = h->pins;
             m->type = d > 0 ? COMEM_MSG_PIN_ACQUIRE : COMEM_MSG_PIN_RELEASE;
             m->u.pin.holder_id = h->coord_id;
@@ -128,7 +129,7 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
         return STEP_SEND;
     }
     if (c->sess_pins != c->synced_sess_pins) {
-        int64_t d = c->sess_pins - c->synced_sess_pins;
+        int64_t d = comem_sub(c->sess_pins, c->synced_sess_pins);
         c->synced_sess_pins = c->sess_pins;
         m->type = d > 0 ? COMEM_MSG_PIN_ACQUIRE : COMEM_MSG_PIN_RELEASE;
         m->u.pin.holder_id = 0;

@@ -15,6 +15,29 @@
  * Jobs on one device run one at a time (a FIFO per device): the grant of one is
  * booked in the ledger before the next plans, so two requests are never told
  * yes for the same bytes.
+ *
+ * AN ADMISSION JOB (job.state): every state, every transition and the function
+ * that makes it. A pressure job walks the same path with one round of asks to
+ * idle siblings (plan_pressure) and is answered with what came back.
+ *
+ *   JOB_QUEUED    in its device's FIFO behind the running job
+ *   JOB_PLANNING  at the head: the target computed, true free read, a plan made
+ *   JOB_ASKING    asks out (asks_out > 0), waiting for their receipts
+ *   granted       answered yes, the grant booked in the ledger; the job is freed
+ *   refused       answered no with the shortfall (busy at the grant bound); freed
+ *
+ *   from        to          when                                          by
+ *   (request)   QUEUED      a valid ADMIT, within the bounds              coord_admit, new_job
+ *   QUEUED      PLANNING    it reaches the head of the FIFO                pump -> step
+ *   PLANNING    granted     true free covers the target                    step -> finish
+ *   PLANNING    ASKING      the plan sent at least one ask                 step -> plan_admit
+ *   PLANNING    refused     COORD_MAX_ROUNDS planned, the deadline passed, step -> finish
+ *                           or nobody may be asked
+ *   ASKING      PLANNING    its last ask settled (receipt, busy, deadline, job_ask_done -> pump: the
+ *                           the holder's end)                              next round reads the card again
+ *   ASKING      granted or  the requester's deadline comes first: decided  coord_jobs_tick -> finish
+ *               refused     with what came back so far
+ *   any         (gone)      its session ended: dropped, nothing booked     coord_jobs_session_ended
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,9 +45,7 @@
 #include <string.h>
 
 #include "arith/cross_reserve.h"
-#include "arith/evict.h"
 #include "arith/planners.h"
-#include "arith/reserve.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/size.h"
@@ -82,8 +103,7 @@ static int64_t need_of(comem_coord_srv *s, uint64_t session, int dev, int64_t we
        book every worker twice (comfy-env's double-booking, on WDDM; found by comem simulate, F12). */
     const ledger_device *ld = &s->ledger.devices[dev];
     int64_t reserve = ld->reserve_base >= 0 ? ld->reserve_base : coord_reserve_for(s, session, dev, NULL);
-    int64_t min_inference = comem_trunc(comem_minimum_inference_memory((double)reserve));
-    int64_t need = comem_ask_target(weights, COMEM_WEIGHT_SLACK, min_inference, reserve, working);
+    int64_t need = comem_admit_target(weights, working, reserve);
     const ledger_session *ss = comem_ledger_session(&s->ledger, session);
     if (ss && ss->floor[dev] == 0)
         need = comem_add(need, COMEM_CONTEXT_FLOOR); /* no context there yet: the load creates one */
@@ -109,6 +129,8 @@ static void note_asked(job *j, uint64_t holder)
     j->n_asked++;
 }
 
+static void job_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed);
+
 /* Plans (coord/plan.c) and sends the asks for an admission; returns the asks sent. */
 static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
 {
@@ -125,67 +147,43 @@ static int plan_admit(comem_coord_srv *s, uint64_t jid, job *j, int64_t avail)
         .now_ns = comem_now_ns(),
     };
     size_t n = coord_plan_release(&s->ledger, &in, out, sizeof out / sizeof out[0]);
-    int sent = 0;
-    /* One ask per holder, listing its entries' amounts. */
-    for (size_t a = 0; a < n; a++) {
-        if (!out[a].holder)
-            continue;
-        uint64_t holder = out[a].holder;
-        comem_wire_release items[COMEM_WIRE_MAX_ITEMS];
-        uint16_t k = 0;
-        int64_t total = 0;
-        for (size_t b = a; b < n; b++) {
-            if (out[b].holder != holder)
-                continue;
-            items[k++] = (comem_wire_release){out[b].entry, out[b].bytes};
-            total = comem_add(total, out[b].bytes);
-            out[b].holder = 0;
-        }
-        if (coord_ask(s, holder, COMEM_ASK_RELEASE, total, items, k, OWNER_JOB, jid)) {
-            sent++;
-            note_asked(j, holder);
-        }
-    }
-    return sent;
+    uint64_t asked[COMEM_WIRE_MAX_ITEMS];
+    size_t sent = coord_ask_plan(s, out, n, job_ask_done, jid, asked, NULL);
+    for (size_t i = 0; i < sent; i++)
+        note_asked(j, asked[i]);
+    return (int)sent;
 }
 
 /* Pressure: ask idle siblings, largest first, for the bytes requested. */
 static int plan_pressure(comem_coord_srv *s, uint64_t jid, job *j)
 {
-    size_t cap = s->ledger.holders.used + 1;
-    comem_release_holder *hs = malloc(cap * sizeof *hs);
-    uint64_t *ids = malloc(cap * sizeof *ids);
-    char (*keys)[24] = malloc(cap * sizeof *keys);
-    comem_release_ask *asks = malloc(cap * sizeof *asks);
-    int sent = 0;
-    if (!hs || !ids || !keys || !asks)
-        goto done;
-    size_t n = 0;
+    coord_roster r;
+    if (!coord_roster_init(&r, &s->ledger, sizeof(comem_release_holder)))
+        return 0;
     int64_t now = comem_now_ns();
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
         uint64_t hid;
         const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
-        if (!h || h->session == j->session || h->device != j->device || now < h->unanswered_until_ns)
+        if (!h || h->session == j->session || h->device != j->device || !coord_may_ask(h, now))
             continue;
-        snprintf(keys[n], sizeof keys[n], "%016llx", (unsigned long long)hid);
-        ids[n] = hid;
-        hs[n] = (comem_release_holder){.key = keys[n], .alive = true, .advertises = (h->flags & COMEM_CAP_RELEASE) != 0,
-                                       .in_flight = (h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY)) || excluded(j, hid),
-                                       .held = comem_ledger_session_resident(&s->ledger, h->session, hid, j->device)};
-        n++;
+        const char *key;
+        comem_release_holder *row = coord_roster_add(&r, hid, &key);
+        if (!row)
+            break;
+        *row = (comem_release_holder){.key = key, .alive = true, .advertises = true,
+                                      .in_flight = excluded(j, hid), /* it said busy to this request */
+                                      .held = comem_ledger_session_resident(&s->ledger, h->session, hid, j->device)};
     }
-    size_t k = comem_plan_pressure_release(hs, n, j->need, SIZE_MAX, asks);
+    comem_release_ask *asks = r.out;
+    size_t k = comem_plan_pressure_release(r.rows, r.n, j->need, SIZE_MAX, asks);
+    int sent = 0;
     for (size_t a = 0; a < k; a++) {
-        if (coord_ask(s, ids[asks[a].holder], COMEM_ASK_RELEASE, asks[a].bytes, NULL, 0, OWNER_JOB, jid)) {
+        if (coord_ask(s, r.ids[asks[a].holder], COMEM_ASK_RELEASE, asks[a].bytes, NULL, 0, job_ask_done, jid)) {
             sent++;
-            note_asked(j, ids[asks[a].holder]);
+            note_asked(j, r.ids[asks[a].holder]);
         }
     }
-done:
-    free(hs);
-    free(ids);
-    free(keys);
-    free(asks);
+    coord_roster_free(&r);
     return sent;
 }
 
@@ -244,7 +242,7 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
         r->need = j->need;
         r->free_before = j->free_before;
         r->free_after = avail;
-        r->short_by = r->granted ? 0 : comem_clamp0(j->need - avail);
+        r->short_by = r->granted ? 0 : comem_clamp0(comem_sub(j->need, avail));
         r->freed = j->freed;
         r->reserve = coord_reserve_for(s, j->session, j->device, &r->pager_headroom);
         r->n_asked = (uint16_t)j->n_asked;
@@ -269,15 +267,17 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
 static bool step(comem_coord_srv *s, uint64_t jid)
 {
     job *j = job_get(s, jid);
-    j->running = true;
+    j->state = JOB_PLANNING;
     int64_t avail = coord_available(s, j->device, j->round > 0);
     if (j->round == 0)
         j->free_before = avail;
     if (j->kind == JOB_ADMIT) /* a context measured since the last round changes the target */
         j->need = need_of(s, j->session, j->device, j->weights, j->working);
     if (j->kind == JOB_PRESSURE) {
-        if (j->round == 0 && plan_pressure(s, jid, j) > 0)
+        if (j->round == 0 && plan_pressure(s, jid, j) > 0) {
+            j->state = JOB_ASKING;
             return false;
+        }
         finish(s, jid, j, false, avail);
         return true;
     }
@@ -289,14 +289,15 @@ static bool step(comem_coord_srv *s, uint64_t jid)
         finish(s, jid, j, false, avail);
         return true;
     }
-    return false; /* waiting for receipts */
+    j->state = JOB_ASKING; /* waiting for receipts */
+    return false;
 }
 
 static void pump(comem_coord_srv *s, int dev)
 {
     while (s->queue_head[dev]) {
         job *j = job_get(s, s->queue_head[dev]);
-        if (j->running && j->asks_out > 0)
+        if (j->state == JOB_ASKING)
             return;
         if (!step(s, s->queue_head[dev]))
             return;
@@ -389,21 +390,23 @@ void coord_pressure(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_p
     pump(s, p->device);
 }
 
-void coord_job_ask_done(comem_coord_srv *s, uint64_t jid, uint64_t holder, bool busy, int64_t freed)
+/* One of a job's asks settled: its freed bytes count, a busy holder is not asked again by it. */
+static void job_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed)
 {
-    job *j = job_get(s, jid);
+    job *j = job_get(s, a->owner);
     if (!j)
         return; /* the job already finished (deadline) or its requester left */
     j->asks_out--;
     j->freed = comem_add(j->freed, comem_clamp0(freed));
-    if (busy) {
+    if (outcome != COMEM_RECEIPT_DONE) {
         j->n_busy++;
         if (j->n_excluded < (int)(sizeof j->excluded / sizeof j->excluded[0]))
-            j->excluded[j->n_excluded++] = holder;
+            j->excluded[j->n_excluded++] = a->holder;
     }
     if (j->asks_out > 0)
         return;
     j->round++;
+    j->state = JOB_PLANNING; /* the next round plans when pump steps it */
     pump(s, j->device);
 }
 
@@ -426,7 +429,7 @@ void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns)
     for (int d = 0; d < s->ledger.n_devices; d++) {
         uint64_t id = s->queue_head[d];
         job *j = job_get(s, id);
-        if (j && j->running && j->asks_out > 0 && now_ns >= j->deadline_ns) {
+        if (j && j->state == JOB_ASKING && now_ns >= j->deadline_ns) {
             /* The requester stops waiting soon: decide with what came back so far. */
             int64_t avail = coord_available(s, d, true);
             finish(s, id, j, j->kind == JOB_ADMIT && avail >= j->need, avail);

@@ -3,9 +3,12 @@
  *
  * An ask goes to the connection of the holder's session and waits for a
  * RECEIPT naming its id. The receipt's residency list is applied like a census
- * and its freed bytes go to whoever owns the ask (an admission or pressure
- * job, the idle sweep, the pin sweep). A holder that has not answered by the
- * deadline is treated as busy: its owner moves on without it.
+ * and its outcome and freed bytes go to whoever owns the ask, through the
+ * callback the owner gave (an admission or pressure job, the idle sweep, the
+ * card's own pressure, a RELEASE request; pin asks have none: the holder
+ * reports its unpinning itself). This file knows no owner. A holder that has
+ * not answered by the deadline is treated as busy: its owner moves on
+ * without it.
  */
 #include "base/bytes.h"
 #include "base/log.h"
@@ -14,7 +17,7 @@
 #include "coord/coord_internal.h"
 
 uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t bytes, const comem_wire_release *items,
-                   uint16_t n, ask_owner owner, uint64_t job_id)
+                   uint16_t n, coord_ask_done done, uint64_t owner)
 {
     const ledger_holder *h = comem_ledger_holder(&s->ledger, holder);
     conn *c = h ? coord_conn_of(s, h->session) : NULL;
@@ -29,8 +32,8 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     if (!a)
         return 0;
     *a = (ask){.session = h->session, .holder = holder, .kind = kind, .device = h->device, .bytes = bytes,
-               .deadline_ns = comem_now_ns() + (int64_t)s->cfg.ask_deadline_ms * 1000000, .owner = owner,
-               .job = job_id};
+               .deadline_ns = comem_now_ns() + (int64_t)s->cfg.ask_deadline_ms * 1000000, .done = done,
+               .owner = owner};
     comem_msg m = {.type = COMEM_MSG_ASK, .request_id = 0};
     comem_msg_ask *w = &m.u.ask;
     w->ask_id = id;
@@ -47,7 +50,38 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     return id;
 }
 
-/* Answers the RELEASE an ask was sent for, if its requester is still connected. */
+size_t coord_ask_plan(comem_coord_srv *s, coord_planned *plan, size_t n, coord_ask_done done, uint64_t owner,
+                      uint64_t *asked, int64_t *bytes)
+{
+    size_t sent = 0;
+    int64_t sum = 0;
+    for (size_t a = 0; a < n; a++) {
+        if (!plan[a].holder)
+            continue; /* listed already, in the ask of an earlier row's holder */
+        uint64_t holder = plan[a].holder;
+        comem_wire_release items[COMEM_WIRE_MAX_ITEMS];
+        uint16_t k = 0;
+        int64_t total = 0;
+        for (size_t b = a; b < n; b++) {
+            if (plan[b].holder != holder)
+                continue;
+            items[k++] = (comem_wire_release){plan[b].entry, plan[b].bytes};
+            total = comem_add(total, plan[b].bytes);
+            plan[b].holder = 0;
+        }
+        if (coord_ask(s, holder, COMEM_ASK_RELEASE, total, items, k, done, owner)) {
+            if (asked)
+                asked[sent] = holder;
+            sent++;
+            sum = comem_add(sum, total);
+        }
+    }
+    if (bytes)
+        *bytes = sum;
+    return sent;
+}
+
+/* A RELEASE's ask settled: answers the request, if its requester is still connected. */
 static void reply_release(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed)
 {
     conn *rc = coord_conn_of(s, a->req_session);
@@ -66,24 +100,9 @@ static void reply_release(comem_coord_srv *s, const ask *a, uint8_t outcome, int
 static void settle(comem_coord_srv *s, uint64_t id, ask *a, uint8_t outcome, int64_t freed)
 {
     ask copy = *a;
-    bool busy = outcome != COMEM_RECEIPT_DONE;
     comem_slab_free(&s->asks, id);
-    switch (copy.owner) {
-    case OWNER_JOB:
-        coord_job_ask_done(s, copy.job, copy.holder, busy, freed);
-        break;
-    case OWNER_IDLE:
-        coord_idle_ask_done(s, copy.holder);
-        break;
-    case OWNER_PINS:
-        break; /* the holder reports its unpinning itself (PIN_RELEASE) */
-    case OWNER_REQUEST:
-        reply_release(s, &copy, outcome, freed);
-        break;
-    case OWNER_PRESSURE:
-        coord_pressure_ask_done(s, copy.device);
-        break;
-    }
+    if (copy.done)
+        copy.done(s, &copy, outcome, freed);
     if (freed > 0 && copy.kind != COMEM_ASK_PINS)
         coord_publish_reserve(s, copy.device, true); /* a receipt is the evidence a shrink needs */
 }
@@ -96,7 +115,7 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
                     (int)c->pid);
         return; /* late (past its deadline) or not this session's: nothing to settle */
     }
-    coord_touched(s, a->device); /* whatever it freed, the card shows it now */
+    coord_card_changed(s, a->device); /* whatever it freed, the card shows it now */
     ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
     if (h)
         h->unanswered_until_ns = 0; /* it answers again */
@@ -133,7 +152,7 @@ void coord_asks_session_ended(comem_coord_srv *s, uint64_t session)
             continue;
         /* Its memory comes back with the process; re-measuring sees it. A RELEASE is told
            the entry's bytes came back (ComfyUI's stand-in then counts them as freed). */
-        if (a->owner == OWNER_REQUEST)
+        if (a->done == reply_release)
             settle(s, id, a, COMEM_RECEIPT_GONE, a->entry_before);
         else
             settle(s, id, a, COMEM_RECEIPT_BUSY, 0);
@@ -166,7 +185,7 @@ void coord_release(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_re
         coord_reply(s, c, rid, COMEM_ENOTSUP, "the entry's holder does not answer release asks");
         return;
     }
-    if ((h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY)) || comem_now_ns() < h->unanswered_until_ns) {
+    if (!coord_may_ask(h, comem_now_ns())) {
         /* never interrupt a compute thread; nor wait again on a holder that let its last ask pass */
         release_now(s, c, rid, COMEM_RECEIPT_BUSY, 0, e->resident);
         return;
@@ -182,7 +201,7 @@ void coord_release(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_re
         return;
     }
     comem_wire_release item = {r->entry_id, bytes};
-    uint64_t id = coord_ask(s, e->holder, COMEM_ASK_RELEASE, bytes, &item, 1, OWNER_REQUEST, 0);
+    uint64_t id = coord_ask(s, e->holder, COMEM_ASK_RELEASE, bytes, &item, 1, reply_release, 0);
     ask *a = id ? comem_slab_get(&s->asks, id) : NULL;
     if (!a) {
         release_now(s, c, rid, COMEM_RECEIPT_BUSY, 0, e->resident); /* no connection to ask on right now */

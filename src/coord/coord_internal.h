@@ -21,7 +21,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base/clock.h"
 #include "coord/coord.h"
+#include "coord/plan.h"
 #include "coord/view.h"
 #include "ledger/ledger.h"
 #include "ledger/slab.h"
@@ -79,7 +81,14 @@ typedef struct conn {
 
 typedef enum job_kind { JOB_ADMIT = 1, JOB_PRESSURE = 2 } job_kind;
 
-/* An admission or pressure request waiting for receipts. */
+/* Where a job stands; admit.c draws every state and transition. An answered job is freed at once. */
+typedef enum job_state {
+    JOB_QUEUED = 0, /* in its device's FIFO, behind the running job */
+    JOB_PLANNING,   /* at the head: reading true free, planning (within one call of step) */
+    JOB_ASKING      /* at the head, asks_out > 0: waiting for receipts */
+} job_state;
+
+/* An admission or pressure request, one job in its device's FIFO. */
 typedef struct job {
     job_kind kind;
     uint64_t session;
@@ -98,12 +107,21 @@ typedef struct job {
     uint16_t n_keep;
     uint64_t *keep;        /* owned; NULL when empty */
     conn *requester;       /* its connection: jobs end with their session, before the conn */
-    bool running;          /* head of its device's queue */
+    job_state state;
     uint64_t next;         /* next job in the device FIFO */
 } job;
 
-/* Who waits for an ask's receipt: a job, a sweep, or another session's RELEASE request. */
-typedef enum ask_owner { OWNER_JOB = 1, OWNER_IDLE = 2, OWNER_PINS = 3, OWNER_REQUEST = 4, OWNER_PRESSURE = 5 } ask_owner;
+struct ask;
+
+/*
+ * Who waits for an ask's receipt (an admission or pressure job, the idle
+ * sweep, the card's own pressure, another session's RELEASE request) is told
+ * through this, once, when the ask settles: a receipt's outcome and the bytes
+ * it freed, COMEM_RECEIPT_BUSY when the deadline passed or the holder's
+ * session ended (COMEM_RECEIPT_GONE and the entry's bytes, for a RELEASE).
+ * The ask is already forgotten; a is a copy.
+ */
+typedef void (*coord_ask_done)(comem_coord_srv *s, const struct ask *a, uint8_t outcome, int64_t freed);
 
 typedef struct ask {
     uint64_t session; /* the asked holder's session */
@@ -112,20 +130,22 @@ typedef struct ask {
     int device;
     int64_t bytes;
     int64_t deadline_ns;
-    ask_owner owner;
-    uint64_t job;
-    /* OWNER_REQUEST: the RELEASE being answered */
+    coord_ask_done done; /* its owner's (NULL: nobody waits, as for pin asks) */
+    uint64_t owner;      /* the owner's own id: a job id, a device */
+    /* a RELEASE being answered */
     uint64_t req_session;
     uint32_t req_id;
     uint64_t entry;
     int64_t entry_before; /* the entry's residency when asked: what comes back if its process ends */
 } ask;
 
-/* The last reading of a device, and what the ledger learned since. */
+/* The last reading of a device, and what changed since. */
 typedef struct measurement {
     comem_device_reading r;
     bool valid;
-    bool stale;         /* the ledger learned of a change the reading cannot include */
+    uint64_t changes;   /* the device's ledger generation (ledger_device.changes) when it was taken */
+    bool stale;         /* the card changed where the ledger shows nothing: a receipt's freed bytes, a
+                           grant filled after the reading was taken */
     int64_t taken_ns;
     int64_t done_since; /* bytes of grants turned into residency after the reading */
     bool failing;       /* the last reading failed (logged once per episode) */
@@ -161,14 +181,40 @@ typedef struct comem_coord_srv {
     int pressure_out[COMEM_MAX_DEVICES]; /* pressure asks not yet settled, per device (pressure.c) */
 } comem_coord_srv;
 
-/* ---- server.c ---- */
-/* Queues one message to a connection (encoded into its output buffer). */
+/* Seconds since the coordinator started: the clock of idle times (ledger_holder.idle_since). */
+static inline double coord_now_s(const comem_coord_srv *s) { return (double)(comem_now_ns() - s->started_ns) / 1e9; }
+
+/* ---- conn.c: what goes out ---- */
+/* Adds fd to the loop's epoll set, tagged so the loop knows whose it is. 0 or -1 (errno). */
+int coord_watch(comem_coord_srv *s, int fd, uint32_t events, ep_tag *tag);
+/* Queues one message to a connection (encoded into its output buffer) and writes what the socket takes. */
 void coord_send(comem_coord_srv *s, conn *c, comem_msg *m);
-/* Sends REPLY {status, message} for a request id. */
+/* Sends REPLY {status, message} for a request id (message NULL: the status's own text). */
 void coord_reply(comem_coord_srv *s, conn *c, uint32_t request_id, int status, const char *message);
+/* Writes what is queued; arms EPOLLOUT while the socket is full. False: the peer is gone. */
+bool coord_flush(comem_coord_srv *s, conn *c);
+/* Drops what c has queued and marks it closing (it does not read, or it is gone). */
+void coord_drop_output(comem_coord_srv *s, conn *c);
 /* The connection of a session, or NULL. */
 conn *coord_conn_of(comem_coord_srv *s, uint64_t session);
-double coord_now_s(const comem_coord_srv *s);
+
+/* ---- input.c: what comes in ---- */
+/* Accepts every waiting connection that may hold a slot; refuses the others, saying why. */
+void coord_accept(comem_coord_srv *s);
+/* Reads what c sent and handles every whole frame (coord_handle). */
+void coord_conn_readable(comem_coord_srv *s, conn *c);
+/* Closes connections that did not say HELLO within the deadline. */
+void coord_hello_deadlines(comem_coord_srv *s, int64_t now_ns);
+/* Ends c's session (if any), closes its descriptors and frees it. */
+void coord_conn_close(comem_coord_srv *s, conn *c);
+
+/* ---- socket.c: the socket path ---- */
+/* Checks what is at the path (nothing, or a stale socket of this user) and locks PATH.lock. */
+int coord_socket_claim(comem_coord_srv *s);
+/* Under the lock: replaces a stale socket and listens. COMEM_EEXIST when a coordinator answers there. */
+int coord_socket_bind(comem_coord_srv *s);
+/* Closes the socket, removing the path only if it is still the socket bound here, and drops the lock. */
+void coord_socket_release(comem_coord_srv *s);
 
 /* ---- session.c ---- */
 int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t request_id);
@@ -178,18 +224,25 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why);
 void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m);
 
 /* ---- measure.c ---- */
+/* Opens the device source, fills the ledger's device table and the pin ceilings, and inits the ledger. */
+int coord_devices_open(comem_coord_srv *s);
 /* Reads device now; updates floors and the view. */
 int coord_measure(comem_coord_srv *s, int device);
-/* True free usable for a decision: a recent reading minus grants, corrected by the ledger since. */
-int64_t coord_available(comem_coord_srv *s, int device, bool fresh);
-/* Records that bytes of a grant became residency (the reading does not know yet). */
-void coord_note_done(comem_coord_srv *s, int device, int64_t bytes);
 /*
- * Marks device's reading stale (device < 0: every device): a process joined or
- * left, registered, reported or released memory, so the next decision reads
- * the card again instead of reusing the last reading.
+ * True free usable for a decision on device: the last reading minus outstanding grants and the
+ * grants filled since, when it is recent and nothing has changed since (the ledger's generation
+ * is the reading's, and the card was not said to have moved); otherwise (or with fresh) the card
+ * is read first. 0 when the device cannot be read: nothing is admitted on a guess.
  */
-void coord_touched(comem_coord_srv *s, int device);
+int64_t coord_available(comem_coord_srv *s, int device, bool fresh);
+/*
+ * A grant booked at granted_ns became bytes of residency on device. A reading taken before the
+ * grant cannot show them: it is corrected. One taken since may already count them: it is read
+ * again instead, rather than count them twice.
+ */
+void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t granted_ns);
+/* The card changed where the ledger shows nothing (a receipt: what was freed shows on the card). */
+void coord_card_changed(comem_coord_srv *s, int device);
 
 /* ---- reserve.c ---- */
 /* Recomputes the published reserve of device; shrink only with evidence. */
@@ -198,20 +251,35 @@ void coord_publish_reserve(comem_coord_srv *s, int device, bool shrink_allowed);
 int64_t coord_reserve_for(comem_coord_srv *s, uint64_t session, int device, int64_t *pager_headroom);
 /* The charge one session adds to device's reserve. */
 int64_t coord_charge_of(comem_coord_srv *s, uint64_t session, int device);
+/*
+ * What the device-wide true free must keep on device: the operator's base (the published reserve
+ * until a base is set). The tight-card test, the card's own pressure and pins on a unified device
+ * compare with it: the published reserve adds what a host with a process-local reading cannot see,
+ * which a device-wide figure already counts, so adding it here would count every worker twice.
+ */
+int64_t coord_base_reserve(const comem_coord_srv *s, int device);
 
 /* ---- admit.c ---- */
 void coord_admit(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_admit *a);
 void coord_pressure(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_pressure *p);
-/* An ask owned by job finished: busy or freed bytes. */
-void coord_job_ask_done(comem_coord_srv *s, uint64_t job_id, uint64_t holder, bool busy, int64_t freed);
 /* A session ended: its jobs are dropped, and jobs waiting on its holders move on. */
 void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session);
 void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns);
 
 /* ---- asks.c ---- */
-/* Sends an ask; returns its id (0 when the holder's session has no connection). */
+/*
+ * Sends an ask for bytes (with per-entry amounts, n of them, possibly 0) to holder, owned by
+ * done/owner. Returns its id; 0 when the holder's session has no connection or COORD_MAX_ASKS wait.
+ */
 uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t bytes, const comem_wire_release *items,
-                   uint16_t n, ask_owner owner, uint64_t job);
+                   uint16_t n, coord_ask_done done, uint64_t owner);
+/*
+ * Sends a release plan (coord/plan.c) as COMEM_ASK_RELEASE asks, one per holder listing its
+ * entries' amounts, owned by done/owner. Writes the holders asked, in plan order, to asked (room
+ * for n; may be NULL) and their total to *bytes (may be NULL). Returns how many asks went out.
+ */
+size_t coord_ask_plan(comem_coord_srv *s, coord_planned *plan, size_t n, coord_ask_done done, uint64_t owner,
+                      uint64_t *asked, int64_t *bytes);
 void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r);
 /* A RELEASE request: ask the holder of another session's entry and relay its receipt. */
 void coord_release(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_release *r);
@@ -220,15 +288,12 @@ void coord_asks_session_ended(comem_coord_srv *s, uint64_t session);
 
 /* ---- idle.c ---- */
 void coord_idle_tick(comem_coord_srv *s, int64_t now_ns);
-void coord_idle_ask_done(comem_coord_srv *s, uint64_t holder);
 /* A pin request fell short: ask other sessions' pin holders for their share (rate-limited). */
 void coord_pin_pressure(comem_coord_srv *s, uint64_t requester, int64_t shortfall);
 
 /* ---- pressure.c ---- */
 /* Asks holders for what a device is short of its reserve, when nobody's request explains it. */
 void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns);
-/* One of device's pressure asks settled. */
-void coord_pressure_ask_done(comem_coord_srv *s, int device);
 
 /* ---- status.c ---- */
 /* The status snapshot as JSON text (malloc'd). */

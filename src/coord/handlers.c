@@ -50,7 +50,6 @@ static void on_holder_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem
     ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
     if (ss)
         ss->caps |= h->flags;
-    coord_touched(s, h->device); /* a holder appears where its process has (or makes) a context */
     reply_id(s, c, rid, id);
 }
 
@@ -76,8 +75,6 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
     }
     reply_id(s, c, rid, id);
     ledger_entry *en = comem_ledger_entry(&s->ledger, id);
-    if (en)
-        coord_touched(s, en->device);
     if (en && en->resident > 0)
         coord_publish_reserve(s, en->device, false);
 }
@@ -85,11 +82,8 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
 static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_census *m)
 {
     ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
-    int changed = 0;
     int rc = comem_ledger_census(&s->ledger, c->session, m->holder_id, m->seq, m->has, m->pinned, m->overhead,
-                                 m->items, m->n, comem_now_ns(), &changed);
-    if (changed && h)
-        coord_touched(s, h->device);
+                                 m->items, m->n, comem_now_ns(), NULL);
     coord_reply(s, c, rid, rc,
                 rc == COMEM_ERANGE   ? "census claims more than the device holds"
                 : rc == COMEM_EINVAL ? "census lists an entry more than once"
@@ -106,13 +100,7 @@ static void on_grant_done(comem_coord_srv *s, conn *c, uint32_t rid, const comem
     int64_t granted_ns = gr ? comem_sub(gr->expires_ns, (int64_t)s->cfg.grant_ttl_ms * 1000000) : 0;
     int rc = comem_ledger_grant_done(&s->ledger, c->session, g->grant_id, g->entry_id, g->used);
     if (rc == COMEM_OK && g->entry_id && device >= 0) {
-        /* A reading taken before the grant cannot show its bytes: correct it. One taken since may
-           already count them (the holder allocated, then reported): read again rather than count
-           them twice (comem simulate's F19 met that race on a loaded machine). */
-        if (s->meas[device].taken_ns > granted_ns)
-            coord_touched(s, device);
-        else
-            coord_note_done(s, device, comem_min(comem_clamp0(g->used), bytes));
+        coord_note_done(s, device, comem_min(comem_clamp0(g->used), bytes), granted_ns);
         coord_publish_reserve(s, device, false); /* residency grew: a worker's charge may too */
     }
     coord_reply(s, c, rid, rc, rc == COMEM_ENOENT ? "no such grant (expired?) or entry" : NULL);
@@ -137,8 +125,7 @@ static void on_pin(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pi
            its reserve, or VRAM and RAM would both be promised the same bytes (user-needs F21). */
         if (!s->meas[d].valid || !s->meas[d].r.unified)
             continue;
-        const ledger_device *ld = &s->ledger.devices[d];
-        int64_t room = comem_sub(coord_available(s, d, true), ld->reserve_base >= 0 ? ld->reserve_base : ld->published);
+        int64_t room = comem_sub(coord_available(s, d, true), coord_base_reserve(s, d));
         if (p->bytes > room) {
             rc = COMEM_ENOSPC;
             shortfall = comem_sub(p->bytes, comem_clamp0(room));
@@ -147,8 +134,6 @@ static void on_pin(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pi
     if (rc == COMEM_OK)
         rc = acquire ? comem_ledger_pin_acquire(&s->ledger, c->session, p->bytes, &shortfall)
                      : comem_ledger_pin_release(&s->ledger, c->session, p->bytes);
-    if (rc == COMEM_OK)
-        coord_touched(s, -1); /* on a UMA device the pages come out of its free */
     if (rc != COMEM_OK && rc != COMEM_ENOSPC) {
         coord_reply(s, c, rid, rc, NULL);
         return;
@@ -216,21 +201,15 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
     case COMEM_MSG_HOLDER_ADD:
         on_holder_add(s, c, rid, &m->u.holder_add);
         break;
-    case COMEM_MSG_HOLDER_REMOVE: {
-        const ledger_holder *h = comem_ledger_holder(&s->ledger, m->u.id.id);
-        coord_touched(s, h ? h->device : -1);
+    case COMEM_MSG_HOLDER_REMOVE:
         coord_reply(s, c, rid, comem_ledger_holder_remove(&s->ledger, c->session, m->u.id.id), NULL);
         break;
-    }
     case COMEM_MSG_ENTRY_ADD:
         on_entry_add(s, c, rid, &m->u.entry_add);
         break;
-    case COMEM_MSG_ENTRY_REMOVE: {
-        const ledger_entry *e = comem_ledger_entry(&s->ledger, m->u.id.id);
-        coord_touched(s, e ? e->device : -1);
+    case COMEM_MSG_ENTRY_REMOVE:
         coord_reply(s, c, rid, comem_ledger_entry_remove(&s->ledger, c->session, m->u.id.id), NULL);
         break;
-    }
     case COMEM_MSG_CENSUS:
         on_census(s, c, rid, &m->u.census);
         break;

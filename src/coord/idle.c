@@ -4,12 +4,10 @@
  * Idle release (comfy-env's newest rule): a holder that answers idle asks, is
  * alive, not computing, and holds something is asked to release everything
  * when it has been idle for idle_release_s, or early when its last prompt is
- * over and the card is tight (true free below the published reserve).
+ * over and the card is tight (true free below the operator's reserve,
+ * coord_base_reserve). The holders reach the planner through the roster
+ * (coord/plan.h), as they reach the pressure and pin planners.
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "arith/planners.h"
 #include "base/bytes.h"
 #include "base/log.h"
@@ -24,47 +22,34 @@ static bool asking(comem_coord_srv *s, uint64_t holder)
     return false;
 }
 
-/* The prompt the host is serving now, or NULL. */
-static const char *current_prompt(comem_coord_srv *s)
-{
-    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
-        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, NULL);
-        if (ss && ss->role == COMEM_ROLE_HOST && ss->prompt[0])
-            return ss->prompt;
-    }
-    return NULL;
-}
+static void idle_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed);
 
 void coord_idle_tick(comem_coord_srv *s, int64_t now_ns)
 {
-    size_t cap = s->ledger.holders.used;
-    if (cap == 0)
+    coord_roster r;
+    if (s->ledger.holders.used == 0 || !coord_roster_init(&r, &s->ledger, sizeof(comem_idle_holder)))
         return;
-    comem_idle_holder *hs = malloc(cap * sizeof *hs);
-    uint64_t *ids = malloc(cap * sizeof *ids);
-    char (*keys)[24] = malloc(cap * sizeof *keys);
-    size_t *sel = malloc(cap * sizeof *sel);
-    if (!hs || !ids || !keys || !sel)
-        goto done;
-    const char *prompt = current_prompt(s);
+    size_t *sel = r.out;
+    const char *prompt = coord_current_prompt(&s->ledger);
     double now = coord_now_s(s);
     for (int d = 0; d < s->ledger.n_devices; d++) {
         /* tight: the device-wide free cannot cover the reserve the operator asked for (the published
            one counts, for a blind WDDM host, workers this reading already sees) */
-        const ledger_device *ld = &s->ledger.devices[d];
-        int64_t keep = ld->reserve_base >= 0 ? ld->reserve_base : ld->published;
-        bool tight = s->meas[d].valid && s->meas[d].r.free < keep;
-        size_t n = 0;
-        for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders) && n < cap; i++) {
+        bool tight = s->meas[d].valid && s->meas[d].r.free < coord_base_reserve(s, d);
+        r.n = 0; /* a fresh roster for each device */
+        for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
             uint64_t hid;
             const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
             if (!h || h->device != d || !(h->flags & COMEM_CAP_IDLE_RELEASE) || asking(s, hid) ||
                 now_ns < h->unanswered_until_ns)
                 continue;
-            snprintf(keys[n], sizeof keys[n], "%016llx", (unsigned long long)hid);
-            ids[n] = hid;
-            hs[n] = (comem_idle_holder){
-                .key = keys[n],
+            const char *key;
+            comem_idle_holder *row = coord_roster_add(&r, hid, &key);
+            if (!row)
+                break;
+            /* comfy-env's idle rule: a holder inside a call is not idle, whether or not it could release */
+            *row = (comem_idle_holder){
+                .key = key,
                 .alive = true,
                 .advertises = true,
                 .in_flight = h->busy,
@@ -73,30 +58,29 @@ void coord_idle_tick(comem_coord_srv *s, int64_t now_ns)
                 .idle_since = h->idle_since,
                 .last_prompt = h->last_prompt[0] ? h->last_prompt : NULL,
             };
-            n++;
         }
-        size_t k = comem_plan_idle_release(hs, n, now, s->cfg.idle_release_s, prompt, tight, sel);
+        size_t k = comem_plan_idle_release(r.rows, r.n, now, s->cfg.idle_release_s, prompt, tight, sel);
         for (size_t i = 0; i < k; i++) {
-            uint64_t hid = ids[sel[i]];
+            uint64_t hid = r.ids[sel[i]];
             const ledger_holder *h = comem_ledger_holder(&s->ledger, hid);
             int64_t held = comem_ledger_session_resident(&s->ledger, h->session, hid, d);
             if (s->n_idle_asking < (int)(sizeof s->idle_asking / sizeof s->idle_asking[0]) &&
-                coord_ask(s, hid, COMEM_ASK_IDLE, held, NULL, 0, OWNER_IDLE, 0)) {
+                coord_ask(s, hid, COMEM_ASK_IDLE, held, NULL, 0, idle_ask_done, 0)) {
                 s->idle_asking[s->n_idle_asking++] = hid;
                 comem_info("idle release: asked holder '%s' (idle %.1f s%s) to release %lld bytes", h->name,
                            now - h->idle_since, tight ? ", card tight" : "", (long long)held);
             }
         }
     }
-done:
-    free(hs);
-    free(ids);
-    free(keys);
-    free(sel);
+    coord_roster_free(&r);
 }
 
-void coord_idle_ask_done(comem_coord_srv *s, uint64_t holder)
+/* An idle ask settled, whatever its outcome: the holder may be asked again, from now. */
+static void idle_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed)
 {
+    (void)outcome;
+    (void)freed;
+    uint64_t holder = a->holder;
     for (int i = 0; i < s->n_idle_asking; i++) {
         if (s->idle_asking[i] == holder) {
             s->idle_asking[i] = s->idle_asking[--s->n_idle_asking];
@@ -115,34 +99,28 @@ void coord_idle_ask_done(comem_coord_srv *s, uint64_t holder)
 void coord_pin_pressure(comem_coord_srv *s, uint64_t requester, int64_t shortfall)
 {
     int64_t now = comem_now_ns();
-    size_t cap = s->ledger.holders.used;
-    if (cap == 0 || (s->last_pin_sweep_ns && now - s->last_pin_sweep_ns < (int64_t)(COMEM_PIN_PRESSURE_INTERVAL * 1e9)))
+    coord_roster r;
+    if (s->ledger.holders.used == 0 ||
+        (s->last_pin_sweep_ns && now - s->last_pin_sweep_ns < (int64_t)(COMEM_PIN_PRESSURE_INTERVAL * 1e9)) ||
+        !coord_roster_init(&r, &s->ledger, sizeof(comem_pin_report)))
         return;
-    comem_pin_report *rs = malloc(cap * sizeof *rs);
-    uint64_t *ids = malloc(cap * sizeof *ids);
-    char (*keys)[24] = malloc(cap * sizeof *keys);
-    comem_release_ask *asks = malloc(cap * sizeof *asks);
-    size_t n = 0;
-    if (!rs || !ids || !keys || !asks)
-        goto done;
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
         uint64_t hid;
         const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
         if (!h || h->session == requester || !(h->flags & COMEM_CAP_PIN_RELEASE))
             continue;
         const ledger_session *ss = comem_ledger_session(&s->ledger, h->session);
-        snprintf(keys[n], sizeof keys[n], "%016llx", (unsigned long long)hid);
-        ids[n] = hid;
-        rs[n] = (comem_pin_report){keys[n], ss ? ss->pinned : 0};
-        n++;
+        const char *key;
+        comem_pin_report *row = coord_roster_add(&r, hid, &key);
+        if (!row)
+            break;
+        *row = (comem_pin_report){key, ss ? ss->pinned : 0};
     }
-    size_t k = comem_plan_pin_pressure(rs, n, shortfall, 1e18, 0, COMEM_PIN_PRESSURE_MIN_SLICE, 0, asks);
+    comem_release_ask *asks = r.out;
+    size_t k = comem_plan_pin_pressure(r.rows, r.n, shortfall, 1e18, 0, COMEM_PIN_PRESSURE_MIN_SLICE, 0, asks);
+    /* Nobody waits for these receipts: the holder reports its unpinning itself (PIN_RELEASE). */
     for (size_t i = 0; i < k; i++)
-        coord_ask(s, ids[asks[i].holder], COMEM_ASK_PINS, asks[i].bytes, NULL, 0, OWNER_PINS, 0);
+        coord_ask(s, r.ids[asks[i].holder], COMEM_ASK_PINS, asks[i].bytes, NULL, 0, NULL, 0);
     s->last_pin_sweep_ns = now;
-done:
-    free(rs);
-    free(ids);
-    free(keys);
-    free(asks);
+    coord_roster_free(&r);
 }

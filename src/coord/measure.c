@@ -1,5 +1,9 @@
 /*
- * coord/measure.c - reading the devices, and the free figure decisions use.
+ * coord/measure.c - the devices: opened, read, and the true free figure decisions use.
+ *
+ * At start the device source is opened, each device read once into the
+ * ledger's device table (capacity, scopes, the largest entry the card, RAM and
+ * swap could hold), and the machine-wide pinned ceiling computed from host RAM.
  *
  * A decision needs true free memory. Reading the card costs tens of
  * microseconds (NVML, measured on an H200) and the simulated card must lock
@@ -8,16 +12,76 @@
  * subtracted, and so are grants that turned into residency after the reading
  * (it has not seen those allocations). Anything else the ledger hears about a
  * device (a process joining or leaving, which creates or frees a context; a
- * registration, census or receipt) marks the reading stale, and the next
- * decision reads the card again; so does age beyond reading_max_age_ms, which
- * bounds how long an allocation nobody reported can go unseen.
+ * registration, a census that moved residency, pins) moves the device's ledger
+ * generation (ledger_device.changes), and a reading taken at another
+ * generation is not reused: the next decision reads the card again. The two
+ * changes the ledger cannot show are said here: a receipt (what the holder
+ * freed shows on the card, listed or not) and a grant filled after the reading
+ * was taken. Age beyond reading_max_age_ms also forces a reading, which bounds
+ * how long an allocation nobody reported can go unseen.
  */
+#include <stdio.h>
 #include <string.h>
 
+#include "arith/pinned.h"
+#include "arith/planners.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
+#include "probe/hostmem.h"
+#include "probe/select.h"
+
+int coord_devices_open(comem_coord_srv *s)
+{
+    char note[512];
+    int rc = comem_devices_open(s->cfg.device_spec[0] ? s->cfg.device_spec : NULL, &s->src, note, sizeof note);
+    if (rc != COMEM_OK) {
+        comem_error("coordinator: cannot open devices: %s", note);
+        return rc;
+    }
+    if (note[0])
+        comem_info("coordinator: %s", note);
+    int n = 0;
+    comem_device_count(s->src, &n);
+    if (n > COMEM_MAX_DEVICES)
+        n = COMEM_MAX_DEVICES;
+    ledger_device devs[COMEM_MAX_DEVICES];
+    /* The machine's RAM and swap: where a model's bytes live when not on the card. */
+    comem_hostmem host;
+    bool have_host = comem_hostmem_read(NULL, &host) == COMEM_OK;
+    int64_t off_card = have_host ? comem_add(comem_max(host.mem_total, host.total), comem_clamp0(host.swap_total)) : -1;
+    for (int i = 0; i < n; i++) {
+        comem_device_reading *r = &s->meas[i].r;
+        memset(&devs[i], 0, sizeof devs[i]);
+        if (comem_device_read(s->src, i, r) != COMEM_OK)
+            return COMEM_ENODEV;
+        devs[i].index = i;
+        snprintf(devs[i].uuid, sizeof devs[i].uuid, "%s", r->uuid);
+        snprintf(devs[i].name, sizeof devs[i].name, "%s", r->name);
+        devs[i].capacity = r->total;
+        /* An entry larger than the card, RAM and swap together is not a model anyone holds. */
+        devs[i].entry_max = off_card >= 0 ? comem_add(r->total, off_card) : comem_mul(r->total, 16);
+        devs[i].scope = r->scope;
+        devs[i].proc_scope = r->local_scope;
+        devs[i].reserve_base = -1;
+        devs[i].last_free = r->free;
+    }
+    /* The machine-wide pinned ceiling, from cgroup-clamped RAM (ComfyUI's rule). Its Windows form
+       (40 % of RAM) applies once a process says its free reading is process-local (session.c). */
+    double max_pinned = COMEM_PINNING_DISABLED;
+    s->max_pinned_windows = (int64_t)COMEM_PINNING_DISABLED;
+    if (have_host) {
+        comem_pin_ceiling_in pin = {.ram = (double)host.total, .disk_swap = host.disk_swap,
+                                    .cgroup_limited = host.cgroup_limited, .enabled = true};
+        max_pinned = comem_max_pinned(&pin);
+        pin.windows = true;
+        s->max_pinned_windows = (int64_t)comem_max_pinned(&pin);
+    }
+    rc = comem_ledger_init(&s->ledger, devs, n, (int64_t)max_pinned);
+    comem_ledger_set_checking(&s->ledger, s->cfg.check);
+    return rc;
+}
 
 /* Bytes other processes could release now: idle holders' resident, and any pager's. */
 static int64_t reclaimable(comem_coord_srv *s, int device)
@@ -28,9 +92,8 @@ static int64_t reclaimable(comem_coord_srv *s, int device)
         if (!e || e->device != device || e->resident <= 0)
             continue;
         const ledger_holder *h = comem_slab_get(&s->ledger.holders, e->holder);
-        if (!h || !(h->flags & (COMEM_CAP_RELEASE | COMEM_CAP_IDLE_RELEASE)))
-            continue;
-        if (!h->busy || (h->flags & COMEM_CAP_WHILE_BUSY))
+        if (h && comem_may_release_now((h->flags & (COMEM_CAP_RELEASE | COMEM_CAP_IDLE_RELEASE)) != 0, h->busy,
+                                       (h->flags & COMEM_CAP_WHILE_BUSY) != 0))
             sum = comem_add(sum, e->resident);
     }
     return sum;
@@ -104,6 +167,7 @@ int coord_measure(comem_coord_srv *s, int device)
     m->failing = false;
     m->retry_ns = 0;
     m->valid = true;
+    m->changes = s->ledger.devices[device].changes;
     m->stale = false;
     m->taken_ns = comem_now_ns();
     m->done_since = 0;
@@ -118,7 +182,8 @@ int64_t coord_available(comem_coord_srv *s, int device, bool fresh)
 {
     measurement *m = &s->meas[device];
     int64_t age = comem_now_ns() - m->taken_ns;
-    if (fresh || !m->valid || m->stale || age > (int64_t)s->cfg.reading_max_age_ms * 1000000)
+    bool changed = m->stale || m->changes != s->ledger.devices[device].changes;
+    if (fresh || !m->valid || changed || age > (int64_t)s->cfg.reading_max_age_ms * 1000000)
         coord_measure(s, device);
     if (!m->valid)
         return 0; /* cannot read the card: admit nothing rather than guess */
@@ -126,15 +191,15 @@ int64_t coord_available(comem_coord_srv *s, int device, bool fresh)
     return avail;
 }
 
-void coord_note_done(comem_coord_srv *s, int device, int64_t bytes)
+void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t granted_ns)
 {
-    s->meas[device].done_since = comem_add(s->meas[device].done_since, comem_clamp0(bytes));
+    measurement *m = &s->meas[device];
+    if (m->taken_ns > granted_ns) { /* comem simulate's F19 met the race on a loaded machine */
+        m->stale = true;
+        return;
+    }
+    m->done_since = comem_add(m->done_since, comem_clamp0(bytes));
     publish_view(s, device);
 }
 
-void coord_touched(comem_coord_srv *s, int device)
-{
-    for (int d = 0; d < s->ledger.n_devices; d++)
-        if (device < 0 || d == device)
-            s->meas[d].stale = true;
-}
+void coord_card_changed(comem_coord_srv *s, int device) { s->meas[device].stale = true; }

@@ -1,9 +1,13 @@
-/* coord/plan.c - ComfyUI's eviction ladder over the whole machine's resident entries. */
+/* coord/plan.c - ComfyUI's eviction ladder over the machine's entries, and whom it may ask. */
 #include "coord/plan.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "arith/evict.h"
+#include "arith/planners.h"
 #include "wire/wire.h"
 
 typedef struct walk {
@@ -26,17 +30,19 @@ static bool listed(const uint64_t *ids, size_t n, uint64_t id)
     return false;
 }
 
+bool coord_may_ask(const ledger_holder *h, int64_t now_ns)
+{
+    bool answers = (h->flags & COMEM_CAP_RELEASE) != 0, while_busy = (h->flags & COMEM_CAP_WHILE_BUSY) != 0;
+    return comem_may_release_now(answers, h->busy, while_busy) && now_ns >= h->unanswered_until_ns;
+}
+
 static bool eligible(const walk *w, uint64_t eid, const ledger_entry *e)
 {
     if (e->session == w->in->requester || listed(w->in->keep, w->in->n_keep, eid))
         return false;
     const ledger_holder *h = comem_slab_get(&w->l->holders, e->holder);
-    if (!h || !(h->flags & COMEM_CAP_RELEASE))
+    if (!h || !coord_may_ask(h, w->in->now_ns))
         return false;
-    if (h->busy && !(h->flags & COMEM_CAP_WHILE_BUSY))
-        return false; /* never interrupt a compute thread; it is asked at its next boundary */
-    if (w->in->now_ns < h->unanswered_until_ns)
-        return false; /* it did not answer the last ask: waiting on it again would stall the queue */
     return !listed(w->in->excluded, w->in->n_excluded, e->holder);
 }
 
@@ -104,4 +110,53 @@ size_t coord_plan_release(const comem_ledger *l, const coord_plan_in *in, coord_
     } while (res.n_actions == sizeof actions / sizeof actions[0] && w.n_out < cap);
     (void)total;
     return w.n_out;
+}
+
+/* ---- the holders as the arith planners see them ---- */
+
+bool coord_roster_init(coord_roster *r, const comem_ledger *l, size_t row_size)
+{
+    size_t cap = l->holders.used + 1;
+    size_t out_size = sizeof(comem_release_ask) > sizeof(size_t) ? sizeof(comem_release_ask) : sizeof(size_t);
+    *r = (coord_roster){.cap = cap, .row_size = row_size};
+    r->ids = malloc(cap * sizeof *r->ids);
+    r->keys = malloc(cap * sizeof *r->keys);
+    r->rows = malloc(cap * row_size);
+    r->out = malloc(cap * out_size);
+    if (r->ids && r->keys && r->rows && r->out)
+        return true;
+    coord_roster_free(r);
+    return false;
+}
+
+void *coord_roster_add(coord_roster *r, uint64_t id, const char **key)
+{
+    if (r->n == r->cap)
+        return NULL;
+    size_t i = r->n++;
+    snprintf(r->keys[i], sizeof r->keys[i], "%016llx", (unsigned long long)id);
+    r->ids[i] = id;
+    *key = r->keys[i];
+    void *row = (char *)r->rows + i * r->row_size;
+    memset(row, 0, r->row_size);
+    return row;
+}
+
+void coord_roster_free(coord_roster *r)
+{
+    free(r->ids);
+    free(r->keys);
+    free(r->rows);
+    free(r->out);
+    *r = (coord_roster){0};
+}
+
+const char *coord_current_prompt(const comem_ledger *l)
+{
+    for (size_t i = 0; i < comem_slab_slots(&l->sessions); i++) {
+        const ledger_session *ss = comem_slab_at(&l->sessions, i, NULL);
+        if (ss && ss->role == COMEM_ROLE_HOST && ss->prompt[0])
+            return ss->prompt;
+    }
+    return NULL;
 }

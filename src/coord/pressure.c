@@ -28,23 +28,14 @@
 #include "coord/coord_internal.h"
 #include "coord/plan.h"
 
-/* The prompt the host is serving now, or NULL (as idle.c reads it). */
-static const char *current_prompt(const comem_coord_srv *s)
-{
-    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
-        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, NULL);
-        if (ss && ss->role == COMEM_ROLE_HOST && ss->prompt[0])
-            return ss->prompt;
-    }
-    return NULL;
-}
+static void pressure_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed);
 
 void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns)
 {
     (void)now_ns;
     if (s->n_idle_asking > 0)
         return;
-    const char *prompt = current_prompt(s);
+    const char *prompt = coord_current_prompt(&s->ledger);
     uint64_t spare[64]; /* the current prompt's holders */
     size_t n_spare = 0;
     for (size_t i = 0; prompt && i < comem_slab_slots(&s->ledger.holders) && n_spare < 64; i++) {
@@ -54,12 +45,11 @@ void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns)
             spare[n_spare++] = hid;
     }
     for (int d = 0; d < s->ledger.n_devices; d++) {
-        const ledger_device *ld = &s->ledger.devices[d];
         const measurement *m = &s->meas[d];
         if (!m->valid || s->pressure_out[d] > 0 || s->queue_head[d] != 0 || comem_ledger_granted(&s->ledger, d) > 0)
             continue; /* nothing read, a round still out, or an admission planning or loading on this device
                          (a grant being filled is counted both in the reading and as a grant) */
-        int64_t keep = ld->reserve_base >= 0 ? ld->reserve_base : ld->published;
+        int64_t keep = coord_base_reserve(s, d);
         int64_t avail = coord_available(s, d, false);
         if (avail >= keep)
             continue;
@@ -68,39 +58,24 @@ void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns)
                             .n_excluded = n_spare};
         size_t n = coord_plan_release(&s->ledger, &in, out, sizeof out / sizeof out[0]);
         int64_t asked = 0;
-        int holders = 0;
-        for (size_t a = 0; a < n; a++) {
-            if (!out[a].holder)
-                continue;
-            uint64_t holder = out[a].holder;
-            comem_wire_release items[COMEM_WIRE_MAX_ITEMS];
-            uint16_t k = 0;
-            int64_t total = 0;
-            for (size_t b = a; b < n; b++) {
-                if (out[b].holder != holder)
-                    continue;
-                items[k++] = (comem_wire_release){out[b].entry, out[b].bytes};
-                total = comem_add(total, out[b].bytes);
-                out[b].holder = 0;
-            }
-            if (coord_ask(s, holder, COMEM_ASK_RELEASE, total, items, k, OWNER_PRESSURE, (uint64_t)d)) {
-                s->pressure_out[d]++;
-                asked = comem_add(asked, total);
-                holders++;
-            }
-        }
+        size_t holders = coord_ask_plan(s, out, n, pressure_ask_done, (uint64_t)d, NULL, &asked);
+        s->pressure_out[d] += (int)holders;
         if (holders) {
             char a[32], b[32], c[32];
             comem_info("pressure: device %d has %s free, below the reserve %s (something outside the ledger grew); "
-                       "asked %d holder(s) for %s",
+                       "asked %zu holder(s) for %s",
                        d, comem_format_bytes(avail, a, 32), comem_format_bytes(keep, b, 32), holders,
                        comem_format_bytes(asked, c, 32));
         }
     }
 }
 
-void coord_pressure_ask_done(comem_coord_srv *s, int device)
+/* One of a device's pressure asks settled; the next round waits for the last. */
+static void pressure_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed)
 {
+    (void)outcome;
+    (void)freed;
+    int device = (int)a->owner;
     if (device >= 0 && device < COMEM_MAX_DEVICES && s->pressure_out[device] > 0)
         s->pressure_out[device]--;
 }

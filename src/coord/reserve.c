@@ -31,10 +31,7 @@ static const ledger_session *host_session(comem_coord_srv *s)
 
 static int64_t base_of(comem_coord_srv *s)
 {
-    if (s->host_base >= 0)
-        return s->host_base;
-    comem_reserve_opts linux_default = {0};
-    return comem_trunc(comem_extra_reserved_vram(&linux_default));
+    return s->host_base >= 0 ? s->host_base : COMEM_RESERVE_DEFAULT;
 }
 
 /* Does the session hold anything on device (a holder there, or a context)? */
@@ -108,4 +105,10 @@ int64_t coord_reserve_for(comem_coord_srv *s, uint64_t session, int device, int6
     if (pager_headroom)
         *pager_headroom = comem_pager_headroom_forward(false, 0, d->published, d->reserve_base);
     return comem_reserve_for_requester(d->published, own);
+}
+
+int64_t coord_base_reserve(const comem_coord_srv *s, int device)
+{
+    const ledger_device *d = &s->ledger.devices[device];
+    return d->reserve_base >= 0 ? d->reserve_base : d->published;
 }

@@ -85,13 +85,10 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
         return rc;
     }
     c->session = id;
-    coord_touched(s, -1); /* a new process may already hold a context */
     /* Watch the process itself: its death ends the session even if the socket is inherited. */
     c->pidfd = pidfd_open_compat(c->pid);
-    if (c->pidfd >= 0) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->pid_tag};
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, c->pidfd, &ev);
-    }
+    if (c->pidfd >= 0)
+        coord_watch(s, c->pidfd, EPOLLIN, &c->pid_tag);
     if (h->scope == COMEM_SCOPE_PROCESS_LOCAL && s->max_pinned_windows < s->ledger.max_pinned &&
         s->ledger.total_pinned <= s->max_pinned_windows) {
         /* A WDDM process: this is Windows, where ComfyUI pins at most 40 % of RAM. */

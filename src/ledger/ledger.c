@@ -16,6 +16,18 @@ static void copy_name(char *dst, const char *src)
 
 static bool valid_device(const comem_ledger *l, int device) { return device >= 0 && device < l->n_devices; }
 
+/*
+ * The card may show something new (device < 0: every device): a context made
+ * or freed, memory registered, reported or released. Grants do not move it:
+ * a reading is corrected for them instead (coord/measure.c).
+ */
+static void changed(comem_ledger *l, int device)
+{
+    for (int d = 0; d < l->n_devices; d++)
+        if (device < 0 || d == device)
+            l->devices[d].changes++;
+}
+
 /* After a mutation: verify when checking is on, count and report a violation. */
 static void after_mutation(comem_ledger *l, const char *what)
 {
@@ -194,7 +206,7 @@ int comem_ledger_check(const comem_ledger *l, char *why, size_t len)
             const ledger_entry *e, *prev = NULL;
             size_t walked = 0, resident = 0;
             for (uint64_t eid; comem_order_next(&it, &eid, &e); prev = e, walked++) {
-                int64_t o = e->size - e->resident, po = prev ? prev->size - prev->resident : 0;
+                int64_t o = comem_sub(e->size, e->resident), po = prev ? comem_sub(prev->size, prev->resident) : 0;
                 if (e->device != d || e->resident <= 0 ||
                     (prev && (po < o || (po == o && (prev->size > e->size ||
                                                       (prev->size == e->size && prev->last_use_ns < e->last_use_ns)))))) {
@@ -238,6 +250,7 @@ int comem_ledger_session_add(comem_ledger *l, int32_t pid, uint32_t uid, uint8_t
     s->caps = caps;
     s->started_ns = now_ns;
     copy_name(s->name, name);
+    changed(l, -1); /* a new process may already hold a context */
     after_mutation(l, "session add");
     return COMEM_OK;
 }
@@ -280,6 +293,7 @@ int comem_ledger_session_end(comem_ledger *l, uint64_t id, ledger_release_summar
     comem_slab_free(&l->sessions, id);
     if (out)
         *out = sum;
+    changed(l, -1);
     after_mutation(l, "session end");
     return COMEM_OK;
 }
@@ -362,6 +376,7 @@ int comem_ledger_holder_add(comem_ledger *l, uint64_t session, int device, uint8
     h->idle_known = true;
     h->idle_since = now_s;
     copy_name(h->name, name);
+    changed(l, device); /* where its process has (or makes) a context */
     after_mutation(l, "holder add");
     return COMEM_OK;
 }
@@ -383,8 +398,10 @@ int comem_ledger_holder_remove(comem_ledger *l, uint64_t session, uint64_t holde
             ss->n_entries--;
         }
     }
+    int device = h->device;
     comem_slab_free(&l->holders, holder);
     ss->n_holders--;
+    changed(l, device);
     after_mutation(l, "holder remove");
     return COMEM_OK;
 }
@@ -422,6 +439,7 @@ int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, c
     e->last_use_ns = now_ns;
     copy_name(e->name, name);
     comem_order_insert(l, *id);
+    changed(l, e->device);
     after_mutation(l, "entry add");
     return COMEM_OK;
 }
@@ -433,9 +451,11 @@ int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry)
     ledger_entry *e = comem_slab_get(&l->entries, entry);
     if (!e || e->session != session)
         return COMEM_ENOENT;
+    int device = e->device;
     comem_order_remove(l, entry);
     comem_slab_free(&l->entries, entry);
     comem_ledger_session(l, session)->n_entries--;
+    changed(l, device);
     after_mutation(l, "entry remove");
     return COMEM_OK;
 }
@@ -464,10 +484,10 @@ static bool has_duplicates(const comem_wire_residency *items, size_t n)
 }
 
 int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
-                        int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *changed)
+                        int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *n_moved)
 {
-    if (changed)
-        *changed = 0;
+    if (n_moved)
+        *n_moved = 0;
     ledger_holder *h = comem_slab_get(&l->holders, holder);
     if (!h || h->session != session)
         return COMEM_ENOENT;
@@ -518,8 +538,10 @@ int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint
         h->census_seq = seq;
         h->census_seen = true;
     }
-    if (changed)
-        *changed = moved;
+    if (moved)
+        changed(l, h->device);
+    if (n_moved)
+        *n_moved = moved;
     after_mutation(l, "census");
     return COMEM_OK;
 }
@@ -605,7 +627,9 @@ int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, i
         return COMEM_ENOENT;
     if (bytes < 0)
         return COMEM_EINVAL;
-    /* Book, compare, roll back: two racing pins can never both pass the ceiling. */
+    /* Compare, then book: safe because the ledger has one thread (the coordinator's loop), so
+       nothing can book between the comparison and the booking and two pins never both pass the
+       ceiling. A counter shared between threads would book first, compare and roll back. */
     int64_t after = comem_add(l->total_pinned, bytes);
     if (l->max_pinned <= 0 || after > l->max_pinned) {
         if (shortfall)
@@ -616,6 +640,7 @@ int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, i
     s->pinned = comem_add(s->pinned, bytes);
     if (shortfall)
         *shortfall = 0;
+    changed(l, -1); /* on a unified device pinned pages come out of its free */
     after_mutation(l, "pin acquire");
     return COMEM_OK;
 }
@@ -632,8 +657,9 @@ int comem_ledger_pin_release(comem_ledger *l, uint64_t session, int64_t bytes)
                    (long long)s->pinned);
         bytes = s->pinned;
     }
-    s->pinned -= bytes;
-    l->total_pinned -= bytes;
+    s->pinned = comem_sub(s->pinned, bytes);
+    l->total_pinned = comem_sub(l->total_pinned, bytes);
+    changed(l, -1);
     after_mutation(l, "pin release");
     return COMEM_OK;
 }

@@ -30,10 +30,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comem/common.h" /* comem_scope, COMEM_MAX_DEVICES */
 #include "ledger/order.h"
 #include "ledger/slab.h"
-#include "probe/device.h"
-#include "wire/wire.h"
+#include "wire/wire.h"  /* the census items, holder kinds and name bounds the ledger books */
 
 #define COMEM_LEDGER_NAME_MAX COMEM_WIRE_NAME_MAX
 
@@ -62,6 +62,9 @@ typedef struct ledger_device {
     int64_t published;     /* the total reserve published to the host */
     int64_t last_free;     /* true free at the last reading (-1 before any) */
     int64_t last_read_ns;
+    uint64_t changes;      /* generation: moves with every mutation that changes what the card shows or
+                              who holds it (sessions, holders, entries, residency, pins), never with a
+                              grant; a reading taken at another generation may be stale (coord/measure.c) */
 } ledger_device;
 
 typedef struct ledger_session {
@@ -137,38 +140,89 @@ typedef struct ledger_release_summary {
     int64_t grant_bytes, resident_bytes, pinned_bytes;
 } ledger_release_summary;
 
+/*
+ * Every call below is made from one thread, the coordinator's loop (or a
+ * test's): the ledger has no lock, and a check followed by a booking cannot be
+ * overtaken. Unless said otherwise a call returns COMEM_OK or a negative
+ * status, and a refused call changes nothing. Ids are the slabs' generational
+ * ids; a record pointer is valid until the next add of its kind.
+ */
+
+/*
+ * Sets l up with n devices (copied; an entry_max <= 0 becomes the capacity) and
+ * the machine-wide pinned ceiling max_pinned (<= 0: pinning refused).
+ * COMEM_EINVAL when n is outside [0, COMEM_MAX_DEVICES].
+ */
 int comem_ledger_init(comem_ledger *l, const ledger_device *devices, int n, int64_t max_pinned);
+/* Frees every record. */
 void comem_ledger_fini(comem_ledger *l);
+/* on: every mutation ends with comem_ledger_check; a violation is counted (l->violations) and logged. */
 void comem_ledger_set_checking(comem_ledger *l, bool on);
 
 /* Verifies every invariant; 0, or COMEM_ERANGE with the first violation described in why. */
 int comem_ledger_check(const comem_ledger *l, char *why, size_t len);
 
 /* ---- sessions ---- */
+/*
+ * Adds a session for a connected process: pid and uid as the kernel gave them,
+ * role (comem_role), scope of its own free reading (comem_scope), caps
+ * (COMEM_CAP_*), name (cut to COMEM_LEDGER_NAME_MAX - 1 bytes). Writes its id
+ * to *id. COMEM_ENOMEM. Every device's generation moves (it may hold a context).
+ */
 int comem_ledger_session_add(comem_ledger *l, int32_t pid, uint32_t uid, uint8_t role, uint8_t scope, uint32_t caps,
                              const char *name, int64_t now_ns, uint64_t *id);
-/* Releases everything the session owns and removes it. */
+/*
+ * Releases everything session id owns (grants, entries, holders, pins) and
+ * removes it; what was released goes to *out (may be NULL) for its log line.
+ * COMEM_ENOENT for an unknown id.
+ */
 int comem_ledger_session_end(comem_ledger *l, uint64_t id, ledger_release_summary *out);
+/* The live session with this id, or NULL. */
 ledger_session *comem_ledger_session(comem_ledger *l, uint64_t id);
-/* Marks a busy/idle boundary for a session (holder 0) or one of its holders. */
+/*
+ * Marks a busy/idle boundary for a session (holder 0: it and all its holders)
+ * or one of its holders. A holder going idle starts its idle clock at now_s and
+ * keeps prompt (or the session's) as its last. COMEM_ENOENT for an unknown
+ * session, or a holder that is not the session's.
+ */
 int comem_ledger_activity(comem_ledger *l, uint64_t session, uint64_t holder, bool busy, const char *prompt,
                           double now_s);
-/* Records the context floor of a session on a device (its context exists there). */
+/*
+ * Records the context floor of a session on device (clamped at 0; 0: no
+ * context there). COMEM_ENOENT for an unknown session or device; COMEM_ERANGE
+ * when it would put the device's attributed bytes above capacity. Floors come
+ * from a reading, so the device's generation does not move.
+ */
 int comem_ledger_set_floor(comem_ledger *l, uint64_t session, int device, int64_t floor);
 
 /* ---- holders and entries ---- */
+/*
+ * Adds a holder of session on device: kind (comem_holder_kind), flags
+ * (COMEM_CAP_* it answers), name; its idle clock starts at now_s. Writes its id
+ * to *id. COMEM_ENOENT (session), COMEM_ENODEV (device), COMEM_EINVAL (kind),
+ * COMEM_ERANGE (the session's or the ledger's holder bound), COMEM_ENOMEM.
+ */
 int comem_ledger_holder_add(comem_ledger *l, uint64_t session, int device, uint8_t kind, uint32_t flags,
                             const char *name, double now_s, uint64_t *id);
+/* Removes a holder of session, and every entry it holds. COMEM_ENOENT when it is not the session's. */
 int comem_ledger_holder_remove(comem_ledger *l, uint64_t session, uint64_t holder);
+/* The live holder with this id, or NULL. */
 ledger_holder *comem_ledger_holder(comem_ledger *l, uint64_t id);
 
 /*
- * Adds an entry. COMEM_ERANGE when size is above the device's entry_max, or when
- * resident (clamped to [0, size]) would put the device above capacity.
+ * Adds an entry of size bytes to a holder of session, resident bytes of it on
+ * the card now (clamped to [0, size]), dynamic when paged; it counts as used at
+ * now_ns. Writes its id to *id. Until its first census its peak is its size.
+ * COMEM_ENOENT when the holder is not the session's; COMEM_EINVAL for a
+ * negative size; COMEM_ERANGE when size is above the device's entry_max, a
+ * bound is reached, or resident would put the device above capacity;
+ * COMEM_ENOMEM.
  */
 int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, const char *name, int64_t size,
                            int64_t resident, bool dynamic, int64_t now_ns, uint64_t *id);
+/* Removes an entry of session. COMEM_ENOENT when it is not the session's. */
 int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry);
+/* The live entry with this id, or NULL. */
 ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id);
 
 /*
@@ -176,39 +230,59 @@ ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id);
  * per entry, a strictly older sequence is dropped and an equal one applies;
  * resident is clamped to [0, size]; the peak follows the census; an entry not
  * listed keeps its value (missing means unknown, not zero). Pinned/overhead
- * apply only with a holder sequence newer than the last (equal is dropped).
- * The message is judged as a whole: a list naming an entry twice is refused
- * (COMEM_EINVAL), and so is one whose items together would put the device
- * above capacity (COMEM_ERANGE); either way nothing is applied. *changed
- * counts entries whose resident moved.
+ * (present as has says: COMEM_CENSUS_*) apply only with a holder sequence seq
+ * newer than the last (equal is dropped). The message is judged as a whole: a
+ * list naming an entry twice is refused (COMEM_EINVAL), and so is one whose
+ * items together would put the device above capacity (COMEM_ERANGE); either
+ * way nothing is applied. COMEM_ENOENT when the holder is not the session's.
+ * *n_moved (may be NULL) counts entries whose resident moved; when any did,
+ * the device's generation moves.
  */
 int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
-                        int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *changed);
+                        int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *n_moved);
 
 /* ---- grants ---- */
 /*
- * Books bytes on device for session. The caller has already decided that the
+ * Books bytes on device for session (and holder, 0: none) until expires_ns,
+ * writing the grant's id to *id. The caller has already decided that the
  * device has room; the ledger refuses (COMEM_ENOSPC) only if booking would put
- * attributed bytes above capacity.
+ * attributed bytes above capacity. COMEM_ENOENT (session), COMEM_ENODEV,
+ * COMEM_EINVAL (bytes <= 0), COMEM_ERANGE (a grant bound), COMEM_ENOMEM.
  */
 int comem_ledger_grant_add(comem_ledger *l, uint64_t session, uint64_t holder, int device, int64_t bytes,
                            int64_t expires_ns, uint64_t *id);
-/* The grant became residency in entry (0: cancelled): removes it; entry resident grows to used. */
+/*
+ * The grant became residency in entry (0: cancelled) and is removed: the
+ * entry's resident grows toward used by at most the grant's bytes, never past
+ * its size. COMEM_ENOENT when the grant, or the entry on the grant's device,
+ * is not the session's. The generation does not move (a reading is corrected
+ * for grants).
+ */
 int comem_ledger_grant_done(comem_ledger *l, uint64_t session, uint64_t grant, uint64_t entry, int64_t used);
-/* Removes grants whose time ran out; returns how many. */
+/* Removes grants whose expiry is at or before now_ns; returns how many. */
 int comem_ledger_grants_expire(comem_ledger *l, int64_t now_ns);
+/* The live grant with this id, or NULL. */
 ledger_grant *comem_ledger_grant(comem_ledger *l, uint64_t id);
 
 /* ---- pins ---- */
-/* Books pinned RAM within the machine ceiling; COMEM_ENOSPC with *shortfall when over. */
+/*
+ * Books bytes of pinned RAM for session within the machine ceiling. COMEM_ENOSPC
+ * with *shortfall (may be NULL) the bytes above the ceiling (all of them when
+ * pinning is refused), else *shortfall 0. COMEM_ENOENT (session), COMEM_EINVAL
+ * (bytes < 0). Every device's generation moves (a unified device's memory).
+ */
 int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, int64_t *shortfall);
+/* Gives back bytes of session's pinned RAM (more than it holds: warned, clamped). COMEM_ENOENT, COMEM_EINVAL. */
 int comem_ledger_pin_release(comem_ledger *l, uint64_t session, int64_t bytes);
 
-/* ---- sums ---- */
+/* ---- sums (saturating) ---- */
+/* Σ resident of every entry on device. */
 int64_t comem_ledger_resident(const comem_ledger *l, int device);
+/* Σ bytes of the outstanding grants on device. */
 int64_t comem_ledger_granted(const comem_ledger *l, int device);
+/* Σ context floors on device. */
 int64_t comem_ledger_floors(const comem_ledger *l, int device);
-/* resident + floors + grants on device */
+/* resident + floors + grants on device: what the ledger can name, never above capacity. */
 int64_t comem_ledger_attributed(const comem_ledger *l, int device);
 /* Σ resident of one session (or one holder when holder != 0) on device (-1: any device). */
 int64_t comem_ledger_session_resident(const comem_ledger *l, uint64_t session, uint64_t holder, int device);

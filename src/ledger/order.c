@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bytes.h"
 #include "ledger/ledger.h"
 
 static ledger_entry *at(const comem_ledger *l, uint32_t node)
@@ -15,7 +16,7 @@ static ledger_entry *at(const comem_ledger *l, uint32_t node)
 static int key_cmp(const comem_ledger *l, uint32_t a, uint32_t b)
 {
     const ledger_entry *x = at(l, a), *y = at(l, b);
-    int64_t ox = x->size - x->resident, oy = y->size - y->resident;
+    int64_t ox = comem_sub(x->size, x->resident), oy = comem_sub(y->size, y->resident);
     if (ox != oy)
         return ox > oy ? -1 : 1;
     if (x->size != y->size)

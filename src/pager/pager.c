@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/bytes.h"
 #include "base/clock.h"
@@ -29,7 +28,6 @@
 #include "comem/pager.h"
 #include "pager/pager_internal.h"
 #include "pager/pager_test.h"
-#include "pager/vmm_sim.h"
 
 static int64_t monotonic_ms(void *user)
 {
@@ -322,14 +320,12 @@ int comem_pager_check(comem_pager *p)
                   prev == p->bottom ? "ok" : "wrong");
     if (usage != p->usage)
         VIOLATION("usage %lld, resident pages make %lld", (long long)p->usage, (long long)usage);
-    int card = 0;
-    comem_sim *sim = comem_vmm_sim_card(p->vmm, &card);
-    if (sim) {
-        int64_t context = 0, allocated = 0;
-        if (comem_sim_usage(sim, card, (int32_t)getpid(), &context, &allocated) != COMEM_OK)
-            VIOLATION("cannot read the simulated card");
-        if (allocated != p->usage)
-            VIOLATION("the card charges this process %lld, the pager's usage is %lld", (long long)allocated,
+    if (p->vmm->ops->charged) {
+        int64_t charged = 0;
+        if (p->vmm->ops->charged(p->vmm, &charged) != COMEM_OK)
+            VIOLATION("cannot read what the %s device charges this process", p->vmm->name);
+        if (charged != p->usage)
+            VIOLATION("the card charges this process %lld, the pager's usage is %lld", (long long)charged,
                       (long long)p->usage);
     }
 out:

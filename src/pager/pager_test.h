@@ -18,14 +18,14 @@
 void comem_pager_set_clock(comem_pager *p, int64_t (*fn)(void *user), void *user);
 
 /*
- * Verifies the invariants of pager_internal.h under the lock, and on the sim
- * backend that the card charges this process exactly usage (besides its
- * context). Returns COMEM_OK, or COMEM_ERANGE after logging the first
+ * Verifies the invariants of pager_internal.h under the lock, and, where the
+ * backend can tell (comem_vmm_ops.charged: the sim), that the device charges
+ * this process exactly usage (besides its context). Returns COMEM_OK, or COMEM_ERANGE after logging the first
  * violation found.
  */
 int comem_pager_check(comem_pager *p);
 
-/* The backend (for comem_vmm_sim_inject and comem_vmm_sim_card). */
+/* The backend (for comem_vmm_sim_inject). */
 comem_vmm *comem_pager_vmm(comem_pager *p);
 
 /*

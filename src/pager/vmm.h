@@ -39,6 +39,9 @@ typedef struct comem_vmm_ops {
     /* The device-wide free bytes (NVML's figure: every process counts, also under WDDM); NULL when the
        backend has no such reading. */
     int (*read_free_wide)(comem_vmm *m, int64_t *free_bytes);
+    /* The bytes the device charges this process for its committed pages, its context apart: what the
+       invariant check holds against the pager's usage. NULL when the backend cannot tell (CUDA). */
+    int (*charged)(comem_vmm *m, int64_t *bytes);
     /* Copies host memory into committed pages, and back. */
     int (*write)(comem_vmm *m, uint64_t va, const void *src, int64_t size);
     int (*read)(comem_vmm *m, uint64_t va, void *dst, int64_t size);

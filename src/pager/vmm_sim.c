@@ -19,10 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/bytes.h"
 #include "base/log.h"
 #include "comem/common.h"
+#include "probe/sim.h"
 
 #define SIM_GRANULARITY (2 * COMEM_MIB)
 #define SIM_DEFAULT_SPEC "sim:24GiB"
@@ -128,6 +130,13 @@ static int sim_read_free_wide(comem_vmm *m, int64_t *free_bytes)
     return rc;
 }
 
+static int sim_charged(comem_vmm *m, int64_t *bytes)
+{
+    vmm_sim *s = as_sim(m);
+    int64_t context = 0;
+    return comem_sim_usage(s->sim, s->card, (int32_t)getpid(), &context, bytes); /* this process's slot */
+}
+
 static int sim_write(comem_vmm *m, uint64_t va, const void *src, int64_t size)
 {
     (void)m;
@@ -157,6 +166,7 @@ static const comem_vmm_ops k_sim_ops = {
     .sync = sim_sync,
     .read_free = sim_read_free,
     .read_free_wide = sim_read_free_wide,
+    .charged = sim_charged,
     .write = sim_write,
     .read = sim_read,
     .close = sim_close,
@@ -213,14 +223,4 @@ void comem_vmm_sim_inject(comem_vmm *m, int after, int transient, int oom)
     atomic_store(&s->inject_oom, oom);
     atomic_store(&s->inject_transient, transient);
     atomic_store(&s->inject_after, after);
-}
-
-comem_sim *comem_vmm_sim_card(comem_vmm *m, int *card)
-{
-    if (!m || m->ops != &k_sim_ops)
-        return NULL;
-    vmm_sim *s = as_sim(m);
-    if (card)
-        *card = s->card;
-    return s->sim;
 }

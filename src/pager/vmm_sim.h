@@ -8,7 +8,6 @@
 #define COMEM_PAGER_VMM_SIM_H
 
 #include "pager/vmm.h"
-#include "probe/sim.h"
 
 /*
  * Scripts commit failures: the next `after` commits go through, then
@@ -17,8 +16,5 @@
  * card. Replaces what was pending. Safe from any thread.
  */
 void comem_vmm_sim_inject(comem_vmm *m, int after, int transient, int oom);
-
-/* The simulated card the backend charges, and its card index (for invariant checks). */
-comem_sim *comem_vmm_sim_card(comem_vmm *m, int *card);
 
 #endif

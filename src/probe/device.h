@@ -19,12 +19,11 @@
 #include <stdint.h>
 
 #include "base/clock.h" /* readings are stamped with comem_now_ns() */
-#include "comem/common.h"  /* comem_scope */
+#include "comem/common.h"  /* comem_scope, COMEM_MAX_DEVICES */
 
 /* comem_scope (the scope of a free figure) is in comem/common.h: the protocol carries it too. */
 const char *comem_scope_name(comem_scope s); /* "device-wide" / "process-local" */
 
-#define COMEM_MAX_DEVICES 16
 #define COMEM_MAX_DEVICE_PROCS 256
 
 typedef struct comem_proc_use {

@@ -203,7 +203,7 @@ static void walk_hello_reply(comem_wire_cur *c, comem_msg_hello_reply *b)
     io_u32(c, &b->coord_pid);
     io_u16(c, &b->proto_version);
     io_u16(c, &b->n_devices);
-    check(c, b->n_devices <= COMEM_WIRE_MAX_DEVICES);
+    check(c, b->n_devices <= COMEM_MAX_DEVICES);
 }
 
 static void walk_device(comem_wire_cur *c, comem_wire_device *d)
@@ -219,7 +219,7 @@ static void walk_device(comem_wire_cur *c, comem_wire_device *d)
 
 static void walk_devices_reply(comem_wire_cur *c, comem_msg_devices_reply *b)
 {
-    size_t n = io_count(c, &b->n, COMEM_WIRE_MAX_DEVICES);
+    size_t n = io_count(c, &b->n, COMEM_MAX_DEVICES);
     for (size_t i = 0; i < n && !c->err; i++)
         walk_device(c, &b->devices[i]);
 }

@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comem/common.h" /* COMEM_MAX_DEVICES; comem_status and comem_scope travel as integers */
+
 #define COMEM_WIRE_MAGIC 0x4d454d43u
 #define COMEM_WIRE_VERSION 1
 #define COMEM_WIRE_HEADER_SIZE 16
@@ -41,7 +43,6 @@
 
 #define COMEM_WIRE_NAME_MAX 64   /* holder, entry and session names, prompt ids (bytes) */
 #define COMEM_WIRE_TEXT_MAX 128  /* uuids, device names, messages, tokens (bytes) */
-#define COMEM_WIRE_MAX_DEVICES 16
 #define COMEM_WIRE_MAX_ITEMS 512 /* entries in a census, an ask or a receipt; keep-list ids */
 #define COMEM_WIRE_MAX_ASKED 64  /* holder ids an admission reply names */
 #define COMEM_WIRE_CHUNK_MAX (COMEM_WIRE_MAX_PAYLOAD - 64) /* status text per frame */
@@ -134,7 +135,7 @@ typedef struct comem_msg_hello {
     uint16_t proto_version;
     uint8_t role;  /* comem_role */
     uint8_t scope; /* comem_scope of this process's own free reading
-                      (probe/device.h: 0 device-wide, 1 process-local) */
+                      (comem/common.h: 0 device-wide, 1 process-local) */
     uint32_t pid;
     uint32_t caps;
     int64_t reserve_base; /* the host's operator reserve (EXTRA_RESERVED_VRAM as read once); -1 unknown */
@@ -146,7 +147,7 @@ typedef struct comem_msg_hello_reply {
     uint64_t session_id;
     uint32_t coord_pid;
     uint16_t proto_version;
-    uint16_t n_devices; /* at most COMEM_WIRE_MAX_DEVICES */
+    uint16_t n_devices; /* at most COMEM_MAX_DEVICES */
 } comem_msg_hello_reply;
 
 typedef struct comem_wire_device {
@@ -161,7 +162,7 @@ typedef struct comem_wire_device {
 
 typedef struct comem_msg_devices_reply {
     uint16_t n;
-    comem_wire_device devices[COMEM_WIRE_MAX_DEVICES];
+    comem_wire_device devices[COMEM_MAX_DEVICES];
 } comem_msg_devices_reply;
 
 typedef struct comem_msg_holder_add {

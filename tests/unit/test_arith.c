@@ -15,6 +15,7 @@
 #include "arith/evict.h"
 #include "arith/pinned.h"
 #include "arith/planners.h"
+#include "arith/reserve.h"
 #include "base/bytes.h"
 #include "comem/common.h"
 
@@ -298,6 +299,38 @@ static void test_disk_swap(void **st)
     assert_int_equal(comem_disk_swap_total(rows, 3), 15 * 1024);
 }
 
+/* ---- the admission ask target: upstream's slack and minimum over comem_ask_target ---- */
+
+static void test_admit_target(void **st)
+{
+    (void)st;
+    const int64_t reserves[] = {0, COMEM_RESERVE_DEFAULT, 3 * COMEM_GIB + 7};
+    const int64_t weights[] = {0, 1, 10 * COMEM_GIB + 3};
+    const int64_t working[] = {0, 64 * COMEM_MIB, 5 * COMEM_GIB};
+    for (size_t r = 0; r < 3; r++)
+        for (size_t w = 0; w < 3; w++)
+            for (size_t k = 0; k < 3; k++) {
+                int64_t min_inf = comem_trunc(0.8 * 1024.0 * 1024.0 * 1024.0 + (double)reserves[r]);
+                assert_int_equal(comem_admit_target(weights[w], working[k], reserves[r]),
+                                 comem_ask_target(weights[w], 1.1, min_inf, reserves[r], working[k]));
+            }
+    /* 1 GiB with 2 GiB of inference under the default reserve: the working term wins */
+    assert_int_equal(comem_admit_target(COMEM_GIB, 2 * COMEM_GIB, COMEM_RESERVE_DEFAULT),
+                     (int64_t)((double)COMEM_GIB * 1.1) + 2 * COMEM_GIB + COMEM_RESERVE_DEFAULT);
+}
+
+/* ---- who may be asked now: the coordinator plans by it, a holder's client answers by it ---- */
+
+static void test_may_release_now(void **st)
+{
+    (void)st;
+    assert_true(comem_may_release_now(true, false, false));
+    assert_true(comem_may_release_now(true, true, true));   /* a pager releases while it computes */
+    assert_false(comem_may_release_now(true, true, false)); /* a computing holder is never interrupted */
+    assert_false(comem_may_release_now(false, false, true));
+    assert_false(comem_may_release_now(false, false, false));
+}
+
 /* ---- planners: invariants over many random inputs ---- */
 
 static void test_pressure_plan_invariants(void **st)
@@ -350,6 +383,8 @@ int main(void)
         cmocka_unit_test(test_free_registrations),
         cmocka_unit_test(test_windows_pin_pressure),
         cmocka_unit_test(test_disk_swap),
+        cmocka_unit_test(test_admit_target),
+        cmocka_unit_test(test_may_release_now),
         cmocka_unit_test(test_pressure_plan_invariants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -342,6 +342,48 @@ static void test_eviction_order(void **st)
     assert_false(comem_order_next(&it, &got[0], &e));
 }
 
+/* Asserts which devices' generations moved since *seen (and remembers them now). */
+static void moved(uint64_t seen[2], bool d0, bool d1)
+{
+    assert_true((g_l.devices[0].changes != seen[0]) == d0);
+    assert_true((g_l.devices[1].changes != seen[1]) == d1);
+    seen[0] = g_l.devices[0].changes;
+    seen[1] = g_l.devices[1].changes;
+}
+
+/* The device generation moves with what the card may show, never with a grant. */
+static void test_device_generation(void **st)
+{
+    (void)st;
+    uint64_t seen[2] = {g_l.devices[0].changes, g_l.devices[1].changes};
+    uint64_t s = session("w");
+    moved(seen, true, true); /* a process may hold a context anywhere */
+    uint64_t h = holder(s, 1);
+    moved(seen, false, true);
+    uint64_t e = entry(s, h, 2 * GIB, 0);
+    moved(seen, false, true);
+    uint64_t g;
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 1, GIB, 1000, &g), 0);
+    assert_int_equal(comem_ledger_grant_done(&g_l, s, g, e, GIB), 0);
+    assert_int_equal(comem_ledger_set_floor(&g_l, s, 1, 300 * COMEM_MIB), 0);
+    assert_int_equal(comem_ledger_activity(&g_l, s, 0, true, "p", 1.0), 0);
+    moved(seen, false, false); /* grants are corrected for, floors come from a reading, busy marks move nothing */
+    census1(s, h, e, 1, GIB);
+    moved(seen, false, false); /* a census that moves nothing */
+    census1(s, h, e, 2, 0);
+    moved(seen, false, true);
+    assert_int_equal(comem_ledger_pin_acquire(&g_l, s, GIB, NULL), 0);
+    moved(seen, true, true); /* pinned RAM is a unified device's memory */
+    assert_int_equal(comem_ledger_entry_remove(&g_l, s, e), 0);
+    moved(seen, false, true);
+    assert_int_equal(comem_ledger_entry_remove(&g_l, s, e), COMEM_ENOENT);
+    moved(seen, false, false);
+    assert_int_equal(comem_ledger_holder_remove(&g_l, s, h), 0);
+    moved(seen, false, true);
+    assert_int_equal(comem_ledger_session_end(&g_l, s, NULL), 0);
+    moved(seen, true, true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -358,6 +400,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_activity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_detects_corruption, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eviction_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_device_generation, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

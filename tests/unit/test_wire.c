@@ -150,11 +150,11 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         m->u.hello_reply.session_id = UINT64_MAX;
         m->u.hello_reply.coord_pid = 4242;
         m->u.hello_reply.proto_version = 0xffff;
-        m->u.hello_reply.n_devices = COMEM_WIRE_MAX_DEVICES;
+        m->u.hello_reply.n_devices = COMEM_MAX_DEVICES;
         break;
     case COMEM_MSG_DEVICES_REPLY: {
         comem_msg_devices_reply *b = &m->u.devices_reply;
-        b->n = (uint16_t)items(s, COMEM_WIRE_MAX_DEVICES);
+        b->n = (uint16_t)items(s, COMEM_MAX_DEVICES);
         for (uint16_t i = 0; i < b->n; i++) {
             comem_wire_device *d = &b->devices[i];
             d->index = (uint16_t)(i * 1000 + 7);
@@ -1179,10 +1179,10 @@ static void test_encode_refuses_bad_fields(void **st)
     g_a.u.ask.n = COMEM_WIRE_MAX_ITEMS + 1;
     assert_int_equal(comem_wire_encode(&g_a, g_buf, sizeof g_buf), COMEM_ERANGE);
     sample(&g_a, COMEM_MSG_DEVICES_REPLY, FULL);
-    g_a.u.devices_reply.n = COMEM_WIRE_MAX_DEVICES + 1;
+    g_a.u.devices_reply.n = COMEM_MAX_DEVICES + 1;
     assert_int_equal(comem_wire_encode(&g_a, g_buf, sizeof g_buf), COMEM_ERANGE);
     sample(&g_a, COMEM_MSG_HELLO_REPLY, FULL);
-    g_a.u.hello_reply.n_devices = COMEM_WIRE_MAX_DEVICES + 1;
+    g_a.u.hello_reply.n_devices = COMEM_MAX_DEVICES + 1;
     assert_int_equal(comem_wire_encode(&g_a, g_buf, sizeof g_buf), COMEM_ERANGE);
 
     /* Values the decoder would refuse are refused before they reach the wire. */

@@ -66,7 +66,7 @@ static int rule_reserve(const rule_ctx *c, json_object *out)
     return 0;
 }
 
-#define DEFAULT_RESERVE (400.0 * 1024 * 1024)
+#define DEFAULT_RESERVE ((double)COMEM_RESERVE_DEFAULT) /* what --reserve is when not given */
 
 static const arg_spec admission_specs[] = {
     {"weights", ARG_SIZE, true},

@@ -1,0 +1,296 @@
+/*
+ * coord/input.c - what comes in: connections accepted and closed, and their frames handed on.
+ *
+ * Connections are accepted within their bounds and closed at the HELLO
+ * deadline or at their end; every frame they send is decoded and handed to
+ * its handler.
+ *
+ * The loop (server.c) calls in here; this file calls the handlers
+ * (handlers.c) and answers through conn.c. Input is read once per wake-up
+ * into the connection's frame buffer; every whole frame in it is decoded and
+ * handled in order, and the first frame of a connection must be HELLO. A
+ * malformed frame is answered with an error and its connection closed; no
+ * other connection notices.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "comem/common.h"
+#include "coord/coord_internal.h"
+
+/* A malformed frame: answer with an error and close; other clients are untouched. */
+static void protocol_error(comem_coord_srv *s, conn *c, uint32_t request_id, const char *why)
+{
+    comem_warn("malformed frame from pid %d (%s); closing its connection", (int)c->pid, why);
+    coord_reply(s, c, request_id, COMEM_EPROTO, why);
+    c->closing = true;
+}
+
+/*
+ * Who may hold a connection. A connection that has not said HELLO holds a
+ * slot and 64 KiB for nothing, so such connections are bounded: at most
+ * COORD_PEER_UNAUTH per process and COORD_MAX_UNAUTH in all, the oldest
+ * making room for a new one, and none for longer than the HELLO deadline.
+ * A process holds at most COORD_PEER_CONNS connections. When the table is
+ * full of sessions, a newcomer is told so (COMEM_EBUSY) before it is closed.
+ * So a real client, which says HELLO at once, always gets in unless the
+ * table is full of real sessions.
+ */
+
+/* Refuses c with one REPLY and closes it at the end of this loop turn. */
+static void refuse(comem_coord_srv *s, conn *c, int status, const char *why)
+{
+    coord_reply(s, c, 0, status, why);
+    c->closing = true;
+}
+
+/* The oldest connection without HELLO (of pid, or of anyone when pid < 0), not already closing. */
+static conn *oldest_unauth(comem_coord_srv *s, int32_t pid)
+{
+    conn *old = NULL;
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *c = s->conns[i];
+        if (c && !c->session && !c->closing && (pid < 0 || c->pid == pid) &&
+            (!old || c->accepted_ns < old->accepted_ns))
+            old = c;
+    }
+    return old;
+}
+
+/* Counts open connections: without HELLO (of pid, or all when pid < 0), and all of pid. */
+static void count_conns(comem_coord_srv *s, int32_t pid, int *unauth, int *of_pid)
+{
+    *unauth = *of_pid = 0;
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *c = s->conns[i];
+        if (!c || c->closing)
+            continue;
+        if (!c->session && (pid < 0 || c->pid == pid))
+            (*unauth)++;
+        if (pid >= 0 && c->pid == pid)
+            (*of_pid)++;
+    }
+}
+
+/*
+ * While more than limit connections (of pid; of anyone when pid < 0) have not
+ * said HELLO, closes the oldest, to make room. A connection accepted in the
+ * same burst may have its HELLO waiting unread: each candidate is read first,
+ * and one that turns out to be a session is kept (and no longer counts). True
+ * when one was closed.
+ */
+static bool reclaim_unauth(comem_coord_srv *s, int32_t pid, int limit, const char *why)
+{
+    for (;;) {
+        int unauth, of_pid;
+        count_conns(s, pid, &unauth, &of_pid);
+        conn *old = unauth > limit ? oldest_unauth(s, pid) : NULL;
+        if (!old)
+            return false;
+        coord_conn_readable(s, old);
+        if (old->session || old->closing)
+            continue; /* it said HELLO after all (or went): not silent */
+        refuse(s, old, COMEM_ETIMEDOUT, why);
+        return true;
+    }
+}
+
+/* Tells a connection that gets no slot why, in one frame written at once, and closes it. */
+static void refuse_unslotted(comem_coord_srv *s, int fd, int32_t pid, const char *why)
+{
+    comem_msg m = {.type = COMEM_MSG_REPLY, .request_id = 0};
+    m.u.reply.status = COMEM_EBUSY;
+    snprintf(m.u.reply.message, sizeof m.u.reply.message, "%s", why);
+    int n = comem_wire_encode(&m, s->frame, COMEM_WIRE_MAX_FRAME);
+    if (n > 0 && send(fd, s->frame, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        comem_debug("could not tell pid %d it was refused: %s", (int)pid, strerror(errno));
+    close(fd);
+}
+
+/* Out of descriptors: accept one connection on the spare descriptor only to refuse it. */
+static void refuse_on_spare(comem_coord_srv *s)
+{
+    if (s->spare_fd < 0)
+        return;
+    close(s->spare_fd);
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+        comem_warn("out of file descriptors; refusing a connection");
+        refuse_unslotted(s, fd, -1, "refused: the coordinator is out of file descriptors");
+    }
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static int free_slot(comem_coord_srv *s)
+{
+    for (int i = 0; i < COORD_MAX_CONNS; i++)
+        if (!s->conns[i])
+            return i;
+    return -1;
+}
+
+void coord_accept(comem_coord_srv *s)
+{
+    for (;;) {
+        int slot = free_slot(s);
+        if (slot < 0) {
+            /* Full. A connection that never said HELLO gives its slot up (it is freed at the
+               end of this turn, and the newcomer accepted on the next); else the newcomer is
+               told the coordinator is full. */
+            if (reclaim_unauth(s, -1, 0, "closed: its slot went to a newer connection (no HELLO)"))
+                return;
+            for (int i = 0; i < COORD_MAX_CONNS; i++)
+                if (s->conns[i] && s->conns[i]->closing)
+                    return; /* a slot frees at the end of this turn: accept on the next */
+        }
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if ((errno == EMFILE || errno == ENFILE) &&
+                !reclaim_unauth(s, -1, 0, "closed: its descriptor went to a newer connection (no HELLO)"))
+                refuse_on_spare(s);
+            return; /* EAGAIN: no more; other errors: try again on the next event */
+        }
+        struct ucred cred;
+        socklen_t len = sizeof cred;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+            close(fd);
+            continue;
+        }
+        if (slot < 0) {
+            comem_warn("refusing a connection from pid %d: %d connections, all of them sessions", (int)cred.pid,
+                       COORD_MAX_CONNS);
+            refuse_unslotted(s, fd, cred.pid, "refused: the coordinator is full (" COORD_STR(COORD_MAX_CONNS) " sessions)");
+            continue;
+        }
+        conn *c = calloc(1, sizeof *c);
+        if (c)
+            c->in = malloc(COMEM_WIRE_MAX_FRAME);
+        if (!c || !c->in) {
+            comem_error("refusing a connection from pid %d: no memory", (int)cred.pid);
+            if (c)
+                free(c);
+            refuse_unslotted(s, fd, cred.pid, "refused: the coordinator is out of memory");
+            continue;
+        }
+        c->fd = fd;
+        c->pidfd = -1;
+        c->pid = cred.pid;
+        c->uid = cred.uid;
+        c->slot = slot;
+        c->accepted_ns = comem_now_ns();
+        c->tag = (ep_tag){EP_CONN, c};
+        c->pid_tag = (ep_tag){EP_PIDFD, c};
+        s->conns[slot] = c;
+        coord_watch(s, fd, EPOLLIN, &c->tag);
+        if (cred.uid != getuid()) {
+            /* Another user may never read or change this user's ledger. */
+            comem_warn("refused pid %d: uid %u is not the coordinator's uid %u", (int)cred.pid, cred.uid, getuid());
+            char why[80];
+            snprintf(why, sizeof why, "refused: this coordinator serves uid %u only", (unsigned)getuid());
+            refuse(s, c, COMEM_EPERM, why);
+            continue;
+        }
+        if (cred.pid > 0) { /* 0: a peer in another pid namespace; only the totals bound those */
+            int unauth, of_pid;
+            count_conns(s, cred.pid, &unauth, &of_pid);
+            if (of_pid > COORD_PEER_CONNS) {
+                comem_warn("refused pid %d: it holds %d connections already", (int)cred.pid, of_pid - 1);
+                refuse(s, c, COMEM_EBUSY, "refused: this process holds " COORD_STR(COORD_PEER_CONNS) " connections");
+                continue;
+            }
+            /* the same process keeps opening and not saying HELLO */
+            reclaim_unauth(s, cred.pid, COORD_PEER_UNAUTH, "closed: this process opened more connections without HELLO");
+        }
+        reclaim_unauth(s, -1, COORD_MAX_UNAUTH, "closed: its slot went to a newer connection (no HELLO)");
+    }
+}
+
+void coord_hello_deadlines(comem_coord_srv *s, int64_t now)
+{
+    int64_t limit = (int64_t)s->cfg.hello_timeout_ms * 1000000;
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *c = s->conns[i];
+        if (c && !c->session && !c->closing && now - c->accepted_ns > limit) {
+            comem_info("pid %d said no HELLO within %d ms; closing its connection", (int)c->pid,
+                       s->cfg.hello_timeout_ms);
+            refuse(s, c, COMEM_ETIMEDOUT, "closed: no HELLO in time");
+        }
+    }
+}
+
+/* Parses and handles every whole frame in the input buffer. */
+static void consume(comem_coord_srv *s, conn *c)
+{
+    size_t off = 0;
+    while (!c->closing && c->in_len - off >= COMEM_WIRE_HEADER_SIZE) {
+        comem_wire_header h;
+        if (comem_wire_decode_header(c->in + off, c->in_len - off, &h) != COMEM_OK) {
+            protocol_error(s, c, 0, "bad frame header");
+            break;
+        }
+        if (c->in_len - off < COMEM_WIRE_HEADER_SIZE + (size_t)h.length)
+            break; /* wait for the rest */
+        if (comem_wire_decode(&h, c->in + off + COMEM_WIRE_HEADER_SIZE, &s->msg) != COMEM_OK) {
+            protocol_error(s, c, h.request_id, "malformed payload");
+            break;
+        }
+        off += COMEM_WIRE_HEADER_SIZE + h.length;
+        if (!c->session && s->msg.type != COMEM_MSG_HELLO) {
+            protocol_error(s, c, h.request_id, "the first frame must be HELLO");
+            break;
+        }
+        coord_handle(s, c, &s->msg);
+    }
+    if (off) {
+        memmove(c->in, c->in + off, c->in_len - off);
+        c->in_len -= off;
+    }
+}
+
+/*
+ * Reads once: epoll is level-triggered, so if more is waiting it wakes us again.
+ * (Reading on until EAGAIN would cost one more syscall on every request.)
+ */
+void coord_conn_readable(comem_coord_srv *s, conn *c)
+{
+    if (c->in_len == COMEM_WIRE_MAX_FRAME) { /* cannot happen with a valid header; be safe */
+        protocol_error(s, c, 0, "frame too large");
+        return;
+    }
+    ssize_t n;
+    do
+        n = recv(c->fd, c->in + c->in_len, COMEM_WIRE_MAX_FRAME - c->in_len, 0);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        c->in_len += (size_t)n;
+        consume(s, c);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    coord_drop_output(s, c); /* EOF or error: nobody reads what is queued */
+}
+
+void coord_conn_close(comem_coord_srv *s, conn *c)
+{
+    if (c->session)
+        coord_session_end(s, c, "connection closed");
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    if (c->pidfd >= 0) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
+        close(c->pidfd);
+    }
+    s->conns[c->slot] = NULL;
+    s->out_total -= c->out_len;
+    free(c->in);
+    free(c->out);
+    free(c);
+}

@@ -1,0 +1,152 @@
+/* coord/socket.c - the listening socket's path: claimed, locked, bound, and removed only if ours. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "comem/common.h"
+#include "coord/coord_internal.h"
+
+/*
+ * The socket path, and what may be done to it. A coordinator first makes sure
+ * the path is free to take: whatever is there must be a socket of this user
+ * (never a regular file, a directory, or another user's socket: those are
+ * refused, untouched). It then takes an exclusive lock on PATH.lock (a file
+ * that is created once and left in place, never truncated or removed), so two
+ * coordinators can never both think they own PATH, even when started at the
+ * same instant; the loser gives COMEM_EEXIST and touches nothing. Under the
+ * lock a socket that answers belongs to a live coordinator that took no lock
+ * (COMEM_EEXIST too); one that does not answer is stale and is replaced. At
+ * exit only the socket this process bound is removed (same inode), never a
+ * newer one someone else put at the path.
+ */
+
+static const char *kind_of(mode_t m)
+{
+    return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link" : "not a socket";
+}
+
+/* What is at the path may be replaced: nothing, or a socket of ours. COMEM_EPERM (and why) otherwise. */
+static int path_replaceable(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? COMEM_OK : COMEM_EIO;
+    if (!S_ISSOCK(st.st_mode)) {
+        comem_error("refusing %s: it is %s, not a coordinator's socket; choose another --socket path", path,
+                    kind_of(st.st_mode));
+        return COMEM_EPERM;
+    }
+    if (st.st_uid != getuid()) {
+        comem_error("refusing %s: the socket belongs to uid %u", path, (unsigned)st.st_uid);
+        return COMEM_EPERM;
+    }
+    return COMEM_OK;
+}
+
+static int take_lock(comem_coord_srv *s)
+{
+    char lock[PATH_MAX + 8];
+    if ((size_t)snprintf(lock, sizeof lock, "%s.lock", s->cfg.socket_path) >= sizeof lock)
+        return COMEM_ERANGE;
+    int fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        comem_error("cannot open the lock file %s: %s", lock, strerror(errno));
+        return COMEM_EIO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid()) {
+        comem_error("refusing %s: the lock file must be a regular file of uid %u", lock, (unsigned)getuid());
+        close(fd);
+        return COMEM_EPERM;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        close(fd);
+        if (err == EWOULDBLOCK)
+            return COMEM_EEXIST; /* another coordinator owns this socket path */
+        comem_error("cannot lock %s: %s", lock, strerror(err));
+        return COMEM_EIO;
+    }
+    s->lock_fd = fd;
+    return COMEM_OK;
+}
+
+/* The path's inode now, to tell at exit whether the socket there is still the one we bound. */
+static bool same_socket(const comem_coord_srv *s)
+{
+    struct stat st;
+    return s->sock_ino && lstat(s->cfg.socket_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == s->sock_dev &&
+           st.st_ino == s->sock_ino;
+}
+
+int coord_socket_claim(comem_coord_srv *s)
+{
+    struct sockaddr_un addr;
+    if (strlen(s->cfg.socket_path) >= sizeof addr.sun_path) {
+        comem_error("socket path too long: %s", s->cfg.socket_path);
+        return COMEM_ERANGE;
+    }
+    int rc = path_replaceable(s->cfg.socket_path);
+    if (rc == COMEM_OK)
+        rc = take_lock(s);
+    return rc;
+}
+
+int coord_socket_bind(comem_coord_srv *s)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    strcpy(addr.sun_path, s->cfg.socket_path);
+    /* Under the lock. A live coordinator answers a connect; a stale socket does not and is replaced. */
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe >= 0 && connect(probe, (struct sockaddr *)&addr, sizeof addr) == 0) {
+        close(probe);
+        return COMEM_EEXIST;
+    }
+    if (probe >= 0)
+        close(probe);
+    int rc = path_replaceable(s->cfg.socket_path); /* again: it may have changed before the lock */
+    if (rc != COMEM_OK)
+        return rc;
+    if (unlink(s->cfg.socket_path) != 0 && errno != ENOENT) {
+        comem_error("cannot replace the stale socket %s: %s", s->cfg.socket_path, strerror(errno));
+        return COMEM_EIO;
+    }
+    s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s->listen_fd < 0)
+        return COMEM_EIO;
+    mode_t old = umask(0077); /* the socket is born 0600 */
+    rc = bind(s->listen_fd, (struct sockaddr *)&addr, sizeof addr);
+    umask(old);
+    if (rc != 0 || listen(s->listen_fd, 128) != 0) {
+        int err = errno;
+        comem_error("cannot listen on %s: %s", s->cfg.socket_path, strerror(err));
+        /* Not ours: never unlink a path we did not bind (another coordinator may own it). */
+        close(s->listen_fd);
+        s->listen_fd = -1;
+        return err == EADDRINUSE ? COMEM_EEXIST : COMEM_EIO;
+    }
+    struct stat st;
+    if (lstat(s->cfg.socket_path, &st) == 0) { /* what we created, and the only thing we remove at exit */
+        s->sock_dev = st.st_dev;
+        s->sock_ino = st.st_ino;
+    }
+    return COMEM_OK;
+}
+
+void coord_socket_release(comem_coord_srv *s)
+{
+    if (s->listen_fd >= 0) {
+        if (same_socket(s)) /* only the socket this process bound, never one put there since */
+            unlink(s->cfg.socket_path);
+        close(s->listen_fd);
+    }
+    if (s->lock_fd >= 0)
+        close(s->lock_fd); /* the lock goes with it; the file stays for the next coordinator */
+}
