@@ -1492,6 +1492,9 @@ static void test_local_mode(void **state)
     /* A coordinator appears: the client connects within about a second and registers all. */
     assert_int_equal(mock_start(g_mock, g_sock), 0);
     wait_connected(c, 1);
+    /* The line is written just after the link goes up (outside the lock): give it a moment. */
+    for (int i = 0; i < 100 && atomic_load(&g_connect_lines) == 0; i++)
+        usleep(10 * 1000);
     assert_int_equal(atomic_load(&g_connect_lines), 1);
     expect_at(g_mock, 0, COMEM_MSG_HELLO);
     const logged *nh = find_add(g_mock, COMEM_MSG_HOLDER_ADD, "models", 1);
