@@ -23,11 +23,11 @@ import json
 import logging
 import threading
 import weakref
-from ctypes import byref, c_int, c_int64, c_uint64, c_void_p
+from ctypes import byref, c_int64, c_uint64, c_void_p
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Union
 
 from . import _lib, errors
-from .errors import Error, Refused, check
+from .errors import Refused, check
 
 log = logging.getLogger("comem")
 
@@ -501,16 +501,6 @@ class Client:
         if rc < 0:
             raise errors.error(rc, "comem_admit")
         return Grant(self, o.fig[0] & 0xFFFFFFFFFFFFFFFF, w, dev, holder, d)
-
-    def _details(self) -> Dict[str, Any]:
-        """The last admission's figures on this thread, by name."""
-        h = self._h()
-        o = _out()
-        v = [c_int64() for _ in range(4)] + [c_int(), c_int()]
-        _L.comem_admit_details(h, *[byref(x) for x in v])
-        for i, x in enumerate(v):
-            o.fig[2 + i] = x.value
-        return dict(zip(("need", "free_before", "free_after", "freed", "asked", "n_asked", "n_busy"), o.details(h)))
 
     def pressure(self, nbytes: int, device: int = 0, timeout: Optional[float] = None) -> int:
         """At an out-of-memory retry site: asks idle siblings for ``nbytes`` first. Returns what came back."""

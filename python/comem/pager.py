@@ -23,7 +23,7 @@ from ctypes import byref, c_int64, c_uint8, c_uint32, c_void_p
 from typing import Dict, List, Optional, Union
 
 from . import _lib, errors
-from .errors import Error, check
+from .errors import check
 
 _L = _lib.lib
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-from typing import Any, Iterable, List, Optional, Tuple, Union
+from typing import Iterable, List, Optional, Tuple, Union
 
 from .. import errors
 from ..client import Client
@@ -214,7 +214,3 @@ def plat_init() -> bool:  # part of comfy-aimdo's surface; nothing to do here
 
 def plat_cleanup() -> None:
     pass
-
-
-def _debug_state() -> Any:  # for tests
-    return {"client": client, "pagers": dict(_pagers)}

@@ -76,7 +76,7 @@ SURFACE = frozenset({
     "load_device", "offload_device", "current_loaded_device", "model", "parent", "model_size", "loaded_size",
     "partially_unload", "partially_load", "detach", "is_clone", "model_patches_to", "model_patches_models",
     "model_dtype", "lowvram_patch_counter", "is_dynamic", "get_nested_additional_models", "clone_base_uuid",
-    "model_options", "size", "cleanup", "__eq__", "__hash__",
+    "model_options", "size", "cleanup",
 })
 
 
@@ -194,11 +194,6 @@ class StandIn:
     def __repr__(self) -> str:
         st = self._state
         return f"<comem stand-in {st['process']}:{st['name']} {st['resident']}/{st['size']} bytes>"
-
-    __hash__ = object.__hash__
-
-    def __eq__(self, other: object) -> bool:
-        return other is self
 
 
 class StandIns:

@@ -70,11 +70,10 @@ class Worker:
                 lm = next((x for x in self.comfy.mm.current_loaded_models if x.model is model), None)
                 if lm is None:
                     return 0
-                idx = self.comfy.devices.index(lm.device)
                 freed = self.comfy.models.unload(lm, None)
                 self.comfy.mm.soft_empty_cache()
                 self.comfy.models.sync()
-                return freed if idx is not None else 0
+                return freed
         return self.torch_models.unload(model)
 
     # ---- node boundaries ----
