@@ -254,6 +254,16 @@ COMEM_API int comem_view_open(const char *socket_path, comem_view **out);
    COMEM_EBUSY if a write stayed unfinished for 200 ms (the coordinator died mid-write). */
 COMEM_API int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_bytes, int64_t *reserve,
                               int64_t *reclaimable);
+/*
+ * Is the coordinator that publishes this view running? COMEM_OK: it holds the
+ * view's lock and its heartbeat (every 20 ms) is recent; COMEM_ECLOSED: it
+ * exited (the kernel dropped its lock, however it ended), so every figure is
+ * what it was when it stopped; COMEM_ETIMEDOUT: it holds the lock but its
+ * heartbeat is over 1 s old (stopped, or stuck). *heartbeat_age_ns (may be
+ * NULL) receives the heartbeat's age, -1 when none. One system call; a
+ * batch sizer reads figures with comem_view_read and asks this now and then.
+ */
+COMEM_API int comem_view_state(comem_view *v, int64_t *heartbeat_age_ns);
 COMEM_API void comem_view_close(comem_view *v);
 
 /* ---- an embedded or standalone coordinator ---- */

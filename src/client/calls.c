@@ -106,6 +106,60 @@ static int route(comem_client *c, bool *local)
     return !*local && cannot_wait(c) ? COMEM_EBUSY : COMEM_OK;
 }
 
+/*
+ * The fast path (client/fast.c): an admission that fits the room the
+ * coordinator published is booked in shared memory, without a round trip.
+ * *done false: it must go to the coordinator (no area, no room, any doubt);
+ * true: the return value is the answer (COMEM_OK booked, COMEM_ENOENT an
+ * unknown holder or keep entry, COMEM_ENOMEM).
+ */
+static int admit_fast(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t working,
+                      const uint64_t *keep, size_t n_keep, uint64_t *grant, int64_t *short_by, client_admission *fig,
+                      bool *done)
+{
+    *done = false;
+    client_fast *f = NULL;
+    uint64_t holder_coord = 0;
+    pthread_mutex_lock(&c->lock);
+    uint64_t gen = c->gen;
+    client_holder *h = holder ? comem_tab_holder(c, holder) : NULL;
+    bool known = !holder || h;
+    for (size_t i = 0; known && i < n_keep; i++)
+        known = comem_tab_entry(c, keep[i]) != NULL;
+    if (known && c->link == LINK_UP && (!h || comem_tab_holder_live(c, h))) {
+        f = comem_fast_for(c, gen);
+        holder_coord = h ? h->coord_id : 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!known) {
+        *done = true;
+        return COMEM_ENOENT;
+    }
+    client_grant booked = {0};
+    if (!f || !comem_fast_book(f, device, holder_coord, weights, working, &booked, fig)) {
+        fig->decided = false;
+        return COMEM_OK;
+    }
+    *done = true;
+    pthread_mutex_lock(&c->lock);
+    client_grant *g = comem_tab_add_grant(c);
+    if (g) {
+        booked.id = g->id;
+        booked.gen = gen;
+        *g = booked;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!g) {
+        comem_fast_done(f, &booked, 0, 0); /* cannot remember it: give it back */
+        return COMEM_ENOMEM;
+    }
+    if (grant)
+        *grant = booked.id;
+    if (short_by)
+        *short_by = 0;
+    return COMEM_OK;
+}
+
 /* comem_admit with its figures written to *fig (fig->decided false when it failed before deciding). */
 static int admit(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
                  int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, uint64_t *grant,
@@ -115,6 +169,11 @@ static int admit(comem_client *c, int device, uint64_t holder, int64_t weights, 
     if (!c || device < 0 || device >= COMEM_MAX_DEVICES || weights < 0 || inference < 0 || cast_forward < 0 ||
         n_keep > COMEM_WIRE_MAX_ITEMS || (n_keep && !keep))
         return COMEM_EINVAL;
+    bool done;
+    int frc = admit_fast(c, device, holder, weights, comem_add(inference, cast_forward), keep, n_keep, grant, short_by,
+                         fig, &done);
+    if (done)
+        return frc;
     int timeout = comem_client_timeout(c, timeout_ms);
     comem_msg *m = malloc(sizeof *m); /* 12 KiB: not on a caller's (possibly small) stack */
     if (!m)
@@ -308,6 +367,14 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
     /* A local grant, or one from a coordinator that is gone: nothing is booked anywhere. */
     if (stale) {
         pthread_mutex_unlock(&c->lock);
+        return COMEM_OK;
+    }
+    if (g.fast) { /* booked in shared memory: finished there too, and the coordinator reconciles it */
+        client_fast *f = comem_fast_for(c, g.gen);
+        uint64_t entry_coord = e && comem_tab_entry_live(c, e) ? e->coord_id : 0;
+        pthread_mutex_unlock(&c->lock);
+        if (f)
+            comem_fast_done(f, &g, entry_coord, used);
         return COMEM_OK;
     }
     m.type = COMEM_MSG_GRANT_DONE;

@@ -58,6 +58,7 @@ static void client_free(comem_client *c)
     if (c->coord)
         comem_coord_stop(c->coord);
     comem_local_close(c);
+    comem_fast_free(c);
     comem_tab_free(c);
     if (c->wake_fd >= 0)
         close(c->wake_fd);
@@ -169,6 +170,7 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
             c->session_id = session;
             c->ever_connected = true;
             comem_debug("connected to the coordinator at %s (session %llu)", c->path, (unsigned long long)session);
+            comem_fast_attach(c, c->gen, session);
         } else {
             close(fd);
             if (refused && (flags & COMEM_OPEN_NO_LOCAL)) {

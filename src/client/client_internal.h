@@ -90,6 +90,7 @@
 #include <sys/un.h>
 
 #include "comem/comem.h"
+#include "coord/book.h"
 #include "probe/device.h"
 #include "wire/wire.h"
 
@@ -154,7 +155,12 @@ typedef struct client_grant {
     uint64_t coord_id;
     uint64_t gen;  /* 0: decided locally */
     int64_t bytes; /* what the grant booked: the most grant_done turns into residency */
+    bool fast;     /* booked in the booking area (client/fast.c): record fast_idx, its seq */
+    int fast_idx, fast_dev;
+    uint32_t fast_seq;
 } client_grant;
+
+typedef struct client_fast client_fast; /* one coordinator's booking area, mapped (client/fast.c) */
 
 /* The few reply bodies a caller waits for (the full comem_msg is 12 KiB). */
 typedef struct client_reply {
@@ -278,6 +284,10 @@ struct comem_client {
     int cb_len;
     bool cb_stop, cb_started, cb_ready;
     pthread_t cb_thread;
+
+    /* the booking area of the current connection (NULL: none); every mapping made, freed at close */
+    _Atomic(client_fast *) fast;
+    client_fast *fast_all; /* under lock */
 
     pthread_mutex_t dev_lock;
     comem_device_source *dev;
@@ -449,6 +459,26 @@ bool comem_on_callback_thread(const comem_client *c);
  * marks, pins), then marks the link up. COMEM_OK or the connection's failure.
  */
 int comem_resync(comem_client *c);
+
+/* ---- fast.c: the booking area ---- */
+
+/* After HELLO on connection gen: maps the coordinator's booking area and finds session's slot, if it has one. */
+void comem_fast_attach(comem_client *c, uint64_t gen, uint64_t session);
+/* The connection ended: no more bookings in its area (the mapping stays until close). */
+void comem_fast_detach(comem_client *c);
+/* Unmaps every area (close, no thread running). */
+void comem_fast_free(comem_client *c);
+/* The area of connection gen, or NULL. */
+client_fast *comem_fast_for(comem_client *c, uint64_t gen);
+/*
+ * Books weights on device without a round trip when the admission fits the
+ * published room; fills g's fast fields and *fig. False: ask the coordinator.
+ * holder is the coordinator's id (0 none); working is inference + cast buffers.
+ */
+bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weights, int64_t working,
+                     client_grant *g, client_admission *fig);
+/* A booked grant is done: entry (the coordinator's id, 0: cancelled) holds used bytes. Never waits. */
+void comem_fast_done(client_fast *f, const client_grant *g, uint64_t entry, int64_t used);
 
 /* ---- local.c ---- */
 

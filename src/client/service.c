@@ -121,6 +121,7 @@ int comem_service_pump_until(comem_client *c, const bool *done, int64_t deadline
 /* The connection ended: fail what waits on it and decide locally until the next one. */
 static void lost(comem_client *c, int why)
 {
+    comem_fast_detach(c);
     pthread_mutex_lock(&c->lock);
     bool was = c->link != LINK_DOWN;
     c->link = LINK_DOWN;
@@ -177,6 +178,7 @@ static int try_connect(comem_client *c)
     c->wgen = gen;
     pthread_mutex_unlock(&c->write_lock);
     c->fd = fd;
+    comem_fast_attach(c, gen, session);
     rc = comem_resync(c);
     if (rc != COMEM_OK) {
         lost(c, rc);

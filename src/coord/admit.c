@@ -67,6 +67,7 @@ static const char *session_name(comem_coord_srv *s, uint64_t id)
 
 static void queue_push(comem_coord_srv *s, int dev, uint64_t id)
 {
+    coord_book_close_device(s, dev); /* decided here now: no booking beside it until the queue is empty */
     if (!s->queue_head[dev]) {
         s->queue_head[dev] = s->queue_tail[dev] = id;
         return;

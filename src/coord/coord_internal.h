@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include "base/clock.h"
+#include "coord/book.h"
 #include "coord/coord.h"
 #include "coord/plan.h"
 #include "coord/view.h"
@@ -152,6 +153,38 @@ typedef struct measurement {
     int64_t retry_ns;   /* after a failure, the device is not read again before this */
 } measurement;
 
+/* What the coordinator knows of one booking record, beside what the area says (never trusted). */
+typedef struct book_priv {
+    uint32_t seq;    /* the record's seq when it was reconciled */
+    bool live;       /* reconciled by this coordinator (GRANTED by it) */
+    bool in_charged; /* the ledger refused it: its bytes are still in `charged` */
+    int dev;
+    int64_t bytes;
+    uint64_t gid;    /* its ledger grant, 0 none */
+} book_priv;
+
+/* What the view showed a device from: any of it moving republishes the view at the turn's end. */
+typedef struct view_mark {
+    uint64_t changes;
+    int64_t granted, published, taken_ns, done_since;
+    uint64_t turns;
+} view_mark;
+
+/* The booking area (coord/book.c). */
+typedef struct coord_book {
+    book_area *a;      /* NULL: none */
+    int fd;
+    bool off;          /* no fast path: never opened, or turned off after nonsense */
+    bool recount;      /* a process died inside a booking, or something was odd: count `charged` again */
+    int strikes;
+    char link[PATH_MAX + 8];
+    char target[64];
+    int64_t limit[COMEM_MAX_DEVICES]; /* what was published */
+    uint32_t seen[BOOK_SLOTS];        /* each slot's `posted` when last looked at */
+    int64_t active_until_ns;          /* bookings seen lately: the loop looks every millisecond */
+    book_priv priv[BOOK_SLOTS][BOOK_RECORDS];
+} coord_book;
+
 typedef struct comem_coord_srv {
     comem_coord_config cfg;
     int epfd, listen_fd, wake_fd, timer_fd;
@@ -170,6 +203,9 @@ typedef struct comem_coord_srv {
     uint64_t idle_asking[64]; /* holders with an idle ask out */
     int n_idle_asking;
     comem_view_writer view;
+    coord_book book;
+    view_mark view_mark[COMEM_MAX_DEVICES]; /* what each device's view was last published from */
+    uint64_t view_turns; /* bumped by anything the view may show that moves no ledger figure (busy marks) */
     comem_msg msg; /* decode buffer: one message at a time */
     uint8_t *frame; /* encode buffer: COMEM_WIRE_MAX_FRAME */
     volatile int stop;
@@ -243,6 +279,28 @@ int64_t coord_available(comem_coord_srv *s, int device, bool fresh);
 void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t granted_ns);
 /* The card changed where the ledger shows nothing (a receipt: what was freed shows on the card). */
 void coord_card_changed(comem_coord_srv *s, int device);
+
+/* The room decisions start from, without reading the card: the last reading less grants (and
+   grants filled since). coord_available is this less what the booking area holds. */
+int64_t coord_ledger_room(const comem_coord_srv *s, int device);
+/* Republishes the shared-memory view of device (figures that changed in the ledger). */
+void coord_publish_view(comem_coord_srv *s, int device);
+
+/* ---- book.c: the booking area (coord/book.h) ---- */
+int coord_book_open(comem_coord_srv *s);
+void coord_book_close(comem_coord_srv *s);
+/* A session said HELLO: its slot is cleared and given to it. */
+void coord_book_session_start(comem_coord_srv *s, conn *c);
+/* A session ends: what it booked and the ledger does not hold goes back (before the ledger drops its grants). */
+void coord_book_session_end(comem_coord_srv *s, conn *c);
+/* Closes device's limit (the coordinator is about to decide an admission there itself). */
+void coord_book_close_device(comem_coord_srv *s, int device);
+/* Bytes booked in the area and not yet in the ledger (decisions subtract them). */
+int64_t coord_fast_inflight(const comem_coord_srv *s, int device);
+/* End of a loop turn: reconciles new bookings, counts again when due, publishes the limits. */
+void coord_book_sync(comem_coord_srv *s);
+/* Bookings were seen lately (or a recount waits): the loop should look again within a millisecond. */
+bool coord_book_active(const comem_coord_srv *s);
 
 /* ---- reserve.c ---- */
 /* Recomputes the published reserve of device; shrink only with evidence. */

@@ -190,6 +190,7 @@ static void on_status(comem_coord_srv *s, conn *c, uint32_t rid)
 
 void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
 {
+    s->view_turns++; /* the turn's end republishes the view */
     uint32_t rid = m->request_id;
     switch (m->type) {
     case COMEM_MSG_HELLO:

@@ -129,7 +129,7 @@ static void update_floors(comem_coord_srv *s, int device, const comem_device_rea
     }
 }
 
-static void publish_view(comem_coord_srv *s, int device)
+void coord_publish_view(comem_coord_srv *s, int device)
 {
     const measurement *m = &s->meas[device];
     comem_view_values v = {
@@ -174,7 +174,7 @@ int coord_measure(comem_coord_srv *s, int device)
     s->ledger.devices[device].last_free = m->r.free;
     s->ledger.devices[device].last_read_ns = m->taken_ns;
     update_floors(s, device, &m->r);
-    publish_view(s, device);
+    coord_publish_view(s, device);
     return COMEM_OK;
 }
 
@@ -187,8 +187,16 @@ int64_t coord_available(comem_coord_srv *s, int device, bool fresh)
         coord_measure(s, device);
     if (!m->valid)
         return 0; /* cannot read the card: admit nothing rather than guess */
-    int64_t avail = comem_sub(comem_sub(m->r.free, comem_ledger_granted(&s->ledger, device)), m->done_since);
-    return avail;
+    /* Bookings the area holds and the ledger does not yet are taken, too. */
+    return comem_sub(coord_ledger_room(s, device), coord_fast_inflight(s, device));
+}
+
+int64_t coord_ledger_room(const comem_coord_srv *s, int device)
+{
+    const measurement *m = &s->meas[device];
+    if (!m->valid)
+        return 0;
+    return comem_sub(comem_sub(m->r.free, comem_ledger_granted(&s->ledger, device)), m->done_since);
 }
 
 void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t granted_ns)
@@ -199,7 +207,7 @@ void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t gran
         return;
     }
     m->done_since = comem_add(m->done_since, comem_clamp0(bytes));
-    publish_view(s, device);
+    coord_publish_view(s, device);
 }
 
 void coord_card_changed(comem_coord_srv *s, int device) { s->meas[device].stale = true; }

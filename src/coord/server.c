@@ -72,6 +72,7 @@ static void tick(comem_coord_srv *s)
     ssize_t r = read(s->timer_fd, &expirations, sizeof expirations);
     (void)r;
     int64_t now = comem_now_ns();
+    comem_view_heartbeat(&s->view, now); /* readers tell a live coordinator from one that exited */
     coord_hello_deadlines(s, now);
     coord_asks_tick(s, now);
     coord_jobs_tick(s, now);
@@ -92,6 +93,25 @@ static void tick(comem_coord_srv *s)
     coord_pressure_tick(s, now);
 }
 
+/*
+ * After every turn: what clients booked is reconciled and the limits are
+ * published again, and every ledger change the turn made reaches the view
+ * (a turn lasts microseconds, so a change is in the view well within 1 ms).
+ */
+static void turn_end(comem_coord_srv *s)
+{
+    coord_book_sync(s);
+    for (int d = 0; d < s->ledger.n_devices; d++) {
+        const ledger_device *ld = &s->ledger.devices[d];
+        view_mark m = {ld->changes, comem_ledger_granted(&s->ledger, d), ld->published, s->meas[d].taken_ns,
+                       s->meas[d].done_since, s->view_turns};
+        if (memcmp(&m, &s->view_mark[d], sizeof m) != 0) {
+            s->view_mark[d] = m;
+            coord_publish_view(s, d);
+        }
+    }
+}
+
 /* ---- lifecycle ---- */
 
 int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
@@ -102,6 +122,7 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
     s->cfg = *cfg;
     s->epfd = s->listen_fd = s->wake_fd = s->timer_fd = s->lock_fd = -1;
     s->view.fd = -1;
+    s->book.fd = -1;
     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     s->host_base = cfg->reserve_base >= 0 ? cfg->reserve_base : -1;
     s->started_ns = s->last_tick_ns = comem_now_ns();
@@ -117,6 +138,8 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
         rc = coord_devices_open(s);
     if (rc == COMEM_OK)
         rc = comem_view_writer_open(&s->view, s->cfg.socket_path, s->ledger.n_devices);
+    if (rc == COMEM_OK)
+        rc = coord_book_open(s);
     if (rc == COMEM_OK)
         rc = coord_socket_bind(s);
     if (rc == COMEM_OK) {
@@ -154,7 +177,8 @@ int comem_coord_run(comem_coord_srv *s)
 {
     struct epoll_event evs[64];
     while (!s->stop) {
-        int n = epoll_wait(s->epfd, evs, 64, 1000);
+        /* While clients book in shared memory the loop looks at the area every millisecond. */
+        int n = epoll_wait(s->epfd, evs, 64, coord_book_active(s) ? 1 : 1000);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -194,6 +218,7 @@ int comem_coord_run(comem_coord_srv *s)
                 coord_conn_close(s, c);
             }
         }
+        turn_end(s);
     }
     return COMEM_OK;
 }
@@ -226,6 +251,7 @@ void comem_coord_destroy(comem_coord_srv *s)
         if (j)
             free(j->keep);
     }
+    coord_book_close(s);
     comem_view_writer_close(&s->view);
     comem_device_close(s->src);
     comem_ledger_fini(&s->ledger);

@@ -97,6 +97,7 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     }
     if (h->role == COMEM_ROLE_HOST && h->reserve_base >= 0)
         offer_base(s, id, h);
+    coord_book_session_start(s, c); /* before the reply: the client looks for its slot after it */
     comem_info("session %llx: %s '%s' pid %d joined", (unsigned long long)id,
                h->role == COMEM_ROLE_HOST ? "host" : h->role == COMEM_ROLE_WORKER ? "worker" : "tool", h->name,
                (int)c->pid);
@@ -122,6 +123,7 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
     s->trim_due = true;
     coord_asks_session_ended(s, id);
     coord_jobs_session_ended(s, id);
+    coord_book_session_end(s, c); /* what it booked in shared memory, before the ledger drops its grants */
     ledger_release_summary sum = {0};
     comem_ledger_session_end(&s->ledger, id, &sum);
     char g[32], r[32], p[32];

@@ -17,7 +17,7 @@
 #include "comem/common.h"
 
 #define VIEW_MAGIC 0x5745495645454d43ULL /* "CMEEVIEW" */
-#define VIEW_VERSION 1u
+#define VIEW_VERSION 2u
 #define VIEW_WAIT_NS (200 * 1000 * 1000LL) /* how long a reader waits out an unfinished write */
 
 void comem_view_path(const char *socket_path, char *buf, size_t len) { snprintf(buf, len, "%s.view", socket_path); }
@@ -27,17 +27,24 @@ void comem_view_path(const char *socket_path, char *buf, size_t len) { snprintf(
  * this user, of the view's size, carrying the view's magic. Anything else at
  * the path is someone's file and is refused untouched (COMEM_EPERM).
  */
-static int open_existing(const char *path, int *out)
+static int open_existing(const char *path, int *out, bool *old)
 {
+    *old = false;
     int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return errno == ENOENT ? COMEM_ENOENT : errno == EMFILE || errno == ENFILE ? COMEM_EIO : COMEM_EPERM;
     struct stat st;
     comem_view_shared head;
-    bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid() &&
-                st.st_size == (off_t)sizeof(comem_view_shared) && pread(fd, &head, sizeof head.magic + sizeof head.version, 0) ==
-                                                                           (ssize_t)(sizeof head.magic + sizeof head.version) &&
-                head.magic == VIEW_MAGIC && head.version == VIEW_VERSION;
+    bool mine = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid() &&
+                pread(fd, &head, sizeof head.magic + sizeof head.version, 0) ==
+                    (ssize_t)(sizeof head.magic + sizeof head.version) &&
+                head.magic == VIEW_MAGIC;
+    bool ours = mine && st.st_size == (off_t)sizeof(comem_view_shared) && head.version == VIEW_VERSION;
+    if (mine && !ours) {
+        *old = true; /* a view of an older comem: replaced whole, its readers keep their old copy */
+        close(fd);
+        return COMEM_EPERM;
+    }
     if (!ours) {
         close(fd);
         return COMEM_EPERM;
@@ -47,7 +54,7 @@ static int open_existing(const char *path, int *out)
 }
 
 /* Creates the view complete under a temporary name and links it into place: never half a view at path. */
-static int create_new(const char *path, int n_devices)
+static int create_new(const char *path, int n_devices, bool replace)
 {
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
@@ -63,7 +70,10 @@ static int create_new(const char *path, int n_devices)
             atomic_store(&sh->n_devices, (uint32_t)n_devices);
             munmap(sh, sizeof *sh);
             /* link() never replaces: if a view appeared meanwhile, that one is used (and checked). */
-            rc = link(tmp, path) == 0 || errno == EEXIST ? COMEM_OK : COMEM_EIO;
+            if (replace)
+                rc = rename(tmp, path) == 0 ? COMEM_OK : COMEM_EIO;
+            else
+                rc = link(tmp, path) == 0 || errno == EEXIST ? COMEM_OK : COMEM_EIO;
         }
     }
     close(fd);
@@ -77,9 +87,10 @@ int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_
     w->fd = -1;
     comem_view_path(socket_path, w->path, sizeof w->path);
     int fd = -1;
-    int rc = open_existing(w->path, &fd);
-    if (rc == COMEM_ENOENT && (rc = create_new(w->path, n_devices)) == COMEM_OK)
-        rc = open_existing(w->path, &fd);
+    bool old = false;
+    int rc = open_existing(w->path, &fd, &old);
+    if ((rc == COMEM_ENOENT || old) && (rc = create_new(w->path, n_devices, old)) == COMEM_OK)
+        rc = open_existing(w->path, &fd, &old);
     if (rc == COMEM_EPERM) {
         comem_error("refusing %s: it is not a comem view of this user (a file of that name is in the way; "
                     "choose another --socket path, or remove it if it is yours)",
@@ -90,6 +101,12 @@ int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_
         comem_error("cannot create the status view %s: %s", w->path, strerror(errno));
         return COMEM_EIO;
     }
+    /* Held for the coordinator's life: the kernel drops it at exit, so readers can tell. The socket
+       lock already keeps a second coordinator out, so a conflict here is a reader's probe. */
+    struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    if (fcntl(fd, F_OFD_SETLK, &lk) != 0)
+        comem_warn("cannot lock the status view %s (%s): readers cannot tell whether this coordinator runs",
+                   w->path, strerror(errno));
     comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (sh == MAP_FAILED) {
         close(fd);
@@ -100,6 +117,7 @@ int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_
     atomic_store(&sh->seq, (s | 1u) + 0); /* odd while we reset */
     atomic_store(&sh->n_devices, (uint32_t)n_devices);
     atomic_store(&sh->coord_pid, (int32_t)getpid());
+    atomic_store(&sh->heartbeat_ns, comem_now_ns());
     atomic_store_explicit(&sh->seq, (s | 1u) + 1, memory_order_release);
     w->sh = sh;
     w->fd = fd;
@@ -121,13 +139,22 @@ void comem_view_publish(comem_view_writer *w, int device, const comem_view_value
     atomic_store_explicit(&d->reclaimable, v->reclaimable, memory_order_relaxed);
     atomic_store_explicit(&d->granted, v->granted, memory_order_relaxed);
     atomic_store_explicit(&d->updated_ns, v->updated_ns, memory_order_relaxed);
+    atomic_store_explicit(&d->published_ns, comem_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&sh->seq, s + 2, memory_order_release);
+}
+
+void comem_view_heartbeat(comem_view_writer *w, int64_t now_ns)
+{
+    if (w->sh)
+        atomic_store_explicit(&w->sh->heartbeat_ns, now_ns, memory_order_relaxed);
 }
 
 void comem_view_writer_close(comem_view_writer *w)
 {
-    if (w->sh)
+    if (w->sh) {
+        atomic_store(&w->sh->heartbeat_ns, 0); /* an orderly exit says so; a crash drops the lock */
         munmap(w->sh, sizeof *w->sh);
+    }
     if (w->fd >= 0)
         close(w->fd);
     w->sh = NULL;
@@ -231,6 +258,29 @@ int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_
         *reserve = x.reserve;
     if (reclaimable)
         *reclaimable = x.reclaimable;
+    return COMEM_OK;
+}
+
+int comem_view_state(comem_view *v, int64_t *heartbeat_age_ns)
+{
+    if (heartbeat_age_ns)
+        *heartbeat_age_ns = -1;
+    if (!v)
+        return COMEM_EINVAL;
+    int64_t hb = atomic_load_explicit(&((comem_view_shared *)v->sh)->heartbeat_ns, memory_order_relaxed);
+    int64_t age = hb > 0 ? comem_now_ns() - hb : -1;
+    if (heartbeat_age_ns)
+        *heartbeat_age_ns = age;
+    /* Is the coordinator's lock there? (F_OFD_GETLK takes no lock itself.) */
+    struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    if (fcntl(v->fd, F_OFD_GETLK, &lk) == 0) {
+        if (lk.l_type == F_UNLCK)
+            return COMEM_ECLOSED; /* nobody holds it: the coordinator exited */
+    } else if (hb == 0) {
+        return COMEM_ECLOSED; /* no lock support here: an orderly exit zeroed the heartbeat */
+    }
+    if (age < 0 || age > (int64_t)COMEM_VIEW_FROZEN_MS * 1000000)
+        return COMEM_ETIMEDOUT;
     return COMEM_OK;
 }
 

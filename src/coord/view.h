@@ -9,9 +9,17 @@
  * sequence odd, writes, makes it even; a reader retries until it sees the same
  * even sequence before and after its copy. Every field is an atomic, so the
  * protocol is also clean under ThreadSanitizer.
+ *
+ * Liveness: the coordinator holds an open-file-description write lock on the
+ * view's first byte for as long as it runs (the kernel drops it when the
+ * process exits, however it exits) and writes a heartbeat every 20 ms, so a
+ * reader tells a view whose coordinator exited (no lock) from a live one and
+ * from a frozen one (locked, heartbeat old).
  */
 #ifndef COMEM_COORD_VIEW_H
 #define COMEM_COORD_VIEW_H
+
+#define COMEM_VIEW_FROZEN_MS 1000 /* a heartbeat older than this: the coordinator is not running (stopped?) */
 
 #include <limits.h>
 #include <stdatomic.h>
@@ -25,11 +33,12 @@ typedef struct comem_view_values {
     int64_t reserve;     /* the published reserve */
     int64_t reclaimable; /* what others could release now */
     int64_t granted;     /* outstanding grants */
-    int64_t updated_ns;  /* CLOCK_MONOTONIC of the last update */
+    int64_t updated_ns;  /* CLOCK_MONOTONIC of the reading the free figure comes from */
+    int64_t published_ns; /* CLOCK_MONOTONIC when the coordinator wrote these figures (set by publish) */
 } comem_view_values;
 
 typedef struct comem_view_device {
-    _Atomic int64_t capacity, free, reserve, reclaimable, granted, updated_ns;
+    _Atomic int64_t capacity, free, reserve, reclaimable, granted, updated_ns, published_ns;
 } comem_view_device;
 
 typedef struct comem_view_shared {
@@ -38,6 +47,7 @@ typedef struct comem_view_shared {
     _Atomic uint32_t n_devices;
     _Atomic int32_t coord_pid;
     _Atomic uint64_t seq;
+    _Atomic int64_t heartbeat_ns; /* CLOCK_MONOTONIC, written every 20 ms by a running coordinator */
     comem_view_device dev[COMEM_MAX_DEVICES];
 } comem_view_shared;
 
@@ -54,6 +64,8 @@ typedef struct comem_view_writer {
  */
 int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_devices);
 void comem_view_publish(comem_view_writer *w, int device, const comem_view_values *v);
+/* Writes the heartbeat (now_ns, CLOCK_MONOTONIC). */
+void comem_view_heartbeat(comem_view_writer *w, int64_t now_ns);
 void comem_view_writer_close(comem_view_writer *w);
 
 /* The pid of the coordinator that last published the view (reader side; 0 when unknown). */
