@@ -150,7 +150,7 @@ static int admit_fast(comem_client *c, int device, uint64_t holder, int64_t weig
     }
     pthread_mutex_unlock(&c->lock);
     if (!g) {
-        comem_fast_done(f, &booked, 0, 0); /* cannot remember it: give it back */
+        comem_fast_cancel(f, &booked); /* cannot remember it: give it back */
         return COMEM_ENOMEM;
     }
     if (grant)
@@ -369,14 +369,16 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
         pthread_mutex_unlock(&c->lock);
         return COMEM_OK;
     }
-    if (g.fast) { /* booked in shared memory: finished there too, and the coordinator reconciles it */
+    uint64_t entry_coord = e && comem_tab_entry_live(c, e) ? e->coord_id : 0;
+    if (g.fast && entry_coord == 0) { /* a cancelled booking: given back in shared memory, no round trip */
         client_fast *f = comem_fast_for(c, g.gen);
-        uint64_t entry_coord = e && comem_tab_entry_live(c, e) ? e->coord_id : 0;
         pthread_mutex_unlock(&c->lock);
         if (f)
-            comem_fast_done(f, &g, entry_coord, used);
+            comem_fast_cancel(f, &g);
         return COMEM_OK;
     }
+    if (g.fast) /* a load: through the socket, in order with the censuses that follow it */
+        g.coord_id = BOOK_REF(g.fast_idx, g.fast_seq);
     m.type = COMEM_MSG_GRANT_DONE;
     m.u.grant_done.grant_id = g.coord_id;
     m.u.grant_done.entry_id = e && comem_tab_entry_live(c, e) ? e->coord_id : 0;

@@ -477,8 +477,8 @@ client_fast *comem_fast_for(comem_client *c, uint64_t gen);
  */
 bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weights, int64_t working,
                      client_grant *g, client_admission *fig);
-/* A booked grant is done: entry (the coordinator's id, 0: cancelled) holds used bytes. Never waits. */
-void comem_fast_done(client_fast *f, const client_grant *g, uint64_t entry, int64_t used);
+/* Cancels a booked grant without a round trip (a load goes to the coordinator as GRANT_DONE of BOOK_REF). */
+void comem_fast_cancel(client_fast *f, const client_grant *g);
 
 /* ---- local.c ---- */
 

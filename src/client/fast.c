@@ -180,27 +180,20 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
     return true;
 }
 
-void comem_fast_done(client_fast *f, const client_grant *g, uint64_t entry, int64_t used)
+void comem_fast_cancel(client_fast *f, const client_grant *g)
 {
     book_record *r = &f->slot->rec[g->fast_idx];
     if (atomic_load(&r->seq) != g->fast_seq)
         return; /* not this booking any more (the area was reset): nothing of it is booked */
-    if (entry == 0) {
-        /* Cancelled before the coordinator reconciled it: take the charge back here. */
-        uint32_t want = BOOK_BOOKED;
-        if (atomic_compare_exchange_strong(&r->state, &want, BOOK_CANCELLING)) {
-            atomic_fetch_sub(&f->a->dev[g->fast_dev].charged, g->bytes);
-            atomic_store(&r->state, BOOK_FREE);
-            return;
-        }
-    }
-    atomic_store(&r->entry, entry);
-    atomic_store(&r->used, used);
+    /* Not reconciled yet: take the charge back here (CANCELLING says so if this process dies now). */
     uint32_t want = BOOK_BOOKED;
-    if (!atomic_compare_exchange_strong(&r->state, &want, BOOK_DONE)) {
-        want = BOOK_GRANTED;
-        if (!atomic_compare_exchange_strong(&r->state, &want, BOOK_DONE))
-            return; /* the record is in no state this client left it in: nothing to finish */
+    if (atomic_compare_exchange_strong(&r->state, &want, BOOK_CANCELLING)) {
+        atomic_fetch_sub(&f->a->dev[g->fast_dev].charged, g->bytes);
+        atomic_store(&r->state, BOOK_FREE);
+        return;
     }
-    atomic_fetch_add(&f->slot->posted, 1); /* the coordinator finishes it at its next turn */
+    /* A ledger grant holds it: the coordinator cancels that at its next turn. */
+    want = BOOK_GRANTED;
+    if (atomic_compare_exchange_strong(&r->state, &want, BOOK_DONE))
+        atomic_fetch_add(&f->slot->posted, 1);
 }

@@ -202,42 +202,51 @@ static uint64_t own_holder(comem_coord_srv *s, uint64_t session, uint64_t holder
     return h && h->session == session ? holder : 0;
 }
 
-/* A DONE record: the grant (booked now if it never was) turns into residency, or is cancelled. */
-static void finish_done(comem_coord_srv *s, uint64_t session, book_priv *p, book_record *r, int64_t *sub)
+/*
+ * A finished booking: its grant (booked now if it never was) turns into
+ * residency in entry, or is cancelled (entry 0). Returns the ledger's answer.
+ */
+static int finish_done(comem_coord_srv *s, uint64_t session, const book_priv *p, book_record *r, uint64_t entry,
+                       int64_t used, int64_t *sub)
 {
-    uint64_t entry = atomic_load(&r->entry);
-    int64_t used = atomic_load(&r->used);
     int64_t now = comem_now_ns();
+    int rc = COMEM_OK;
+    if (used < 0)
+        used = 0;
     if (p->gid) {
         ledger_grant *gr = comem_ledger_grant(&s->ledger, p->gid);
         int64_t granted_ns = gr ? comem_sub(gr->expires_ns, comem_mul(s->cfg.grant_ttl_ms, 1000000)) : 0;
-        if (gr && gr->session == session &&
-            comem_ledger_grant_done(&s->ledger, session, p->gid, entry, used < 0 ? 0 : used) == COMEM_OK && entry) {
-            coord_note_done(s, p->dev, comem_min(comem_clamp0(used), p->bytes), granted_ns);
+        rc = gr && gr->session == session ? comem_ledger_grant_done(&s->ledger, session, p->gid, entry, used)
+                                          : COMEM_ENOENT;
+        if (rc == COMEM_OK && entry) {
+            coord_note_done(s, p->dev, comem_min(used, p->bytes), granted_ns);
             coord_publish_reserve(s, p->dev, false);
         }
         if (p->in_charged)
             sub[p->dev] = comem_add(sub[p->dev], p->bytes);
-        return;
+        return rc;
     }
-    /* Cancelled or loaded before it was ever reconciled: its bytes are still in `charged`. */
-    int32_t dev = atomic_load(&r->device);
-    int64_t bytes = atomic_load(&r->bytes);
+    /* Never reconciled (or the ledger refused it): its bytes are still in `charged`. */
+    int32_t dev = p->live ? p->dev : atomic_load(&r->device);
+    int64_t bytes = p->live ? p->bytes : atomic_load(&r->bytes);
     if (!sane(s, dev, bytes)) {
         strike(s, "a finished booking names no device or size that exists");
-        return;
+        return COMEM_EINVAL;
     }
     sub[dev] = comem_add(sub[dev], bytes);
     if (entry) { /* the residency rule is the ledger's: book it and finish it at once */
         uint64_t gid = 0;
         uint64_t holder = own_holder(s, session, atomic_load(&r->holder));
-        if (comem_ledger_grant_add(&s->ledger, session, holder, dev, bytes, expiry_of(s, atomic_load(&r->booked_ns), now),
-                                   &gid) == COMEM_OK &&
-            comem_ledger_grant_done(&s->ledger, session, gid, entry, used < 0 ? 0 : used) == COMEM_OK) {
-            coord_note_done(s, dev, comem_min(comem_clamp0(used), bytes), now);
+        rc = comem_ledger_grant_add(&s->ledger, session, holder, dev, bytes,
+                                    expiry_of(s, atomic_load(&r->booked_ns), now), &gid);
+        if (rc == COMEM_OK)
+            rc = comem_ledger_grant_done(&s->ledger, session, gid, entry, used);
+        if (rc == COMEM_OK) {
+            coord_note_done(s, dev, comem_min(used, bytes), now);
             coord_publish_reserve(s, dev, false);
         }
     }
+    return rc;
 }
 
 /* Turns one session's new bookings into ledger grants and finishes its done ones. sub: bytes leaving `charged`. */
@@ -265,6 +274,7 @@ static void reconcile_slot(comem_coord_srv *s, int slot, uint64_t session, int64
             uint64_t holder = own_holder(s, session, atomic_load(&r->holder));
             int rc = comem_ledger_grant_add(&s->ledger, session, holder, dev, bytes,
                                             expiry_of(s, atomic_load(&r->booked_ns), now), &p->gid);
+            b->reconciled++;
             if (rc == COMEM_OK) {
                 atomic_store(&r->grant, p->gid);
                 sub[dev] = comem_add(sub[dev], bytes);
@@ -273,13 +283,12 @@ static void reconcile_slot(comem_coord_srv *s, int slot, uint64_t session, int64
                 p->in_charged = true;
             }
         } else if (st == BOOK_DONE) {
+            /* A cancel of a reconciled booking (a load goes through the socket, in order with censuses). */
             uint32_t seq = atomic_load(&r->seq);
-            if (p->live && p->seq == seq)
-                finish_done(s, session, p, r, sub);
-            else
-                finish_done(s, session, &(book_priv){0}, r, sub);
+            finish_done(s, session, p->live && p->seq == seq ? p : &(book_priv){0}, r, 0, 0, sub);
             *p = (book_priv){0};
             atomic_store(&r->state, BOOK_FREE);
+            b->reconciled++;
         } else if (st > BOOK_CANCELLING) {
             strike(s, "a booking record is in no state that exists");
         }
@@ -362,8 +371,10 @@ static bool recount(comem_coord_srv *s)
             }
         }
     }
-    for (int d = 0; d < COMEM_MAX_DEVICES; d++)
+    for (int d = 0; d < COMEM_MAX_DEVICES; d++) {
         atomic_store(&b->a->dev[d].charged, held[d]);
+        b->sub[d] = 0; /* counted from the records: nothing is owed any more */
+    }
     b->recount = false;
     comem_info("booking area: counted again");
     return true;
@@ -383,7 +394,9 @@ static int64_t limit_of(comem_coord_srv *s, int d, bool active)
         if (coord_measure(s, d) != COMEM_OK)
             return BOOK_CLOSED;
     }
-    int64_t room = coord_ledger_room(s, d);
+    /* Never more than the ledger itself would book: a grant that does not fit its capacity is refused. */
+    int64_t room = comem_min(coord_ledger_room(s, d),
+                             comem_sub(s->ledger.devices[d].capacity, comem_ledger_attributed(&s->ledger, d)));
     return room > 0 ? room : BOOK_CLOSED;
 }
 
@@ -409,6 +422,24 @@ static void publish_targets(comem_coord_srv *s)
     }
 }
 
+void coord_book_reconcile(comem_coord_srv *s)
+{
+    coord_book *b = &s->book;
+    if (b->off || !b->a || b->recount)
+        return;
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *c = s->conns[i];
+        if (!c || !c->session || c->slot >= BOOK_SLOTS)
+            continue;
+        uint32_t posted = atomic_load(&b->a->slot[c->slot].posted);
+        if (posted == b->seen[c->slot])
+            continue;
+        b->seen[c->slot] = posted;
+        b->active_until_ns = comem_now_ns() + BOOK_ACTIVE_NS;
+        reconcile_slot(s, c->slot, c->session, b->sub); /* taken out of `charged` after the next publish */
+    }
+}
+
 void coord_book_sync(comem_coord_srv *s)
 {
     coord_book *b = &s->book;
@@ -431,17 +462,7 @@ void coord_book_sync(comem_coord_srv *s)
     if (b->off)
         return;
     int64_t sub[COMEM_MAX_DEVICES] = {0};
-    for (int i = 0; i < COORD_MAX_CONNS; i++) {
-        conn *c = s->conns[i];
-        if (!c || !c->session || c->slot >= BOOK_SLOTS)
-            continue;
-        uint32_t posted = atomic_load(&b->a->slot[c->slot].posted);
-        if (posted == b->seen[c->slot])
-            continue;
-        b->seen[c->slot] = posted;
-        b->active_until_ns = now + BOOK_ACTIVE_NS;
-        reconcile_slot(s, c->slot, c->session, sub);
-    }
+    coord_book_reconcile(s);
     if (b->off || (b->recount && !recount(s)))
         return;
     bool active = now < b->active_until_ns;
@@ -454,9 +475,30 @@ void coord_book_sync(comem_coord_srv *s)
         }
     }
     /* Published first, taken out second: for a moment the bytes count twice, never zero times. */
-    for (int d = 0; d < s->ledger.n_devices; d++)
-        if (sub[d])
-            atomic_fetch_sub(&b->a->dev[d].charged, sub[d]);
+    for (int d = 0; d < s->ledger.n_devices; d++) {
+        int64_t out = comem_add(sub[d], b->sub[d]);
+        b->sub[d] = 0;
+        if (out)
+            atomic_fetch_sub(&b->a->dev[d].charged, out);
+    }
+}
+
+int coord_book_grant_done(comem_coord_srv *s, conn *c, uint64_t ref, uint64_t entry, int64_t used)
+{
+    coord_book *b = &s->book;
+    uint32_t idx = (uint32_t)(ref >> 32) & 0x7fffffffu, seq = (uint32_t)ref;
+    if (b->off || !b->a || c->slot < 0 || c->slot >= BOOK_SLOTS || idx >= BOOK_RECORDS)
+        return COMEM_ENOENT;
+    reconcile_slot(s, c->slot, c->session, b->sub); /* it may still be only BOOKED */
+    book_record *r = &b->a->slot[c->slot].rec[idx];
+    book_priv *p = &b->priv[c->slot][idx];
+    if (b->off || atomic_load(&r->state) != BOOK_GRANTED || !p->live || p->seq != seq)
+        return COMEM_ENOENT; /* not a booking of this session now (expired and reset, or scribbled) */
+    int rc = finish_done(s, c->session, p, r, entry, used, b->sub);
+    *p = (book_priv){0};
+    atomic_store(&r->state, BOOK_FREE);
+    b->reconciled++;
+    return rc;
 }
 
 bool coord_book_active(const comem_coord_srv *s)

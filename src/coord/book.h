@@ -94,6 +94,14 @@ typedef struct book_area {
 
 
 
+/*
+ * How GRANT_DONE names a booking that became residency (loads go through the socket,
+ * in order with the censuses that follow them): bit 63, the record, its seq. Ledger
+ * grant ids never have bit 63 set.
+ */
+#define BOOK_REF_BIT (1ULL << 63)
+#define BOOK_REF(idx, seq) (BOOK_REF_BIT | ((uint64_t)(uint32_t)(idx) << 32) | (uint64_t)(uint32_t)(seq))
+
 /* The link to the area that belongs to a socket path. */
 void comem_book_path(const char *socket_path, char *buf, size_t len);
 

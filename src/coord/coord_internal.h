@@ -177,9 +177,11 @@ typedef struct coord_book {
     bool off;          /* no fast path: never opened, or turned off after nonsense */
     bool recount;      /* a process died inside a booking, or something was odd: count `charged` again */
     int strikes;
+    uint64_t reconciled; /* bookings turned into ledger grants or finished (status) */
     char link[PATH_MAX + 8];
     char target[64];
     int64_t limit[COMEM_MAX_DEVICES]; /* what was published */
+    int64_t sub[COMEM_MAX_DEVICES];   /* reconciled bytes to take out of `charged` after the next publish */
     uint32_t seen[BOOK_SLOTS];        /* each slot's `posted` when last looked at */
     int64_t active_until_ns;          /* bookings seen lately: the loop looks every millisecond */
     book_priv priv[BOOK_SLOTS][BOOK_RECORDS];
@@ -297,8 +299,15 @@ void coord_book_session_end(comem_coord_srv *s, conn *c);
 void coord_book_close_device(comem_coord_srv *s, int device);
 /* Bytes booked in the area and not yet in the ledger (decisions subtract them). */
 int64_t coord_fast_inflight(const comem_coord_srv *s, int device);
+/* Turns what clients booked since last looked into ledger grants (before a reading: floors subtract grants). */
+void coord_book_reconcile(comem_coord_srv *s);
 /* End of a loop turn: reconciles new bookings, counts again when due, publishes the limits. */
 void coord_book_sync(comem_coord_srv *s);
+/*
+ * GRANT_DONE naming a booking (grant id BOOK_REF_BIT | record << 32 | seq): the booking turns into
+ * residency in entry like a grant. Returns the reply's status (COMEM_ENOENT: no such booking now).
+ */
+int coord_book_grant_done(comem_coord_srv *s, conn *c, uint64_t ref, uint64_t entry, int64_t used);
 /* Bookings were seen lately (or a recount waits): the loop should look again within a millisecond. */
 bool coord_book_active(const comem_coord_srv *s);
 

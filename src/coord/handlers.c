@@ -94,6 +94,11 @@ static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg
 
 static void on_grant_done(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_grant_done *g)
 {
+    if (g->grant_id & BOOK_REF_BIT) { /* a booking made in shared memory (coord/book.c) */
+        int rc = coord_book_grant_done(s, c, g->grant_id, g->entry_id, g->used);
+        coord_reply(s, c, rid, rc, rc == COMEM_ENOENT ? "no such booking (expired?) or entry" : NULL);
+        return;
+    }
     ledger_grant *gr = comem_ledger_grant(&s->ledger, g->grant_id);
     int device = gr ? gr->device : -1;
     int64_t bytes = gr ? gr->bytes : 0;

@@ -99,7 +99,33 @@ static int64_t reclaimable(comem_coord_srv *s, int device)
     return sum;
 }
 
-/* Context floors from per-process usage: what a process holds beyond its entries and grants. */
+/* Σ resident and granted on device of every session of process pid (an embedding process has several). */
+static int64_t process_held(comem_coord_srv *s, int32_t pid, int device, int *n_sessions)
+{
+    int64_t held = 0;
+    *n_sessions = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
+        uint64_t id;
+        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, &id);
+        if (!ss || ss->pid != pid)
+            continue;
+        (*n_sessions)++;
+        held = comem_add(held, comem_ledger_session_resident(&s->ledger, id, 0, device));
+    }
+    for (size_t g = 0; g < comem_slab_slots(&s->ledger.grants); g++) {
+        const ledger_grant *gr = comem_slab_at(&s->ledger.grants, g, NULL);
+        const ledger_session *ss = gr ? comem_ledger_session(&s->ledger, gr->session) : NULL;
+        if (ss && ss->pid == pid && gr->device == device)
+            held = comem_add(held, gr->bytes);
+    }
+    return held;
+}
+
+/*
+ * Context floors from per-process usage: what a process holds beyond its entries and grants,
+ * shared evenly by its sessions (a process that embeds the coordinator may hold several), so
+ * the floors add up to what the process really holds beyond the ledger.
+ */
 static void update_floors(comem_coord_srv *s, int device, const comem_device_reading *r)
 {
     if (!r->procs_known)
@@ -115,14 +141,9 @@ static void update_floors(comem_coord_srv *s, int device, const comem_device_rea
                 usage = r->procs[p].bytes;
         int64_t floor = 0;
         if (usage > 0) {
-            int64_t granted = 0;
-            for (size_t g = 0; g < comem_slab_slots(&s->ledger.grants); g++) {
-                const ledger_grant *gr = comem_slab_at(&s->ledger.grants, g, NULL);
-                if (gr && gr->session == id && gr->device == device)
-                    granted = comem_add(granted, gr->bytes);
-            }
-            floor = comem_clamp0(comem_sub(comem_sub(usage, comem_ledger_session_resident(&s->ledger, id, 0, device)),
-                                           granted));
+            int n = 1;
+            int64_t held = process_held(s, ss->pid, device, &n);
+            floor = comem_clamp0(comem_sub(usage, held)) / (n > 0 ? n : 1);
         }
         if (floor != ss->floor[device])
             comem_ledger_set_floor(&s->ledger, id, device, floor); /* refused if it would not fit: keep the old */
@@ -149,6 +170,7 @@ int coord_measure(comem_coord_srv *s, int device)
     int64_t now = comem_now_ns();
     if (now < m->retry_ns)
         return COMEM_EBUSY; /* it could not be read a moment ago: do not wait on it again yet */
+    coord_book_reconcile(s); /* floors subtract each process's grants: bookings must be grants by then */
     int rc = comem_device_read(s->src, device, &m->r);
     if (rc != COMEM_OK) {
         if (!m->failing)

@@ -106,6 +106,9 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_i(o, "resident", resident);
     add_i(o, "context_floors", floors);
     add_i(o, "granted", comem_ledger_granted(&s->ledger, d));
+    /* The booking area: bytes booked there the ledger does not hold yet, and the room it offers. */
+    add_i(o, "booked", coord_fast_inflight(s, d));
+    add_i(o, "booking_limit", s->book.a && !s->book.off ? s->book.limit[d] : -1);
     add_i(o, "attributed", comem_ledger_attributed(&s->ledger, d));
     if (m->valid) {
         int64_t in_use = comem_sub(m->r.used, comem_clamp0(m->r.reserved));
@@ -187,6 +190,9 @@ char *coord_status_json(comem_coord_srv *s)
     add_b(co, "checking", s->ledger.checking);
     add_i(co, "checks", (int64_t)s->ledger.checks);
     add_i(co, "violations", (int64_t)s->ledger.violations);
+    add_s(co, "booking_area", !s->book.a ? "none" : s->book.off ? "off" : s->book.recount ? "counting" : "on");
+    add_i(co, "bookings_reconciled", (int64_t)s->book.reconciled);
+    add_i(co, "booking_strikes", s->book.strikes);
     json_object_object_add(root, "coordinator", co);
     json_object *pins = json_object_new_object();
     add_i(pins, "total", s->ledger.total_pinned);

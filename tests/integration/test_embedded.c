@@ -75,8 +75,11 @@ static int on_release(void *user, uint64_t holder, int kind, int64_t bytes, cons
         comem_sim_free(g_sim, 0, give);
         cs->m[i].resident -= give;
         *freed += give;
-        if (comem_entry_set_resident(cs->c, cs->m[i].entry, cs->m[i].resident) != COMEM_OK)
+        int src = comem_entry_set_resident(cs->c, cs->m[i].entry, cs->m[i].resident);
+        if (src != COMEM_OK) {
+            fprintf(stderr, "set_resident: %s\n", comem_status_str(src));
             FAIL_AT("entry_set_resident in release callback");
+        }
     }
     pthread_mutex_unlock(&cs->lock);
     return COMEM_OK;
@@ -101,9 +104,12 @@ static void *caller(void *arg)
             if (rc == COMEM_OK && cs->n < 8 && comem_sim_alloc(g_sim, 0, size) == COMEM_OK) {
                 model *m = &cs->m[cs->n++];
                 m->resident = size;
-                if (comem_entry_add(cs->c, cs->holder, "m", size, 0, 0, &m->entry) != COMEM_OK ||
-                    comem_grant_done(cs->c, grant, m->entry, size) != COMEM_OK)
+                int arc = comem_entry_add(cs->c, cs->holder, "m", size, 0, 0, &m->entry);
+                int grc = arc == COMEM_OK ? comem_grant_done(cs->c, grant, m->entry, size) : 0;
+                if (arc != COMEM_OK || grc != COMEM_OK) {
+                    fprintf(stderr, "entry_add %s grant_done %s\n", comem_status_str(arc), comem_status_str(grc));
                     FAIL_AT("entry_add or grant_done");
+                }
                 atomic_fetch_add(&g_granted, 1);
             } else if (rc == COMEM_OK) {
                 comem_grant_done(cs->c, grant, 0, 0); /* raced: another caller filled the slots */
