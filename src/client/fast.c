@@ -32,8 +32,15 @@ struct client_fast {
     uint64_t gen;
     int n_devices;
     _Atomic uint32_t hint; /* where the next claim starts looking */
+    int stall;             /* COMEM_TEST_FAST_STALL, read when mapped */
     struct client_fast *next;
 };
+
+static int stall_mode(void)
+{
+    const char *e = getenv("COMEM_TEST_FAST_STALL");
+    return !e ? 0 : !strcmp(e, "charged") ? 1 : !strcmp(e, "booked") ? 2 : 0;
+}
 
 void comem_fast_attach(comem_client *c, uint64_t gen, uint64_t session)
 {
@@ -67,6 +74,7 @@ void comem_fast_attach(comem_client *c, uint64_t gen, uint64_t session)
     f->slot = slot;
     f->gen = gen;
     f->n_devices = (int)a->n_devices;
+    f->stall = stall_mode();
     pthread_mutex_lock(&c->lock);
     f->next = c->fast_all;
     c->fast_all = f;
@@ -101,16 +109,9 @@ client_fast *comem_fast_for(comem_client *c, uint64_t gen)
  * and its record, =booked between its record and telling the coordinator, so a
  * test can SIGKILL a process exactly there.
  */
-static void test_stall(int where)
+static void test_stall(const client_fast *f, int where)
 {
-    static _Atomic int mode = -1;
-    int m = atomic_load_explicit(&mode, memory_order_relaxed);
-    if (m < 0) {
-        const char *e = getenv("COMEM_TEST_FAST_STALL");
-        m = !e ? 0 : !strcmp(e, "charged") ? 1 : !strcmp(e, "booked") ? 2 : 0;
-        atomic_store_explicit(&mode, m, memory_order_relaxed);
-    }
-    if (m == where)
+    if (f->stall == where)
         for (;;)
             pause();
 }
@@ -125,10 +126,13 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
     int64_t reserve = atomic_load_explicit(&sl->reserve[device], memory_order_acquire);
     if (reserve < 0)
         return false;
+    /* The coordinator's target (coord/admit.c need_of), with the reserve it keeps for this session. */
     int64_t need = comem_add(comem_admit_target(weights, working, reserve),
                              comem_clamp0(atomic_load_explicit(&sl->floor_add[device], memory_order_relaxed)));
     if (atomic_load_explicit(&d->limit, memory_order_relaxed) < need)
         return false; /* closed, or plainly too small: the coordinator may make room */
+    if (comem_now_ns() - atomic_load_explicit(&d->confirmed_ns, memory_order_relaxed) > BOOK_STALE_NS)
+        return false; /* not confirmed lately: the coordinator is stopped or stuck */
     /* Claim a record of this session's slot. */
     uint32_t start = atomic_fetch_add_explicit(&f->hint, 1, memory_order_relaxed);
     book_record *r = NULL;
@@ -160,7 +164,7 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
     }
     /* page_counter_try_charge: charge first, compare, roll back. */
     int64_t old = atomic_fetch_add(&d->charged, weights);
-    test_stall(1);
+    test_stall(f, 1);
     int64_t lim = atomic_load(&d->limit);
     if (lim < 0 || old < 0 || comem_add(old, need) > lim) {
         atomic_fetch_sub(&d->charged, weights);
@@ -168,7 +172,7 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
         return false;
     }
     atomic_store(&r->state, BOOK_BOOKED);
-    test_stall(2);
+    test_stall(f, 2);
     atomic_fetch_add(&sl->posted, 1); /* the coordinator reconciles it at its next turn */
     g->fast = true;
     g->fast_idx = idx;

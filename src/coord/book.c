@@ -29,6 +29,7 @@
 
 #define BOOK_MAX_STRIKES 8       /* nonsense seen this often: the fast path stays off */
 #define BOOK_ACTIVE_NS 100000000 /* after a booking, the loop looks every millisecond for this long */
+#define BOOK_RECOUNT_WAIT_NS 500000000 /* a recount blocked this long by a record in transition: a strike */
 
 void comem_book_path(const char *socket_path, char *buf, size_t len) { snprintf(buf, len, "%s.book", socket_path); }
 
@@ -149,7 +150,7 @@ int64_t coord_fast_inflight(const comem_coord_srv *s, int device)
     if (b->off || !b->a || device < 0 || device >= COMEM_MAX_DEVICES)
         return 0;
     int64_t v = atomic_load(&b->a->dev[device].charged);
-    return v > 0 ? v : 0;
+    return v > 0 ? comem_min(v, s->ledger.devices[device].capacity) : 0; /* nonsense is bounded, then struck */
 }
 
 void coord_book_close_device(comem_coord_srv *s, int device)
@@ -380,6 +381,30 @@ static bool recount(comem_coord_srv *s)
     return true;
 }
 
+/*
+ * Contexts about to appear on device d that no reading shows yet: a process that holds grants or
+ * residency there but no measured context floor creates one (COMEM_CONTEXT_FLOOR) with its first
+ * allocation. The slow path adds it to that process's own target; bookings beside it must leave it.
+ */
+static int64_t pending_contexts(comem_coord_srv *s, int d)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
+        uint64_t id;
+        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, &id);
+        if (!ss || ss->floor[d] != 0)
+            continue;
+        bool holds = comem_ledger_session_resident(&s->ledger, id, 0, d) > 0;
+        for (size_t g = 0; !holds && g < comem_slab_slots(&s->ledger.grants); g++) {
+            const ledger_grant *gr = comem_slab_at(&s->ledger.grants, g, NULL);
+            holds = gr && gr->session == id && gr->device == d;
+        }
+        if (holds)
+            sum = comem_add(sum, COMEM_CONTEXT_FLOOR);
+    }
+    return sum;
+}
+
 /* The room device d's admissions may take now, or BOOK_CLOSED. */
 static int64_t limit_of(comem_coord_srv *s, int d, bool active)
 {
@@ -397,6 +422,7 @@ static int64_t limit_of(comem_coord_srv *s, int d, bool active)
     /* Never more than the ledger itself would book: a grant that does not fit its capacity is refused. */
     int64_t room = comem_min(coord_ledger_room(s, d),
                              comem_sub(s->ledger.devices[d].capacity, comem_ledger_attributed(&s->ledger, d)));
+    room = comem_sub(room, pending_contexts(s, d));
     return room > 0 ? room : BOOK_CLOSED;
 }
 
@@ -457,8 +483,15 @@ void coord_book_sync(comem_coord_srv *s)
     }
     if (b->recount && !recount(s)) {
         b->active_until_ns = now + BOOK_ACTIVE_NS; /* look again soon */
+        if (!b->recount_since_ns)
+            b->recount_since_ns = now;
+        else if (now - b->recount_since_ns > BOOK_RECOUNT_WAIT_NS) {
+            b->recount_since_ns = now;
+            strike(s, "a record stayed half-written (a stopped process, or scribbling)");
+        }
         return;
     }
+    b->recount_since_ns = 0;
     if (b->off)
         return;
     int64_t sub[COMEM_MAX_DEVICES] = {0};
@@ -473,6 +506,7 @@ void coord_book_sync(comem_coord_srv *s)
             atomic_store(&b->a->dev[d].limit, lim);
             b->limit[d] = lim;
         }
+        atomic_store_explicit(&b->a->dev[d].confirmed_ns, now, memory_order_relaxed);
     }
     /* Published first, taken out second: for a moment the bytes count twice, never zero times. */
     for (int d = 0; d < s->ledger.n_devices; d++) {

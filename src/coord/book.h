@@ -76,10 +76,14 @@ typedef struct book_slot {
 } book_slot;
 
 typedef struct book_device {
-    _Atomic int64_t charged; /* c adds and rolls back, k takes reconciled bytes out */
-    _Atomic int64_t limit;   /* k: the room admissions may take; < 0 closed */
-    char pad_[48];           /* one cache line each: devices do not share a line */
+    _Atomic int64_t charged;      /* c adds and rolls back, k takes reconciled bytes out */
+    _Atomic int64_t limit;        /* k: the room admissions may take; < 0 closed */
+    _Atomic int64_t confirmed_ns; /* k: CLOCK_MONOTONIC when the limit was last confirmed (every turn, >= 50 Hz) */
+    char pad_[40];                /* one cache line each: devices do not share a line */
 } book_device;
+
+/* A limit not confirmed for this long is not used: the coordinator is stopped or stuck. */
+#define BOOK_STALE_NS (200 * 1000000LL)
 
 typedef struct book_area {
     uint64_t magic;

@@ -177,6 +177,7 @@ typedef struct coord_book {
     bool off;          /* no fast path: never opened, or turned off after nonsense */
     bool recount;      /* a process died inside a booking, or something was odd: count `charged` again */
     int strikes;
+    int64_t recount_since_ns; /* a recount has waited since then for records in transition */
     uint64_t reconciled; /* bookings turned into ledger grants or finished (status) */
     char link[PATH_MAX + 8];
     char target[64];
