@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -67,6 +68,9 @@ static void client_free(comem_client *c)
     free(c->out);
     free(c->receipt);
     pthread_mutex_destroy(&c->dev_lock);
+    if (c->epfd >= 0)
+        close(c->epfd);
+    pthread_mutex_destroy(&c->read_lock);
     pthread_mutex_destroy(&c->write_lock);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -85,11 +89,17 @@ static comem_client *client_alloc(void)
     atomic_init(&c->next_req, 1u);
     atomic_init(&c->stopping, false);
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    c->epfd = epoll_create1(EPOLL_CLOEXEC);
+    pthread_mutex_init(&c->read_lock, NULL);
+    if (c->epfd >= 0 && c->wake_fd >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = c->wake_fd};
+        epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->wake_fd, &ev);
+    }
     c->rbuf = malloc(COMEM_WIRE_MAX_FRAME);
     c->in = malloc(sizeof *c->in);
     c->out = malloc(sizeof *c->out);
     c->receipt = malloc(sizeof *c->receipt);
-    if (c->wake_fd < 0 || !c->rbuf || !c->in || !c->out || !c->receipt) {
+    if (c->wake_fd < 0 || c->epfd < 0 || !c->rbuf || !c->in || !c->out || !c->receipt) {
         client_free(c);
         return NULL;
     }
@@ -165,7 +175,8 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
         if (rc == COMEM_OK) {
             up = true;
             c->fd = c->wfd = fd;
-            c->gen = c->wgen = 1;
+            c->gen = c->wgen = c->fd_gen = 1;
+            comem_conn_watch(c, fd, true);
             c->link = LINK_UP;
             c->session_id = session;
             c->ever_connected = true;

@@ -15,9 +15,19 @@
  *   │   └── pending     requests waiting for their reply (client/pending.c)
  *   ├── write_lock      guards wfd/wgen and every frame write, so two frames
  *   │                   never interleave; taken after lock, never before it
- *   ├── service thread  owns fd, rbuf, in and out: reads every frame, matches
- *   │                   replies, hands release asks to the callback thread,
- *   │                   reconnects and runs the resync (client/service.c)
+ *   ├── read_lock       THE READER ROLE: whoever holds it may read the socket
+ *   │                   and owns rbuf and in. Normally the service thread; a
+ *   │                   caller that finds it free while it waits for a reply
+ *   │                   takes it (the leader), takes the socket out of the
+ *   │                   service thread's epoll set, and reads and dispatches
+ *   │                   every frame itself until its own reply comes (asks
+ *   │                   still go to the callback thread, other replies to
+ *   │                   their waiters), so the reply costs no thread wake-up.
+ *   │                   Taken before lock and write_lock, never after them.
+ *   ├── service thread  owns fd (changed under read_lock) and out: reads every
+ *   │                   frame while no caller leads, matches replies, hands
+ *   │                   release asks to the callback thread, reconnects and
+ *   │                   runs the resync (client/service.c)
  *   ├── callback thread owns receipt, ask_ids and ask_amounts: runs the
  *   │                   holders' release callbacks one at a time, with no lock
  *   │                   held, and sends their receipts (callbacks.c, ask.c)
@@ -256,6 +266,10 @@ struct comem_client {
     char sess_prompt[COMEM_WIRE_NAME_MAX];
     int64_t sess_pins, synced_sess_pins;
 
+    pthread_mutex_t read_lock; /* the reader role: fd reads, rbuf, in (above) */
+    int epfd;                  /* the service thread waits here: wake_fd, and the socket while nobody leads */
+    uint64_t fd_gen;           /* the generation fd belongs to (under read_lock) */
+
     pthread_mutex_t write_lock;
     int wfd;       /* the socket writers use; -1 when down */
     uint64_t wgen; /* the generation wfd belongs to */
@@ -367,6 +381,15 @@ int comem_conn_read(comem_client *c, int fd, int timeout_ms);
 int comem_conn_next(comem_client *c);
 
 /*
+ * Reader role held: reads what c->fd has now into the buffer without waiting.
+ * 1 bytes came, 0 none, COMEM_ECLOSED on EOF, COMEM_EIO.
+ */
+int comem_conn_fill(comem_client *c);
+
+/* The socket fd joins (events EPOLLIN) or leaves (0) the service thread's epoll set. */
+void comem_conn_watch(comem_client *c, int fd, bool on);
+
+/*
  * Says HELLO on a fresh socket and reads the reply. COMEM_OK with *session; a
  * refusal's status with *refused set and its message in why; COMEM_ETIMEDOUT,
  * COMEM_ECLOSED or COMEM_EPROTO when the exchange failed.
@@ -420,6 +443,13 @@ void comem_pending_fail_all(comem_client *c);
 
 /* True on c's service thread (API calls there must not wait). */
 bool comem_on_service_thread(const comem_client *c);
+
+/*
+ * Reader role held: dispatches every whole frame in the buffer (replies to
+ * their waiters, asks to the callback thread). COMEM_OK, or COMEM_EPROTO for a
+ * frame a coordinator must not send (the service thread then drops the link).
+ */
+int comem_service_dispatch_all(comem_client *c);
 
 /* Starts the service thread. */
 int comem_service_start(comem_client *c);

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +160,34 @@ int comem_conn_read(comem_client *c, int fd, int timeout_ms)
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
         return 0;
     return errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
+}
+
+int comem_conn_fill(comem_client *c)
+{
+    if (c->rpos > 0) {
+        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+        c->rlen -= c->rpos;
+        c->rpos = 0;
+    }
+    if (c->fd < 0)
+        return COMEM_ECLOSED;
+    ssize_t r = recv(c->fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen, MSG_DONTWAIT);
+    if (r > 0) {
+        c->rlen += (size_t)r;
+        return 1;
+    }
+    if (r == 0)
+        return COMEM_ECLOSED;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return 0;
+    return errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
+}
+
+void comem_conn_watch(comem_client *c, int fd, bool on)
+{
+    struct epoll_event ev = {.events = on ? EPOLLIN : 0, .data.fd = fd};
+    if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, fd, &ev) != 0 && on)
+        epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev); /* first time on this socket */
 }
 
 int comem_conn_next(comem_client *c)

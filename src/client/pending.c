@@ -13,6 +13,7 @@
  * grant back). Everything here runs under c->lock except the send and the wait.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -108,13 +109,69 @@ int comem_req_send(comem_client *c, client_req *r, comem_msg *m)
     return comem_conn_send(c, r->gen, m);
 }
 
+/*
+ * Takes the reader role for request r when nobody holds it (client_internal.h:
+ * THE READER ROLE): the socket leaves the service thread's epoll set, so the
+ * reply wakes this thread and no other. False: the service thread (or another
+ * caller) reads, and this caller waits to be signalled.
+ */
+static bool lead_begin(comem_client *c, const client_req *r)
+{
+    if (!r->p || !r->p->waiting || comem_on_service_thread(c) || pthread_mutex_trylock(&c->read_lock) != 0)
+        return false;
+    if (c->fd < 0 || c->fd_gen != r->gen) {
+        pthread_mutex_unlock(&c->read_lock);
+        return false;
+    }
+    comem_conn_watch(c, c->fd, false);
+    return true;
+}
+
+/* The leader reads and dispatches until its own reply is there, the deadline passes or the stream fails. */
+static void lead(comem_client *c, client_pending *p, int64_t deadline)
+{
+    for (;;) {
+        if (comem_service_dispatch_all(c) != COMEM_OK)
+            return; /* a bad frame: the service thread meets it too and drops the link */
+        pthread_mutex_lock(&c->lock);
+        bool done = p->done;
+        pthread_mutex_unlock(&c->lock);
+        if (done || atomic_load(&c->stopping))
+            return;
+        int rc = comem_conn_fill(c);
+        if (rc < 0)
+            return; /* EOF or an error: the service thread sees it as well, and fails what waits */
+        if (rc == 1)
+            continue;
+        int wait = comem_ms_until(deadline);
+        if (wait == 0)
+            return;
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        if (poll(&pfd, 1, wait < 100 ? wait : 100) < 0 && errno != EINTR) /* stopping is looked at every 100 ms */
+            return;
+    }
+}
+
+/* Hands the reader role back: the socket rejoins the service thread's set (it wakes if bytes wait). */
+static void lead_end(comem_client *c)
+{
+    comem_conn_watch(c, c->fd, true);
+    pthread_mutex_unlock(&c->read_lock);
+}
+
 int comem_req_finish(comem_client *c, client_req *r, comem_msg *m, int timeout_ms, client_reply *out, char **text)
 {
     if (out)
         memset(out, 0, sizeof *out);
     int64_t deadline = comem_now_ns() + (int64_t)timeout_ms * 1000000;
+    bool leading = lead_begin(c, r);
     int rc = m ? comem_req_send(c, r, m) : COMEM_OK;
     client_pending *p = r->p;
+    if (leading) {
+        if (rc == COMEM_OK)
+            lead(c, p, deadline);
+        lead_end(c);
+    }
     if (!p)
         return rc;
 

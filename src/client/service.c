@@ -11,7 +11,9 @@
  * one ever blocks on a release; API calls made from here never wait for
  * replies (they could only come through this thread).
  */
+#include <errno.h>
 #include <stdio.h>
+#include <sys/epoll.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -94,27 +96,76 @@ static int dispatch(comem_client *c)
     return COMEM_OK;
 }
 
+int comem_service_dispatch_all(comem_client *c)
+{
+    int rc;
+    while ((rc = comem_conn_next(c)) == 1)
+        if ((rc = dispatch(c)) != COMEM_OK)
+            return rc;
+    return rc < 0 ? rc : COMEM_OK;
+}
+
+/* *done, read where it is written (a leading caller may complete this thread's requests). */
+static bool is_done(comem_client *c, const bool *done)
+{
+    if (!done)
+        return false;
+    pthread_mutex_lock(&c->lock);
+    bool d = *done;
+    pthread_mutex_unlock(&c->lock);
+    return d;
+}
+
+/*
+ * Waits for the socket (unless a caller leads: then it is out of the set) or
+ * the wake-up eventfd. 1 readable, 2 woken, 0 timeout, COMEM_EIO.
+ */
+static int wait_service(comem_client *c, int timeout_ms)
+{
+    struct epoll_event ev[2];
+    int n = epoll_wait(c->epfd, ev, 2, timeout_ms);
+    if (n < 0)
+        return errno == EINTR ? 0 : COMEM_EIO;
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (ev[i].data.fd == c->wake_fd) {
+            uint64_t v;
+            ssize_t r = read(c->wake_fd, &v, sizeof v);
+            (void)r;
+            return 2;
+        }
+        rc = 1;
+    }
+    return rc;
+}
+
 int comem_service_pump_until(comem_client *c, const bool *done, int64_t deadline_ns)
 {
     for (;;) {
-        int rc;
-        while ((rc = comem_conn_next(c)) == 1)
-            if ((rc = dispatch(c)) != COMEM_OK)
-                return rc;
-        if (rc < 0)
+        pthread_mutex_lock(&c->read_lock);
+        int rc = comem_service_dispatch_all(c);
+        pthread_mutex_unlock(&c->read_lock);
+        if (rc != COMEM_OK)
             return rc;
-        if (done && *done)
+        if (is_done(c, done))
             return COMEM_OK;
         if (atomic_load(&c->stopping))
             return COMEM_ECLOSED;
         int wait = -1;
         if (deadline_ns >= 0 && (wait = comem_ms_until(deadline_ns)) == 0)
             return COMEM_ETIMEDOUT;
-        rc = comem_conn_read(c, c->fd, wait);
+        rc = wait_service(c, wait);
         if (rc < 0)
             return rc;
         if (rc == 2 && !done)
             return COMEM_OK; /* woken: the loop looks at stopping and need_sync */
+        if (rc == 1) {
+            pthread_mutex_lock(&c->read_lock);
+            rc = comem_conn_fill(c); /* 0: a leading caller read it first */
+            pthread_mutex_unlock(&c->read_lock);
+            if (rc < 0)
+                return rc;
+        }
     }
 }
 
@@ -130,9 +181,12 @@ static void lost(comem_client *c, int why)
     pthread_mutex_lock(&c->write_lock);
     c->wfd = -1; /* no writer can reach the socket once this is seen */
     pthread_mutex_unlock(&c->write_lock);
-    close(c->fd);
+    pthread_mutex_lock(&c->read_lock); /* a leading caller finishes its read first */
+    close(c->fd); /* leaves the epoll set with it */
     c->fd = -1;
+    c->fd_gen = 0;
     c->rlen = c->rpos = 0;
+    pthread_mutex_unlock(&c->read_lock);
     c->retry_ms = RETRY_MIN_MS;
     if (was && !atomic_load(&c->stopping))
         comem_warn("lost the coordinator at %s (%s); deciding locally until it answers again", c->path,
@@ -148,7 +202,9 @@ static int try_connect(comem_client *c)
     uint64_t session = 0;
     bool refused = false;
     char why[COMEM_WIRE_TEXT_MAX];
+    pthread_mutex_lock(&c->read_lock); /* the hello reads into the buffer; no caller leads now */
     int rc = comem_conn_hello(c, fd, &session, &refused, why, sizeof why);
+    pthread_mutex_unlock(&c->read_lock);
     if (rc != COMEM_OK) {
         close(fd);
         if (refused) {
@@ -177,7 +233,11 @@ static int try_connect(comem_client *c)
     c->wfd = fd;
     c->wgen = gen;
     pthread_mutex_unlock(&c->write_lock);
+    pthread_mutex_lock(&c->read_lock);
     c->fd = fd;
+    c->fd_gen = gen;
+    comem_conn_watch(c, fd, true);
+    pthread_mutex_unlock(&c->read_lock);
     comem_fast_attach(c, gen, session);
     rc = comem_resync(c);
     if (rc != COMEM_OK) {
