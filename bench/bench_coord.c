@@ -283,9 +283,21 @@ static double bench_admit_raw(const char *sock, pid_t comemd)
 
 /* ---- 2. admission round trip, no eviction, K clients ---- */
 
-static double bench_admit(const char *sock, int clients)
+typedef struct admit_result {
+    double p50;
+    double per_s; /* admissions (each with its cancel) per second, all clients together */
+} admit_result;
+
+/*
+ * K client processes, each admitting 1 MiB and cancelling it. fast: as the
+ * library does by default (the booking area when the admission fits); else
+ * with COMEM_NO_FAST, every admission a round trip to the coordinator.
+ */
+static admit_result bench_admit(const char *sock, int clients, bool fast)
 {
     int total = g_quick ? 4000 : 20000, each = total / clients;
+    if (fast)
+        each *= 10; /* a booking takes a fraction of a microsecond: more of them for a steady figure */
     int go[2], res[2];
     pipe(go);
     pipe(res);
@@ -295,6 +307,8 @@ static double bench_admit(const char *sock, int clients)
         if (pids[k] == 0) {
             pin_cpu(g_client_cpu);
             close(go[1]);
+            if (!fast)
+                setenv("COMEM_NO_FAST", "1", 1);
             comem_client *c;
             uint64_t h, g;
             if (comem_client_open(sock, COMEM_CLIENT_WORKER, "bench", -1, COMEM_OPEN_NO_LOCAL, &c) ||
@@ -324,22 +338,27 @@ static double bench_admit(const char *sock, int clients)
     usleep(300000 + 5000 * clients); /* every client connected and warmed up */
     char ones[64];
     memset(ones, 1, sizeof ones);
+    int64_t t0 = now_ns();
     for (int k = 0; k < clients; k++)
         write_all(go[1], ones, 1);
     double *all = malloc(sizeof *all * (size_t)(each * clients));
     for (int k = 0; k < clients; k++)
         read_all(res[0], all + (size_t)k * (size_t)each, sizeof *all * (size_t)each);
+    double wall = (double)(now_ns() - t0) / 1e9;
     for (int k = 0; k < clients; k++)
         waitpid(pids[k], NULL, 0);
     char what[96];
-    snprintf(what, sizeof what, "admission round trip, no eviction, %d client%s", clients, clients > 1 ? "s" : "");
-    double p50 = report(what, all, (size_t)(each * clients));
+    snprintf(what, sizeof what, "admission %s, no eviction, %d client%s", fast ? "(fast path)" : "through the coordinator",
+             clients, clients > 1 ? "s" : "");
+    admit_result r = {.p50 = report(what, all, (size_t)(each * clients))};
+    r.per_s = (double)(each * clients) / wall;
+    printf("  %-52s %.0f admissions/s (each with its cancel; wall %.3f s)\n", "", r.per_s, wall);
     free(all);
     free(pids);
     close(go[1]);
     close(res[0]);
     close(res[1]);
-    return p50;
+    return r;
 }
 
 /* ---- 3. admission that needs one cross-process release ---- */
@@ -523,6 +542,92 @@ static void bench_view(const char *sock)
     comem_view_close(v);
 }
 
+/* ---- 6. how fresh the view is: a ledger change -> a reader sees it ---- */
+
+static double g_fresh_p99_us = NAN, g_fresh_max_us = NAN, g_book_fresh_p99_us = NAN;
+
+/*
+ * A child changes the ledger (a grant through the coordinator, then its
+ * cancel; or a booking in shared memory, which the coordinator reconciles);
+ * this process spins on the view's granted figure and notes when it moved,
+ * against the child's CLOCK_MONOTONIC stamp taken just before the call.
+ */
+static void bench_fresh(const char *sock, bool booking)
+{
+    char path[512];
+    comem_view_path(sock, path, sizeof path);
+    int fd = open(path, O_RDONLY);
+    comem_view_shared *sh = fd >= 0 ? mmap(NULL, sizeof *sh, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (sh == MAP_FAILED) {
+        printf("  view freshness: cannot map the view\n");
+        return;
+    }
+    int n = g_quick ? 100 : 300;
+    int cmd[2], stamp[2];
+    pipe(cmd);
+    pipe(stamp);
+    pid_t p = fork();
+    if (p == 0) {
+        pin_cpu(g_client_cpu);
+        if (!booking)
+            setenv("COMEM_NO_FAST", "1", 1);
+        comem_client *c;
+        uint64_t h, g;
+        if (comem_client_open(sock, COMEM_CLIENT_WORKER, "fresh", -1, COMEM_OPEN_NO_LOCAL, &c) ||
+            comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &h))
+            _exit(1);
+        for (int w = 0; w < 50; w++) /* the booking area opens with activity */
+            if (comem_admit(c, 0, h, COMEM_MIB, 0, 0, NULL, 0, 10000, &g, NULL) == COMEM_OK)
+                comem_grant_done(c, g, 0, 0);
+        char b;
+        while (read(cmd[0], &b, 1) == 1) {
+            int64_t t0 = now_ns();
+            if (b == 'a')
+                comem_admit(c, 0, h, 512 * COMEM_MIB, 0, 0, NULL, 0, 10000, &g, NULL);
+            else
+                comem_grant_done(c, g, 0, 0);
+            write_all(stamp[1], &t0, sizeof t0);
+        }
+        _exit(0);
+    }
+    double *lat = malloc(sizeof *lat * (size_t)(2 * n));
+    int got = 0;
+    for (int i = 0; i < n; i++) {
+        for (int step = 0; step < 2; step++) {
+            int64_t before = atomic_load(&sh->dev[0].granted);
+            write_all(cmd[1], step == 0 ? "a" : "d", 1);
+            int64_t spin0 = now_ns();
+            while (atomic_load(&sh->dev[0].granted) == before && now_ns() - spin0 < 2000000000)
+                sched_yield();
+            int64_t seen = now_ns(), t0;
+            if (!read_all(stamp[0], &t0, sizeof t0))
+                break;
+            if (!booking || step == 0) /* a cancelled booking may never reach the ledger: not timed */
+                lat[got++] = (double)(seen - t0) / 1e3;
+            if (booking && step == 0)
+                usleep(2000); /* let it be reconciled before it is cancelled */
+        }
+    }
+    close(cmd[1]);
+    waitpid(p, NULL, 0);
+    close(cmd[0]);
+    close(stamp[0]);
+    close(stamp[1]);
+    double *v = lat;
+    if (booking) {
+        report("booking in shared memory -> the view's granted shows it", v, (size_t)got);
+        g_book_fresh_p99_us = v[(size_t)((double)got * 0.99)];
+    } else {
+        report("ledger change (grant, cancel) -> a view reader sees it", v, (size_t)got);
+        g_fresh_p99_us = v[(size_t)((double)got * 0.99)];
+        g_fresh_max_us = v[got - 1];
+        printf("  %-52s max %.2f us over %d changes\n", "", g_fresh_max_us, got);
+    }
+    free(lat);
+    munmap(sh, sizeof *sh);
+    close(fd);
+}
+
 /* ---- 7. a killed session's bytes ---- */
 
 static void bench_dead(const char *sock)
@@ -610,12 +715,22 @@ int main(int argc, char **argv)
     snprintf(spec, sizeof spec, "sim:80GiB:reserved=0:ctx=0:path=%s/card", g_dir);
     pid_t d = start_comemd(sock, spec);
     double raw = bench_admit_raw(sock, d);
-    double a1 = bench_admit(sock, 1);
-    bench_admit(sock, 16);
-    bench_admit(sock, 64);
+    admit_result s1 = bench_admit(sock, 1, false), s16 = bench_admit(sock, 16, false),
+                 s64 = bench_admit(sock, 64, false);
+    admit_result f1 = bench_admit(sock, 1, true), f16 = bench_admit(sock, 16, true), f64 = bench_admit(sock, 64, true);
+    double a1 = s1.p50;
     bench_view(sock);
+    bench_fresh(sock, false);
+    bench_fresh(sock, true);
     bench_dead(sock);
+    comem_view *lv = NULL;
+    int live_before = comem_view_open(sock, &lv) == COMEM_OK ? comem_view_state(lv, NULL) : COMEM_ENOENT;
     stop_comemd(d);
+    int live_after = lv ? comem_view_state(lv, NULL) : COMEM_ENOENT;
+    printf("  view liveness: %s while comemd runs, %s after it exited\n", comem_status_str(live_before),
+           comem_status_str(live_after));
+    if (lv)
+        comem_view_close(lv);
     bench_release(g_dir);
     bench_plan();
 
@@ -636,8 +751,27 @@ int main(int argc, char **argv)
            "%.2f us more\n", raw - ping, a1 - raw);
     printf("  CPU per request: echo server %.2f us, coordinator %.2f us (mean over the run; noise-free)\n",
            g_echo_cpu_us, g_coord_cpu_us);
-    printf("  admission is %.1fx faster than the Python exchange (bare client), %.1fx through the library\n",
-           py / raw, py / a1);
+    printf("  admission is %.1fx faster than the Python exchange (bare client), %.1fx through the library, "
+           "%.1fx on the fast path\n", py / raw, py / a1, py / f1.p50);
+    printf("\n");
+    printf("placement=%s\n", placement);
+    printf("ping_us=%.2f\n", ping);
+    printf("bare_admit_us=%.2f\n", raw);
+    printf("coord_over_ping_us=%.2f\n", raw - ping);
+    printf("library_admit_us=%.2f\n", a1);
+    printf("library_over_bare_us=%.2f\n", a1 - raw);
+    printf("fast_admit_us=%.3f\n", f1.p50);
+    printf("python_exchange_us=%.2f\n", py);
+    printf("fast_admit_vs_python=%.1f\n", py / f1.p50);
+    printf("library_admit_vs_python=%.2f\n", py / a1);
+    printf("admits_per_s_1=%.0f\nadmits_per_s_16=%.0f\nadmits_per_s_64=%.0f\n", f1.per_s, f16.per_s, f64.per_s);
+    printf("coord_admits_per_s_1=%.0f\ncoord_admits_per_s_16=%.0f\ncoord_admits_per_s_64=%.0f\n", s1.per_s, s16.per_s,
+           s64.per_s);
+    printf("coord_admit_64_p50_us=%.1f\nfast_admit_16_p50_us=%.3f\nfast_admit_64_p50_us=%.3f\n", s64.p50, f16.p50,
+           f64.p50);
+    printf("view_fresh_p99_us=%.1f\nview_fresh_max_us=%.1f\nbooking_to_view_p99_us=%.1f\n", g_fresh_p99_us,
+           g_fresh_max_us, g_book_fresh_p99_us);
+    printf("view_exited_detected=%d\n", live_before == COMEM_OK && live_after == COMEM_ECLOSED);
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     return system(cmd) == 0 ? 0 : 1;
 }

@@ -26,12 +26,12 @@ from .coordinator import Coordinator
 from .errors import (Busy, Closed, Error, NoDevice, NotFound, PermissionDenied, Refused, TimedOut, status_str)
 from .pager import Pager, VBar
 from .simcard import CardReading, SimCard
-from .view import View, ViewReading
+from .view import View, ViewReading, ViewState
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ANSWERS", "KINDS", "ROLES", "Busy", "CardReading", "Client", "Closed", "Coordinator", "Entry", "Error", "Grant",
     "Holder", "NoDevice", "NotFound", "Pager", "PermissionDenied", "Refused", "Released", "ReleaseAsk", "Reserve",
-    "SimCard", "TimedOut", "VBar", "View", "ViewReading", "default_socket", "library_path", "status_str",
+    "SimCard", "TimedOut", "VBar", "View", "ViewReading", "ViewState", "default_socket", "library_path", "status_str",
 ]

@@ -24,6 +24,17 @@ class ViewReading(NamedTuple):
     reclaimable: int  #: what other processes could release now
 
 
+class ViewState(NamedTuple):
+    """Whether the coordinator that publishes the view is running."""
+    state: str           #: "live", "exited" (its lock is gone: the figures are frozen) or "frozen" (stopped, stuck)
+    heartbeat_age: float  #: seconds since its last heartbeat (every 20 ms); -1.0 when there is none
+
+    @property
+    def live(self) -> bool:
+        """True while the coordinator runs and beats."""
+        return self.state == "live"
+
+
 class View:
     """A reader of the coordinator's published snapshot (socket None: the default one)."""
 
@@ -46,6 +57,28 @@ class View:
         check(_L.comem_view_read(self._handle, dev, byref(cap), byref(free), byref(res), byref(rec)),
               "comem_view_read")
         return ViewReading(cap.value, free.value, res.value, rec.value)
+
+    def state(self) -> ViewState:
+        """Is the coordinator behind this view running? One system call; read figures with :meth:`read`.
+
+        "exited" means the coordinator ended (however it ended: the kernel dropped the lock it
+        held), so every figure is what it was then; "frozen" that it holds the lock but has not
+        beaten for over a second.
+        """
+        if self._handle is None:
+            raise errors.Closed(errors.ECLOSED, "comem_view_state", "the view is closed")
+        age = c_int64()
+        rc = _L.comem_view_state(self._handle, byref(age))
+        name = {0: "live", errors.ECLOSED: "exited", errors.ETIMEDOUT: "frozen"}.get(rc)
+        if name is None:
+            check(rc, "comem_view_state")
+            name = "live"
+        return ViewState(name, age.value / 1e9 if age.value >= 0 else -1.0)
+
+    @property
+    def live(self) -> bool:
+        """True while the coordinator behind this view runs (see :meth:`state`)."""
+        return self.state().live
 
     def close(self) -> None:
         """Unmaps the snapshot."""

@@ -381,30 +381,6 @@ static bool recount(comem_coord_srv *s)
     return true;
 }
 
-/*
- * Contexts about to appear on device d that no reading shows yet: a process that holds grants or
- * residency there but no measured context floor creates one (COMEM_CONTEXT_FLOOR) with its first
- * allocation. The slow path adds it to that process's own target; bookings beside it must leave it.
- */
-static int64_t pending_contexts(comem_coord_srv *s, int d)
-{
-    int64_t sum = 0;
-    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
-        uint64_t id;
-        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, &id);
-        if (!ss || ss->floor[d] != 0)
-            continue;
-        bool holds = comem_ledger_session_resident(&s->ledger, id, 0, d) > 0;
-        for (size_t g = 0; !holds && g < comem_slab_slots(&s->ledger.grants); g++) {
-            const ledger_grant *gr = comem_slab_at(&s->ledger.grants, g, NULL);
-            holds = gr && gr->session == id && gr->device == d;
-        }
-        if (holds)
-            sum = comem_add(sum, COMEM_CONTEXT_FLOOR);
-    }
-    return sum;
-}
-
 /* The room device d's admissions may take now, or BOOK_CLOSED. */
 static int64_t limit_of(comem_coord_srv *s, int d, bool active)
 {
@@ -422,7 +398,6 @@ static int64_t limit_of(comem_coord_srv *s, int d, bool active)
     /* Never more than the ledger itself would book: a grant that does not fit its capacity is refused. */
     int64_t room = comem_min(coord_ledger_room(s, d),
                              comem_sub(s->ledger.devices[d].capacity, comem_ledger_attributed(&s->ledger, d)));
-    room = comem_sub(room, pending_contexts(s, d));
     return room > 0 ? room : BOOK_CLOSED;
 }
 

@@ -79,6 +79,29 @@ class TestView(MachineCase):
             os.kill(self.m.comemd.pid, signal.SIGCONT)
         self.assertEqual(self.m.status()["devices"][0]["free"], want.free)
 
+    def test_a_reader_tells_an_exited_coordinator_from_a_live_one(self):
+        v = self.view()
+        st = v.state()
+        self.assertIsInstance(st, comem.ViewState)
+        self.assertEqual(st.state, "live")
+        self.assertTrue(v.live)
+        self.assertTrue(0 <= st.heartbeat_age < 1.0, st)
+        # Stopped: it still holds its lock, but its heartbeat grows old.
+        os.kill(self.m.comemd.pid, signal.SIGSTOP)
+        try:
+            self.assertEqual(wait_for(lambda: v.state().state == "frozen", timeout=5), True, v.state())
+            self.assertGreater(v.state().heartbeat_age, 1.0)
+        finally:
+            os.kill(self.m.comemd.pid, signal.SIGCONT)
+        self.assertEqual(wait_for(lambda: v.live), True, v.state())
+        # Killed: the kernel drops its lock; the figures stay readable, and say what they were.
+        before = v.read(0)
+        self.m.comemd.kill()
+        self.m.comemd.wait()
+        self.assertEqual(wait_for(lambda: v.state().state == "exited"), True, v.state())
+        self.assertFalse(v.live)
+        self.assertEqual(v.read(0), before)
+
     def test_bad_arguments_and_lifetime(self):
         v = self.view()
         with self.assertRaises(comem.NoDevice) as cm:
@@ -101,6 +124,8 @@ class TestView(MachineCase):
             with self.assertRaises(comem.Error) as cm:
                 closed.read(0)
             self.assertEqual(cm.exception.status, errors.ECLOSED)
+            with self.assertRaises(comem.Closed):
+                closed.state()
         # The default socket is COMEM_SOCKET, which the machine set.
         with comem.View() as v3:
             self.assertEqual(v3.read(0).capacity, CAPACITY)
