@@ -7,11 +7,16 @@
  * cross: the coordinator (or echo server) on CPU 1, clients on CPU 0 (a cross-core wake-up).
  *
  * In one run, with the same frame sizes: a raw Unix-socket ping-pong; an
- * admission round trip (no eviction) with 1, 16 and 64 client processes; an
- * admission that needs one cross-process release; the plan over 64 holders x
- * 1000 entries; a read of the shared-memory view; the comfy-env shape (a
- * Python socket + pickle server, bench/pickle_pingpong.py); and how soon a
- * killed session's bytes are released. Figures are printed, not asserted.
+ * admission round trip (no eviction) through a bare protocol client, and
+ * through the library with 1, 16 and 64 client processes, both through the
+ * coordinator (COMEM_NO_FAST) and on the booking area's fast path, with
+ * admissions per second; an admission that needs one cross-process release;
+ * the plan over 64 holders x 1000 entries; a read of the shared-memory view;
+ * how soon a ledger change (and a booking) reaches the view, and whether a
+ * reader tells an exited coordinator; the comfy-env shape (a Python socket +
+ * pickle server, bench/pickle_pingpong.py; COMEM_SOURCE_DIR says where bench/
+ * is); and how soon a killed session's bytes are released. Figures are
+ * printed, not asserted; name=value lines close the run.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -569,6 +574,8 @@ static void bench_fresh(const char *sock, bool booking)
     pid_t p = fork();
     if (p == 0) {
         pin_cpu(g_client_cpu);
+        close(cmd[1]);
+        close(stamp[0]);
         if (!booking)
             setenv("COMEM_NO_FAST", "1", 1);
         comem_client *c;
@@ -590,6 +597,8 @@ static void bench_fresh(const char *sock, bool booking)
         }
         _exit(0);
     }
+    close(cmd[0]);
+    close(stamp[1]);
     double *lat = malloc(sizeof *lat * (size_t)(2 * n));
     int got = 0;
     for (int i = 0; i < n; i++) {
@@ -610,11 +619,11 @@ static void bench_fresh(const char *sock, bool booking)
     }
     close(cmd[1]);
     waitpid(p, NULL, 0);
-    close(cmd[0]);
     close(stamp[0]);
-    close(stamp[1]);
     double *v = lat;
-    if (booking) {
+    if (got == 0) {
+        printf("  view freshness: no sample\n");
+    } else if (booking) {
         report("booking in shared memory -> the view's granted shows it", v, (size_t)got);
         g_book_fresh_p99_us = v[(size_t)((double)got * 0.99)];
     } else {
@@ -735,7 +744,9 @@ int main(int argc, char **argv)
     bench_plan();
 
     char cmd[1024], line[512] = "";
-    snprintf(cmd, sizeof cmd, "python3 %s/bench/pickle_pingpong.py --placement %s --n %d", COMEM_SOURCE_DIR, placement,
+    const char *src = getenv("COMEM_SOURCE_DIR"); /* where bench/ is, when the binary was built elsewhere */
+    snprintf(cmd, sizeof cmd, "python3 %s/bench/pickle_pingpong.py --placement %s --n %d", src ? src : COMEM_SOURCE_DIR,
+             placement,
              g_quick ? 5000 : 20000);
     FILE *p = popen(cmd, "r");
     double py = NAN;

@@ -4,9 +4,12 @@
  *
  * A process opens one client. The client connects to the coordinator on the
  * per-user Unix socket (or starts one inside this process when asked to), and
- * runs two threads of its own: a service thread that reads every frame and
- * matches replies, and a callback thread that runs the holders' release
- * callbacks, never on the caller's threads. Every call that waits takes a timeout. If no coordinator
+ * runs two threads of its own: a service thread that reads frames and
+ * matches replies (a caller waiting alone reads its own reply, with no thread
+ * wake-up), and a callback thread that runs the holders' release callbacks,
+ * never on the caller's threads. An admission that fits the room the
+ * coordinator published is booked in shared memory without a round trip
+ * (docs/booking.md; COMEM_NO_FAST=1 turns that off). Every call that waits takes a timeout. If no coordinator
  * can be reached the client works locally (decisions from this process's own
  * device reading) and says so once in the log; it keeps trying to connect in
  * the background and re-registers everything when it gets through, and again
@@ -146,7 +149,10 @@ COMEM_API int comem_holder_report(comem_client *c, uint64_t holder, int64_t pinn
  * Asks to load `weights` bytes onto device for holder (0: none), with
  * `inference` bytes of working memory and `cast_forward` bytes of cast
  * buffers. keep lists entries (this client's ids) that must not be asked to
- * release. On COMEM_OK the bytes are booked as grant *grant until
+ * release. An admission that fits the room the coordinator published is
+ * booked in shared memory, with no round trip (its figures: need, and the room
+ * it saw as free before and after; nobody asked); the others go to the
+ * coordinator. On COMEM_OK the bytes are booked as grant *grant until
  * comem_grant_done; COMEM_ENOSPC means refused, with *short_by the missing
  * bytes. grant and short_by may be NULL. timeout_ms < 0: the default.
  */

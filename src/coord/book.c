@@ -390,9 +390,9 @@ static int64_t limit_of(comem_coord_srv *s, int d, bool active)
     bool reusable = m->valid && !m->stale && m->changes == s->ledger.devices[d].changes &&
                     comem_now_ns() - m->taken_ns <= (int64_t)s->cfg.reading_max_age_ms * 1000000;
     if (!reusable) {
-        if (!active)
-            return BOOK_CLOSED; /* nobody books now: read the card when someone asks */
-        if (coord_measure(s, d) != COMEM_OK)
+        /* Read again to keep the limit open while bookings flow (at most every millisecond). A quiet
+           card is not read for it: the next admission goes to the coordinator, which reads it. */
+        if (!active || comem_now_ns() - m->taken_ns < 1000000 || coord_measure(s, d) != COMEM_OK)
             return BOOK_CLOSED;
     }
     /* Never more than the ledger itself would book: a grant that does not fit its capacity is refused. */
