@@ -5,11 +5,12 @@
 
 Rounds interleave the C loop (build/bin/bench_admit, the library called from C) and
 the same loop through the binding (comem.Client.admit, then Grant.cancel), on a
-simulated card: admissions through the coordinator (two round trips, so the
-difference is within the socket's noise), admissions decided locally (no
-coordinator: the difference is the binding's own cost), and shared-memory view
-reads. Medians per operation, a table, then name=value lines. Figures, not
-assertions.
+simulated card: admissions that fit (booked in shared memory by the booking
+area's fast path, docs/booking.md: no round trip), admissions decided locally
+(no coordinator: the difference is the binding's own cost), and shared-memory
+view reads; then the comfy-env shape it replaces (bench/pickle_pingpong.py, a
+Python socket + pickle exchange, same CPU). Medians per operation, a table,
+then name=value lines. Figures, not assertions.
 """
 
 import argparse
@@ -69,6 +70,12 @@ def main():
             rows["py_view"].append(py_loop(c, v, a.n * 10, do_view=True))
         local.close()
     med = {k: statistics.median(x) for k, x in rows.items()}
+    pickle_us = float("nan")
+    out = subprocess.run([sys.executable, os.path.join(HERE, "pickle_pingpong.py"), "--placement", "same",
+                          "--n", str(a.n * 5)], capture_output=True, text=True).stdout
+    for word in out.split():
+        if word.startswith("p50="):
+            pickle_us = float(word[4:])
     print(f"{'operation':<44}{'C library':>12}{'Python':>12}{'binding adds':>14}")
     print(f"{'admission that fits (admit + cancel), us':<44}{med['c_admit']:>12.2f}{med['py_admit']:>12.2f}"
           f"{med['py_admit'] - med['c_admit']:>14.2f}")
@@ -77,6 +84,8 @@ def main():
     print(f"{'shared-memory view read, us':<44}{med['c_view']:>12.3f}{med['py_view']:>12.3f}"
           f"{med['py_view'] - med['c_view']:>14.3f}")
     print(f"(medians of {a.rounds} interleaved rounds of {a.n} admissions / {a.n * 10} view reads)")
+    print(f"a Python socket + pickle exchange (comfy-env's shape, same CPU): {pickle_us:.2f} us, "
+          f"{pickle_us / med['py_admit']:.1f}x an admission through the binding")
     print(f"c_admit_us={med['c_admit']:.2f}")
     print(f"py_admit_us={med['py_admit']:.2f}")
     print(f"binding_over_c_admit_us={med['py_admit'] - med['c_admit']:.2f}")
@@ -86,6 +95,8 @@ def main():
     print(f"c_view_us={med['c_view']:.3f}")
     print(f"py_view_us={med['py_view']:.3f}")
     print(f"binding_over_c_view_us={med['py_view'] - med['c_view']:.3f}")
+    print(f"python_exchange_us={pickle_us:.2f}")
+    print(f"py_fast_admit_vs_python={pickle_us / med['py_admit']:.1f}")
 
 
 if __name__ == "__main__":
