@@ -1,4 +1,7 @@
 /* coord/session.c - HELLO, authentication, and the end of a session. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -109,6 +112,16 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     return COMEM_OK;
 }
 
+/* Has c's process exited? Its pidfd is readable then; without one, the pid no longer exists. */
+static bool process_gone(const conn *c)
+{
+    if (c->pidfd >= 0) {
+        struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
+        return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+    }
+    return kill((pid_t)c->pid, 0) != 0 && errno == ESRCH;
+}
+
 void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
 {
     uint64_t id = c->session;
@@ -124,6 +137,11 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
     coord_jobs_session_ended(s, id);
     ledger_release_summary sum = {0};
     comem_ledger_session_end(&s->ledger, id, &sum);
+    /* A death, for the counters: the process is gone and never unregistered what it held
+       (comem_client_close removes its holders first). */
+    s->counters.sessions_ended++;
+    if ((sum.holders > 0 || sum.entries > 0 || sum.grants > 0) && process_gone(c))
+        s->counters.sessions_died++;
     char g[32], r[32], p[32];
     comem_info("session %llx ('%s', pid %d) ended (%s): released %d grant(s) of %s, %d entr%s holding %s, %s pinned",
                (unsigned long long)id, name, (int)c->pid, why, sum.grants, comem_format_bytes(sum.grant_bytes, g, 32),
