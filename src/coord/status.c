@@ -115,6 +115,7 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_known(o, "free", m->valid, m->r.free);
     add_known(o, "used", m->valid, m->r.used);
     add_known(o, "driver_reserved", m->valid, m->r.reserved);
+    add_known(o, "overcommit", m->valid, m->r.overcommit); /* spilled beyond physical memory (WDDM) */
     json_object *rv = json_object_new_object();
     add_i(rv, "base", ld->reserve_base);
     add_i(rv, "published", ld->published);
@@ -170,6 +171,10 @@ static json_object *device_json(comem_coord_srv *s, int d)
         json_object *x = json_object_new_object();
         json_object_object_add(x, "id", jid(gid));
         json_object_object_add(x, "session", jid(g->session));
+        if (g->holder)
+            json_object_object_add(x, "holder", jid(g->holder));
+        else
+            add_null(x, "holder");
         add_i(x, "bytes", g->bytes);
         json_object_object_add(x, "expires_in_s", json_object_new_double((double)(g->expires_ns - now) / 1e9));
         json_object_array_add(gs, x);

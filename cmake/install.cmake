@@ -1,0 +1,49 @@
+# cmake/install.cmake - what `cmake --install` (and `make install PREFIX=...`) puts where.
+#
+#   bin/comem, bin/comemd                     the CLI and the daemon
+#   lib/libcomem.so.0 (+ .so, .a)              the library, versioned soname, and its static twin
+#   include/comem/*.h                          the public headers
+#   lib/pkgconfig/comem.pc                     pkg-config --cflags --libs comem
+#   COMEM_PYTHON_DIR/comem                     the Python binding (import comem)
+#   share/man/man1/comem.1, man8/comemd.8      the manual pages
+#   COMEM_SYSTEMD_USER_DIR/comemd.service      the systemd user unit, starting the installed comemd
+#   share/doc/comem/                           README and the docs
+include(GNUInstallDirs)
+
+find_package(Python3 COMPONENTS Interpreter)
+if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  set(_comem_py_default "lib/python3/dist-packages") # Debian's own place for distribution packages
+elseif(Python3_FOUND)
+  set(_comem_py_default "lib/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/site-packages")
+else()
+  set(_comem_py_default "lib/python3/site-packages")
+endif()
+set(COMEM_PYTHON_DIR "${_comem_py_default}" CACHE STRING
+    "Where the Python package goes, relative to the prefix (put it on PYTHONPATH unless Python already looks there)")
+set(COMEM_SYSTEMD_USER_DIR "lib/systemd/user" CACHE STRING "Where the systemd user unit goes, relative to the prefix")
+
+install(TARGETS comem LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development)
+install(TARGETS comem_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS comem_cli comemd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY include/comem DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
+
+# pkg-config: paths relative to the prefix the file is installed under (${pcfiledir}), so a
+# tree moved or installed with DESTDIR still finds itself.
+file(RELATIVE_PATH COMEM_PC_TO_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
+configure_file(cmake/comem.pc.in ${CMAKE_BINARY_DIR}/comem.pc @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/comem.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+install(DIRECTORY python/comem DESTINATION ${COMEM_PYTHON_DIR}
+        PATTERN "__pycache__" EXCLUDE PATTERN "*.pyc" EXCLUDE)
+
+install(FILES docs/man/comem.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES docs/man/comemd.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
+
+# The unit names the daemon by the absolute path it is installed at. With DESTDIR (a package
+# build) that path is the final one, without the staging directory.
+set(COMEM_COMEMD_PATH "${CMAKE_INSTALL_FULL_BINDIR}/comemd")
+configure_file(docs/comemd.service.in ${CMAKE_BINARY_DIR}/comemd.service @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/comemd.service DESTINATION ${COMEM_SYSTEMD_USER_DIR})
+
+install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
