@@ -30,6 +30,7 @@ install(DIRECTORY include/comem DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MA
 # pkg-config: paths relative to the prefix the file is installed under (${pcfiledir}), so a
 # tree moved or installed with DESTDIR still finds itself.
 file(RELATIVE_PATH COMEM_PC_TO_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
+string(REGEX REPLACE "/$" "" COMEM_PC_TO_PREFIX "${COMEM_PC_TO_PREFIX}")
 configure_file(cmake/comem.pc.in ${CMAKE_BINARY_DIR}/comem.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/comem.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
@@ -39,11 +40,21 @@ install(DIRECTORY python/comem DESTINATION ${COMEM_PYTHON_DIR}
 install(FILES docs/man/comem.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 install(FILES docs/man/comemd.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
 
-# The unit names the daemon by the absolute path it is installed at. With DESTDIR (a package
-# build) that path is the final one, without the staging directory.
-set(COMEM_COMEMD_PATH "${CMAKE_INSTALL_FULL_BINDIR}/comemd")
-configure_file(docs/comemd.service.in ${CMAKE_BINARY_DIR}/comemd.service @ONLY)
+# The unit names the daemon by the absolute path it is installed at, which `cmake --install
+# --prefix` may choose only now: the unit is written at install time. With DESTDIR (a package
+# build) the path is the final one, without the staging directory.
+install(CODE "
+  set(_bindir \"${CMAKE_INSTALL_BINDIR}\")
+  if(NOT IS_ABSOLUTE \"\${_bindir}\")
+    set(_bindir \"\${CMAKE_INSTALL_PREFIX}/\${_bindir}\")
+  endif()
+  set(COMEM_COMEMD_PATH \"\${_bindir}/comemd\")
+  configure_file(\"${CMAKE_SOURCE_DIR}/docs/comemd.service.in\" \"${CMAKE_BINARY_DIR}/comemd.service\" @ONLY)
+")
 install(FILES ${CMAKE_BINARY_DIR}/comemd.service DESTINATION ${COMEM_SYSTEMD_USER_DIR})
 
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
-install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
+file(GLOB _comem_docs ${CMAKE_SOURCE_DIR}/docs/*.md)
+install(FILES ${_comem_docs} DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(CODE "message(STATUS \"comem: the Python package is in \${CMAKE_INSTALL_PREFIX}/${COMEM_PYTHON_DIR}; \"
+                      \"put that on PYTHONPATH unless Python already looks there (docs/install.md)\")")

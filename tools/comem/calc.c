@@ -549,6 +549,8 @@ int cmd_calc(int argc, char **argv)
         return 2;
     }
     json_object *out = json_object_new_object();
+    json_object_object_add(out, "schema", jint(1)); /* docs/json.md */
+    json_object_object_add(out, "rule", json_object_new_string(r->name));
     if (r->fn(&ctx, out) != 0) {
         fprintf(stderr, "comem calc %s: %s\n", r->name, err);
     } else {
