@@ -119,7 +119,7 @@ static const dev_gauge k_dev[] = {
     {"used", NULL, "comem_device_used_bytes", "Used at the last reading, the driver's reserved slice included."},
     {"driver_reserved", NULL, "comem_device_driver_reserved_bytes", "The driver's reserved slice."},
     {"reserve", "published", "comem_device_reserve_bytes", "The reserve hosts keep free (base plus charges)."},
-    {"reserve", "base", "comem_device_reserve_base_bytes", "The operator's reserve base (-1: not set yet)."},
+    {"reserve", "base", "comem_device_reserve_base_bytes", "The operator's reserve base (absent until a host or --reserve sets it)."},
     {"resident", NULL, "comem_device_resident_bytes", "Bytes the ledger's entries hold."},
     {"context_floors", NULL, "comem_device_context_floor_bytes", "Bytes of the processes' CUDA contexts."},
     {"granted", NULL, "comem_device_granted_bytes", "Bytes promised to admissions and not yet loaded."},
@@ -153,7 +153,8 @@ static void device_families(FILE *f, json_object *devs)
             json_object *d = at(devs, i), *v = get(d, k_dev[g].key);
             if (k_dev[g].sub)
                 v = get(v, k_dev[g].sub);
-            if (v) /* null: not known now; left out */
+            /* null: not known now, and a base of -1: not set yet; either is left out */
+            if (v && (!k_dev[g].sub || strcmp(k_dev[g].sub, "base") != 0 || json_object_get_int64(v) >= 0))
                 sample_i(f, k_dev[g].metric, device_labels(lb, sizeof lb, d), json_object_get_int64(v));
         }
     }

@@ -100,7 +100,9 @@ static void put(screen *s, const char *fmt, ...)
             return;
         if ((int)strlen(buf) > s->cols)
             buf[s->cols > 0 ? s->cols : 0] = '\0';
-        fprintf(s->out, "%s\033[K\r\n", buf); /* raw mode: \r\n, and erase what the last frame left */
+        /* The line break goes before a line, not after: one after the bottom row would scroll the
+           header away. Raw output needs \r\n; \033[K erases what the last frame left. */
+        fprintf(s->out, "%s%s\033[K", s->line ? "\r\n" : "", buf);
     } else {
         fprintf(s->out, "%s\n", buf);
     }
