@@ -154,7 +154,7 @@ def reserve(windows: bool = False, total_vram_mib: float = 0.0, reserve_vram_gb:
     """
     r, m = c_double(), c_double()
     check(_L.comem_calc_reserve(1 if windows else 0, float(total_vram_mib), 0 if reserve_vram_gb is None else 1,
-                                float(reserve_vram_gb or 0.0), byref(r), byref(m)), "comem_calc_reserve")
+                                0.0 if reserve_vram_gb is None else float(reserve_vram_gb), byref(r), byref(m)), "comem_calc_reserve")
     return Reserve(r.value, m.value)
 
 
@@ -163,7 +163,7 @@ def admission(memory_required: float = 0, minimum_memory_required: Optional[floa
     """load_models_gpu's minimum_inference, extra_mem and minimum_memory_required (after the reserve)."""
     i, e, m = c_double(), c_double(), c_double()
     check(_L.comem_calc_admission(float(memory_required), 0 if minimum_memory_required is None else 1,
-                                  float(minimum_memory_required or 0), float(reserve), byref(i), byref(e), byref(m)),
+                                  0.0 if minimum_memory_required is None else float(minimum_memory_required), float(reserve), byref(i), byref(e), byref(m)),
           "comem_calc_admission")
     return Admission(i.value, e.value, m.value)
 
