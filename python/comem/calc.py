@@ -153,8 +153,9 @@ def reserve(windows: bool = False, total_vram_mib: float = 0.0, reserve_vram_gb:
     ComfyUI holds it; ``reserve_vram_gb``: ``--reserve-vram`` (None when not given).
     """
     r, m = c_double(), c_double()
-    check(_L.comem_calc_reserve(1 if windows else 0, float(total_vram_mib), 0 if reserve_vram_gb is None else 1,
-                                0.0 if reserve_vram_gb is None else float(reserve_vram_gb), byref(r), byref(m)), "comem_calc_reserve")
+    given = reserve_vram_gb is not None
+    check(_L.comem_calc_reserve(1 if windows else 0, float(total_vram_mib), 1 if given else 0,
+                                float(reserve_vram_gb) if given else 0.0, byref(r), byref(m)), "comem_calc_reserve")
     return Reserve(r.value, m.value)
 
 
@@ -162,9 +163,10 @@ def admission(memory_required: float = 0, minimum_memory_required: Optional[floa
               reserve: float = 400 * 1024 * 1024) -> Admission:
     """load_models_gpu's minimum_inference, extra_mem and minimum_memory_required (after the reserve)."""
     i, e, m = c_double(), c_double(), c_double()
-    check(_L.comem_calc_admission(float(memory_required), 0 if minimum_memory_required is None else 1,
-                                  0.0 if minimum_memory_required is None else float(minimum_memory_required), float(reserve), byref(i), byref(e), byref(m)),
-          "comem_calc_admission")
+    given = minimum_memory_required is not None
+    check(_L.comem_calc_admission(float(memory_required), 1 if given else 0,
+                                  float(minimum_memory_required) if given else 0.0, float(reserve), byref(i),
+                                  byref(e), byref(m)), "comem_calc_admission")
     return Admission(i.value, e.value, m.value)
 
 
