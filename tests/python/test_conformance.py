@@ -131,6 +131,14 @@ class ConformanceCase(unittest.TestCase):
         logging.disable(logging.WARNING)  # ComfyUI's leak warnings for the dead entries this test makes
         self.addCleanup(logging.disable, logging.NOTSET)
 
+    def need_snapshot_interfaces(self) -> None:
+        """The fakes speak a125cd84's model manager; a newer one (free_memory with for_dynamic) needs more."""
+        import inspect
+        if "for_dynamic" in inspect.signature(self.mm.free_memory).parameters:
+            self.skipTest("COMFYUI_DIR holds a newer ComfyUI than a125cd84 (free_memory takes for_dynamic): "
+                          "comem's current rules apply there, but this test's fake patchers and card drive the "
+                          "snapshot's interfaces (no is_dynamic, pins, aimdo); extend them before comparing")
+
     def run_rule(self, name: str, generate: Callable[[random.Random], Case], check: Check,
                  must_see: Tuple[str, ...] = ()) -> None:
         """CASES cases of one rule; then, with enough cases, each situation in must_see occurred."""
@@ -374,12 +382,14 @@ class TestFreeMemory(ConformanceCase):
         return None
 
     def test_free_memory_matches_comfyui(self) -> None:
+        self.need_snapshot_interfaces()
         self.run_rule("free_memory", gen_free_case, self.check,
                       must_see=("partial", "partial_fell_short", "detach", "zero_ask", "flush", "dead", "keep",
                                 "smart_off", "noise", "ref_tie_break"))
 
     def test_reference_counts_order_ties(self) -> None:
         """A hand case: equal offloaded bytes and sizes, so only references (then recency) order them."""
+        self.need_snapshot_interfaces()
         case = {"models": [{"size": GiB, "loaded": GiB, "refs": r, "device": 0, "keep": False, "dead": False,
                             "chunk": GiB, "stuck": 0} for r in (2, 0, 1, 0)],
                 "free": 0, "required": float(4 * GiB), "noise": [], "smart": True, "high_vram": False,
@@ -583,6 +593,7 @@ class TestLoadModelsGpu(ConformanceCase):
         return None
 
     def test_load_models_gpu_matches_comfyui(self) -> None:
+        self.need_snapshot_interfaces()
         self.run_rule("load_models_gpu", gen_load_case, self.check,
                       must_see=("second_pass", "budget_full", "budget_nothing", "budget_floor", "budget_bytes",
                                 "minimum_given", "versions_differ"))
