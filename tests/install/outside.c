@@ -6,7 +6,9 @@
  * and an entry, is admitted for 1 GiB, reads the shared-memory view and the
  * status snapshot, and checks each figure it can predict.
  */
+#include <comem/calc.h> /* every public header compiles from the installed tree alone */
 #include <comem/comem.h>
+#include <comem/pager.h>
 #include <comem/simcard.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@ fail() { echo "test_install: $*" >&2; exit 1; }
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "cmake --install failed"; }
 
 for f in bin/comem bin/comemd lib/libcomem.a lib/libcomem.so include/comem/comem.h include/comem/common.h \
-         include/comem/pager.h include/comem/simcard.h lib/pkgconfig/comem.pc share/man/man1/comem.1 \
+         include/comem/pager.h include/comem/simcard.h include/comem/calc.h lib/pkgconfig/comem.pc share/man/man1/comem.1 \
          share/man/man8/comemd.8 lib/systemd/user/comemd.service share/doc/comem/README.md; do
   [ -e "$prefix/$f" ] || fail "missing $f"
 done
