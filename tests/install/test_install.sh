@@ -20,7 +20,7 @@ for f in bin/comem bin/comemd lib/libcomem.a lib/libcomem.so include/comem/comem
          share/man/man8/comemd.8 lib/systemd/user/comemd.service share/doc/comem/README.md; do
   [ -e "$prefix/$f" ] || fail "missing $f"
 done
-py=$(find "$prefix/lib" -path '*-packages/comem/__init__.py' | head -1)
+py=$(find "$prefix/lib" -path '*-packages/comem/__init__.py' -print -quit)
 [ -n "$py" ] || fail "the Python package is not installed"
 real=$(readlink -f "$prefix/lib/libcomem.so")
 soname=$(readelf -d "$real" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
@@ -41,17 +41,22 @@ cc -std=c17 -Wall -Werror "${san[@]}" -o "$tmp/outside-static" "$here/outside.c"
 run_dir=$tmp/run
 mkdir -m 700 "$run_dir"
 export COMEM_RUNTIME_DIR=$run_dir COMEM_LOG=warn
-LD_LIBRARY_PATH=$prefix/lib "$tmp/outside" "$run_dir/a.sock" sim:8GiB | grep -q "outside: ok ok" ||
-  fail "the outside program (shared) failed"
-ldd "$tmp/outside" | grep -q "$prefix/lib/libcomem.so.0" || LD_LIBRARY_PATH=$prefix/lib ldd "$tmp/outside" |
-  grep -q "libcomem.so.0 => $prefix/lib/libcomem.so.0" || fail "the program does not load the installed libcomem.so.0"
-"$tmp/outside-static" "$run_dir/b.sock" sim:8GiB | grep -q "outside: ok ok" || fail "the outside program (static) failed"
-! ldd "$tmp/outside-static" | grep -q libcomem || fail "the static program still loads libcomem.so"
+# (Outputs are captured before they are matched: with pipefail, `grep -q` leaving a pipe early
+# would fail the writer with SIGPIPE.)
+out=$(LD_LIBRARY_PATH=$prefix/lib "$tmp/outside" "$run_dir/a.sock" sim:8GiB) || fail "the outside program (shared) failed"
+[ "$out" = "outside: ok ok" ] || fail "the outside program (shared) said: $out"
+libs=$(LD_LIBRARY_PATH=$prefix/lib ldd "$tmp/outside")
+case "$libs" in *"libcomem.so.0 => $prefix/lib/libcomem.so.0"*) ;;
+  *) fail "the program does not load the installed libcomem.so.0: $libs" ;; esac
+out=$("$tmp/outside-static" "$run_dir/b.sock" sim:8GiB) || fail "the outside program (static) failed"
+[ "$out" = "outside: ok ok" ] || fail "the outside program (static) said: $out"
+libs=$(ldd "$tmp/outside-static")
+case "$libs" in *libcomem*) fail "the static program still loads libcomem.so: $libs" ;; esac
 
 # The installed binaries.
-"$prefix/bin/comem" --version | grep -q '^comem [0-9]' || fail "comem --version"
-"$prefix/bin/comemd" --version | grep -q '^comemd [0-9]' || fail "comemd --version"
-"$prefix/bin/comem" calc reserve | grep -q '"schema":1' || fail "the installed comem calc"
+[[ "$("$prefix/bin/comem" --version)" =~ ^comem\ [0-9] ]] || fail "comem --version"
+[[ "$("$prefix/bin/comemd" --version)" =~ ^comemd\ [0-9] ]] || fail "comemd --version"
+[[ "$("$prefix/bin/comem" calc reserve)" == *'"schema":1'* ]] || fail "the installed comem calc"
 
 # The Python package finds the installed library by itself (not for a sanitized build: its library
 # needs the sanitizer runtime loaded first, which python3 is not).
