@@ -641,7 +641,7 @@ int main(int argc, char **argv)
     }
     for (int k = 0; k < nsizes; k++)
         if (sizes[k] < 2 || sizes[k] % 2 || (gib * 1024) % sizes[k]) {
-            fprintf(stderr, "bench_pager_aimdo: a page of %lld MiB does not divide %lld GiB in 2 MiB units\n",
+            fprintf(stderr, "bench_pager_aimdo: a page of %lld MiB must be a multiple of 2 MiB that divides %lld GiB\n",
                     (long long)sizes[k], (long long)gib);
             return 2;
         }
