@@ -167,7 +167,7 @@ typedef struct coord_counters {
     int64_t bytes_freed;            /* what receipts reported freed */
     uint64_t idle_releases;         /* idle release asks sent */
     uint64_t sessions_ended;        /* sessions ended, for any reason */
-    uint64_t sessions_died;         /* ... of them, because the process exited holding memory */
+    uint64_t sessions_died;         /* ... of them, with the process exiting or gone (session.c) */
     uint64_t latency_counts[COORD_LATENCY_BUCKETS + 1]; /* admissions decided within each bound; last: above all */
     double latency_sum_s;
 } coord_counters;

@@ -141,7 +141,7 @@ static const counter k_counters[] = {
     {"bytes_freed", "comem_release_freed_bytes_total", "Bytes holders reported freed in their receipts."},
     {"idle_releases", "comem_idle_release_asks_total", "Idle release asks sent."},
     {"sessions_ended", "comem_sessions_ended_total", "Sessions ended, for any reason."},
-    {"sessions_died", "comem_sessions_died_total", "Sessions ended because their process exited holding memory."},
+    {"sessions_died", "comem_sessions_died_total", "Sessions whose process was exiting or gone when they ended (killed, crashed)."},
 };
 
 static void device_families(FILE *f, json_object *devs)
