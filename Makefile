@@ -28,8 +28,11 @@ build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 # DESTDIR, when set, is honoured by cmake --install itself (staged package builds).
-install: build
-	cmake --install $(BUILD) --prefix "$(PREFIX)"
+# The prefix is also given to the configuration: the Python package's place depends on it.
+install: $(BUILD)/build.ninja
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+	cmake --install $(BUILD)
 
 demo: deps build
 	$(BUILD)/bin/comem simulate scenarios/demo.scn --svg $(BUILD)/demo.svg --json $(BUILD)/demo.json

@@ -4,22 +4,24 @@
 #   lib/libcomem.so.0 (+ .so, .a)              the library, versioned soname, and its static twin
 #   include/comem/*.h                          the public headers
 #   lib/pkgconfig/comem.pc                     pkg-config --cflags --libs comem
-#   COMEM_PYTHON_DIR/comem                     the Python binding (import comem)
+#   COMEM_PY_DEST/comem                        the Python binding (import comem; COMEM_PYTHON_DIR overrides)
 #   share/man/man1/comem.1, man8/comemd.8      the manual pages
 #   COMEM_SYSTEMD_USER_DIR/comemd.service      the systemd user unit, starting the installed comemd
 #   share/doc/comem/                           README and the docs
 include(GNUInstallDirs)
 
 find_package(Python3 COMPONENTS Interpreter)
-if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
-  set(_comem_py_default "lib/python3/dist-packages") # Debian's own place for distribution packages
+set(COMEM_PYTHON_DIR "" CACHE STRING
+    "Where the Python package goes, relative to the prefix (empty: chosen from the prefix, below)")
+if(COMEM_PYTHON_DIR)
+  set(COMEM_PY_DEST "${COMEM_PYTHON_DIR}")
+elseif(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  set(COMEM_PY_DEST "lib/python3/dist-packages") # Debian's own place for distribution packages
 elseif(Python3_FOUND)
-  set(_comem_py_default "lib/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/site-packages")
+  set(COMEM_PY_DEST "lib/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/site-packages")
 else()
-  set(_comem_py_default "lib/python3/site-packages")
+  set(COMEM_PY_DEST "lib/python3/site-packages")
 endif()
-set(COMEM_PYTHON_DIR "${_comem_py_default}" CACHE STRING
-    "Where the Python package goes, relative to the prefix (put it on PYTHONPATH unless Python already looks there)")
 set(COMEM_SYSTEMD_USER_DIR "lib/systemd/user" CACHE STRING "Where the systemd user unit goes, relative to the prefix")
 
 install(TARGETS comem LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development)
@@ -34,7 +36,7 @@ string(REGEX REPLACE "/$" "" COMEM_PC_TO_PREFIX "${COMEM_PC_TO_PREFIX}")
 configure_file(cmake/comem.pc.in ${CMAKE_BINARY_DIR}/comem.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/comem.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-install(DIRECTORY python/comem DESTINATION ${COMEM_PYTHON_DIR}
+install(DIRECTORY python/comem DESTINATION ${COMEM_PY_DEST}
         PATTERN "__pycache__" EXCLUDE PATTERN "*.pyc" EXCLUDE)
 
 install(FILES docs/man/comem.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
@@ -56,5 +58,5 @@ install(FILES ${CMAKE_BINARY_DIR}/comemd.service DESTINATION ${COMEM_SYSTEMD_USE
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 file(GLOB _comem_docs ${CMAKE_SOURCE_DIR}/docs/*.md)
 install(FILES ${_comem_docs} DESTINATION ${CMAKE_INSTALL_DOCDIR})
-install(CODE "message(STATUS \"comem: the Python package is in \${CMAKE_INSTALL_PREFIX}/${COMEM_PYTHON_DIR}; \"
+install(CODE "message(STATUS \"comem: the Python package is in \${CMAKE_INSTALL_PREFIX}/${COMEM_PY_DEST}; \"
                       \"put that on PYTHONPATH unless Python already looks there (docs/install.md)\")")
