@@ -94,6 +94,13 @@ class Metrics(unittest.TestCase):
         self.assertEqual(one(fams, "comem_sessions_died_total"), 1)
         self.assertEqual(one(fams, "comem_device_resident_bytes", device=0), 0)
 
+    def test_label_values_are_escaped(self):
+        odd = 'we"ird\\na me'  # a quote, a backslash and a space in a process name
+        self.m.worker(odd, GiB)
+        text, fams = self.metrics()
+        self.assertIn('process="we\\"ird\\\\na me"', text)
+        self.assertEqual(one(fams, "comem_session_resident_bytes", process=odd), GiB)
+
     def test_no_coordinator(self):
         p = self.m.comem("metrics", "--socket", self.m.socket + ".nobody")
         self.assertEqual(p.returncode, 1)

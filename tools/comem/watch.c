@@ -235,8 +235,8 @@ static void draw_device(screen *s, watch_state *w, int d)
     put(s, "");
     put(s, "device %d  %s  %s%s", d, dv ? gstr(dv, "name") : "?", dv ? gstr(dv, "scope") : "",
         live ? "" : "  (no shared view: figures from status)");
-    put(s, "  capacity %s  free %s  reserve %s  reclaimable %s  granted %s  unattributed %s", sz(cap, b[0]),
-        sz(free_b, b[1]), sz(reserve, b[2]), sz(reclaim, b[3]), sz(dv ? gint(dv, "granted") : -1, b[4]),
+    put(s, "  capacity %s  free %s  reserve %s", sz(cap, b[0]), sz(free_b, b[1]), sz(reserve, b[2]));
+    put(s, "  reclaimable %s  granted %s  unattributed %s", sz(reclaim, b[3]), sz(dv ? gint(dv, "granted") : -1, b[4]),
         sz(dv ? gint(dv, "unattributed") : -1, b[5]));
     int width = (s->tty ? s->cols : 80) - 4;
     bar(line, width > 100 ? 100 : width, cap, free_b, reserve);
@@ -270,6 +270,18 @@ static void draw_device(screen *s, watch_state *w, int d)
     }
 }
 
+/* 42 s, 12m05s, 3h07m. */
+static void uptime(double secs, char *out, size_t len)
+{
+    long t = secs < 0 ? 0 : (long)secs;
+    if (t < 120)
+        snprintf(out, len, "%ld s", t);
+    else if (t < 7200)
+        snprintf(out, len, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(out, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+}
+
 static void draw(screen *s, watch_state *w)
 {
     s->line = 0;
@@ -285,17 +297,17 @@ static void draw(screen *s, watch_state *w)
     time_t t = time(NULL);
     strftime(when, sizeof when, "%H:%M:%S", localtime(&t));
     json_object *co = get(w->last, "coordinator"), *ctr = get(w->last, "counters");
-    put(s, "comem watch  %s  coordinator pid %lld  up %.0f s  %lld session(s)%s", when, (long long)gint(co, "pid"),
-        co ? json_object_get_double(get(co, "uptime_s")) : 0.0, (long long)gint(co, "sessions"),
-        s->tty ? "   (q quits)" : "");
+    char up[32];
+    uptime(co ? json_object_get_double(get(co, "uptime_s")) : 0.0, up, sizeof up);
+    put(s, "comem watch  %s  coordinator pid %lld  up %s  %lld session(s)%s", when, (long long)gint(co, "pid"), up,
+        (long long)gint(co, "sessions"), s->tty ? "   (q quits)" : "");
     if (w->note[0])
         put(s, "! %s", w->note);
-    put(s, "asks in flight %lld  requests in flight %lld  admissions %lld, refused %lld  asks %lld, %s freed  "
-           "deaths %lld  pinned host %s",
-        (long long)gint(co, "asks_in_flight"), (long long)gint(co, "requests_in_flight"),
-        (long long)gint(ctr, "admissions"), (long long)gint(ctr, "refusals"), (long long)gint(ctr, "asks"),
-        sz(gint(ctr, "bytes_freed"), b[0]), (long long)gint(ctr, "sessions_died"),
-        sz(gint(get(w->last, "pins"), "total"), b[1]));
+    put(s, "asks in flight %lld  requests in flight %lld  pinned host %s", (long long)gint(co, "asks_in_flight"),
+        (long long)gint(co, "requests_in_flight"), sz(gint(get(w->last, "pins"), "total"), b[1]));
+    put(s, "admissions %lld, refused %lld  release asks %lld, %s freed  deaths %lld", (long long)gint(ctr, "admissions"),
+        (long long)gint(ctr, "refusals"), (long long)gint(ctr, "asks"), sz(gint(ctr, "bytes_freed"), b[0]),
+        (long long)gint(ctr, "sessions_died"));
     size_t n = glen(get(w->last, "devices"));
     for (size_t d = 0; d < n; d++)
         draw_device(s, w, (int)gint(json_object_array_get_idx(get(w->last, "devices"), d), "index"));
