@@ -173,6 +173,7 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
     }
     atomic_store(&r->state, BOOK_BOOKED);
     test_stall(f, 2);
+    atomic_fetch_add_explicit(&sl->booked, 1, memory_order_relaxed);
     atomic_fetch_add(&sl->posted, 1); /* the coordinator reconciles it at its next turn */
     g->fast = true;
     g->fast_idx = idx;

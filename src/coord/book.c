@@ -178,6 +178,7 @@ void coord_book_session_start(comem_coord_srv *s, conn *c)
     }
     atomic_store(&sl->pid, c->pid);
     b->seen[c->slot] = atomic_load(&sl->posted);
+    b->seen_booked[c->slot] = atomic_load(&sl->booked);
     atomic_store(&sl->session, c->session); /* last: a client finds its slot by this */
 }
 
@@ -437,6 +438,14 @@ void coord_book_reconcile(comem_coord_srv *s)
             continue;
         b->seen[c->slot] = posted;
         b->active_until_ns = comem_now_ns() + BOOK_ACTIVE_NS;
+        /* Bookings count as admissions granted (decided in well under a microsecond: the first
+           latency bucket); a count that jumps absurdly is somebody's scribbling, not counted. */
+        uint32_t booked = atomic_load(&b->a->slot[c->slot].booked), n = booked - b->seen_booked[c->slot];
+        b->seen_booked[c->slot] = booked;
+        if (n < (1u << 24)) {
+            s->counters.admissions += n;
+            s->counters.latency_counts[0] += n;
+        }
         reconcile_slot(s, c->slot, c->session, b->sub); /* taken out of `charged` after the next publish */
     }
 }

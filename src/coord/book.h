@@ -70,6 +70,8 @@ typedef struct book_slot {
     _Atomic uint64_t session;   /* k: the session using this slot, 0 free */
     _Atomic int32_t pid;        /* k */
     _Atomic uint32_t posted;    /* c: bumped after every change a client makes, so k knows to look */
+    _Atomic uint32_t booked;    /* c: bookings made, ever (k counts them as admissions) */
+    _Atomic uint32_t pad_;
     _Atomic int64_t reserve[COMEM_MAX_DEVICES];  /* k: the reserve this session's admission target keeps; < 0 closed */
     _Atomic int64_t floor_add[COMEM_MAX_DEVICES]; /* k: added to the target (no context on the device yet) */
     book_record rec[BOOK_RECORDS];

@@ -110,6 +110,7 @@ typedef struct job {
     conn *requester;       /* its connection: jobs end with their session, before the conn */
     job_state state;
     uint64_t next;         /* next job in the device FIFO */
+    int64_t created_ns;    /* when the request arrived: the admission latency's start */
 } job;
 
 struct ask;
@@ -184,9 +185,31 @@ typedef struct coord_book {
     int64_t limit[COMEM_MAX_DEVICES]; /* what was published */
     int64_t sub[COMEM_MAX_DEVICES];   /* reconciled bytes to take out of `charged` after the next publish */
     uint32_t seen[BOOK_SLOTS];        /* each slot's `posted` when last looked at */
+    uint32_t seen_booked[BOOK_SLOTS]; /* ... and its `booked` */
     int64_t active_until_ns;          /* bookings seen lately: the loop looks every millisecond */
     book_priv priv[BOOK_SLOTS][BOOK_RECORDS];
 } coord_book;
+/*
+ * What happened since the coordinator started, counted where it happens (admit.c,
+ * asks.c, session.c) and listed by status.c under "counters": the Prometheus
+ * counters and the admission latency histogram `comem metrics` prints. They only grow.
+ */
+#define COORD_LATENCY_BUCKETS 14
+extern const double coord_latency_bounds_s[COORD_LATENCY_BUCKETS]; /* upper bounds, seconds (status.c) */
+typedef struct coord_counters {
+    uint64_t admissions, refusals;  /* admission replies: granted, refused */
+    uint64_t asks, asks_busy;       /* release asks sent; ... settled busy, unanswered or with their holder's end */
+    int64_t bytes_asked;            /* what those asks asked for */
+    int64_t bytes_freed;            /* what receipts reported freed */
+    uint64_t idle_releases;         /* idle release asks sent */
+    uint64_t sessions_ended;        /* sessions ended, for any reason */
+    uint64_t sessions_died;         /* ... of them, with the process exiting or gone (session.c) */
+    uint64_t latency_counts[COORD_LATENCY_BUCKETS + 1]; /* admissions decided within each bound; last: above all */
+    double latency_sum_s;
+} coord_counters;
+
+/* Counts one admission's answer and how long it took (admit.c). */
+void coord_count_admission(comem_coord_srv *s, bool granted, int64_t created_ns);
 
 typedef struct comem_coord_srv {
     comem_coord_config cfg;
@@ -218,6 +241,7 @@ typedef struct comem_coord_srv {
     bool trim_due;     /* a session ended: give freed heap back to the system */
     int64_t max_pinned_windows; /* the pin ceiling by ComfyUI's Windows rule (a WDDM process joined) */
     int pressure_out[COMEM_MAX_DEVICES]; /* pressure asks not yet settled, per device (pressure.c) */
+    coord_counters counters;             /* what happened since start (status.c lists them) */
 } comem_coord_srv;
 
 /* Seconds since the coordinator started: the clock of idle times (ledger_holder.idle_since). */

@@ -5,6 +5,8 @@
  * reserve (base and published), and every byte attributed to a process and an
  * entry, a context floor or a grant; what the card says is used but the ledger
  * cannot name is "unattributed". Ids are hex strings (they are 64-bit).
+ * The shape is versioned ("schema") and docs/json.md lists every key: each is
+ * always present, null where the coordinator does not know the value.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -27,6 +29,22 @@ static json_object *jid(uint64_t id)
 static void add_i(json_object *o, const char *k, int64_t v) { json_object_object_add(o, k, json_object_new_int64(v)); }
 static void add_s(json_object *o, const char *k, const char *v) { json_object_object_add(o, k, json_object_new_string(v)); }
 static void add_b(json_object *o, const char *k, bool v) { json_object_object_add(o, k, json_object_new_boolean(v)); }
+
+static void add_null(json_object *o, const char *k) { json_object_object_add(o, k, NULL); }
+/* A byte figure that a failed reading leaves unknown: null, not a number. */
+static void add_known(json_object *o, const char *k, bool known, int64_t v)
+{
+    if (known)
+        add_i(o, k, v);
+    else
+        add_null(o, k);
+}
+
+/* The JSON shape's version: bumped when a key changes meaning or goes away (docs/json.md). */
+#define STATUS_SCHEMA 1
+
+const double coord_latency_bounds_s[COORD_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                              0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
 static const char *role_name(uint8_t r)
 {
@@ -58,10 +76,10 @@ static json_object *holder_json(comem_coord_srv *s, uint64_t hid, const ledger_h
     add_b(o, "busy", h->busy);
     if (!h->busy && h->idle_known)
         json_object_object_add(o, "idle_s", json_object_new_double(coord_now_s(s) - h->idle_since));
-    if (h->census_seen) {
-        add_i(o, "pinned", h->pinned);
-        add_i(o, "overhead", h->overhead);
-    }
+    else
+        add_null(o, "idle_s");
+    add_known(o, "pinned", h->census_seen, h->pinned);
+    add_known(o, "overhead", h->census_seen, h->overhead);
     json_object *es = json_object_new_array();
     int64_t resident = 0;
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.entries); i++) {
@@ -74,8 +92,7 @@ static json_object *holder_json(comem_coord_srv *s, uint64_t hid, const ledger_h
         add_s(x, "name", e->name);
         add_i(x, "size", e->size);
         add_i(x, "resident", e->resident);
-        if (e->dynamic)
-            add_b(x, "paged", true);
+        add_b(x, "paged", e->dynamic);
         json_object_array_add(es, x);
         resident = comem_add(resident, e->resident);
     }
@@ -95,9 +112,10 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_s(o, "scope", comem_scope_name(ld->scope));
     add_s(o, "process_scope", comem_scope_name(ld->proc_scope)); /* of each process's own free reading */
     add_i(o, "capacity", ld->capacity);
-    add_i(o, "free", m->valid ? m->r.free : -1);
-    add_i(o, "used", m->valid ? m->r.used : -1);
-    add_i(o, "driver_reserved", m->valid ? m->r.reserved : -1);
+    add_known(o, "free", m->valid, m->r.free);
+    add_known(o, "used", m->valid, m->r.used);
+    add_known(o, "driver_reserved", m->valid, m->r.reserved);
+    add_known(o, "overcommit", m->valid, m->r.overcommit); /* spilled beyond physical memory (WDDM) */
     json_object *rv = json_object_new_object();
     add_i(rv, "base", ld->reserve_base);
     add_i(rv, "published", ld->published);
@@ -113,6 +131,8 @@ static json_object *device_json(comem_coord_srv *s, int d)
     if (m->valid) {
         int64_t in_use = comem_sub(m->r.used, comem_clamp0(m->r.reserved));
         add_i(o, "unattributed", comem_clamp0(comem_sub(in_use, comem_add(resident, floors))));
+    } else {
+        add_null(o, "unattributed");
     }
     json_object *procs = json_object_new_array();
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
@@ -128,6 +148,8 @@ static json_object *device_json(comem_coord_srv *s, int d)
         add_b(p, "busy", ss->busy);
         if (ss->prompt[0])
             add_s(p, "prompt", ss->prompt);
+        else
+            add_null(p, "prompt");
         add_i(p, "context_floor", ss->floor[d]);
         add_i(p, "resident", comem_ledger_session_resident(&s->ledger, sid, 0, d));
         add_i(p, "pinned", ss->pinned);
@@ -152,6 +174,10 @@ static json_object *device_json(comem_coord_srv *s, int d)
         json_object *x = json_object_new_object();
         json_object_object_add(x, "id", jid(gid));
         json_object_object_add(x, "session", jid(g->session));
+        if (g->holder)
+            json_object_object_add(x, "holder", jid(g->holder));
+        else
+            add_null(x, "holder");
         add_i(x, "bytes", g->bytes);
         json_object_object_add(x, "expires_in_s", json_object_new_double((double)(g->expires_ns - now) / 1e9));
         json_object_array_add(gs, x);
@@ -174,13 +200,45 @@ static json_object *device_json(comem_coord_srv *s, int d)
             }
         }
         json_object_object_add(o, "other_processes", others);
+    } else {
+        add_null(o, "other_processes"); /* the device source does not list processes */
     }
+    return o;
+}
+
+/* The counters (coord_counters) and the admission latency histogram, cumulative as Prometheus reads it. */
+static json_object *counters_json(const coord_counters *k)
+{
+    json_object *o = json_object_new_object();
+    add_i(o, "admissions", (int64_t)k->admissions);
+    add_i(o, "refusals", (int64_t)k->refusals);
+    add_i(o, "asks", (int64_t)k->asks);
+    add_i(o, "asks_busy", (int64_t)k->asks_busy);
+    add_i(o, "bytes_asked", k->bytes_asked);
+    add_i(o, "bytes_freed", k->bytes_freed);
+    add_i(o, "idle_releases", (int64_t)k->idle_releases);
+    add_i(o, "sessions_ended", (int64_t)k->sessions_ended);
+    add_i(o, "sessions_died", (int64_t)k->sessions_died);
+    json_object *h = json_object_new_object(), *bounds = json_object_new_array(), *counts = json_object_new_array();
+    uint64_t cum = 0;
+    for (int b = 0; b < COORD_LATENCY_BUCKETS; b++) {
+        cum += k->latency_counts[b];
+        json_object_array_add(bounds, json_object_new_double(coord_latency_bounds_s[b]));
+        json_object_array_add(counts, json_object_new_int64((int64_t)cum));
+    }
+    cum += k->latency_counts[COORD_LATENCY_BUCKETS];
+    json_object_object_add(h, "bounds_s", bounds);
+    json_object_object_add(h, "counts", counts);
+    add_i(h, "count", (int64_t)cum);
+    json_object_object_add(h, "sum_s", json_object_new_double(k->latency_sum_s));
+    json_object_object_add(o, "admission_latency", h);
     return o;
 }
 
 char *coord_status_json(comem_coord_srv *s)
 {
     json_object *root = json_object_new_object();
+    add_i(root, "schema", STATUS_SCHEMA);
     json_object *co = json_object_new_object();
     add_i(co, "pid", getpid());
     add_s(co, "socket", s->cfg.socket_path);
@@ -193,7 +251,10 @@ char *coord_status_json(comem_coord_srv *s)
     add_s(co, "booking_area", !s->book.a ? "none" : s->book.off ? "off" : s->book.recount ? "counting" : "on");
     add_i(co, "bookings_reconciled", (int64_t)s->book.reconciled);
     add_i(co, "booking_strikes", s->book.strikes);
+    add_i(co, "asks_in_flight", (int64_t)s->asks.used);
+    add_i(co, "requests_in_flight", (int64_t)s->jobs.used); /* admissions and pressure requests */
     json_object_object_add(root, "coordinator", co);
+    json_object_object_add(root, "counters", counters_json(&s->counters));
     json_object *pins = json_object_new_object();
     add_i(pins, "total", s->ledger.total_pinned);
     add_i(pins, "max", s->ledger.max_pinned);

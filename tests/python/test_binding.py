@@ -577,7 +577,7 @@ class TestClient(MachineCase):
                              capture_output=True, text=True, timeout=30)
         self.assertEqual(out.returncode, 0, out.stderr)
         cli = json.loads(out.stdout)
-        volatile = {"uptime_s", "idle_s", "expires_in_s", "sessions", "checks"}
+        volatile = {"uptime_s", "idle_s", "expires_in_s", "sessions", "checks", "sessions_ended"}  # the CLI's probe ended one
 
         def shape(x):  # the structure: keys (in order), list lengths, and the kind of every value
             if isinstance(x, dict):
@@ -601,7 +601,7 @@ class TestClient(MachineCase):
         self.assertEqual([(p["role"], p["holders"]) for p in extra], [("tool", [])])
         cli["devices"][0]["processes"] = [p for p in cli_procs if p not in extra]
         self.assertEqual(list(mine), list(cli))
-        self.assertEqual(list(mine), ["coordinator", "pins", "devices"])
+        self.assertEqual(list(mine), ["schema", "coordinator", "counters", "pins", "devices"])
         self.assertEqual(shape(mine), shape(cli))
         self.assertEqual(stable(mine), stable(cli))
         self.assertEqual(mine["coordinator"]["socket"], self.m.socket)
