@@ -27,6 +27,8 @@
 #include "comem/common.h"
 #include "coord/coord_internal.h"
 
+_Static_assert(BOOK_SLOTS == COORD_MAX_CONNS, "one booking slot per connection slot");
+
 #define BOOK_MAX_STRIKES 8       /* nonsense seen this often: the fast path stays off */
 #define BOOK_ACTIVE_NS 100000000 /* after a booking, the loop looks every millisecond for this long */
 #define BOOK_RECOUNT_WAIT_NS 500000000 /* a recount blocked this long by a record in transition: a strike */

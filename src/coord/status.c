@@ -248,11 +248,11 @@ char *coord_status_json(comem_coord_srv *s)
     add_b(co, "checking", s->ledger.checking);
     add_i(co, "checks", (int64_t)s->ledger.checks);
     add_i(co, "violations", (int64_t)s->ledger.violations);
+    add_i(co, "asks_in_flight", (int64_t)s->asks.used);
+    add_i(co, "requests_in_flight", (int64_t)s->jobs.used); /* admissions and pressure requests */
     add_s(co, "booking_area", !s->book.a ? "none" : s->book.off ? "off" : s->book.recount ? "counting" : "on");
     add_i(co, "bookings_reconciled", (int64_t)s->book.reconciled);
     add_i(co, "booking_strikes", s->book.strikes);
-    add_i(co, "asks_in_flight", (int64_t)s->asks.used);
-    add_i(co, "requests_in_flight", (int64_t)s->jobs.used); /* admissions and pressure requests */
     json_object_object_add(root, "coordinator", co);
     json_object_object_add(root, "counters", counters_json(&s->counters));
     json_object *pins = json_object_new_object();
