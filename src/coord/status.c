@@ -124,9 +124,6 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_i(o, "resident", resident);
     add_i(o, "context_floors", floors);
     add_i(o, "granted", comem_ledger_granted(&s->ledger, d));
-    /* The booking area: bytes booked there the ledger does not hold yet, and the room it offers. */
-    add_i(o, "booked", coord_fast_inflight(s, d));
-    add_i(o, "booking_limit", s->book.a && !s->book.off ? s->book.limit[d] : -1);
     add_i(o, "attributed", comem_ledger_attributed(&s->ledger, d));
     if (m->valid) {
         int64_t in_use = comem_sub(m->r.used, comem_clamp0(m->r.reserved));
@@ -134,6 +131,9 @@ static json_object *device_json(comem_coord_srv *s, int d)
     } else {
         add_null(o, "unattributed");
     }
+    /* The booking area: bytes booked there the ledger does not hold yet, and the room it offers. */
+    add_i(o, "booked", coord_fast_inflight(s, d));
+    add_i(o, "booking_limit", s->book.a && !s->book.off ? s->book.limit[d] : -1);
     json_object *procs = json_object_new_array();
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
         uint64_t sid;
