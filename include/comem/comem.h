@@ -137,6 +137,14 @@ COMEM_API int comem_entry_remove(comem_client *c, uint64_t entry);
 /* Reports an entry's resident bytes now (sent as a census with a new sequence number). */
 COMEM_API int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident);
 
+/*
+ * Reports an entry's resident bytes and the references its holder counts on
+ * it (ComfyUI's sys.getrefcount of the model), in one census; either may be
+ * -1: unchanged. Across processes, among equally offloaded entries the one
+ * with fewer references is evicted first; an entry never reported counts 0.
+ */
+COMEM_API int comem_entry_census(comem_client *c, uint64_t entry, int64_t resident, int64_t refs);
+
 /* Reports a holder's pinned host RAM and allocator overhead (either may be -1: unknown). */
 COMEM_API int comem_holder_report(comem_client *c, uint64_t holder, int64_t pinned, int64_t overhead);
 

@@ -95,6 +95,7 @@ _proto("comem_holder_busy", c_int, _P, c_uint64, c_int, c_char_p)
 _proto("comem_entry_add", c_int, _P, c_uint64, c_char_p, c_int64, c_int64, c_uint, POINTER(c_uint64))
 _proto("comem_entry_remove", c_int, _P, c_uint64)
 _proto("comem_entry_set_resident", c_int, _P, c_uint64, c_int64)
+_proto("comem_entry_census", c_int, _P, c_uint64, c_int64, c_int64)
 _proto("comem_holder_report", c_int, _P, c_uint64, c_int64, c_int64)
 _proto("comem_admit", c_int, _P, c_int, c_uint64, c_int64, c_int64, c_int64, POINTER(c_uint64), c_size_t, c_int,
        POINTER(c_uint64), _I64P)

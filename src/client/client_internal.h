@@ -145,8 +145,9 @@ typedef struct client_entry {
     uint64_t coord_id, coord_gen, adding_gen, refused_gen;
     char name[COMEM_WIRE_NAME_MAX];
     int64_t size, resident;
+    int64_t refs; /* references its holder counts on it, as last reported (0 until then) */
     unsigned flags;
-    uint64_t seq, synced_seq; /* census sequence: bumped by each set_resident */
+    uint64_t seq, synced_seq; /* census sequence: bumped by each set_resident / entry_census */
 } client_entry;
 
 typedef struct client_grant {

@@ -302,7 +302,14 @@ int comem_entry_remove(comem_client *c, uint64_t entry)
 
 int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident)
 {
-    if (!c || resident < 0)
+    if (resident < 0)
+        return COMEM_EINVAL;
+    return comem_entry_census(c, entry, resident, -1);
+}
+
+int comem_entry_census(comem_client *c, uint64_t entry, int64_t resident, int64_t refs)
+{
+    if (!c || resident < -1 || refs < -1)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);
@@ -318,7 +325,10 @@ int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident)
         pthread_mutex_unlock(&c->lock);
         return COMEM_EINVAL;
     }
-    e->resident = resident;
+    if (resident >= 0)
+        e->resident = resident;
+    if (refs >= 0)
+        e->refs = refs;
     e->seq++;
     client_holder *h = comem_tab_holder(c, e->holder);
     if (h && comem_tab_entry_live(c, e) && comem_tab_holder_live(c, h)) {
@@ -326,7 +336,7 @@ int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident)
         m.u.census.holder_id = h->coord_id;
         m.u.census.seq = h->report_seq; /* has = 0: the holder-level figures are not part of this census */
         m.u.census.n = 1;
-        m.u.census.items[0] = (comem_wire_residency){e->coord_id, e->seq, resident};
+        m.u.census.items[0] = (comem_wire_residency){e->coord_id, e->seq, e->resident, e->refs};
         e->synced_seq = e->seq;
         send = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, !comem_on_service_thread(c)) == COMEM_OK;
     } else if (c->link == LINK_UP) {

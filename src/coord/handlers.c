@@ -73,6 +73,8 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
         coord_reply(s, c, rid, rc, why);
         return;
     }
+    if (e->refs)
+        (void)comem_ledger_entry_set_refs(&s->ledger, c->session, id, e->refs); /* it was just added: cannot fail */
     reply_id(s, c, rid, id);
     ledger_entry *en = comem_ledger_entry(&s->ledger, id);
     if (en && en->resident > 0)

@@ -58,7 +58,7 @@ static bool next(void *u, size_t *index, comem_evict_entry *out)
         w->cur_holder = e->holder;
         w->cur_resident = e->resident;
         *index = 0; /* the ladder acts on a candidate before asking for the next */
-        *out = (comem_evict_entry){.size = e->size, .loaded = e->resident, .device = w->in->device};
+        *out = (comem_evict_entry){.size = e->size, .loaded = e->resident, .refs = e->refs, .device = w->in->device};
         return true;
     }
     return false;

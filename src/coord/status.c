@@ -74,6 +74,7 @@ static json_object *holder_json(comem_coord_srv *s, uint64_t hid, const ledger_h
         add_s(x, "name", e->name);
         add_i(x, "size", e->size);
         add_i(x, "resident", e->resident);
+        add_i(x, "refs", e->refs);
         if (e->dynamic)
             add_b(x, "paged", true);
         json_object_array_add(es, x);

@@ -7,8 +7,8 @@
  *   │   │           context floor per device
  *   │   └── holders one per thing that holds memory and can be asked (a model list,
  *   │       │       a pager, a pin set): device, kind, flags, census sequence
- *   │       └── entries one per model/VBAR/buffer: size, resident, peak, sequence,
- *   │                   dynamic, last use
+ *   │       └── entries one per model/VBAR/buffer: size, resident, peak, references,
+ *   │                   sequence, dynamic, last use
  *   └── grants      admission grants: bytes booked on a device for a session until
  *                   they become residency or expire
  *
@@ -107,6 +107,7 @@ typedef struct ledger_entry {
     int64_t size;
     int64_t resident;
     int64_t peak;
+    int64_t refs; /* references its holder counts on it (0 until reported): the order's second key */
     int64_t seq; /* -1 until the first census; an equal sequence applies */
     bool dynamic;
     bool ordered; /* in its device's eviction order (ledger/order.h): resident > 0 */
@@ -220,6 +221,11 @@ ledger_holder *comem_ledger_holder(comem_ledger *l, uint64_t id);
  */
 int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, const char *name, int64_t size,
                            int64_t resident, bool dynamic, int64_t now_ns, uint64_t *id);
+/*
+ * Sets the references an entry's holder counts on it (clamped at 0), moving it
+ * in its device's eviction order. COMEM_ENOENT when it is not the session's.
+ */
+int comem_ledger_entry_set_refs(comem_ledger *l, uint64_t session, uint64_t entry, int64_t refs);
 /* Removes an entry of session. COMEM_ENOENT when it is not the session's. */
 int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry);
 /* The live entry with this id, or NULL. */
@@ -228,7 +234,8 @@ ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id);
 /*
  * Applies a census (or a receipt's residency list) from session for holder:
  * per entry, a strictly older sequence is dropped and an equal one applies;
- * resident is clamped to [0, size]; the peak follows the census; an entry not
+ * resident is clamped to [0, size]; references replace the last; the peak
+ * follows the census; an entry not
  * listed keeps its value (missing means unknown, not zero). Pinned/overhead
  * (present as has says: COMEM_CENSUS_*) apply only with a holder sequence seq
  * newer than the last (equal is dropped). The message is judged as a whole: a

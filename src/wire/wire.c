@@ -20,7 +20,7 @@
  *                   text<64> name
  *   HOLDER_REMOVE, ENTRY_REMOVE, ID_REPLY
  *                   u64 id
- *   ENTRY_ADD       u64 holder_id, i64 size, i64 resident,
+ *   ENTRY_ADD       u64 holder_id, i64 size, i64 resident, i64 refs (>= 0),
  *                   u32 flags (COMEM_ENTRY_MASK), text<64> name
  *   CENSUS          u64 holder_id, u64 seq, u8 has (COMEM_CENSUS_MASK),
  *                   i64 pinned, i64 overhead, list<residency, 512> items
@@ -55,7 +55,7 @@
  *                   i64 bytes, u32 deadline_ms, list<release, 512> items
  *   RELEASE_REPLY   u8 outcome (0..3), i64 freed, i64 resident
  *
- *   residency = u64 entry_id, u64 seq, i64 resident            (24 bytes)
+ *   residency = u64 entry_id, u64 seq, i64 resident, i64 refs (>= 0)   (32 bytes)
  *   release   = u64 entry_id, i64 bytes                        (16 bytes)
  *   device    = u16 index, u8 scope (0..1), i64 total, i64 free,
  *               i64 reserved, text<128> uuid, text<128> name
@@ -239,6 +239,8 @@ static void walk_entry_add(comem_wire_cur *c, comem_msg_entry_add *b)
     io_u64(c, &b->holder_id);
     io_i64(c, &b->size);
     io_i64(c, &b->resident);
+    io_i64(c, &b->refs);
+    check(c, b->refs >= 0);
     io_flags32(c, &b->flags, COMEM_ENTRY_MASK);
     io_text(c, b->name, sizeof b->name);
 }
@@ -248,6 +250,8 @@ static void walk_residency(comem_wire_cur *c, comem_wire_residency *r)
     io_u64(c, &r->entry_id);
     io_u64(c, &r->seq);
     io_i64(c, &r->resident);
+    io_i64(c, &r->refs);
+    check(c, r->refs >= 0);
 }
 
 static void walk_census(comem_wire_cur *c, comem_msg_census *b)

@@ -36,7 +36,7 @@
 #include "comem/common.h" /* COMEM_MAX_DEVICES; comem_status and comem_scope travel as integers */
 
 #define COMEM_WIRE_MAGIC 0x4d454d43u
-#define COMEM_WIRE_VERSION 1
+#define COMEM_WIRE_VERSION 2 /* 2: entries carry their reference count (ENTRY_ADD, residency) */
 #define COMEM_WIRE_HEADER_SIZE 16
 #define COMEM_WIRE_MAX_PAYLOAD (64 * 1024)
 #define COMEM_WIRE_MAX_FRAME (COMEM_WIRE_HEADER_SIZE + COMEM_WIRE_MAX_PAYLOAD)
@@ -180,6 +180,7 @@ typedef struct comem_msg_entry_add {
     uint64_t holder_id;
     int64_t size;
     int64_t resident;
+    int64_t refs;   /* references the holder counts on it (ComfyUI's refcount), >= 0 */
     uint32_t flags; /* COMEM_ENTRY_* */
     char name[COMEM_WIRE_NAME_MAX];
 } comem_msg_entry_add;
@@ -188,6 +189,7 @@ typedef struct comem_wire_residency {
     uint64_t entry_id;
     uint64_t seq;
     int64_t resident;
+    int64_t refs; /* references the holder counts on it now, >= 0: the eviction order's second key */
 } comem_wire_residency;
 
 typedef struct comem_msg_census {

@@ -862,6 +862,33 @@ class TestAdmission(MachineCase):
         g.cancel()
         self.m.check_ledger(self)
 
+    def test_references_rank_equally_offloaded_entries(self):
+        # ComfyUI's second key across processes: of two fully loaded entries of one size, the one with
+        # fewer references is asked first, though the other was loaded more recently (the third key).
+        few = self.client("few").add_holder("models", on_release=lambda a: 0).add_entry("f", 2 * GiB, 2 * GiB)
+        many = self.client("many").add_holder("models", on_release=lambda a: 0).add_entry("m", 2 * GiB, 2 * GiB)
+        hf, hm = self.holder_id("few", "models"), self.holder_id("many", "models")
+        few.census(refs=2)
+        many.census(refs=5)
+        self.assertEqual((few.refs, many.refs, many.resident), (2, 5, 2 * GiB))
+        self.assertTrue(wait_for(lambda: (self.entry("few", "f").get("refs"), self.entry("many", "m").get("refs"))
+                                 == (2, 5)))
+        # Short by 3 GiB: the plan takes all of the first entry and part of the second; both answer 0.
+        weights = int((FREE0 + 3 * GiB - need(0)) / 1.1)
+        c = self.client()
+        with self.assertRaises(comem.Refused) as cm:
+            c.admit(weights)
+        self.assertEqual(cm.exception.asked[:2], [hf, hm])
+        many.census(refs=1)  # now "many" holds fewer references: it goes first
+        self.assertTrue(wait_for(lambda: self.entry("many", "m").get("refs") == 1))
+        with self.assertRaises(comem.Refused) as cm:
+            c.admit(weights)
+        self.assertEqual(cm.exception.asked[:2], [hm, hf])
+        with self.assertRaises(ValueError):
+            few.census(refs=-1)
+        self.assertEqual(few.refs, 2)
+        self.m.check_ledger(self)
+
     def test_timeout_decides_with_what_came_back(self):
         holder = self.child("holder")
         holder.ask("hold", holder="models", entry="big", mib=6144, mode="slow")
