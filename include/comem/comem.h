@@ -262,6 +262,12 @@ COMEM_API int comem_view_open(const char *socket_path, comem_view **out);
    COMEM_EBUSY if a write stayed unfinished for 200 ms (the coordinator died mid-write). */
 COMEM_API int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_bytes, int64_t *reserve,
                               int64_t *reclaimable);
+/*
+ * The bytes processes in the ledger hold on device beyond what they registered
+ * (entries, grants, holders' reported bytes) and their contexts: memory a
+ * joined process allocated outside any holder. Errors as comem_view_read.
+ */
+COMEM_API int comem_view_unregistered(comem_view *v, int device, int64_t *bytes);
 COMEM_API void comem_view_close(comem_view *v);
 
 /* ---- an embedded or standalone coordinator ---- */

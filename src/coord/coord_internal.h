@@ -137,6 +137,7 @@ typedef struct ask {
     uint32_t req_id;
     uint64_t entry;
     int64_t entry_before; /* the entry's residency when asked: what comes back if its process ends */
+    uint64_t report_seq;  /* the holder's census sequence when asked: a newer report supersedes the receipt */
 } ask;
 
 /* The last reading of a device, and what changed since. */
@@ -243,6 +244,18 @@ int64_t coord_available(comem_coord_srv *s, int device, bool fresh);
 void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t granted_ns);
 /* The card changed where the ledger shows nothing (a receipt: what was freed shows on the card). */
 void coord_card_changed(comem_coord_srv *s, int device);
+
+/*
+ * What a process holds on device beyond its entries and grants (its ledger floor), split for
+ * status and the view: the bytes its holders report (census overhead: a raw holder's
+ * allocations, an allocator's cache), its context (at most COMEM_CONTEXT_FLOOR, what a CUDA
+ * context costs and what the coordinator books for a process's first one), and the rest, which
+ * nothing registered: its unregistered bytes.
+ */
+typedef struct coord_floor_split {
+    int64_t overhead, context, unregistered;
+} coord_floor_split;
+coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, int device);
 
 /* ---- reserve.c ---- */
 /* Recomputes the published reserve of device; shrink only with evidence. */

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "arith/cross_reserve.h"
 #include "arith/pinned.h"
 #include "arith/planners.h"
 #include "base/bytes.h"
@@ -96,6 +97,14 @@ static int64_t reclaimable(comem_coord_srv *s, int device)
                                        (h->flags & COMEM_CAP_WHILE_BUSY) != 0))
             sum = comem_add(sum, e->resident);
     }
+    /* Holders with no entries that answer asks: what they report is theirs to give back. */
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
+        uint64_t hid;
+        const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
+        int64_t bytes;
+        if (h && h->device == device && !h->busy && coord_generic_holder(&s->ledger, hid, h, &bytes))
+            sum = comem_add(sum, bytes);
+    }
     return sum;
 }
 
@@ -129,6 +138,36 @@ static void update_floors(comem_coord_srv *s, int device, const comem_device_rea
     }
 }
 
+coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, int device)
+{
+    coord_floor_split out = {0};
+    const ledger_session *ss = comem_slab_get(&s->ledger.sessions, session);
+    if (!ss)
+        return out;
+    int64_t beyond = ss->floor[device], overhead = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
+        const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, NULL);
+        if (h && h->session == session && h->device == device && h->census_seen)
+            overhead = comem_add(overhead, h->overhead);
+    }
+    out.overhead = comem_min(overhead, beyond);
+    out.context = comem_min(comem_sub(beyond, out.overhead), COMEM_CONTEXT_FLOOR);
+    out.unregistered = comem_sub(comem_sub(beyond, out.overhead), out.context);
+    return out;
+}
+
+/* Σ unregistered bytes of every process on device. */
+static int64_t unregistered_on(const comem_coord_srv *s, int device)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
+        uint64_t id;
+        if (comem_slab_at(&s->ledger.sessions, i, &id))
+            sum = comem_add(sum, coord_split_floor(s, id, device).unregistered);
+    }
+    return sum;
+}
+
 static void publish_view(comem_coord_srv *s, int device)
 {
     const measurement *m = &s->meas[device];
@@ -139,6 +178,7 @@ static void publish_view(comem_coord_srv *s, int device)
         .reclaimable = reclaimable(s, device),
         .granted = comem_ledger_granted(&s->ledger, device),
         .updated_ns = m->taken_ns,
+        .unregistered = unregistered_on(s, device),
     };
     comem_view_publish(&s->view, device, &v);
 }

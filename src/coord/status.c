@@ -4,7 +4,10 @@
  * Per device: capacity, the last true free, the driver's reserved slice, the
  * reserve (base and published), and every byte attributed to a process and an
  * entry, a context floor or a grant; what the card says is used but the ledger
- * cannot name is "unattributed". Ids are hex strings (they are 64-bit).
+ * cannot name is "unattributed". What a joined process holds beyond its entries
+ * and grants is split (coord_split_floor): its holders' reported bytes
+ * ("overhead"), its context ("context_floor") and the rest ("unregistered").
+ * Ids are hex strings (they are 64-bit).
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -104,8 +107,20 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_i(rv, "published", ld->published);
     json_object_object_add(o, "reserve", rv);
     int64_t resident = comem_ledger_resident(&s->ledger, d), floors = comem_ledger_floors(&s->ledger, d);
+    coord_floor_split all = {0};
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
+        uint64_t sid;
+        if (!comem_slab_at(&s->ledger.sessions, i, &sid))
+            continue;
+        coord_floor_split x = coord_split_floor(s, sid, d);
+        all.overhead = comem_add(all.overhead, x.overhead);
+        all.context = comem_add(all.context, x.context);
+        all.unregistered = comem_add(all.unregistered, x.unregistered);
+    }
     add_i(o, "resident", resident);
-    add_i(o, "context_floors", floors);
+    add_i(o, "context_floors", all.context);
+    add_i(o, "overhead", all.overhead);
+    add_i(o, "unregistered", all.unregistered);
     add_i(o, "granted", comem_ledger_granted(&s->ledger, d));
     add_i(o, "attributed", comem_ledger_attributed(&s->ledger, d));
     if (m->valid) {
@@ -126,7 +141,10 @@ static json_object *device_json(comem_coord_srv *s, int d)
         add_b(p, "busy", ss->busy);
         if (ss->prompt[0])
             add_s(p, "prompt", ss->prompt);
-        add_i(p, "context_floor", ss->floor[d]);
+        coord_floor_split split = coord_split_floor(s, sid, d);
+        add_i(p, "context_floor", split.context);
+        add_i(p, "overhead", split.overhead);
+        add_i(p, "unregistered", split.unregistered);
         add_i(p, "resident", comem_ledger_session_resident(&s->ledger, sid, 0, d));
         add_i(p, "pinned", ss->pinned);
         json_object *hs = json_object_new_array();

@@ -26,10 +26,11 @@ typedef struct comem_view_values {
     int64_t reclaimable; /* what others could release now */
     int64_t granted;     /* outstanding grants */
     int64_t updated_ns;  /* CLOCK_MONOTONIC of the last update */
+    int64_t unregistered; /* bytes processes in the ledger hold beyond what they registered and their contexts */
 } comem_view_values;
 
 typedef struct comem_view_device {
-    _Atomic int64_t capacity, free, reserve, reclaimable, granted, updated_ns;
+    _Atomic int64_t capacity, free, reserve, reclaimable, granted, updated_ns, unregistered;
 } comem_view_device;
 
 typedef struct comem_view_shared {

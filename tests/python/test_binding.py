@@ -911,6 +911,46 @@ class TestAdmission(MachineCase):
         c.admit(GiB, timeout=float("inf")).cancel()  # the longest wait there is
         self.m.check_ledger(self)
 
+    def test_a_holder_without_entries_is_asked_for_the_bytes_it_reports(self):
+        # Issue 14's report: a raw holder with a release callback and 10 GiB, no entries, was never
+        # asked ("asked 0 holder(s)") and a 16 GiB admission was refused. Here: 5 GiB of an 8 GiB card.
+        raw = self.child("raw")
+        raw.ask("raw", holder="scratch", mib=5120)
+        hid = self.holder_id("raw", "scratch")
+        self.assertTrue(wait_for(lambda: self.process("raw")["holders"][0].get("overhead") == 5 * GiB))
+        free = FREE0 - CONTEXT - 5 * GiB
+        weights = int((free + 3 * GiB - need(0)) / 1.1)  # needs 3 GiB of the raw holder's 5
+        c = self.client()
+        g = c.admit(weights)
+        short = need(weights) - free
+        self.assertGreater(short, 2 * GiB)
+        self.assertEqual((g.asked, g.n_asked, g.freed, g.free_before), ([hid], 1, short, free))
+        self.assertEqual(raw.ask("asks")["asks"][0]["bytes"], short)
+        self.assertEqual(raw.ask("card")["allocated"], 5 * GiB - short)
+        self.assertTrue(wait_for(lambda: self.process("raw")["holders"][0].get("overhead") == 5 * GiB - short))
+        g.cancel()
+        self.m.check_ledger(self)
+
+    def test_unregistered_bytes_are_the_process_s_own_apart_from_its_context(self):
+        w = self.child("w")
+        w.ask("hold", holder="models", entry="m", mib=1024)
+        w.ask("raw", holder="scratch", mib=512)
+        w.ask("fill", mib=2048)  # allocated outside any holder
+        with comem.View(self.m.socket) as v:
+            self.assertTrue(wait_for(lambda: self.process("w")["unregistered"] == 2 * GiB))
+            self.assertTrue(wait_for(lambda: v.unregistered(0) == 2 * GiB))
+        p = self.process("w")
+        self.assertEqual((p["resident"], p["context_floor"], p["overhead"], p["unregistered"]),
+                         (GiB, CONTEXT, 512 * MiB, 2 * GiB))
+        dev = self.m.status()["devices"][0]
+        self.assertEqual((dev["context_floors"], dev["overhead"], dev["unregistered"]), (CONTEXT, 512 * MiB, 2 * GiB))
+        self.assertEqual(dev["unattributed"], 0)  # every byte is the process's: none is another app's
+        out = subprocess.run([os.path.join(support.BIN_DIR, "comem"), "status", "--socket", self.m.socket],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.count("unregistered 2"), 2, out.stdout)  # the device's line and the process's
+        self.m.check_ledger(self)
+
     def test_sigkill_mid_admission_leaves_nothing_in_the_ledger(self):
         holder = self.child("holder")
         holder.ask("hold", holder="models", entry="big", mib=5120, mode="slow")

@@ -87,6 +87,9 @@ static void print_table(json_object *root)
         printf("  reserve %s (base %s)  resident %s  context floors %s  granted %s  unattributed %s\n",
                sz(geti(rv, "published"), b[0]), sz(geti(rv, "base"), b[1]), sz(geti(dv, "resident"), b[2]),
                sz(geti(dv, "context_floors"), b[3]), sz(geti(dv, "granted"), b[4]), sz(geti(dv, "unattributed"), b[5]));
+        if (geti(dv, "unregistered") > 0)
+            printf("  unregistered %s (joined processes' bytes outside any holder and their contexts)\n",
+                   sz(geti(dv, "unregistered"), b[0]));
         json_object *ps = geta(dv, "processes");
         if (ps && json_object_array_length(ps)) {
             printf("  %-8s %-16s %-7s %-5s %12s %12s %12s\n", "PID", "NAME", "ROLE", "STATE", "FLOOR", "RESIDENT", "PINNED");
@@ -98,6 +101,8 @@ static void print_table(json_object *root)
                 printf("  %-8lld %-16s %-7s %-5s %12s %12s %12s\n", (long long)geti(p, "pid"), gets(p, "name"),
                        gets(p, "role"), json_object_get_boolean(geta(p, "busy")) ? "busy" : "idle",
                        sz(geti(p, "context_floor"), b[0]), sz(geti(p, "resident"), b[1]), sz(geti(p, "pinned"), b[2]));
+                if (geti(p, "unregistered") > 0)
+                    printf("    unregistered %s\n", sz(geti(p, "unregistered"), b[0]));
                 json_object *hs = geta(p, "holders");
                 for (size_t k = 0; hs && k < json_object_array_length(hs); k++)
                     print_holder(json_object_array_get_idx(hs, k));
