@@ -4,7 +4,8 @@
  * The fake (fake_cuda.c, built as libfake_cuda.so) exports only what comem's
  * loader looks up with dlsym: cuGetProcAddress_v2 and cuGetProcAddress (the
  * "legacy" build, libfake_cuda_legacy.so, lacks _v2). Every driver entry point
- * is handed out through them, as the real driver does.
+ * is handed out through them, as the real driver does, cuGetProcAddress itself
+ * included (its _v2 revision, as CUDA 12 asks for it).
  *
  * FAKE_CUDA_MODE, read at cuInit and at each lookup, picks the scenario:
  *   basic (default)  two devices (below), no context current anywhere

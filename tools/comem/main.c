@@ -5,6 +5,7 @@
  *   comem demo                          the walkthrough the README runs
  *   comem simulate SCENARIO             replay a workload under each policy (docs/scenarios.md)
  *   comem release --process NAME        ask a process to give memory back, with a receipt
+ *   comem run -- PROGRAM [ARGS]         a CUDA program in the ledger, through libcomem_preload.so
  */
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,7 @@ static void usage(FILE *f)
             "  demo                         three processes share a simulated 24 GiB card\n"
             "  simulate SCENARIO            replay a workload under comem, comfy-env and no coordination\n"
             "  release --process NAME       ask a process to release memory now, with a receipt\n"
+            "  run -- PROGRAM [ARGS]        run an unmodified CUDA program as a member of the ledger\n"
             "  version                      print the version\n\n"
             "Run 'comem COMMAND --help' for a command's flags.\n");
 }
@@ -51,6 +53,8 @@ int main(int argc, char **argv)
         return cmd_simulate(argc - 2, argv + 2);
     if (!strcmp(cmd, "release"))
         return cmd_release(argc - 2, argv + 2);
+    if (!strcmp(cmd, "run"))
+        return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("comem %s\n", COMEM_VERSION);
         return 0;
