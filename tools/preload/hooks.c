@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "preload.h"
 #include "probe/cuda_abi.h"
 #include "probe/cuda_view.h"
@@ -455,12 +456,15 @@ static void *wrap(const char *base, void *real, int version, cuuint64_t flags)
             preload_say_once(&h->wrapper, "%s asked for a second revision or variant: that one is not attributed", base);
             return real;
         }
+        comem_debug("preload: %s (CUDA %d, flags %llu) through cuGetProcAddress: attributed", base, version,
+                    (unsigned long long)flags);
         return h->wrapper;
     }
+    /* The runtime looks these up at start whether the program uses them or not: a debug line, not a warning. */
     for (size_t k = 0; k < sizeof g_unattributed / sizeof g_unattributed[0]; k++)
         if (starts(base, g_unattributed[k]))
-            preload_say_once(g_unattributed[k], "%s: not attributed (device arrays and host memory are not counted)",
-                             g_unattributed[k]);
+            comem_debug("preload: %s is handed out unwrapped: device arrays and host memory are not attributed",
+                        g_unattributed[k]);
     return real;
 }
 
@@ -479,6 +483,7 @@ static void *wrap_exported(const char *name, void *real)
             preload_say_once(&h->wrapper, "%s found twice, as two functions: the second is not attributed", name);
             return real;
         }
+        comem_debug("preload: %s through dlsym: attributed", name);
         return h->wrapper;
     }
     if (!strcmp(name, "cuMemAlloc") || !strcmp(name, "cuMemFree"))
