@@ -32,7 +32,7 @@ static const uint16_t types[] = {
     COMEM_MSG_DEVICES_REPLY,  COMEM_MSG_ID_REPLY,      COMEM_MSG_ADMIT_REPLY,
     COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
-    COMEM_MSG_RELEASE_REPLY,
+    COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,
 };
 
 static comem_msg g_msg; /* large: kept off the stack */
@@ -124,6 +124,13 @@ static void sample(comem_msg *m, uint16_t type)
         m->u.pin.bytes = 1 << 28;
         break;
     case COMEM_MSG_RESERVE: m->u.reserve.device = 0; break;
+    case COMEM_MSG_DEVICE_MAP: /* two ordinals of one card: the coordinator warns */
+        m->u.device_map.n = 2;
+        m->u.device_map.items[0].ordinal = 0;
+        strcpy(m->u.device_map.items[0].uuid, "GPU-2b744a59-1ae9-b842-9e25-484f12e0fcd9");
+        m->u.device_map.items[1].ordinal = 1;
+        strcpy(m->u.device_map.items[1].uuid, "GPU-2b744a59-1ae9-b842-9e25-484f12e0fcd9");
+        break;
     case COMEM_MSG_RECEIPT:
         m->u.receipt.ask_id = 8;
         m->u.receipt.outcome = COMEM_RECEIPT_DONE;

@@ -79,6 +79,19 @@ COMEM_API int comem_client_connected(comem_client *c);
  */
 COMEM_API uint64_t comem_client_session(comem_client *c);
 
+/*
+ * Says which card this process's device `ordinal` is (its CUDA ordinal, as
+ * CUDA_VISIBLE_DEVICES numbers them), by the card's UUID ("GPU-...", as
+ * NVML and cuDeviceGetUuid give it; a simulated card's "SIM-..."). From then
+ * on the device this client names in every call is its own ordinal, and two
+ * processes that see one card under different ordinals are charged on that
+ * card. Call it before registering holders on the device; it is replayed on
+ * every reconnect. COMEM_ENODEV when the coordinator reads no card with that
+ * UUID (the ordinal then stays the coordinator's index), COMEM_EINVAL for an
+ * ordinal outside [0, 16) or an empty or overlong UUID.
+ */
+COMEM_API int comem_client_map_device(comem_client *c, int ordinal, const char *uuid);
+
 /* The default timeout (ms) for calls that take timeout_ms < 0. Default 10000. */
 COMEM_API void comem_client_set_timeout(comem_client *c, int timeout_ms);
 

@@ -415,6 +415,18 @@ class Client:
         sid = _L.comem_client_session(self._h())
         return format(sid, "x") if sid else None
 
+    def map_device(self, ordinal: int, uuid: str) -> None:
+        """Says which card this process's device ``ordinal`` is, by its UUID (``torch.cuda`` ordinals, say).
+
+        From then on the ``device`` this client names is its own ordinal, so processes with different
+        ``CUDA_VISIBLE_DEVICES`` are charged on the same card. Call it before adding holders on that device.
+        Raises :class:`comem.NoDevice` when the coordinator reads no card with that UUID.
+        """
+        if not isinstance(uuid, str) or not uuid:
+            raise TypeError("uuid must be a non-empty str")
+        o = errors.device(ordinal)
+        check(_L.comem_client_map_device(self._h(), o, uuid.encode()), "comem_client_map_device")
+
     def set_timeout(self, seconds: float) -> None:
         """The default wait for calls that take ``timeout=None``."""
         _L.comem_client_set_timeout(self._h(), errors.timeout_ms(seconds))

@@ -250,6 +250,8 @@ struct comem_client {
     bool sess_busy, synced_sess_busy; /* holder 0: the whole process */
     char sess_prompt[COMEM_WIRE_NAME_MAX];
     int64_t sess_pins, synced_sess_pins;
+    char devmap[COMEM_MAX_DEVICES][COMEM_WIRE_TEXT_MAX]; /* this process's ordinal -> its card's UUID ("": unmapped) */
+    uint64_t devmap_gen; /* the connection generation the map was last sent on (0: never) */
 
     pthread_mutex_t write_lock;
     int wfd;       /* the socket writers use; -1 when down */
@@ -472,5 +474,8 @@ int comem_local_status(comem_client *c, char **json);
 
 /* Closes the device source. */
 void comem_local_close(comem_client *c);
+
+/* Fills m with this process's device map; false when nothing is mapped (lock held). register.c */
+bool comem_devmap_build(const comem_client *c, comem_msg_device_map *m);
 
 #endif

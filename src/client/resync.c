@@ -31,6 +31,13 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
 {
     uint64_t gen = c->gen;
     memset(m, 0, sizeof *m);
+    if (c->devmap_gen != gen && comem_devmap_build(c, &m->u.device_map)) {
+        /* First: the holders that follow name devices by this process's ordinals. */
+        c->devmap_gen = gen;
+        m->type = COMEM_MSG_DEVICE_MAP;
+        snprintf(what, whatlen, "the device map");
+        return STEP_SEND;
+    }
     for (size_t i = 0; i < c->n_holders; i++) {
         client_holder *h = &c->holders[i];
         if (h->coord_gen == gen || h->adding_gen == gen || h->refused_gen == gen)

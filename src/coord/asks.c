@@ -39,7 +39,7 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     w->ask_id = id;
     w->holder_id = holder;
     w->kind = kind;
-    w->device = (uint16_t)h->device;
+    w->device = coord_device_out(c, h->device); /* as the holder's process names it */
     w->bytes = bytes;
     w->deadline_ms = (uint32_t)s->cfg.ask_deadline_ms;
     w->n = n;

@@ -77,6 +77,7 @@ typedef struct conn {
     int64_t accepted_ns; /* a connection without HELLO is closed hello_timeout_ms after this */
     int jobs;     /* admissions and pressure requests of this connection's session in flight */
     int releases; /* RELEASE requests of this connection's session waiting for a receipt */
+    uint8_t devmap[COMEM_MAX_DEVICES]; /* this process's ordinal -> the coordinator's index + 1 (0: unmapped) */
 } conn;
 
 typedef enum job_kind { JOB_ADMIT = 1, JOB_PRESSURE = 2 } job_kind;
@@ -220,6 +221,17 @@ void coord_socket_release(comem_coord_srv *s);
 /* ---- session.c ---- */
 int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t request_id);
 void coord_session_end(comem_coord_srv *s, conn *c, const char *why);
+
+/* ---- devmap.c: each process's device ordinals, by UUID ---- */
+/* DEVICE_MAP: maps the ordinals it names, warns when two are one card, replies. */
+void coord_device_map(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_device_map *m);
+/* The coordinator's index for a device a message of c names (its ordinal when it mapped it). */
+uint16_t coord_device_in(const conn *c, uint16_t device);
+/* The device as c names it: its ordinal for a mapped index, else the index. */
+uint16_t coord_device_out(const conn *c, int index);
+/* Warnings for status: ordinals of one process that are one card, devices that share a UUID. */
+#define COORD_WARNING_MAX 192
+size_t coord_device_warnings(comem_coord_srv *s, char (*out)[COORD_WARNING_MAX], size_t cap);
 
 /* ---- handlers.c ---- */
 void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m);

@@ -79,6 +79,11 @@ int coord_devices_open(comem_coord_srv *s)
         pin.windows = true;
         s->max_pinned_windows = (int64_t)comem_max_pinned(&pin);
     }
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            if (devs[a].uuid[0] && !strcmp(devs[a].uuid, devs[b].uuid))
+                comem_warn("coordinator: devices %d and %d are one card (%s): its memory is counted twice", a, b,
+                           devs[a].uuid);
     rc = comem_ledger_init(&s->ledger, devs, n, (int64_t)max_pinned);
     comem_ledger_set_checking(&s->ledger, s->cfg.check);
     return rc;

@@ -136,6 +136,9 @@ static json_object *device_json(comem_coord_srv *s, int d)
         json_object *p = json_object_new_object();
         json_object_object_add(p, "session", jid(sid));
         add_i(p, "pid", ss->pid);
+        const conn *pc = coord_conn_of(s, sid);
+        if (pc)
+            add_i(p, "ordinal", coord_device_out(pc, d)); /* the device as the process numbers it */
         add_s(p, "name", ss->name);
         add_s(p, "role", role_name(ss->role));
         add_b(p, "busy", ss->busy);
@@ -207,6 +210,12 @@ char *coord_status_json(comem_coord_srv *s)
     add_i(co, "checks", (int64_t)s->ledger.checks);
     add_i(co, "violations", (int64_t)s->ledger.violations);
     json_object_object_add(root, "coordinator", co);
+    char warnings[16][COORD_WARNING_MAX];
+    size_t nw = coord_device_warnings(s, warnings, 16);
+    json_object *ws = json_object_new_array();
+    for (size_t i = 0; i < nw; i++)
+        json_object_array_add(ws, json_object_new_string(warnings[i]));
+    json_object_object_add(root, "warnings", ws);
     json_object *pins = json_object_new_object();
     add_i(pins, "total", s->ledger.total_pinned);
     add_i(pins, "max", s->ledger.max_pinned);

@@ -536,6 +536,36 @@ class TestClient(MachineCase):
         self.assertEqual(self.m.status()["devices"][0]["resident"], 0)
         self.m.check_ledger(self)
 
+    def test_ordinals_map_to_one_card_by_uuid(self):
+        # F7/F8: two processes see the card under different ordinals (different CUDA_VISIBLE_DEVICES).
+        uuid = self.m.status()["devices"][0]["uuid"]
+        self.assertTrue(uuid.startswith("SIM-"))
+        a, b = self.client("a"), self.client("b")
+        a.map_device(1, uuid)  # the card is a's device 1
+        b.map_device(0, uuid)
+        a.add_holder("models", device=1).add_entry("x", GiB, GiB)
+        b.add_holder("models", device=0).add_entry("y", GiB, GiB)
+        dev = self.m.status()["devices"][0]
+        self.assertEqual(dev["resident"], 2 * GiB)  # both charged on the one card
+        self.assertEqual((self.process("a")["ordinal"], self.process("b")["ordinal"]), (1, 0))
+        a.admit(256 * MiB, device=1).cancel()  # its device 1 is the card
+        self.assertEqual(self.m.status()["warnings"], [])
+        # One process naming the card twice: charged as one, and said in status and the log.
+        c = self.client("c")
+        c.map_device(0, uuid)
+        c.map_device(1, uuid)
+        st = self.m.status()
+        self.assertEqual(len(st["warnings"]), 1, st["warnings"])
+        self.assertIn("its devices 0 and 1 are one card", st["warnings"][0])
+        self.assertTrue(wait_for(lambda: "its devices 0 and 1 are one card" in self.m.comemd_log()))
+        with self.assertRaises(comem.NoDevice):
+            c.map_device(2, "GPU-00000000-0000-0000-0000-000000000000")
+        with self.assertRaises(ValueError):
+            c.map_device(16, uuid)
+        c.close()
+        self.assertTrue(wait_for(lambda: self.m.status()["warnings"] == []))  # gone with the process
+        self.m.check_ledger(self)
+
     def test_node_boundaries(self):
         c = self.client()
         h = c.add_holder("models", on_release=lambda a: 0)

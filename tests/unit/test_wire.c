@@ -25,7 +25,7 @@ static const uint16_t all_types[] = {
     COMEM_MSG_DEVICES_REPLY,  COMEM_MSG_ID_REPLY,      COMEM_MSG_ADMIT_REPLY,
     COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
-    COMEM_MSG_RELEASE_REPLY,
+    COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -143,6 +143,13 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         m->u.pin.bytes = type == COMEM_MSG_PIN_ACQUIRE ? INT64_MAX : -7;
         break;
     case COMEM_MSG_RESERVE: m->u.reserve.device = 0x1234; break;
+    case COMEM_MSG_DEVICE_MAP:
+        m->u.device_map.n = (uint16_t)items(s, COMEM_MAX_DEVICES);
+        for (uint16_t i = 0; i < m->u.device_map.n; i++) {
+            m->u.device_map.items[i].ordinal = (uint16_t)(COMEM_MAX_DEVICES - 1 - i);
+            text(m->u.device_map.items[i].uuid, sizeof m->u.device_map.items[i].uuid, s == EMPTY ? SMALL : s, 'G');
+        }
+        break;
     case COMEM_MSG_STATUS: m->u.status.flags = 0; break;
     case COMEM_MSG_REPLY:
         m->u.reply.status = COMEM_EPROTO;
@@ -264,6 +271,12 @@ static size_t expected_payload(const comem_msg *m)
     case COMEM_MSG_PIN_ACQUIRE:
     case COMEM_MSG_PIN_RELEASE: return 16;
     case COMEM_MSG_RESERVE: return 2;
+    case COMEM_MSG_DEVICE_MAP: {
+        size_t n = 2;
+        for (size_t i = 0; i < m->u.device_map.n; i++)
+            n += 2 + TXT(m->u.device_map.items[i].uuid);
+        return n;
+    }
     case COMEM_MSG_STATUS: return 1;
     case COMEM_MSG_RECEIPT: return 8 + 1 + 8 + 2 + 32 * (size_t)m->u.receipt.n;
     case COMEM_MSG_REPLY: return 4 + TXT(m->u.reply.message);
@@ -374,6 +387,13 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         assert_true(a->u.pin.bytes == b->u.pin.bytes);
         break;
     case COMEM_MSG_RESERVE: assert_int_equal(a->u.reserve.device, b->u.reserve.device); break;
+    case COMEM_MSG_DEVICE_MAP:
+        assert_int_equal(a->u.device_map.n, b->u.device_map.n);
+        for (size_t i = 0; i < a->u.device_map.n; i++) {
+            assert_int_equal(a->u.device_map.items[i].ordinal, b->u.device_map.items[i].ordinal);
+            assert_string_equal(a->u.device_map.items[i].uuid, b->u.device_map.items[i].uuid);
+        }
+        break;
     case COMEM_MSG_STATUS: assert_int_equal(a->u.status.flags, b->u.status.flags); break;
     case COMEM_MSG_RECEIPT:
         assert_int_equal(a->u.receipt.ask_id, b->u.receipt.ask_id);
@@ -1287,7 +1307,7 @@ static void test_type_names(void **st)
         "PRESSURE",       "PIN_ACQUIRE", "PIN_RELEASE",   "RESERVE",       "STATUS",
         "RECEIPT",        "REPLY",       "HELLO_REPLY",   "DEVICES_REPLY", "ID_REPLY",
         "ADMIT_REPLY",    "PRESSURE_REPLY", "PIN_REPLY",  "RESERVE_REPLY", "STATUS_REPLY",
-        "ASK",            "RELEASE",     "RELEASE_REPLY",
+        "ASK",            "RELEASE",     "RELEASE_REPLY", "DEVICE_MAP",
     };
     assert_int_equal(sizeof names / sizeof names[0], N_TYPES);
     for (size_t t = 0; t < N_TYPES; t++)

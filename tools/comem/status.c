@@ -77,6 +77,9 @@ static void print_table(json_object *root)
         printf(", ledger checks %lld, violations %lld", (long long)geti(co, "checks"), (long long)geti(co, "violations"));
     printf("\n");
     json_object *devs = geta(root, "devices");
+    json_object *ws = geta(root, "warnings");
+    for (size_t w = 0; ws && w < json_object_array_length(ws); w++)
+        printf("warning: %s\n", json_object_get_string(json_object_array_get_idx(ws, w)));
     for (size_t d = 0; devs && d < json_object_array_length(devs); d++) {
         json_object *dv = json_object_array_get_idx(devs, d);
         json_object *rv = geta(dv, "reserve");
