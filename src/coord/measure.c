@@ -65,6 +65,10 @@ int coord_devices_open(comem_coord_srv *s)
         devs[i].entry_max = off_card >= 0 ? comem_add(r->total, off_card) : comem_mul(r->total, 16);
         devs[i].scope = r->scope;
         devs[i].proc_scope = r->local_scope;
+        devs[i].unified = r->unified;
+        if (r->unified)
+            comem_info("coordinator: device %d (%s) is integrated: its memory is host RAM, one pool for VRAM and "
+                       "pinned RAM", i, r->name);
         devs[i].reserve_base = -1;
         devs[i].last_free = r->free;
     }

@@ -98,6 +98,7 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_s(o, "name", ld->name);
     add_s(o, "scope", comem_scope_name(ld->scope));
     add_s(o, "process_scope", comem_scope_name(ld->proc_scope)); /* of each process's own free reading */
+    add_b(o, "unified", ld->unified);
     add_i(o, "capacity", ld->capacity);
     add_i(o, "free", m->valid ? m->r.free : -1);
     add_i(o, "used", m->valid ? m->r.used : -1);
@@ -125,7 +126,10 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_i(o, "attributed", comem_ledger_attributed(&s->ledger, d));
     if (m->valid) {
         int64_t in_use = comem_sub(m->r.used, comem_clamp0(m->r.reserved));
-        add_i(o, "unattributed", comem_clamp0(comem_sub(in_use, comem_add(resident, floors))));
+        int64_t named = comem_add(resident, floors);
+        if (ld->unified)
+            named = comem_add(named, s->ledger.total_pinned); /* the pool's pinned RAM shows as its use */
+        add_i(o, "unattributed", comem_clamp0(comem_sub(in_use, named)));
     }
     json_object *procs = json_object_new_array();
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {

@@ -108,8 +108,9 @@ int64_t comem_ledger_floors(const comem_ledger *l, int device)
 
 int64_t comem_ledger_attributed(const comem_ledger *l, int device)
 {
-    return comem_add(comem_add(comem_ledger_resident(l, device), comem_ledger_floors(l, device)),
-                     comem_ledger_granted(l, device));
+    int64_t a = comem_add(comem_add(comem_ledger_resident(l, device), comem_ledger_floors(l, device)),
+                          comem_ledger_granted(l, device));
+    return l->devices[device].unified ? comem_add(a, l->total_pinned) : a; /* one pool: RAM and VRAM */
 }
 
 int64_t comem_ledger_session_resident(const comem_ledger *l, uint64_t session, uint64_t holder, int device)
@@ -651,6 +652,14 @@ int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, i
         if (shortfall)
             *shortfall = l->max_pinned <= 0 ? bytes : comem_sub(after, l->max_pinned);
         return COMEM_ENOSPC;
+    }
+    for (int d = 0; d < l->n_devices; d++) {
+        int64_t over = comem_sub(comem_add(comem_ledger_attributed(l, d), bytes), l->devices[d].capacity);
+        if (l->devices[d].unified && over > 0) { /* the pool's RAM is booked as VRAM already */
+            if (shortfall)
+                *shortfall = over;
+            return COMEM_ENOSPC;
+        }
     }
     l->total_pinned = after;
     s->pinned = comem_add(s->pinned, bytes);

@@ -58,6 +58,7 @@ typedef struct ledger_device {
     int64_t entry_max;     /* the largest entry size accepted (card + host RAM + swap); <= 0 at init: capacity */
     comem_scope scope;     /* of the coordinator's own reading of this device */
     comem_scope proc_scope; /* of each process's own free reading there (process-local on a WDDM card) */
+    bool unified;          /* its memory is host RAM (an integrated GPU, UMA): pinned RAM is booked against it too */
     int64_t reserve_base;  /* the operator's reserve, read once */
     int64_t published;     /* the total reserve published to the host */
     int64_t last_free;     /* true free at the last reading (-1 before any) */
@@ -275,8 +276,10 @@ ledger_grant *comem_ledger_grant(comem_ledger *l, uint64_t id);
 /*
  * Books bytes of pinned RAM for session within the machine ceiling. COMEM_ENOSPC
  * with *shortfall (may be NULL) the bytes above the ceiling (all of them when
- * pinning is refused), else *shortfall 0. COMEM_ENOENT (session), COMEM_EINVAL
- * (bytes < 0). Every device's generation moves (a unified device's memory).
+ * pinning is refused), else *shortfall 0; also COMEM_ENOSPC when the pin would
+ * put a unified device's attributed bytes above its capacity (VRAM and pinned
+ * RAM draw on one pool). COMEM_ENOENT (session), COMEM_EINVAL (bytes < 0).
+ * Every device's generation moves (a unified device's memory).
  */
 int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, int64_t *shortfall);
 /* Gives back bytes of session's pinned RAM (more than it holds: warned, clamped). COMEM_ENOENT, COMEM_EINVAL. */
@@ -289,7 +292,10 @@ int64_t comem_ledger_resident(const comem_ledger *l, int device);
 int64_t comem_ledger_granted(const comem_ledger *l, int device);
 /* Σ context floors on device. */
 int64_t comem_ledger_floors(const comem_ledger *l, int device);
-/* resident + floors + grants on device: what the ledger can name, never above capacity. */
+/*
+ * resident + floors + grants on device (+ the machine's pinned RAM on a unified
+ * device: one pool): what the ledger can name, never above capacity.
+ */
 int64_t comem_ledger_attributed(const comem_ledger *l, int device);
 /* Σ resident of one session (or one holder when holder != 0) on device (-1: any device). */
 int64_t comem_ledger_session_resident(const comem_ledger *l, uint64_t session, uint64_t holder, int device);

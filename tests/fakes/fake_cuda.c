@@ -157,6 +157,7 @@ static CUresult f_DeviceGetAttribute(int *value, CUdevice_attribute attrib, CUde
         *value = dev == 0 ? 0 : 9;
         return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = 1; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: *value = dev == 1 && is_mode("integrated"); return CUDA_SUCCESS;
     default: return CUDA_ERROR_INVALID_VALUE;
     }
 }

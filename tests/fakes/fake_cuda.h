@@ -12,6 +12,7 @@
  *   init_fails       cuInit returns CUDA_ERROR_NO_DEVICE
  *   no_devices       cuInit succeeds, cuDeviceGetCount gives 0
  *   missing_symbol   cuMemSetAccess is refused (version not sufficient)
+ *   integrated       device 1 reports CU_DEVICE_ATTRIBUTE_INTEGRATED (its memory is host RAM)
  *
  * Devices: 0 "Fake H200", UUID bytes 00 11 22 .. ff, bus 0000:3B:00.0,
  * 143771 MiB, 1143 MiB used at start; 1 "Fake L4", UUID bytes 10 11 .. 1f,

@@ -1023,6 +1023,25 @@ class TestAdmission(MachineCase):
         self.m.check_ledger(self)
 
 
+class TestUnifiedMemory(MachineCase):
+    """F21: an integrated GPU's memory is host RAM: VRAM and pinned RAM draw on one pool."""
+
+    card = "sim:8GiB:uma:reserved=256MiB:ctx=300MiB"
+
+    def test_vram_and_pins_never_sum_past_the_pool(self):
+        self.assertTrue(self.m.status()["devices"][0]["unified"])
+        c = self.client()
+        c.add_holder("models", on_release=lambda a: 0).add_entry("m", 5 * GiB, 5 * GiB)
+        # The card's reading has room (the entry is only booked here), but the books do not: 5 + 4 > 8 GiB.
+        with self.assertRaises(comem.Refused) as cm:
+            c.pin(4 * GiB)
+        self.assertEqual(cm.exception.short_by, GiB)
+        c.pin(2 * GiB)
+        dev = self.m.status()["devices"][0]
+        self.assertEqual(dev["attributed"], 7 * GiB)  # residency and the pool's pinned RAM together
+        self.m.check_ledger(self)
+
+
 class TestCallbacks(MachineCase):
     """Release callbacks: the library's thread, Busy, exceptions, and the callable's lifetime."""
 

@@ -343,6 +343,33 @@ static void test_eviction_order(void **st)
     assert_false(comem_order_next(&it, &got[0], &e));
 }
 
+/* UMA: on a unified device VRAM and pinned RAM are one pool, and the books never exceed it. */
+static void test_unified_device_is_one_pool(void **st)
+{
+    (void)st;
+    comem_ledger_fini(&g_l);
+    ledger_device d[2] = {{.index = 0, .capacity = 16 * GIB, .unified = true}, {.index = 1, .capacity = 8 * GIB}};
+    assert_int_equal(comem_ledger_init(&g_l, d, 2, 12 * GIB), 0);
+    comem_ledger_set_checking(&g_l, true);
+    uint64_t s = session("w"), h = holder(s, 0);
+    entry(s, h, 10 * GIB, 10 * GIB);
+    int64_t shortfall = 0;
+    /* 8 GiB is within the pin ceiling (12 GiB) but not within the pool: 10 + 8 > 16 */
+    assert_int_equal(comem_ledger_pin_acquire(&g_l, s, 8 * GIB, &shortfall), COMEM_ENOSPC);
+    assert_int_equal(shortfall, 2 * GIB);
+    assert_int_equal(g_l.total_pinned, 0);
+    assert_int_equal(comem_ledger_pin_acquire(&g_l, s, 6 * GIB, &shortfall), 0);
+    assert_int_equal(comem_ledger_attributed(&g_l, 0), 16 * GIB);
+    assert_int_equal(comem_ledger_attributed(&g_l, 1), 0); /* a discrete card is not charged for RAM */
+    /* the pool is full: no grant, no residency more */
+    uint64_t g;
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, 0, 0, GIB, 1, &g), COMEM_ENOSPC);
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "m", GIB, GIB, false, 0, &g), COMEM_ERANGE);
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, 0, 1, GIB, 1, &g), 0);
+    assert_int_equal(comem_ledger_pin_release(&g_l, s, 2 * GIB), 0);
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, 0, 0, GIB, 1, &g), 0);
+}
+
 /* Device 0's eviction order as the ledger keeps it; returns how many. */
 static size_t ledger_order(uint64_t *got, size_t cap)
 {
@@ -484,6 +511,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_check_detects_corruption, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eviction_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eviction_order_refs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unified_device_is_one_pool, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_generation, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
