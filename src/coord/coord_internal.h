@@ -141,6 +141,17 @@ typedef struct ask {
     uint64_t report_seq;  /* the holder's census sequence when asked: a newer report supersedes the receipt */
 } ask;
 
+/* Overcommit on a WDDM card (coord/spill.c): the current excess and its last start. */
+typedef struct coord_spill {
+    int64_t current;   /* bytes beyond the card's memory at the last reading (0: none) */
+    int64_t peak;      /* the most, during the current or last overcommit */
+    uint64_t events;   /* overcommits started on this device */
+    int32_t pid;       /* the process that pushed the card past its memory, last time */
+    char name[COMEM_WIRE_NAME_MAX]; /* its session's name ("" when it is not in the ledger) */
+    int64_t pushed_by; /* how much its use grew since the reading before */
+    int64_t since_ns, last_ns; /* the last start and end (CLOCK_MONOTONIC) */
+} coord_spill;
+
 /* The last reading of a device, and what changed since. */
 typedef struct measurement {
     comem_device_reading r;
@@ -165,6 +176,8 @@ typedef struct comem_coord_srv {
     comem_device_source *src;
     comem_ledger ledger;
     measurement meas[COMEM_MAX_DEVICES];
+    coord_spill spill[COMEM_MAX_DEVICES];
+    uint64_t spill_events; /* overcommits started, all devices */
     conn *conns[COORD_MAX_CONNS];
     comem_slab asks, jobs;
     uint64_t queue_head[COMEM_MAX_DEVICES], queue_tail[COMEM_MAX_DEVICES];
@@ -221,6 +234,11 @@ void coord_socket_release(comem_coord_srv *s);
 /* ---- session.c ---- */
 int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t request_id);
 void coord_session_end(comem_coord_srv *s, conn *c, const char *why);
+
+/* ---- spill.c ---- */
+/* A new reading of device: an overcommit that starts or ends is an event (counted, logged, kept). */
+void coord_spill_note(comem_coord_srv *s, int device, const comem_device_reading *before,
+                      const comem_device_reading *now);
 
 /* ---- devmap.c: each process's device ordinals, by UUID ---- */
 /* DEVICE_MAP: maps the ordinals it names, warns when two are one card, replies. */

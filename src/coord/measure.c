@@ -198,6 +198,8 @@ int coord_measure(comem_coord_srv *s, int device)
     int64_t now = comem_now_ns();
     if (now < m->retry_ns)
         return COMEM_EBUSY; /* it could not be read a moment ago: do not wait on it again yet */
+    comem_device_reading before = m->r; /* the reading this one replaces (4 KiB: on the loop's stack) */
+    bool had = m->valid;
     int rc = comem_device_read(s->src, device, &m->r);
     if (rc != COMEM_OK) {
         if (!m->failing)
@@ -223,6 +225,7 @@ int coord_measure(comem_coord_srv *s, int device)
     s->ledger.devices[device].last_free = m->r.free;
     s->ledger.devices[device].last_read_ns = m->taken_ns;
     update_floors(s, device, &m->r);
+    coord_spill_note(s, device, had ? &before : NULL, &m->r);
     publish_view(s, device);
     return COMEM_OK;
 }

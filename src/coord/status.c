@@ -131,6 +131,18 @@ static json_object *device_json(comem_coord_srv *s, int d)
             named = comem_add(named, s->ledger.total_pinned); /* the pool's pinned RAM shows as its use */
         add_i(o, "unattributed", comem_clamp0(comem_sub(in_use, named)));
     }
+    const coord_spill *sp = &s->spill[d];
+    json_object *spill = json_object_new_object(); /* WDDM: the driver paging memory to system RAM */
+    add_i(spill, "overcommit", sp->current);
+    add_i(spill, "events", (int64_t)sp->events);
+    if (sp->events) {
+        add_i(spill, "peak", sp->peak);
+        add_i(spill, "pid", sp->pid);
+        if (sp->name[0])
+            add_s(spill, "process", sp->name);
+        add_i(spill, "pushed_by", sp->pushed_by);
+    }
+    json_object_object_add(o, "spill", spill);
     json_object *procs = json_object_new_array();
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
         uint64_t sid;
@@ -213,6 +225,7 @@ char *coord_status_json(comem_coord_srv *s)
     add_b(co, "checking", s->ledger.checking);
     add_i(co, "checks", (int64_t)s->ledger.checks);
     add_i(co, "violations", (int64_t)s->ledger.violations);
+    add_i(co, "spill_events", (int64_t)s->spill_events); /* overcommits started on WDDM cards */
     json_object_object_add(root, "coordinator", co);
     char warnings[16][COORD_WARNING_MAX];
     size_t nw = coord_device_warnings(s, warnings, 16);

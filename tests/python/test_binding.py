@@ -1042,6 +1042,36 @@ class TestUnifiedMemory(MachineCase):
         self.m.check_ledger(self)
 
 
+class TestWddmSpill(MachineCase):
+    """Spill telemetry: on a WDDM card an overcommit is an event, with the process that pushed it."""
+
+    card = "sim:8GiB:wddm:reserved=256MiB:ctx=300MiB"
+
+    def test_overcommit_is_an_event_with_its_culprit(self):
+        w1, w2 = self.child("w1"), self.child("w2")
+        w1.ask("fill", mib=4096)
+        dev = self.m.status()["devices"][0]  # a reading: within the card's memory
+        self.assertEqual((dev["spill"]["overcommit"], dev["spill"]["events"]), (0, 0))
+        w2.ask("fill", mib=4096)  # 256 MiB reserved + 2 contexts + 8 GiB: past the card's 8 GiB
+        st = self.m.status()
+        sp = st["devices"][0]["spill"]
+        over = 256 * MiB + 2 * CONTEXT + 8 * GiB - CAPACITY
+        self.assertEqual((sp["overcommit"], sp["events"], sp["peak"]), (over, 1, over))
+        self.assertEqual((sp["pid"], sp["process"], sp["pushed_by"]), (w2.pid, "w2", 4 * GiB + CONTEXT))  # its context came with it
+        self.assertEqual(st["coordinator"]["spill_events"], 1)
+        self.assertTrue(wait_for(lambda: "device 0 is overcommitted by" in self.m.comemd_log()))
+        self.assertIn("pushed past its memory by 'w2'", self.m.comemd_log())
+        self.assertEqual(self.m.status()["devices"][0]["spill"]["events"], 1)  # one event, not one per reading
+        out = subprocess.run([os.path.join(support.BIN_DIR, "comem"), "status", "--socket", self.m.socket],
+                             capture_output=True, text=True, timeout=30)
+        self.assertIn("OVERCOMMITTED by", out.stdout)
+        w2.proc.kill()
+        w2.proc.wait()
+        self.assertTrue(wait_for(lambda: self.m.status()["devices"][0]["spill"]["overcommit"] == 0))
+        self.assertTrue(wait_for(lambda: "no longer overcommitted" in self.m.comemd_log()))
+        self.assertEqual(self.m.status()["devices"][0]["spill"]["events"], 1)
+
+
 class TestCallbacks(MachineCase):
     """Release callbacks: the library's thread, Busy, exceptions, and the callable's lifetime."""
 

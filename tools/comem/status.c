@@ -90,6 +90,11 @@ static void print_table(json_object *root)
         printf("  reserve %s (base %s)  resident %s  context floors %s  granted %s  unattributed %s\n",
                sz(geti(rv, "published"), b[0]), sz(geti(rv, "base"), b[1]), sz(geti(dv, "resident"), b[2]),
                sz(geti(dv, "context_floors"), b[3]), sz(geti(dv, "granted"), b[4]), sz(geti(dv, "unattributed"), b[5]));
+        json_object *sp = geta(dv, "spill");
+        if (sp && geti(sp, "overcommit") > 0)
+            printf("  OVERCOMMITTED by %s: the driver pages memory to system RAM (pushed past by pid %lld%s%s)\n",
+                   sz(geti(sp, "overcommit"), b[0]), (long long)geti(sp, "pid"), geta(sp, "process") ? ", " : "",
+                   geta(sp, "process") ? gets(sp, "process") : "");
         if (geti(dv, "unregistered") > 0)
             printf("  unregistered %s (joined processes' bytes outside any holder and their contexts)\n",
                    sz(geti(dv, "unregistered"), b[0]));
