@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import (POINTER, c_char_p, c_int, c_int32, c_int64, c_size_t, c_uint, c_uint8, c_uint32, c_uint64,
-                    c_void_p)
+from ctypes import (POINTER, Structure, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t, c_uint, c_uint8,
+                    c_uint32, c_uint64, c_void_p)
 from typing import List, Tuple
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -168,3 +168,33 @@ _proto("comem_simcard_touch", c_int, _P, c_int)
 _proto("comem_simcard_release_self", c_int, _P)
 _proto("comem_simcard_read", c_int, _P, c_int, c_int, _I64P, _I64P, _I64P, _I64P, POINTER(c_int))
 _proto("comem_simcard_usage", c_int, _P, c_int, c_int32, _I64P, _I64P)
+
+# calc.h: the rules, as plain functions
+class CalcModel(Structure):
+    """comem_calc_model."""
+    _fields_ = [("size", c_int64), ("loaded", c_int64), ("refs", c_int64), ("device", c_int32),
+                ("current_device", c_int32), ("flags", c_uint32), ("reserved", c_uint32)]
+
+
+class CalcUnload(Structure):
+    """comem_calc_unload."""
+    _fields_ = [("entry", c_uint64), ("asked", c_double), ("partial_freed", c_double), ("detached", c_int32),
+                ("tried_partial", c_int32)]
+
+
+CALC_FREE_FN = ctypes.CFUNCTYPE(c_double, c_void_p)
+CALC_PARTIAL_FN = ctypes.CFUNCTYPE(c_double, c_void_p, c_size_t, c_double)
+CALC_DETACH_FN = ctypes.CFUNCTYPE(None, c_void_p, c_size_t)
+_DP = POINTER(c_double)
+_proto("comem_calc_reserve", c_int, c_int, c_double, c_int, c_double, _DP, _DP)
+_proto("comem_calc_admission", c_int, c_double, c_int, c_double, c_double, _DP, _DP, _DP)
+_proto("comem_calc_free_target", c_double, c_double, c_double)
+_proto("comem_calc_needs_second_pass", c_int, c_double, c_double)
+_proto("comem_calc_load_needs", c_int, POINTER(CalcModel), c_size_t, POINTER(c_int32), _I64P, _I64P, c_size_t,
+       POINTER(c_size_t), POINTER(c_int))
+_proto("comem_calc_lowvram_budget", c_int, c_int, c_int, c_uint, c_double, c_double, c_double, c_double, c_double,
+       POINTER(c_int), _DP)
+_proto("comem_calc_free_memory", c_int, c_int, c_double, c_int, c_uint, POINTER(CalcModel), c_size_t, CALC_FREE_FN,
+       CALC_PARTIAL_FN, CALC_DETACH_FN, c_void_p, POINTER(c_size_t), POINTER(c_size_t), POINTER(CalcUnload),
+       POINTER(c_size_t), _DP)
+_proto("comem_calc_should_empty_cache", c_int, c_int, c_int, c_int, c_double, c_double)

@@ -1,0 +1,164 @@
+/*
+ * comem/calc.h - ComfyUI's memory rules as plain functions, for bindings and tests.
+ *
+ * These are the rules `comem calc` evaluates and the coordinator decides by (src/arith/),
+ * exported with plain C types so that a binding (python/comem/calc.py) can call them
+ * without spawning a process per case. None of them does I/O or keeps state: free_memory
+ * measures and unloads through the caller's callbacks, as ComfyUI's loop calls
+ * get_free_memory and model_unload.
+ *
+ * Where ComfyUI's versions differ, a `rules` argument picks one (docs/conformance.md lists
+ * every difference): COMEM_COMFYUI_CURRENT is what comem itself follows, COMEM_COMFYUI_A125CD84
+ * the 2025-10-12 snapshot the conformance test runs against. Rules that both versions share
+ * take no such argument.
+ *
+ * Byte figures are doubles where ComfyUI computes in doubles (anything multiplied by 0.8, 1.1,
+ * a ratio or a --reserve-vram fraction), so results compare exactly with ComfyUI's own.
+ */
+#ifndef COMEM_CALC_H
+#define COMEM_CALC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comem/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Which ComfyUI's rules to follow, where they differ. */
+typedef enum comem_comfyui_rules {
+    COMEM_COMFYUI_CURRENT = 0, /* model_management.py @02b2b388: the rules comem decides by */
+    COMEM_COMFYUI_A125CD84 = 1 /* the 2025-10-12 snapshot (Comfy-Org/ComfyUI a125cd84) */
+} comem_comfyui_rules;
+
+/* ComfyUI's VRAMState, with its values. */
+typedef enum comem_calc_vram_state {
+    COMEM_CALC_VRAM_DISABLED = 0,
+    COMEM_CALC_VRAM_NO = 1,
+    COMEM_CALC_VRAM_LOW = 2,
+    COMEM_CALC_VRAM_NORMAL = 3,
+    COMEM_CALC_VRAM_HIGH = 4,
+    COMEM_CALC_VRAM_SHARED = 5
+} comem_calc_vram_state;
+
+/* The device number of the host CPU (ComfyUI frees nothing for it). */
+#define COMEM_CALC_CPU (-1)
+
+/* comem_calc_model.flags */
+#define COMEM_CALC_DYNAMIC 1u /* paged by a pager (ModelPatcherDynamic) */
+#define COMEM_CALC_KEEP 2u    /* in free_memory's keep_loaded */
+#define COMEM_CALC_DEAD 4u    /* LoadedModel.is_dead(): never a candidate */
+
+/* One entry of current_loaded_models (free_memory) or one model being loaded (load needs). */
+typedef struct comem_calc_model {
+    int64_t size;           /* model_size() */
+    int64_t loaded;         /* loaded_size(); at most size */
+    int64_t refs;           /* sys.getrefcount(patcher), or any count that orders the same way */
+    int32_t device;         /* LoadedModel.device (its load device); COMEM_CALC_CPU for the CPU */
+    int32_t current_device; /* current_loaded_device() (load needs only); COMEM_CALC_CPU when offloaded */
+    uint32_t flags;         /* COMEM_CALC_DYNAMIC | COMEM_CALC_KEEP | COMEM_CALC_DEAD */
+    uint32_t reserved;      /* 0 */
+} comem_calc_model;
+
+/*
+ * EXTRA_RESERVED_VRAM and minimum_inference_memory() as ComfyUI fixes them at import:
+ * 400 MiB; on Windows 600 MiB, plus 100 MiB when total_vram_mib > 15360; --reserve-vram G
+ * (reserve_vram_set) replaces it with G * 1024^3. Either out-pointer may be NULL.
+ */
+COMEM_API int comem_calc_reserve(int windows, double total_vram_mib, int reserve_vram_set, double reserve_vram_gb,
+                                 double *reserve, double *minimum_inference);
+
+/*
+ * load_models_gpu's targets: minimum_inference (0.8 GiB + reserve), extra_mem =
+ * max(inference, memory_required + reserve), and mmr = extra_mem, or with has_minimum
+ * max(inference, minimum_memory_required + reserve). Any out-pointer may be NULL.
+ */
+COMEM_API int comem_calc_admission(double memory_required, int has_minimum, double minimum_memory_required,
+                                   double reserve, double *minimum_inference, double *extra_mem, double *mmr);
+
+/* The first free_memory target for one device: need * 1.1 + extra_mem. */
+COMEM_API double comem_calc_free_target(double need, double extra_mem);
+
+/* 1 when load_models_gpu's second free_memory(mmr) runs (free < mmr), else 0. */
+COMEM_API int comem_calc_needs_second_pass(double free_now, double mmr);
+
+/*
+ * load_models_gpu's per-device sums over the models being loaded, one row per device in
+ * first-seen order: need (the offloaded part of a model already on that device, else its
+ * full size) and pins (the full size of non-dynamic models). *free_for_dynamic is 1 when
+ * every model is dynamic. Returns COMEM_OK, COMEM_EINVAL, or COMEM_ERANGE when more than
+ * cap devices appear.
+ */
+COMEM_API int comem_calc_load_needs(const comem_calc_model *models, size_t n, int32_t *devices, int64_t *need,
+                                    int64_t *pins, size_t cap, size_t *n_rows, int *free_for_dynamic);
+
+/* comem_calc_lowvram_budget flags */
+#define COMEM_CALC_LOAD_DEVICE_CPU 1u  /* the model's load device is the CPU (state DISABLED) */
+#define COMEM_CALC_NO_LOWVRAM 2u       /* lowvram_available is False (DirectML) */
+#define COMEM_CALC_FORCE_FULL_LOAD 4u  /* load_models_gpu(force_full_load=True) */
+
+/* comem_calc_lowvram_budget's *kind */
+#define COMEM_CALC_BUDGET_FULL 0    /* budget 0: model_load loads everything (passes 1e32) */
+#define COMEM_CALC_BUDGET_NOTHING 1 /* budget 0.1: lowvram with nothing resident */
+#define COMEM_CALC_BUDGET_BYTES 2   /* load up to *budget bytes; negative: shed -budget of this model */
+
+/*
+ * The lowvram budget load_models_gpu hands one model: free is get_free_memory(load
+ * device), loaded the model's resident bytes, mmr and inference as comem_calc_admission
+ * gives them, ratio MIN_WEIGHT_MEMORY_RATIO (0.0 on NVIDIA, 0.4 elsewhere). *budget is
+ * exactly the value ComfyUI computes (0, 0.1 or bytes). COMEM_EINVAL for an unknown rules
+ * or vram_state, or a NULL out-pointer.
+ */
+COMEM_API int comem_calc_lowvram_budget(int rules, int vram_state, unsigned flags, double free_now, double loaded,
+                                        double mmr, double inference, double ratio, int *kind, double *budget);
+
+/* comem_calc_free_memory flags */
+#define COMEM_CALC_DEVICE_NONE 1u     /* free_memory(device=None) */
+#define COMEM_CALC_FOR_DYNAMIC 2u     /* for_dynamic=True (current rules only) */
+#define COMEM_CALC_NO_SMART_MEMORY 4u /* --disable-smart-memory */
+
+/* get_free_memory(device), measured now. */
+typedef double (*comem_calc_free_fn)(void *user);
+/* patcher.partially_unload(offload device, to_free) of models[entry]: returns the bytes it freed. */
+typedef double (*comem_calc_partial_fn)(void *user, size_t entry, double to_free);
+/* patcher.detach() of models[entry]: the whole model leaves the device. */
+typedef void (*comem_calc_detach_fn)(void *user, size_t entry);
+
+/* One model_unload free_memory made, in the order it made them. */
+typedef struct comem_calc_unload {
+    uint64_t entry;        /* index into models[] */
+    double asked;          /* memory_to_free (1e32 with smart memory off) */
+    double partial_freed;  /* what the partial unload returned (0 when none ran) */
+    int32_t detached;      /* 1: fully unloaded, the entry leaves the list; 0: partial, it stays */
+    int32_t tried_partial; /* 1: a partial unload ran first and fell short */
+} comem_calc_unload;
+
+/*
+ * free_memory(memory_required, device, keep_loaded) over models[0..n) (index 0 is the most
+ * recently loaded), measuring and unloading through the callbacks: partial may be NULL (no
+ * partial unload is tried), detach NULL (detaches are only recorded), free_now NULL only with
+ * smart memory off or DEVICE_NONE. order[] (room for n) receives every candidate in eviction order and
+ * *n_order their count; unloads[] (room for n) the unloads made and *n_unloads their count;
+ * *required_after (may be NULL) memory_required after the dynamic reductions.
+ * Returns COMEM_OK or COMEM_EINVAL (bad arguments, an unknown rules, or a flag the chosen
+ * rules do not have).
+ */
+COMEM_API int comem_calc_free_memory(int rules, double memory_required, int device, unsigned flags,
+                                     const comem_calc_model *models, size_t n, comem_calc_free_fn free_now,
+                                     comem_calc_partial_fn partial, comem_calc_detach_fn detach, void *user,
+                                     size_t *order, size_t *n_order, comem_calc_unload *unloads, size_t *n_unloads,
+                                     double *required_after);
+
+/*
+ * free_memory's closing soft_empty_cache: 1 when anything was fully unloaded; else, for a
+ * real device outside HIGH_VRAM, when free_torch > 0.25 * free_total; else 0.
+ */
+COMEM_API int comem_calc_should_empty_cache(int unloaded_any, int device_none, int vram_state, double free_total,
+                                            double free_torch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
