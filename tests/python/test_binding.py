@@ -631,7 +631,7 @@ class TestClient(MachineCase):
         self.assertEqual([(p["role"], p["holders"]) for p in extra], [("tool", [])])
         cli["devices"][0]["processes"] = [p for p in cli_procs if p not in extra]
         self.assertEqual(list(mine), list(cli))
-        self.assertEqual(list(mine), ["coordinator", "pins", "devices"])
+        self.assertEqual(list(mine), ["coordinator", "warnings", "pins", "devices"])
         self.assertEqual(shape(mine), shape(cli))
         self.assertEqual(stable(mine), stable(cli))
         self.assertEqual(mine["coordinator"]["socket"], self.m.socket)
