@@ -85,8 +85,9 @@ size_t coord_device_warnings(comem_coord_srv *s, char (*out)[COORD_WARNING_MAX],
         for (int a = 0; a < COMEM_MAX_DEVICES; a++)
             for (int b = a + 1; b < COMEM_MAX_DEVICES && n < cap; b++)
                 if (c->devmap[a] && c->devmap[a] == c->devmap[b])
-                    snprintf(out[n++], COORD_WARNING_MAX, "'%.40s' (pid %d): its devices %d and %d are one card (%.80s)",
-                             ss->name, (int)ss->pid, a, b, s->ledger.devices[c->devmap[a] - 1].uuid);
+                    snprintf(out[n++], COORD_WARNING_MAX,
+                             "'%.40s' (pid %d): its devices %d and %d are one card (%.80s)", ss->name, (int)ss->pid, a,
+                             b, s->ledger.devices[c->devmap[a] - 1].uuid);
     }
     return n;
 }

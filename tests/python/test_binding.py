@@ -1057,7 +1057,8 @@ class TestWddmSpill(MachineCase):
         sp = st["devices"][0]["spill"]
         over = 256 * MiB + 2 * CONTEXT + 8 * GiB - CAPACITY
         self.assertEqual((sp["overcommit"], sp["events"], sp["peak"]), (over, 1, over))
-        self.assertEqual((sp["pid"], sp["process"], sp["pushed_by"]), (w2.pid, "w2", 4 * GiB + CONTEXT))  # its context came with it
+        # w2 pushed it over: its 4 GiB, and the context that came with them
+        self.assertEqual((sp["pid"], sp["process"], sp["pushed_by"]), (w2.pid, "w2", 4 * GiB + CONTEXT))
         self.assertEqual(st["coordinator"]["spill_events"], 1)
         self.assertTrue(wait_for(lambda: "device 0 is overcommitted by" in self.m.comemd_log()))
         self.assertIn("pushed past its memory by 'w2'", self.m.comemd_log())

@@ -453,7 +453,8 @@ static void *wrap(const char *base, void *real, int version, cuuint64_t flags)
             return real;
         }
         if (!set_real(i, real)) {
-            preload_say_once(&h->wrapper, "%s asked for a second revision or variant: that one is not attributed", base);
+            preload_say_once(&h->wrapper, "%s asked for a second revision or variant: that one is not attributed",
+                             base);
             return real;
         }
         comem_debug("preload: %s (CUDA %d, flags %llu) through cuGetProcAddress: attributed", base, version,
