@@ -112,10 +112,12 @@ static int next_one(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 /*
- * RTLD_NEXT means "after the object that called": forwarded from here it
- * would mean after this library. The objects after the caller's, in load
- * order, are searched instead (what the dynamic linker's global scope holds,
- * give or take libraries opened with RTLD_LOCAL).
+ * RTLD_NEXT means "after the object that called". dlsym below forwards every
+ * lookup but a driver symbol's as a sibling call, so glibc sees the original
+ * caller's return address and RTLD_NEXT keeps its meaning (a sanitizer
+ * runtime, first in LD_PRELOAD, looks up its interceptors' targets that way
+ * while it starts, when little else may run). For a driver symbol asked for
+ * with RTLD_NEXT the objects after the caller's, in load order, are searched.
  */
 static void *next_after(const void *caller, const char *name)
 {
@@ -492,10 +494,18 @@ static void *wrap_exported(const char *name, void *real)
     return real;
 }
 
-EXPORT void *dlsym(void *handle, const char *name)
+static void *dlsym_driver(void *handle, const char *name, const void *caller)
 {
-    void *p = handle == RTLD_NEXT ? next_after(__builtin_return_address(0), name) : real_dlsym()(handle, name);
-    if (p && name[0] == 'c' && name[1] == 'u' && preload_policy_now() != PRELOAD_OFF)
+    void *p = handle == RTLD_NEXT ? next_after(caller, name) : real_dlsym()(handle, name);
+    if (p && preload_policy_now() != PRELOAD_OFF)
         p = wrap_exported(name, p);
     return p;
+}
+
+/* Must stay a sibling call for anything not the driver's (see next_after): optimised even at -O0. */
+__attribute__((optimize("O2", "optimize-sibling-calls"))) EXPORT void *dlsym(void *handle, const char *name)
+{
+    if (name[0] == 'c' && name[1] == 'u')
+        return dlsym_driver(handle, name, __builtin_return_address(0));
+    return real_dlsym()(handle, name);
 }
