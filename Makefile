@@ -1,6 +1,7 @@
 # comem - the two commands a newcomer needs:
 #   make demo    installs what is missing, builds, runs the demo scenario under every policy
 #   make check   installs what is missing, builds, runs every test
+#   make install PREFIX=DIR   builds, then installs under DIR (default /usr/local; DESTDIR for staging)
 # Other targets: make (build only), make asan, make tsan, make clean.
 
 BUILD ?= build
@@ -8,11 +9,12 @@ SANITIZE ?=
 CMAKE_FLAGS ?=
 CTEST_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+PREFIX ?= /usr/local
 # The real ComfyUI the adapter's conformance tests run against (they skip, saying why, without it).
 COMFYUI_DIR ?= $(firstword $(wildcard $(abspath $(CURDIR)/../shared/thirdparty/comfyui)))
 export COMFYUI_DIR
 
-.PHONY: all build deps demo check asan tsan clean
+.PHONY: all build deps demo check asan tsan clean install
 
 all: build
 
@@ -24,6 +26,13 @@ $(BUILD)/build.ninja:
 
 build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+
+# DESTDIR, when set, is honoured by cmake --install itself (staged package builds).
+# The prefix is also given to the configuration: the Python package's place depends on it.
+install: $(BUILD)/build.ninja
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+	cmake --install $(BUILD)
 
 demo: deps build
 	$(BUILD)/bin/comem simulate scenarios/demo.scn --svg $(BUILD)/demo.svg --json $(BUILD)/demo.json

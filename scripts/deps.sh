@@ -2,6 +2,9 @@
 # Installs what comem needs to build and test on Debian/Ubuntu, and nothing more.
 # Run by `make demo`, `make check` and `.ci/run`. Already-installed packages are
 # detected with dpkg-query, so a second run costs a few milliseconds and needs no root.
+# Optional, used by tests when present and skipped (saying so) otherwise: systemd-analyze
+# (package systemd) verifies the installed unit, groff checks the man pages, promtool (package
+# prometheus, a server with ~100 MB of web assets, so not installed here) reads the metrics.
 set -euo pipefail
 
 packages=(
@@ -12,6 +15,7 @@ packages=(
   python3                                  # Python binding, CLI and adapter tests
   python3-torch python3-psutil             # torch workers and ComfyUI's model manager (CPU torch)
   python3-pil python3-torchvision          # what ComfyUI's comfy.model_patcher imports
+  tmux                                     # comem watch's test runs it in a real terminal
 )
 
 missing=()

@@ -234,6 +234,7 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
                        session_name(s, j->session));
             coord_reply(s, c, j->request_id, COMEM_EBUSY,
                         "too many unfinished grants (" COORD_STR(COMEM_LEDGER_SESSION_GRANTS) "); finish or cancel some");
+            coord_count_admission(s, false, j->created_ns);
             job_free(s, jid, j);
             return;
         }
@@ -258,6 +259,7 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
                    r->granted ? "granted" : "refused, short by ", sb,
                    s->meas[j->device].valid ? "" : " (the device cannot be read now)");
         coord_send(s, c, &m);
+        coord_count_admission(s, r->granted, j->created_ns);
         if (j->freed > 0)
             coord_publish_reserve(s, j->device, true);
     }
@@ -333,6 +335,7 @@ static uint64_t new_job(comem_coord_srv *s, conn *c, uint32_t rid, job_kind kind
     j->requester = c;
     j->request_id = rid;
     j->device = dev;
+    j->created_ns = comem_now_ns();
     uint32_t t = timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS;
     /* answer a little before the requester gives up waiting */
     j->deadline_ns = comem_now_ns() + (int64_t)t * 900000;
@@ -409,6 +412,21 @@ static void job_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int6
     j->round++;
     j->state = JOB_PLANNING; /* the next round plans when pump steps it */
     pump(s, j->device);
+}
+
+void coord_count_admission(comem_coord_srv *s, bool granted, int64_t created_ns)
+{
+    coord_counters *k = &s->counters;
+    if (granted)
+        k->admissions++;
+    else
+        k->refusals++;
+    double secs = (double)(comem_now_ns() - created_ns) / 1e9;
+    int b = 0;
+    while (b < COORD_LATENCY_BUCKETS && secs > coord_latency_bounds_s[b])
+        b++;
+    k->latency_counts[b]++;
+    k->latency_sum_s += secs;
 }
 
 void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session)

@@ -110,6 +110,7 @@ typedef struct job {
     conn *requester;       /* its connection: jobs end with their session, before the conn */
     job_state state;
     uint64_t next;         /* next job in the device FIFO */
+    int64_t created_ns;    /* when the request arrived: the admission latency's start */
 } job;
 
 struct ask;
@@ -165,6 +166,29 @@ typedef struct measurement {
     int64_t retry_ns;   /* after a failure, the device is not read again before this */
 } measurement;
 
+/*
+ * What happened since the coordinator started, counted where it happens (admit.c,
+ * asks.c, session.c) and listed by status.c under "counters": the Prometheus
+ * counters and the admission latency histogram `comem metrics` prints. They only grow.
+ */
+#define COORD_LATENCY_BUCKETS 14
+extern const double coord_latency_bounds_s[COORD_LATENCY_BUCKETS]; /* upper bounds, seconds (status.c) */
+typedef struct coord_counters {
+    uint64_t admissions, refusals;  /* admission replies: granted, refused */
+    uint64_t asks, asks_busy;       /* release asks sent; ... settled busy, unanswered or with their holder's end */
+    int64_t bytes_asked;            /* what those asks asked for */
+    int64_t bytes_freed;            /* what receipts reported freed */
+    uint64_t idle_releases;         /* idle release asks sent */
+    uint64_t sessions_ended;        /* sessions ended, for any reason */
+    uint64_t sessions_died;         /* ... of them, with the process exiting or gone (session.c) */
+    uint64_t latency_counts[COORD_LATENCY_BUCKETS + 1]; /* admissions decided within each bound; last: above all */
+    double latency_sum_s;
+    uint64_t spill_events; /* overcommits started on WDDM cards (spill.c) */
+} coord_counters;
+
+/* Counts one admission's answer and how long it took (admit.c). */
+void coord_count_admission(comem_coord_srv *s, bool granted, int64_t created_ns);
+
 typedef struct comem_coord_srv {
     comem_coord_config cfg;
     int epfd, listen_fd, wake_fd, timer_fd;
@@ -177,7 +201,6 @@ typedef struct comem_coord_srv {
     comem_ledger ledger;
     measurement meas[COMEM_MAX_DEVICES];
     coord_spill spill[COMEM_MAX_DEVICES];
-    uint64_t spill_events; /* overcommits started, all devices */
     conn *conns[COORD_MAX_CONNS];
     comem_slab asks, jobs;
     uint64_t queue_head[COMEM_MAX_DEVICES], queue_tail[COMEM_MAX_DEVICES];
@@ -194,6 +217,7 @@ typedef struct comem_coord_srv {
     bool trim_due;     /* a session ended: give freed heap back to the system */
     int64_t max_pinned_windows; /* the pin ceiling by ComfyUI's Windows rule (a WDDM process joined) */
     int pressure_out[COMEM_MAX_DEVICES]; /* pressure asks not yet settled, per device (pressure.c) */
+    coord_counters counters;             /* what happened since start (status.c lists them) */
 } comem_coord_srv;
 
 /* Seconds since the coordinator started: the clock of idle times (ledger_holder.idle_since). */

@@ -1,4 +1,7 @@
 /* coord/session.c - HELLO, authentication, and the end of a session. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -109,6 +112,38 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     return COMEM_OK;
 }
 
+#define PF_EXITING_FLAG 0x4u /* the kernel's PF_EXITING: set when a task enters do_exit */
+
+/*
+ * Is c's process exiting or gone? A killed process's socket is closed inside its exit, before
+ * its pidfd turns readable, so the connection's end can come first: the leader's PF_EXITING
+ * (/proc/PID/stat, set before the kernel closes its files) or a zombie state answers then. A
+ * client that closes its socket and lives on (comem_client_close) is neither.
+ */
+static bool process_gone(const conn *c)
+{
+    if (c->pidfd >= 0) {
+        struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
+        if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN))
+            return true;
+    }
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)c->pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return errno == ENOENT || (kill((pid_t)c->pid, 0) != 0 && errno == ESRCH);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    char state = 0;
+    unsigned long flags = 0;
+    /* after "(comm)": state ppid pgrp session tty_nr tpgid flags */
+    if (!rp || sscanf(rp + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
+        return false;
+    return state == 'Z' || state == 'X' || (flags & PF_EXITING_FLAG);
+}
+
 void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
 {
     uint64_t id = c->session;
@@ -124,6 +159,13 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
     coord_jobs_session_ended(s, id);
     ledger_release_summary sum = {0};
     comem_ledger_session_end(&s->ledger, id, &sum);
+    /* A death, for the counters: a session that had registered something, whose process was
+       exiting or gone when the session ended (observers, which register nothing, never count).
+       The protocol has no goodbye, so a client closed just before a normal exit can be counted
+       too when its close is read after the exit began; a killed process always is. */
+    s->counters.sessions_ended++;
+    if ((sum.holders > 0 || sum.entries > 0 || sum.grants > 0) && process_gone(c))
+        s->counters.sessions_died++;
     char g[32], r[32], p[32];
     comem_info("session %llx ('%s', pid %d) ended (%s): released %d grant(s) of %s, %d entr%s holding %s, %s pinned",
                (unsigned long long)id, name, (int)c->pid, why, sum.grants, comem_format_bytes(sum.grant_bytes, g, 32),

@@ -49,7 +49,7 @@ void coord_spill_note(comem_coord_srv *s, int device, const comem_device_reading
         int64_t grew;
         const comem_proc_use *p = culprit(before, now, &grew);
         sp->events++;
-        s->spill_events++;
+        s->counters.spill_events++;
         sp->pid = p ? p->pid : 0;
         sp->name[0] = 0;
         for (size_t i = 0; p && i < comem_slab_slots(&s->ledger.sessions); i++) {

@@ -8,6 +8,8 @@
  * and grants is split (coord_split_floor): its holders' reported bytes
  * ("overhead"), its context ("context_floor") and the rest ("unregistered").
  * Ids are hex strings (they are 64-bit).
+ * The shape is versioned ("schema") and docs/json.md lists every key: each is
+ * always present, null where the coordinator does not know the value.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -30,6 +32,22 @@ static json_object *jid(uint64_t id)
 static void add_i(json_object *o, const char *k, int64_t v) { json_object_object_add(o, k, json_object_new_int64(v)); }
 static void add_s(json_object *o, const char *k, const char *v) { json_object_object_add(o, k, json_object_new_string(v)); }
 static void add_b(json_object *o, const char *k, bool v) { json_object_object_add(o, k, json_object_new_boolean(v)); }
+
+static void add_null(json_object *o, const char *k) { json_object_object_add(o, k, NULL); }
+/* A byte figure that a failed reading leaves unknown: null, not a number. */
+static void add_known(json_object *o, const char *k, bool known, int64_t v)
+{
+    if (known)
+        add_i(o, k, v);
+    else
+        add_null(o, k);
+}
+
+/* The JSON shape's version: bumped when a key changes meaning or goes away (docs/json.md). */
+#define STATUS_SCHEMA 1
+
+const double coord_latency_bounds_s[COORD_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                              0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
 static const char *role_name(uint8_t r)
 {
@@ -61,10 +79,10 @@ static json_object *holder_json(comem_coord_srv *s, uint64_t hid, const ledger_h
     add_b(o, "busy", h->busy);
     if (!h->busy && h->idle_known)
         json_object_object_add(o, "idle_s", json_object_new_double(coord_now_s(s) - h->idle_since));
-    if (h->census_seen) {
-        add_i(o, "pinned", h->pinned);
-        add_i(o, "overhead", h->overhead);
-    }
+    else
+        add_null(o, "idle_s");
+    add_known(o, "pinned", h->census_seen, h->pinned);
+    add_known(o, "overhead", h->census_seen, h->overhead);
     json_object *es = json_object_new_array();
     int64_t resident = 0;
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.entries); i++) {
@@ -77,9 +95,8 @@ static json_object *holder_json(comem_coord_srv *s, uint64_t hid, const ledger_h
         add_s(x, "name", e->name);
         add_i(x, "size", e->size);
         add_i(x, "resident", e->resident);
+        add_b(x, "paged", e->dynamic);
         add_i(x, "refs", e->refs);
-        if (e->dynamic)
-            add_b(x, "paged", true);
         json_object_array_add(es, x);
         resident = comem_add(resident, e->resident);
     }
@@ -98,11 +115,11 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_s(o, "name", ld->name);
     add_s(o, "scope", comem_scope_name(ld->scope));
     add_s(o, "process_scope", comem_scope_name(ld->proc_scope)); /* of each process's own free reading */
-    add_b(o, "unified", ld->unified);
     add_i(o, "capacity", ld->capacity);
-    add_i(o, "free", m->valid ? m->r.free : -1);
-    add_i(o, "used", m->valid ? m->r.used : -1);
-    add_i(o, "driver_reserved", m->valid ? m->r.reserved : -1);
+    add_known(o, "free", m->valid, m->r.free);
+    add_known(o, "used", m->valid, m->r.used);
+    add_known(o, "driver_reserved", m->valid, m->r.reserved);
+    add_known(o, "overcommit", m->valid, m->r.overcommit); /* spilled beyond physical memory (WDDM) */
     json_object *rv = json_object_new_object();
     add_i(rv, "base", ld->reserve_base);
     add_i(rv, "published", ld->published);
@@ -119,9 +136,7 @@ static json_object *device_json(comem_coord_srv *s, int d)
         all.unregistered = comem_add(all.unregistered, x.unregistered);
     }
     add_i(o, "resident", resident);
-    add_i(o, "context_floors", all.context);
-    add_i(o, "overhead", all.overhead);
-    add_i(o, "unregistered", all.unregistered);
+    add_i(o, "context_floors", floors);
     add_i(o, "granted", comem_ledger_granted(&s->ledger, d));
     add_i(o, "attributed", comem_ledger_attributed(&s->ledger, d));
     if (m->valid) {
@@ -130,19 +145,9 @@ static json_object *device_json(comem_coord_srv *s, int d)
         if (ld->unified)
             named = comem_add(named, s->ledger.total_pinned); /* the pool's pinned RAM shows as its use */
         add_i(o, "unattributed", comem_clamp0(comem_sub(in_use, named)));
+    } else {
+        add_null(o, "unattributed");
     }
-    const coord_spill *sp = &s->spill[d];
-    json_object *spill = json_object_new_object(); /* WDDM: the driver paging memory to system RAM */
-    add_i(spill, "overcommit", sp->current);
-    add_i(spill, "events", (int64_t)sp->events);
-    if (sp->events) {
-        add_i(spill, "peak", sp->peak);
-        add_i(spill, "pid", sp->pid);
-        if (sp->name[0])
-            add_s(spill, "process", sp->name);
-        add_i(spill, "pushed_by", sp->pushed_by);
-    }
-    json_object_object_add(o, "spill", spill);
     json_object *procs = json_object_new_array();
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
         uint64_t sid;
@@ -152,18 +157,14 @@ static json_object *device_json(comem_coord_srv *s, int d)
         json_object *p = json_object_new_object();
         json_object_object_add(p, "session", jid(sid));
         add_i(p, "pid", ss->pid);
-        const conn *pc = coord_conn_of(s, sid);
-        if (pc)
-            add_i(p, "ordinal", coord_device_out(pc, d)); /* the device as the process numbers it */
         add_s(p, "name", ss->name);
         add_s(p, "role", role_name(ss->role));
         add_b(p, "busy", ss->busy);
         if (ss->prompt[0])
             add_s(p, "prompt", ss->prompt);
-        coord_floor_split split = coord_split_floor(s, sid, d);
-        add_i(p, "context_floor", split.context);
-        add_i(p, "overhead", split.overhead);
-        add_i(p, "unregistered", split.unregistered);
+        else
+            add_null(p, "prompt");
+        add_i(p, "context_floor", ss->floor[d]);
         add_i(p, "resident", comem_ledger_session_resident(&s->ledger, sid, 0, d));
         add_i(p, "pinned", ss->pinned);
         json_object *hs = json_object_new_array();
@@ -174,6 +175,12 @@ static json_object *device_json(comem_coord_srv *s, int d)
                 json_object_array_add(hs, holder_json(s, hid, h, d));
         }
         json_object_object_add(p, "holders", hs);
+        const conn *pc = coord_conn_of(s, sid);
+        add_known(p, "ordinal", pc != NULL, pc ? coord_device_out(pc, d) : 0); /* as the process numbers it */
+        coord_floor_split split = coord_split_floor(s, sid, d); /* context_floor, split */
+        add_i(p, "context", split.context);
+        add_i(p, "overhead", split.overhead);
+        add_i(p, "unregistered", split.unregistered);
         json_object_array_add(procs, p);
     }
     json_object_object_add(o, "processes", procs);
@@ -187,6 +194,10 @@ static json_object *device_json(comem_coord_srv *s, int d)
         json_object *x = json_object_new_object();
         json_object_object_add(x, "id", jid(gid));
         json_object_object_add(x, "session", jid(g->session));
+        if (g->holder)
+            json_object_object_add(x, "holder", jid(g->holder));
+        else
+            add_null(x, "holder");
         add_i(x, "bytes", g->bytes);
         json_object_object_add(x, "expires_in_s", json_object_new_double((double)(g->expires_ns - now) / 1e9));
         json_object_array_add(gs, x);
@@ -209,13 +220,63 @@ static json_object *device_json(comem_coord_srv *s, int d)
             }
         }
         json_object_object_add(o, "other_processes", others);
+    } else {
+        add_null(o, "other_processes"); /* the device source does not list processes */
     }
+    /* Added by issue 14: UMA, what the floors hold, WDDM spill. */
+    add_b(o, "unified", ld->unified);
+    add_i(o, "contexts", all.context);
+    add_i(o, "overhead", all.overhead);
+    add_i(o, "unregistered", all.unregistered);
+    const coord_spill *sp = &s->spill[d];
+    json_object *spill = json_object_new_object(); /* WDDM: the driver paging memory to system RAM */
+    add_i(spill, "overcommit", sp->current);
+    add_i(spill, "events", (int64_t)sp->events);
+    add_known(spill, "peak", sp->events > 0, sp->peak);
+    add_known(spill, "pid", sp->events > 0, sp->pid);
+    if (sp->events && sp->name[0])
+        add_s(spill, "process", sp->name);
+    else
+        add_null(spill, "process");
+    add_known(spill, "pushed_by", sp->events > 0, sp->pushed_by);
+    json_object_object_add(o, "spill", spill);
+    return o;
+}
+
+/* The counters (coord_counters) and the admission latency histogram, cumulative as Prometheus reads it. */
+static json_object *counters_json(const coord_counters *k)
+{
+    json_object *o = json_object_new_object();
+    add_i(o, "admissions", (int64_t)k->admissions);
+    add_i(o, "refusals", (int64_t)k->refusals);
+    add_i(o, "asks", (int64_t)k->asks);
+    add_i(o, "asks_busy", (int64_t)k->asks_busy);
+    add_i(o, "bytes_asked", k->bytes_asked);
+    add_i(o, "bytes_freed", k->bytes_freed);
+    add_i(o, "idle_releases", (int64_t)k->idle_releases);
+    add_i(o, "sessions_ended", (int64_t)k->sessions_ended);
+    add_i(o, "sessions_died", (int64_t)k->sessions_died);
+    json_object *h = json_object_new_object(), *bounds = json_object_new_array(), *counts = json_object_new_array();
+    uint64_t cum = 0;
+    for (int b = 0; b < COORD_LATENCY_BUCKETS; b++) {
+        cum += k->latency_counts[b];
+        json_object_array_add(bounds, json_object_new_double(coord_latency_bounds_s[b]));
+        json_object_array_add(counts, json_object_new_int64((int64_t)cum));
+    }
+    cum += k->latency_counts[COORD_LATENCY_BUCKETS];
+    json_object_object_add(h, "bounds_s", bounds);
+    json_object_object_add(h, "counts", counts);
+    add_i(h, "count", (int64_t)cum);
+    json_object_object_add(h, "sum_s", json_object_new_double(k->latency_sum_s));
+    json_object_object_add(o, "admission_latency", h);
+    add_i(o, "spill_events", (int64_t)k->spill_events); /* overcommits started on WDDM cards (spill.c) */
     return o;
 }
 
 char *coord_status_json(comem_coord_srv *s)
 {
     json_object *root = json_object_new_object();
+    add_i(root, "schema", STATUS_SCHEMA);
     json_object *co = json_object_new_object();
     add_i(co, "pid", getpid());
     add_s(co, "socket", s->cfg.socket_path);
@@ -225,14 +286,10 @@ char *coord_status_json(comem_coord_srv *s)
     add_b(co, "checking", s->ledger.checking);
     add_i(co, "checks", (int64_t)s->ledger.checks);
     add_i(co, "violations", (int64_t)s->ledger.violations);
-    add_i(co, "spill_events", (int64_t)s->spill_events); /* overcommits started on WDDM cards */
+    add_i(co, "asks_in_flight", (int64_t)s->asks.used);
+    add_i(co, "requests_in_flight", (int64_t)s->jobs.used); /* admissions and pressure requests */
     json_object_object_add(root, "coordinator", co);
-    char warnings[16][COORD_WARNING_MAX];
-    size_t nw = coord_device_warnings(s, warnings, 16);
-    json_object *ws = json_object_new_array();
-    for (size_t i = 0; i < nw; i++)
-        json_object_array_add(ws, json_object_new_string(warnings[i]));
-    json_object_object_add(root, "warnings", ws);
+    json_object_object_add(root, "counters", counters_json(&s->counters));
     json_object *pins = json_object_new_object();
     add_i(pins, "total", s->ledger.total_pinned);
     add_i(pins, "max", s->ledger.max_pinned);
@@ -241,6 +298,13 @@ char *coord_status_json(comem_coord_srv *s)
     for (int d = 0; d < s->ledger.n_devices; d++)
         json_object_array_add(devs, device_json(s, d));
     json_object_object_add(root, "devices", devs);
+    /* Added by issue 14: devices that are one card. */
+    char warnings[16][COORD_WARNING_MAX];
+    size_t nw = coord_device_warnings(s, warnings, 16);
+    json_object *ws = json_object_new_array();
+    for (size_t i = 0; i < nw; i++)
+        json_object_array_add(ws, json_object_new_string(warnings[i]));
+    json_object_object_add(root, "warnings", ws);
     char *text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(root);
     return text;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -329,12 +330,94 @@ static int create_file(const char *path, const comem_sim_spec *spec)
     return rc;
 }
 
+/* An auto-named card file left by another comem version (another layout) is
+ * replaced, not reused: the runtime directory is this user's own. The old
+ * file's lock serialises replacers, and only the one that still finds the old
+ * inode at path renames a fresh card over it; the others reopen. Processes
+ * still mapping the old file keep it. */
+static int replace_stale_file(int stale_fd, const char *path, const comem_sim_spec *spec)
+{
+    if (flock(stale_fd, LOCK_EX) != 0)
+        return COMEM_EIO;
+    struct stat now, old;
+    int rc = COMEM_OK;
+    if (fstat(stale_fd, &old) == 0 && stat(path, &now) == 0 && now.st_ino == old.st_ino && now.st_dev == old.st_dev) {
+        char tmp[PATH_MAX + 32];
+        snprintf(tmp, sizeof tmp, "%s.%d.new", path, (int)getpid());
+        unlink(tmp);
+        rc = create_file(tmp, spec) == COMEM_OK && rename(tmp, path) == 0 ? COMEM_OK : COMEM_EIO;
+        if (rc == COMEM_OK)
+            comem_warn("sim: %s was a simulated card of another comem version; replaced it with a new card", path);
+        unlink(tmp);
+    }
+    flock(stale_fd, LOCK_UN);
+    return rc;
+}
+
+/* Whether fd holds a card of this build's layout (size, magic and version). */
+static bool is_this_layout(int fd, off_t size)
+{
+    if (size < (off_t)sizeof(sim_shared))
+        return false;
+    sim_shared *sh = mmap(NULL, sizeof *sh, PROT_READ, MAP_SHARED, fd, 0);
+    if (sh == MAP_FAILED)
+        return false;
+    bool ok = __atomic_load_n(&sh->magic, __ATOMIC_ACQUIRE) == SIM_MAGIC && sh->version == SIM_VERSION &&
+              sh->size == sizeof *sh;
+    munmap(sh, sizeof *sh);
+    return ok;
+}
+
+/* Opens (creating it if absent) the card file at spec->path, checked to be this
+ * user's, private, and of this build's layout; *fd_out on success. */
+static int open_card_file(const comem_sim_spec *spec, bool auto_path, int *fd_out)
+{
+    for (int attempt = 0;; attempt++) {
+        int fd = open(spec->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 && errno == ENOENT) {
+            if (create_file(spec->path, spec) != COMEM_OK) {
+                comem_error("sim: cannot create %s: %s", spec->path, strerror(errno));
+                return COMEM_EIO;
+            }
+            fd = open(spec->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        }
+        if (fd < 0) {
+            comem_error("sim: cannot open %s: %s", spec->path, strerror(errno));
+            return COMEM_EIO;
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077) != 0) {
+            comem_error("sim: refusing %s: it must be a regular file of uid %d with mode 0600", spec->path,
+                        (int)getuid());
+            close(fd);
+            return COMEM_EPERM;
+        }
+        if (is_this_layout(fd, st.st_size)) {
+            *fd_out = fd;
+            return COMEM_OK;
+        }
+        if (!auto_path || attempt == 3) {
+            comem_error("sim: %s is not a simulated card of this comem version; remove it or choose another path=",
+                        spec->path);
+            close(fd);
+            return COMEM_EINVAL;
+        }
+        int rc = replace_stale_file(fd, spec->path, spec);
+        close(fd);
+        if (rc != COMEM_OK) {
+            comem_error("sim: cannot replace %s, a card of another comem version: %s", spec->path, strerror(errno));
+            return rc;
+        }
+    }
+}
+
 int comem_sim_open(const comem_sim_spec *spec, comem_sim **out)
 {
     comem_sim_spec s = *spec;
     if (s.n_cards < 1 || s.n_cards > COMEM_SIM_MAX_CARDS || s.capacity <= 0)
         return COMEM_EINVAL;
-    if (s.path[0] == '\0') {
+    bool auto_path = s.path[0] == '\0';
+    if (auto_path) {
         char dir[PATH_MAX - 128], canon[128];
         int rc = comem_runtime_dir(dir, sizeof dir);
         if (rc != COMEM_OK)
@@ -345,40 +428,14 @@ int comem_sim_open(const comem_sim_spec *spec, comem_sim **out)
                 *c = '-';
         snprintf(s.path, sizeof s.path, "%s/%s", dir, canon);
     }
-    int fd = open(s.path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 && errno == ENOENT) {
-        if (create_file(s.path, &s) != COMEM_OK) {
-            comem_error("sim: cannot create %s: %s", s.path, strerror(errno));
-            return COMEM_EIO;
-        }
-        fd = open(s.path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    }
-    if (fd < 0) {
-        comem_error("sim: cannot open %s: %s", s.path, strerror(errno));
-        return COMEM_EIO;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077) != 0) {
-        comem_error("sim: refusing %s: it must be a regular file of uid %d with mode 0600", s.path, (int)getuid());
-        close(fd);
-        return COMEM_EPERM;
-    }
-    if (st.st_size < (off_t)sizeof(sim_shared)) {
-        comem_error("sim: %s is not a simulated card (too small)", s.path);
-        close(fd);
-        return COMEM_EINVAL;
-    }
+    int fd;
+    int rc = open_card_file(&s, auto_path, &fd);
+    if (rc != COMEM_OK)
+        return rc;
     sim_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (sh == MAP_FAILED) {
         close(fd);
         return COMEM_EIO;
-    }
-    if (__atomic_load_n(&sh->magic, __ATOMIC_ACQUIRE) != SIM_MAGIC || sh->version != SIM_VERSION ||
-        sh->size != sizeof *sh) {
-        comem_error("sim: %s is not a simulated card of this version", s.path);
-        munmap(sh, sizeof *sh);
-        close(fd);
-        return COMEM_EINVAL;
     }
     if (!same_settings(sh, &s)) {
         char want[128];

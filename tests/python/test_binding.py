@@ -607,7 +607,7 @@ class TestClient(MachineCase):
                              capture_output=True, text=True, timeout=30)
         self.assertEqual(out.returncode, 0, out.stderr)
         cli = json.loads(out.stdout)
-        volatile = {"uptime_s", "idle_s", "expires_in_s", "sessions", "checks"}
+        volatile = {"uptime_s", "idle_s", "expires_in_s", "sessions", "checks", "sessions_ended"}  # the CLI's probe ended one
 
         def shape(x):  # the structure: keys (in order), list lengths, and the kind of every value
             if isinstance(x, dict):
@@ -631,7 +631,7 @@ class TestClient(MachineCase):
         self.assertEqual([(p["role"], p["holders"]) for p in extra], [("tool", [])])
         cli["devices"][0]["processes"] = [p for p in cli_procs if p not in extra]
         self.assertEqual(list(mine), list(cli))
-        self.assertEqual(list(mine), ["coordinator", "warnings", "pins", "devices"])
+        self.assertEqual(list(mine), ["schema", "coordinator", "counters", "pins", "devices", "warnings"])
         self.assertEqual(shape(mine), shape(cli))
         self.assertEqual(stable(mine), stable(cli))
         self.assertEqual(mine["coordinator"]["socket"], self.m.socket)
@@ -970,10 +970,11 @@ class TestAdmission(MachineCase):
             self.assertTrue(wait_for(lambda: self.process("w")["unregistered"] == 2 * GiB))
             self.assertTrue(wait_for(lambda: v.unregistered(0) == 2 * GiB))
         p = self.process("w")
-        self.assertEqual((p["resident"], p["context_floor"], p["overhead"], p["unregistered"]),
+        self.assertEqual((p["resident"], p["context"], p["overhead"], p["unregistered"]),
                          (GiB, CONTEXT, 512 * MiB, 2 * GiB))
+        self.assertEqual(p["context_floor"], CONTEXT + 512 * MiB + 2 * GiB)  # all it holds beyond entries, split above
         dev = self.m.status()["devices"][0]
-        self.assertEqual((dev["context_floors"], dev["overhead"], dev["unregistered"]), (CONTEXT, 512 * MiB, 2 * GiB))
+        self.assertEqual((dev["contexts"], dev["overhead"], dev["unregistered"]), (CONTEXT, 512 * MiB, 2 * GiB))
         self.assertEqual(dev["unattributed"], 0)  # every byte is the process's: none is another app's
         out = subprocess.run([os.path.join(support.BIN_DIR, "comem"), "status", "--socket", self.m.socket],
                              capture_output=True, text=True, timeout=30)
@@ -1059,7 +1060,7 @@ class TestWddmSpill(MachineCase):
         self.assertEqual((sp["overcommit"], sp["events"], sp["peak"]), (over, 1, over))
         # w2 pushed it over: its 4 GiB, and the context that came with them
         self.assertEqual((sp["pid"], sp["process"], sp["pushed_by"]), (w2.pid, "w2", 4 * GiB + CONTEXT))
-        self.assertEqual(st["coordinator"]["spill_events"], 1)
+        self.assertEqual(st["counters"]["spill_events"], 1)
         self.assertTrue(wait_for(lambda: "device 0 is overcommitted by" in self.m.comemd_log()))
         self.assertIn("pushed past its memory by 'w2'", self.m.comemd_log())
         self.assertEqual(self.m.status()["devices"][0]["spill"]["events"], 1)  # one event, not one per reading

@@ -10,6 +10,7 @@
 #include "unit/tmpdir.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -478,6 +479,37 @@ static void test_uma_one_pool(void **s)
     comem_sim_close(lx);
 }
 
+/* A card file of another layout: replaced where comem chose the path, refused where the user did. */
+static void test_stale_layout(void **s)
+{
+    (void)s;
+    char path[600];
+    snprintf(path, sizeof path, "%s/old", g_dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "an older layout", 15), 15);
+    close(fd);
+    assert_null(try_open("sim:4GiB", "old"));
+
+    setenv("COMEM_RUNTIME_DIR", g_dir, 1);
+    comem_sim_spec sp;
+    assert_int_equal(comem_sim_spec_parse("sim:4GiB", &sp, NULL, 0), 0);
+    comem_sim *first = NULL;
+    assert_int_equal(comem_sim_open(&sp, &first), 0);
+    char auto_path[600];
+    snprintf(auto_path, sizeof auto_path, "%s", comem_sim_path(first));
+    comem_sim_close(first);
+    fd = open(auto_path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "an older layout", 15), 15);
+    close(fd);
+    comem_sim *fresh = NULL;
+    assert_int_equal(comem_sim_open(&sp, &fresh), 0);
+    assert_int_equal(check_reading(fresh, 0), 0);
+    comem_sim_close(fresh);
+    unsetenv("COMEM_RUNTIME_DIR");
+}
+
 static void test_as_source(void **s)
 {
     (void)s;
@@ -510,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_creation),
         cmocka_unit_test(test_handle_refused_after_fork),
         cmocka_unit_test(test_uma_one_pool),
+        cmocka_unit_test(test_stale_layout),
         cmocka_unit_test(test_as_source),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

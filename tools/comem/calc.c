@@ -90,6 +90,9 @@ static int rule_admission(const rule_ctx *c, json_object *out)
         json_object_object_add(out, "to_free", jnum(target - num(c, "free", 0)));
         json_object_object_add(out, "second_pass",
                                json_object_new_boolean(comem_admission_needs_second_pass(num(c, "free", 0), t.mmr)));
+    } else { /* without --free: not known, but always there (docs/json.md) */
+        json_object_object_add(out, "to_free", NULL);
+        json_object_object_add(out, "second_pass", NULL);
     }
     return 0;
 }
@@ -322,9 +325,9 @@ static int rule_pinned_max(const rule_ctx *c, json_object *out)
     };
     double max = comem_max_pinned(&in);
     json_object_object_add(out, "max_pinned", jnum(max));
-    if (has(c, "size"))
-        json_object_object_add(out, "host_buffer",
-                               jint(comem_pinned_hostbuf_size(num(c, "size", 0), max, has(c, "high-ram"))));
+    json_object_object_add(out, "host_buffer",
+                           has(c, "size") ? jint(comem_pinned_hostbuf_size(num(c, "size", 0), max, has(c, "high-ram")))
+                                          : NULL);
     return 0;
 }
 
@@ -549,6 +552,8 @@ int cmd_calc(int argc, char **argv)
         return 2;
     }
     json_object *out = json_object_new_object();
+    json_object_object_add(out, "schema", jint(1)); /* docs/json.md */
+    json_object_object_add(out, "rule", json_object_new_string(r->name));
     if (r->fn(&ctx, out) != 0) {
         fprintf(stderr, "comem calc %s: %s\n", r->name, err);
     } else {

@@ -287,8 +287,17 @@ static bool wait_for(comem_client *c, const char *name, bool gone, int64_t max_r
 
 int cmd_demo(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    if (argc > 0) {
+        bool help = !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h");
+        fprintf(help ? stdout : stderr,
+                "usage: comem demo\n"
+                "  Three real processes share a simulated 24 GiB card: a host loads two models, a worker's\n"
+                "  admission makes the host release part of one, an idle worker is asked to release, and a\n"
+                "  killed worker's bytes come back. Takes no flags.\n");
+        if (!help)
+            fprintf(stderr, "comem demo: unexpected argument '%s'\n", argv[0]);
+        return help ? 0 : 2;
+    }
     char dir[] = "/tmp/comem-demo-XXXXXX", sock[128], spec[192];
     if (!mkdtemp(dir)) {
         perror("comem demo: mkdtemp");

@@ -45,15 +45,14 @@ static json_object *reading_json(const comem_device_reading *r)
     json_object_object_add(d, "used", jint(r->used));
     json_object_object_add(d, "free", jint(r->free));
     json_object_object_add(d, "reserved", jint(r->reserved));
-    if (r->overcommit > 0)
-        json_object_object_add(d, "overcommit", jint(r->overcommit));
-    if (r->pci_bus_id[0])
-        json_object_object_add(d, "pci_bus_id", json_object_new_string(r->pci_bus_id));
-    if (r->pcie_gen > 0) {
-        json_object_object_add(d, "pcie_gen", jint(r->pcie_gen));
-        json_object_object_add(d, "pcie_width", jint(r->pcie_width));
-    }
-    if (r->procs_known) {
+    /* Every key is always there (docs/json.md): null where the source cannot tell. */
+    json_object_object_add(d, "overcommit", jint(r->overcommit > 0 ? r->overcommit : 0));
+    json_object_object_add(d, "pci_bus_id", r->pci_bus_id[0] ? json_object_new_string(r->pci_bus_id) : NULL);
+    json_object_object_add(d, "pcie_gen", r->pcie_gen > 0 ? jint(r->pcie_gen) : NULL);
+    json_object_object_add(d, "pcie_width", r->pcie_gen > 0 ? jint(r->pcie_width) : NULL);
+    if (!r->procs_known) {
+        json_object_object_add(d, "processes", NULL);
+    } else {
         json_object *ps = json_object_new_array();
         for (size_t i = 0; i < r->n_procs; i++) {
             json_object *p = json_object_new_object();
@@ -73,8 +72,7 @@ static json_object *host_json(const comem_hostmem *h)
     json_object_object_add(o, "available", jint(h->available));
     json_object_object_add(o, "swap", jint(h->swap_total));
     json_object_object_add(o, "disk_swap", jint(h->disk_swap));
-    if (h->cgroup_limited)
-        json_object_object_add(o, "cgroup_limit", jint(h->cgroup_limit));
+    json_object_object_add(o, "cgroup_limit", h->cgroup_limited ? jint(h->cgroup_limit) : NULL);
     return o;
 }
 
@@ -137,11 +135,10 @@ int cmd_devices(int argc, char **argv)
         }
     }
     if (json) {
+        json_object_object_add(out, "schema", jint(1));
         json_object_object_add(out, "devices", list);
-        if (note[0])
-            json_object_object_add(out, "note", json_object_new_string(note));
-        if (have_host)
-            json_object_object_add(out, "host", host_json(&host));
+        json_object_object_add(out, "note", note[0] ? json_object_new_string(note) : NULL);
+        json_object_object_add(out, "host", have_host ? host_json(&host) : NULL);
         jprint(out, vals[2].set);
         json_object_put(out);
     } else if (have_host) {

@@ -1,13 +1,19 @@
 /*
  * tools/comem/main.c - the comem command line.
  *
- *   comem calc RULE [--flag VALUE]...   evaluate one rule, print JSON
- *   comem demo                          the walkthrough the README runs
- *   comem simulate SCENARIO             replay a workload under each policy (docs/scenarios.md)
- *   comem release --process NAME        ask a process to give memory back, with a receipt
- *   comem run -- PROGRAM [ARGS]         a CUDA program in the ledger, through libcomem_preload.so
+ *   comem [--socket PATH] [--json] COMMAND [ARGS]
+ *
+ * The global flags may come before or after the command (`comem --json status`
+ * is `comem status --json`); --help anywhere on the line prints the command's
+ * help; --version prints the version. comem(1) is the manual, exit codes included:
+ * 0 success, 1 the command could not do what was asked (no coordinator, a refusal,
+ * a failed expectation), 2 a usage error.
+ * `comem run [FLAGS] -- PROGRAM [ARGS]` is the one exception: what follows -- is
+ * the program's own, never scanned for --help nor given the global flags.
  */
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmds.h"
@@ -19,50 +25,131 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: comem COMMAND [ARGS]\n\n"
+            "usage: comem [--socket PATH] [--json] COMMAND [ARGS]\n\n"
             "commands:\n"
-            "  calc RULE [--flag VALUE]...  evaluate one memory rule and print a JSON object\n"
+            "  status                       the machine's memory as the coordinator's ledger sees it\n"
+            "  watch                        the same, live and full screen (q quits)\n"
+            "  metrics                      the coordinator's figures in Prometheus' text format\n"
+            "  release --holder NAME | --pid PID | --all  [--device N] [--bytes SIZE]\n"
+            "                               ask holders to release memory now, with receipts\n"
             "  devices [--device SPEC]      the cards and host RAM as comem reads them\n"
-            "  status [--socket PATH]       the machine's memory as the coordinator's ledger sees it\n"
-            "  demo                         three processes share a simulated 24 GiB card\n"
+            "  calc RULE [--flag VALUE]...  evaluate one memory rule and print a JSON object\n"
             "  simulate SCENARIO            replay a workload under comem, comfy-env and no coordination\n"
-            "  release --process NAME       ask a process to release memory now, with a receipt\n"
+            "  demo                         three processes share a simulated 24 GiB card\n"
             "  run -- PROGRAM [ARGS]        run an unmodified CUDA program as a member of the ledger\n"
             "  version                      print the version\n\n"
-            "Run 'comem COMMAND --help' for a command's flags.\n");
+            "global flags (before or after the command):\n"
+            "  --socket PATH  the coordinator's socket (default: COMEM_SOCKET, else the per-user socket)\n"
+            "  --json         machine-readable output (docs/json.md); --help anywhere: the command's help\n\n"
+            "Run 'comem COMMAND --help' for a command's flags; man comem for the manual.\n");
 }
+
+typedef int (*cmd_fn)(int, char **);
+
+typedef struct command {
+    const char *name;
+    cmd_fn fn;
+    bool socket; /* takes --socket */
+    bool json;   /* takes --json as a flag (calc prints JSON anyway; simulate's --json names a file) */
+} command;
+
+static const command k_commands[] = {
+    {"status", cmd_status, true, true},      {"watch", cmd_watch, true, false},
+    {"metrics", cmd_metrics, true, true},    {"release", cmd_release, true, true},
+    {"devices", cmd_devices, false, true},   {"calc", cmd_calc, false, false},
+    {"simulate", cmd_simulate, false, false}, {"demo", cmd_demo, false, false},
+    {"demo-worker", cmd_demo_worker, false, false}, /* the demo's own workers */
+    {"run", cmd_run, true, false},
+};
+
+static bool is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
+    const char *socket = NULL;
+    bool json = false;
+    int i = 1;
+    /* Global flags before the command. */
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (is_help(a)) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--version")) {
+            printf("comem %s\n", COMEM_VERSION);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--socket") && i + 1 < argc) {
+            socket = argv[++i];
+        } else if (!strncmp(a, "--socket=", 9)) {
+            socket = a + 9;
+        } else {
+            fprintf(stderr, "comem: unknown or incomplete flag '%s' before the command (see comem --help)\n", a);
+            return 2;
+        }
+    }
+    if (i >= argc) {
         usage(stderr);
         return 2;
     }
-    const char *cmd = argv[1];
-    if (!strcmp(cmd, "calc"))
-        return cmd_calc(argc - 2, argv + 2);
-    if (!strcmp(cmd, "status"))
-        return cmd_status(argc - 2, argv + 2);
-    if (!strcmp(cmd, "devices"))
-        return cmd_devices(argc - 2, argv + 2);
-    if (!strcmp(cmd, "demo-worker")) /* used by the demo to start its workers */
-        return cmd_demo_worker(argc - 2, argv + 2);
-    if (!strcmp(cmd, "demo"))
-        return cmd_demo(argc - 2, argv + 2);
-    if (!strcmp(cmd, "simulate"))
-        return cmd_simulate(argc - 2, argv + 2);
-    if (!strcmp(cmd, "release"))
-        return cmd_release(argc - 2, argv + 2);
-    if (!strcmp(cmd, "run"))
-        return cmd_run(argc - 2, argv + 2);
-    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+    const char *name = argv[i++];
+    if (!strcmp(name, "version")) {
         printf("comem %s\n", COMEM_VERSION);
         return 0;
     }
-    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    if (!strcmp(name, "help")) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "comem: unknown command '%s' (see comem --help)\n", cmd);
-    return 2;
+    const command *cmd = NULL;
+    for (size_t k = 0; k < sizeof k_commands / sizeof k_commands[0]; k++)
+        if (!strcmp(name, k_commands[k].name))
+            cmd = &k_commands[k];
+    if (!cmd) {
+        fprintf(stderr, "comem: unknown command '%s' (see comem --help)\n", name);
+        return 2;
+    }
+    int rest = argc - i;
+    if (!strcmp(cmd->name, "run")) { /* PROGRAM's arguments are its own: no --help scan, nothing appended */
+        if (json) {
+            fprintf(stderr, "comem run: takes no --json\n");
+            return 2;
+        }
+        if (socket)
+            setenv("COMEM_SOCKET", socket, 1);
+        return cmd_run(rest, argv + i);
+    }
+    if (strcmp(cmd->name, "demo-worker") != 0) {
+        for (int k = i; k < argc; k++) {
+            if (is_help(argv[k])) { /* --help anywhere on the line */
+                char *help[] = {"--help", NULL};
+                return cmd->fn(1, help);
+            }
+        }
+    }
+    if ((socket && !cmd->socket) || (json && !cmd->json && strcmp(cmd->name, "calc") != 0)) {
+        fprintf(stderr, "comem %s: takes no %s%s\n", cmd->name, socket && !cmd->socket ? "--socket" : "--json",
+                !strcmp(cmd->name, "simulate") ? " flag (its --json FILE writes the report to a file)" : "");
+        return 2;
+    }
+    /* The command's own arguments, then the global flags it takes: one parser sees them all. */
+    char **args = calloc((size_t)rest + 4, sizeof *args);
+    if (!args)
+        return 1;
+    int n = 0;
+    for (int k = i; k < argc; k++)
+        args[n++] = argv[k];
+    bool has_json = false;
+    for (int k = 0; k < n; k++)
+        has_json |= !strcmp(args[k], "--json");
+    if (socket) {
+        args[n++] = "--socket";
+        args[n++] = (char *)socket;
+    }
+    if (json && cmd->json && !has_json)
+        args[n++] = "--json";
+    int rc = cmd->fn(n, args);
+    free(args);
+    return rc;
 }

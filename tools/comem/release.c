@@ -1,17 +1,23 @@
 /*
- * tools/comem/release.c - `comem release`: ask a process to give memory back, now, with a receipt.
+ * tools/comem/release.c - `comem release`: ask holders to give memory back, now, with receipts.
  *
- *   comem release [--socket PATH] (--process NAME | --entry ID) [--bytes SIZE] [--json]
+ *   comem release (--holder NAME | --pid PID | --all | --process NAME | --entry ID)
+ *                 [--device N] [--bytes SIZE] [--timeout SECONDS] [--socket PATH] [--json]
  *
- * A direct call, independent of any workflow (user-needs F19: an unload node
- * tied to the graph may never run). It reads the coordinator's snapshot, and
- * asks the holders of the named process's entries, largest resident first,
- * through comem_ask_release until SIZE bytes came back (all of them without
- * --bytes). Each receipt is the bytes the holder reports freed. A holder that
- * is computing answers busy and keeps its bytes; that is reported, not hidden.
+ * A direct call, independent of any workflow (user scenario F19: an unload node
+ * tied to the graph may never run). It reads the coordinator's snapshot, picks
+ * the entries of the named holders (every holder of that name, in any process),
+ * of the process with that pid or name, of one entry, or of everyone (--all),
+ * on one device or all, and asks their holders through the coordinator
+ * (comem_ask_release), largest resident first, until SIZE bytes came back (all
+ * of them without --bytes). Each receipt is the bytes the holder reports freed.
+ * A holder that is computing answers busy and keeps its bytes; that is
+ * reported, not hidden. Holders that do not answer release asks are skipped
+ * and listed.
+ *
  * Exit status: 0 when something came back or nothing was held, 1 when every
- * ask was refused (busy, not answering) or no coordinator answers, 2 for bad
- * arguments.
+ * ask was refused (busy, not answering), nothing matched, or no coordinator
+ * answers, 2 for bad arguments.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -22,24 +28,46 @@
 #include "base/size.h"
 #include "cmds.h"
 #include "comem/comem.h"
+#include "jsonout.h"
+#include "snapshot.h"
 
-static const arg_spec k_specs[] = {
-    {"socket", ARG_STRING, false}, {"process", ARG_STRING, false}, {"entry", ARG_STRING, false},
-    {"bytes", ARG_SIZE, false},    {"json", ARG_FLAG, false},
+enum { F_SOCKET, F_HOLDER, F_PID, F_ALL, F_PROCESS, F_ENTRY, F_DEVICE, F_BYTES, F_TIMEOUT, F_JSON, F_PRETTY, N_SPECS };
+static const arg_spec k_specs[N_SPECS] = {
+    [F_SOCKET] = {"socket", ARG_STRING, false}, [F_HOLDER] = {"holder", ARG_STRING, false},
+    [F_PID] = {"pid", ARG_NUMBER, false},       [F_ALL] = {"all", ARG_FLAG, false},
+    [F_PROCESS] = {"process", ARG_STRING, false}, [F_ENTRY] = {"entry", ARG_STRING, false},
+    [F_DEVICE] = {"device", ARG_NUMBER, false}, [F_BYTES] = {"bytes", ARG_SIZE, false},
+    [F_TIMEOUT] = {"timeout", ARG_STRING, false}, [F_JSON] = {"json", ARG_FLAG, false},
+    [F_PRETTY] = {"pretty", ARG_FLAG, false},
 };
-#define N_SPECS (sizeof k_specs / sizeof k_specs[0])
+
+#define MAX_TARGETS 1024
 
 typedef struct target {
     uint64_t id;
-    char name[128];
+    char entry[24], name[128], holder[128], process[128];
+    int pid, device;
     int64_t resident;
 } target;
+
+typedef struct selection {
+    const char *holder, *process, *entry;
+    long pid;   /* -1: any */
+    int device; /* -1: any */
+    bool all;
+} selection;
 
 static json_object *jget(json_object *o, const char *k)
 {
     json_object *v = NULL;
     return o && json_object_object_get_ex(o, k, &v) ? v : NULL;
 }
+static const char *jstr(json_object *o, const char *k)
+{
+    json_object *v = jget(o, k);
+    return v ? json_object_get_string(v) : "";
+}
+static size_t jlen(json_object *a) { return a ? json_object_array_length(a) : 0; }
 
 static int by_resident(const void *x, const void *y)
 {
@@ -47,37 +75,64 @@ static int by_resident(const void *x, const void *y)
     return a->resident < b->resident ? 1 : a->resident > b->resident ? -1 : 0;
 }
 
-/* The entries of process `name` (or the entry `entry`) that hold bytes, from the snapshot. */
-static size_t find(json_object *root, const char *name, const char *entry, target *out, size_t cap, bool *found)
+static bool holder_answers_release(json_object *h)
+{
+    json_object *ans = jget(h, "answers");
+    for (size_t i = 0; i < jlen(ans); i++)
+        if (!strcmp(json_object_get_string(json_object_array_get_idx(ans, i)), "release"))
+            return true;
+    return false;
+}
+
+/*
+ * The entries the selection names that hold bytes, largest first. *matched counts the holders (or
+ * the entry) the selection named; *deaf the named holders that do not answer release asks.
+ */
+static size_t pick(json_object *root, const selection *sel, target *out, size_t cap, int *matched, int *deaf)
 {
     size_t n = 0;
-    *found = false;
+    *matched = *deaf = 0;
     json_object *devs = jget(root, "devices");
-    for (size_t d = 0; devs && d < json_object_array_length(devs); d++) {
-        json_object *ps = jget(json_object_array_get_idx(devs, d), "processes");
-        for (size_t i = 0; ps && i < json_object_array_length(ps); i++) {
+    for (size_t d = 0; d < jlen(devs); d++) {
+        json_object *dv = json_object_array_get_idx(devs, d);
+        int dev = (int)json_object_get_int(jget(dv, "index"));
+        if (sel->device >= 0 && dev != sel->device)
+            continue;
+        json_object *ps = jget(dv, "processes");
+        for (size_t i = 0; i < jlen(ps); i++) {
             json_object *p = json_object_array_get_idx(ps, i);
-            if (name && strcmp(json_object_get_string(jget(p, "name")), name) != 0)
+            int pid = (int)json_object_get_int(jget(p, "pid"));
+            if ((sel->process && strcmp(jstr(p, "name"), sel->process) != 0) || (sel->pid >= 0 && pid != sel->pid))
                 continue;
             json_object *hs = jget(p, "holders");
-            if (name)
-                *found = true;
-            for (size_t k = 0; hs && k < json_object_array_length(hs); k++) {
-                json_object *es = jget(json_object_array_get_idx(hs, k), "entries");
-                for (size_t e = 0; es && e < json_object_array_length(es) && n < cap; e++) {
+            for (size_t k = 0; k < jlen(hs); k++) {
+                json_object *h = json_object_array_get_idx(hs, k), *es = jget(h, "entries");
+                if (sel->holder && strcmp(jstr(h, "name"), sel->holder) != 0)
+                    continue;
+                bool named = !sel->entry;
+                bool answers = holder_answers_release(h);
+                for (size_t e = 0; e < jlen(es); e++) {
                     json_object *x = json_object_array_get_idx(es, e);
-                    const char *id = json_object_get_string(jget(x, "id"));
-                    if (entry && strcmp(id, entry) != 0)
+                    if (sel->entry && strcmp(jstr(x, "id"), sel->entry) != 0)
                         continue;
-                    if (entry)
-                        *found = true;
+                    named = true;
                     int64_t res = json_object_get_int64(jget(x, "resident"));
-                    if (res <= 0)
+                    if (res <= 0 || !answers || n >= cap)
                         continue;
-                    out[n].id = strtoull(id, NULL, 16);
-                    snprintf(out[n].name, sizeof out[n].name, "%s", json_object_get_string(jget(x, "name")));
-                    out[n].resident = res;
-                    n++;
+                    target *t = &out[n++];
+                    t->id = strtoull(jstr(x, "id"), NULL, 16);
+                    snprintf(t->entry, sizeof t->entry, "%s", jstr(x, "id"));
+                    snprintf(t->name, sizeof t->name, "%s", jstr(x, "name"));
+                    snprintf(t->holder, sizeof t->holder, "%s", jstr(h, "name"));
+                    snprintf(t->process, sizeof t->process, "%s", jstr(p, "name"));
+                    t->pid = pid;
+                    t->device = dev;
+                    t->resident = res;
+                }
+                if (named) {
+                    (*matched)++;
+                    if (!answers)
+                        (*deaf)++;
                 }
             }
         }
@@ -86,92 +141,141 @@ static size_t find(json_object *root, const char *name, const char *entry, targe
     return n;
 }
 
+static void usage(void)
+{
+    printf("usage: comem release (--holder NAME | --pid PID | --all | --process NAME | --entry ID)\n"
+           "                     [--device N] [--bytes SIZE] [--timeout SECONDS] [--socket PATH] [--json]\n"
+           "  Asks holders, through the coordinator, to release SIZE bytes (everything without --bytes)\n"
+           "  now, largest entry first, and prints each receipt: the bytes the holder reports freed.\n"
+           "  --holder NAME   every holder of that name, in any process\n"
+           "  --pid PID       every holder of that process      --process NAME  the same, by name\n"
+           "  --all           every holder that answers release asks\n"
+           "  --entry ID      one entry (its id as `comem status --json` lists it)\n"
+           "  --device N      only entries on device N\n"
+           "  Exit status: 0 something came back (or nothing was held), 1 nothing could be released\n"
+           "  (busy, not answering, no match, no coordinator), 2 bad arguments.\n");
+}
+
+static json_object *jnull_or_int(bool set, int64_t v) { return set ? jint(v) : NULL; }
+
 int cmd_release(int argc, char **argv)
 {
     if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        printf("usage: comem release [--socket PATH] (--process NAME | --entry ID) [--bytes SIZE] [--json]\n"
-               "  Asks the process's holders to release SIZE bytes (all without --bytes) now, and prints\n"
-               "  the receipts: the bytes each holder reports freed.\n");
+        usage();
         return 0;
     }
     arg_value v[N_SPECS];
-    char err[256];
+    char err[640];
     if (args_parse(argc, argv, k_specs, N_SPECS, v, err, sizeof err) != 0) {
         fprintf(stderr, "comem release: %s\n", err);
         return 2;
     }
-    const char *name = v[1].set ? v[1].str : NULL, *entry = v[2].set ? v[2].str : NULL;
-    if (!name == !entry) {
-        fprintf(stderr, "comem release: name one process (--process NAME) or one entry (--entry ID)\n");
+    int modes = v[F_HOLDER].set + v[F_PID].set + v[F_ALL].set + v[F_PROCESS].set + v[F_ENTRY].set;
+    if (modes != 1) {
+        fprintf(stderr, "comem release: name one target: --holder NAME, --pid PID, --all, --process NAME or "
+                        "--entry ID\n");
         args_free(v, N_SPECS);
         return 2;
     }
-    int64_t want = v[3].set ? (int64_t)v[3].num : -1;
-    bool json = v[4].set;
+    int timeout_ms = snapshot_timeout_ms(v[F_TIMEOUT].set ? v[F_TIMEOUT].str : NULL, err, sizeof err);
+    if (timeout_ms < 0) {
+        fprintf(stderr, "comem release: %s\n", err);
+        args_free(v, N_SPECS);
+        return 2;
+    }
+    selection sel = {
+        .holder = v[F_HOLDER].set ? v[F_HOLDER].str : NULL,
+        .process = v[F_PROCESS].set ? v[F_PROCESS].str : NULL,
+        .entry = v[F_ENTRY].set ? v[F_ENTRY].str : NULL,
+        .pid = v[F_PID].set ? (long)v[F_PID].num : -1,
+        .device = v[F_DEVICE].set ? (int)v[F_DEVICE].num : -1,
+        .all = v[F_ALL].set,
+    };
+    int64_t want = v[F_BYTES].set ? (int64_t)v[F_BYTES].num : -1;
+    bool json = v[F_JSON].set;
     comem_client *c = NULL;
-    int rc = comem_client_open(v[0].set ? v[0].str : NULL, COMEM_CLIENT_TOOL, "comem-release", -1,
-                               COMEM_OPEN_NO_LOCAL, &c);
-    if (rc != COMEM_OK) {
-        fprintf(stderr, "comem release: no coordinator answers (%s)\n", comem_status_str(rc));
+    json_object *root = NULL;
+    if (snapshot_connect(v[F_SOCKET].set ? v[F_SOCKET].str : NULL, "comem-release", timeout_ms, &c, err,
+                         sizeof err) == 0)
+        root = snapshot_read(c, err, sizeof err);
+    if (!root) {
+        fprintf(stderr, "comem release: %s\n", err);
+        if (c)
+            comem_client_close(c);
         args_free(v, N_SPECS);
         return 1;
     }
-    char *text = NULL;
-    json_object *root = NULL;
-    if (comem_status_json(c, &text) == COMEM_OK)
-        root = json_tokener_parse(text);
-    comem_free(text);
-    target ts[256];
-    bool found = false;
-    size_t n = root ? find(root, name, entry, ts, 256, &found) : 0;
-    if (root)
-        json_object_put(root);
-    if (!found) {
-        fprintf(stderr, "comem release: no %s '%s' in the ledger\n", name ? "process" : "entry", name ? name : entry);
+    static target ts[MAX_TARGETS];
+    int matched = 0, deaf = 0;
+    size_t n = pick(root, &sel, ts, MAX_TARGETS, &matched, &deaf);
+    json_object_put(root);
+    const char *what = sel.holder ? "holder" : sel.process ? "process" : sel.entry ? "entry" : sel.all ? NULL : "pid";
+    char pidtext[24];
+    snprintf(pidtext, sizeof pidtext, "%ld", sel.pid);
+    const char *name = sel.holder ? sel.holder : sel.process ? sel.process : sel.entry ? sel.entry : pidtext;
+    if (matched == 0 && what) {
+        fprintf(stderr, "comem release: no %s '%s' in the ledger%s\n", what, name,
+                sel.device >= 0 ? " on that device" : "");
         comem_client_close(c);
         args_free(v, N_SPECS);
         return 1;
     }
-    json_object *out = json_object_new_object(), *asks = json_object_new_array();
+    json_object *asks = json_object_new_array();
     int64_t freed_total = 0;
     int answered = 0;
     for (size_t i = 0; i < n && (want < 0 || freed_total < want); i++) {
         int64_t ask = want < 0 ? -1 : want - freed_total, freed = 0, resident = 0;
-        rc = comem_ask_release(c, ts[i].id, ask, 10000, &freed, &resident);
+        int rc = comem_ask_release(c, ts[i].id, ask, timeout_ms, &freed, &resident);
         if (rc == COMEM_OK || (rc == COMEM_ENOENT && freed > 0)) {
             answered++;
             freed_total += freed;
         }
         json_object *a = json_object_new_object();
-        char id[24];
-        snprintf(id, sizeof id, "%llx", (unsigned long long)ts[i].id);
-        json_object_object_add(a, "entry", json_object_new_string(id));
+        json_object_object_add(a, "entry", json_object_new_string(ts[i].entry));
         json_object_object_add(a, "name", json_object_new_string(ts[i].name));
-        json_object_object_add(a, "asked", json_object_new_int64(ask));
+        json_object_object_add(a, "holder", json_object_new_string(ts[i].holder));
+        json_object_object_add(a, "process", json_object_new_string(ts[i].process));
+        json_object_object_add(a, "pid", jint(ts[i].pid));
+        json_object_object_add(a, "device", jint(ts[i].device));
+        json_object_object_add(a, "asked", jnull_or_int(ask >= 0, ask));
         json_object_object_add(a, "status", json_object_new_string(comem_status_str(rc)));
-        json_object_object_add(a, "freed", json_object_new_int64(freed));
-        json_object_object_add(a, "resident_after", json_object_new_int64(resident));
+        json_object_object_add(a, "freed", jint(freed));
+        json_object_object_add(a, "resident_after", jint(resident));
         json_object_array_add(asks, a);
         if (!json) {
             char b[3][32];
-            printf("%-24s asked %-10s %-6s freed %-10s resident now %s\n", ts[i].name,
-                   ask < 0 ? "all" : comem_format_bytes(ask, b[0], 32), comem_status_str(rc),
-                   comem_format_bytes(freed, b[1], 32), comem_format_bytes(resident, b[2], 32));
+            printf("%-8d %-16s %-16s %-24s asked %-10s %-8s freed %-10s resident now %s\n", ts[i].pid,
+                   ts[i].process, ts[i].holder, ts[i].name, ask < 0 ? "all" : comem_format_bytes(ask, b[0], 32),
+                   comem_status_str(rc), comem_format_bytes(freed, b[1], 32), comem_format_bytes(resident, b[2], 32));
         }
     }
-    json_object_object_add(out, "target", json_object_new_string(name ? name : entry));
-    json_object_object_add(out, "asked", json_object_new_int64(want));
-    json_object_object_add(out, "freed", json_object_new_int64(freed_total));
-    json_object_object_add(out, "asks", asks);
     if (json) {
-        printf("%s\n", json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN));
+        json_object *out = json_object_new_object(), *t = json_object_new_object();
+        json_object_object_add(out, "schema", jint(1));
+        json_object_object_add(t, "holder", sel.holder ? json_object_new_string(sel.holder) : NULL);
+        json_object_object_add(t, "pid", jnull_or_int(sel.pid >= 0, sel.pid));
+        json_object_object_add(t, "process", sel.process ? json_object_new_string(sel.process) : NULL);
+        json_object_object_add(t, "entry", sel.entry ? json_object_new_string(sel.entry) : NULL);
+        json_object_object_add(t, "all", json_object_new_boolean(sel.all));
+        json_object_object_add(t, "device", jnull_or_int(sel.device >= 0, sel.device));
+        json_object_object_add(out, "target", t);
+        json_object_object_add(out, "asked", jnull_or_int(want >= 0, want));
+        json_object_object_add(out, "freed", jint(freed_total));
+        json_object_object_add(out, "answered", jint(answered));
+        json_object_object_add(out, "not_answering", jint(deaf));
+        json_object_object_add(out, "asks", asks);
+        jprint(out, v[F_PRETTY].set);
+        json_object_put(out);
     } else {
         char b[32];
-        printf("released %s from %s (%d of %zu ask(s) answered)\n", comem_format_bytes(freed_total, b, 32),
-               name ? name : entry, answered, n);
+        printf("released %s from %s%s%s (%d of %zu ask(s) answered", comem_format_bytes(freed_total, b, 32),
+               what ? what : "every holder", what ? " " : "", what ? name : "", answered, n);
+        if (deaf)
+            printf("; %d holder(s) that do not answer release asks left alone", deaf);
+        printf(")\n");
+        json_object_put(asks);
     }
-    json_object_put(out);
     comem_client_close(c);
     args_free(v, N_SPECS);
-    return n == 0 || answered > 0 ? 0 : 1;
+    return (n == 0 && deaf == 0) || answered > 0 ? 0 : 1;
 }

@@ -537,6 +537,7 @@ int sim_print_expectations(const scenario *s, run_result *const *rs, int n)
 int sim_write_json(const char *path, const scenario *s, run_result *const *rs, int n)
 {
     json_object *root = json_object_new_object();
+    json_object_object_add(root, "schema", json_object_new_int(1)); /* docs/json.md */
     json_object *sc = json_object_new_object();
     json_object_object_add(sc, "id", json_object_new_string(s->id));
     json_object_object_add(sc, "title", json_object_new_string(s->title));

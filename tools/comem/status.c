@@ -32,12 +32,12 @@ static const arg_spec k_specs[] = {
 static int64_t geti(json_object *o, const char *k)
 {
     json_object *v;
-    return json_object_object_get_ex(o, k, &v) ? json_object_get_int64(v) : -1;
+    return json_object_object_get_ex(o, k, &v) && v ? json_object_get_int64(v) : -1; /* null: unknown */
 }
 static const char *gets(json_object *o, const char *k)
 {
     json_object *v;
-    return json_object_object_get_ex(o, k, &v) ? json_object_get_string(v) : "";
+    return json_object_object_get_ex(o, k, &v) && v ? json_object_get_string(v) : "";
 }
 static json_object *geta(json_object *o, const char *k)
 {
@@ -63,7 +63,7 @@ static void print_holder(json_object *h)
     for (size_t i = 0; es && i < json_object_array_length(es); i++) {
         json_object *e = json_object_array_get_idx(es, i);
         printf("        %-24s %10s of %-10s%s\n", gets(e, "name"), sz(geti(e, "resident"), b[0]), sz(geti(e, "size"), b[1]),
-               geta(e, "paged") ? "  (paged)" : "");
+               json_object_get_boolean(geta(e, "paged")) ? "  (paged)" : "");
     }
 }
 

@@ -2,12 +2,14 @@
  * tools/comemd/main.c - the coordinator as a daemon.
  *
  *   comemd [--socket PATH] [--device SPEC] [--idle-release SECONDS] [--hello-timeout SECONDS]
- *          [--reserve SIZE] [--check]
+ *          [--reserve SIZE] [--check] [--metrics PATH [--metrics-interval SECONDS]] [--version]
  *
  * Runs in the foreground (a service manager backgrounds it), logs to stderr,
  * and shuts down cleanly on SIGTERM or SIGINT: every session's connection is
  * closed and the socket it created is removed (nothing it did not create).
- * The token, if any, comes from COMEM_TOKEN.
+ * The token, if any, comes from COMEM_TOKEN. comemd(8) is the manual, exit
+ * codes included: 0 after a clean stop, 1 when it cannot start or the loop
+ * fails, 2 for bad arguments or environment.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +21,11 @@
 #include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord.h"
+#include "metrics.h"
+
+#ifndef COMEM_VERSION
+#define COMEM_VERSION "0.1.0"
+#endif
 
 static comem_coord_srv *g_srv;
 
@@ -34,6 +41,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: comemd [--socket PATH] [--device auto|nvml|sim[:...]] [--idle-release SECONDS]\n"
             "              [--hello-timeout SECONDS] [--reserve SIZE] [--check]\n"
+            "              [--metrics PATH [--metrics-interval SECONDS]] [--version]\n"
             "  The coordinator for comem clients on this machine. Logs to stderr; stops on SIGTERM.\n"
             "  --socket PATH           where to listen (default: COMEM_SOCKET, else the per-user socket);\n"
             "                          an existing file there is replaced only if it is a stale socket of\n"
@@ -44,6 +52,10 @@ static void usage(FILE *f)
             "  --reserve SIZE          the reserve base hosts keep on every card (e.g. 400MiB); when given, no\n"
             "                          host can change it; without it the first host to join sets it\n"
             "  --check                 verify the ledger after every mutation (tests, debugging)\n"
+            "  --metrics PATH          keep PATH current with the Prometheus text format (comem metrics),\n"
+            "                          rewritten atomically (node_exporter's textfile collector: name it *.prom)\n"
+            "  --metrics-interval SECONDS  how often (default 5)\n"
+            "  --version               print the version\n"
             "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_TOKEN (at most 127 bytes), COMEM_IDLE_SECONDS,\n"
             "  COMEM_CHECK, COMEM_LOG.\n");
 }
@@ -66,16 +78,25 @@ int main(int argc, char **argv)
         comem_error("%s", err);
         return 2;
     }
+    for (int i = 1; i < argc; i++) { /* --help and --version win wherever they are */
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("comemd %s\n", COMEM_VERSION);
+            return 0;
+        }
+    }
+    const char *metrics_path = NULL;
+    double metrics_interval = 5;
     const char *env = getenv("COMEM_SOCKET");
     if (env && *env)
         snprintf(cfg.socket_path, sizeof cfg.socket_path, "%s", env);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--check")) {
+        if (!strcmp(a, "--check")) {
             cfg.check = true;
         } else if (!strcmp(a, "--socket") && v) {
             if ((size_t)snprintf(cfg.socket_path, sizeof cfg.socket_path, "%s", v) >= sizeof cfg.socket_path) {
@@ -99,6 +120,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             cfg.hello_timeout_ms = secs * 1000 < 1 ? 1 : (int)(secs * 1000);
+            i++;
+        } else if (!strcmp(a, "--metrics") && v) {
+            metrics_path = v;
+            i++;
+        } else if (!strcmp(a, "--metrics-interval") && v) {
+            if (comem_parse_seconds("--metrics-interval", v, &metrics_interval, err, sizeof err) != COMEM_OK ||
+                metrics_interval < 0.1 || metrics_interval > 3600) {
+                comem_error("%s", err[0] ? err : "--metrics-interval: 0.1 to 3600 seconds");
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--reserve") && v) {
             double bytes;
@@ -129,7 +160,14 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    metrics_writer *mw = metrics_path ? metrics_writer_start(comem_coord_socket(g_srv), metrics_path, metrics_interval)
+                                      : NULL;
+    if (metrics_path && !mw) {
+        comem_coord_destroy(g_srv);
+        return 1;
+    }
     rc = comem_coord_run(g_srv);
+    metrics_writer_stop(mw); /* before the coordinator goes: its last snapshot, then comem_up 0 */
     comem_info("coordinator: shutting down");
     comem_coord_destroy(g_srv);
     return rc == COMEM_OK ? 0 : 1;

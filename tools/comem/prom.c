@@ -1,0 +1,323 @@
+/*
+ * tools/comem/prom.c - status JSON to the Prometheus text exposition format (version 0.0.4).
+ *
+ * Every family is written as one group (HELP, TYPE, then all its samples), as
+ * the format requires; a figure the coordinator does not know (null) is left
+ * out rather than written as a guess. Byte figures end in _bytes, counters in
+ * _total, the latency histogram in seconds.
+ */
+#include "prom.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static json_object *get(json_object *o, const char *k)
+{
+    json_object *v = NULL;
+    return o && json_object_object_get_ex(o, k, &v) ? v : NULL;
+}
+static const char *str(json_object *o, const char *k)
+{
+    json_object *v = get(o, k);
+    return v ? json_object_get_string(v) : "";
+}
+static size_t len(json_object *a) { return a && json_object_is_type(a, json_type_array) ? json_object_array_length(a) : 0; }
+static json_object *at(json_object *a, size_t i) { return json_object_array_get_idx(a, i); }
+
+/* A label value as the format escapes it: backslash, double quote and newline. */
+static void put_label(FILE *f, const char *name, const char *v, bool first)
+{
+    fprintf(f, "%s%s=\"", first ? "" : ",", name);
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            fprintf(f, "\\%c", *v);
+        else if (*v == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*v, f);
+    }
+    fputc('"', f);
+}
+
+static void family(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One sample: name{labels} value; labels is the pairs labels() wrote, or "". */
+static void sample_i(FILE *f, const char *name, const char *labels, int64_t v)
+{
+    fprintf(f, "%s%s%s%s %lld\n", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "", (long long)v);
+}
+
+/* Labels into buf: pairs of (name, value), n of them. */
+static const char *labels(char *buf, size_t cap, const char *const *kv, int n)
+{
+    FILE *f = fmemopen(buf, cap, "w");
+    if (!f) {
+        buf[0] = '\0';
+        return buf;
+    }
+    for (int i = 0; i < n; i++)
+        put_label(f, kv[2 * i], kv[2 * i + 1], i == 0);
+    fclose(f);
+    buf[cap - 1] = '\0';
+    return buf;
+}
+
+static const char *device_labels(char *buf, size_t cap, json_object *d)
+{
+    const char *kv[] = {"device", str(d, "index"), "uuid", str(d, "uuid"), "name", str(d, "name")};
+    return labels(buf, cap, kv, 3);
+}
+
+/* A process the snapshot lists that holds nothing and only looks (comem status, this exporter). */
+static bool observer(json_object *p) { return !strcmp(str(p, "role"), "tool") && len(get(p, "holders")) == 0; }
+
+static const char *session_labels(char *buf, size_t cap, json_object *d, json_object *p)
+{
+    const char *kv[] = {"device", str(d, "index"), "session", str(p, "session"), "pid", str(p, "pid"),
+                        "process", str(p, "name"), "role", str(p, "role")};
+    return labels(buf, cap, kv, 5);
+}
+
+static const char *holder_labels(char *buf, size_t cap, json_object *d, json_object *p, json_object *h)
+{
+    const char *kv[] = {"device", str(d, "index"), "session", str(p, "session"), "pid", str(p, "pid"),
+                        "process", str(p, "name"), "holder", str(h, "name"), "kind", str(h, "kind")};
+    return labels(buf, cap, kv, 6);
+}
+
+/* Bytes of the device's grants that belong to a session (holder NULL) or to one holder. */
+static int64_t granted_to(json_object *d, const char *session, const char *holder)
+{
+    int64_t sum = 0;
+    json_object *gs = get(d, "grants");
+    for (size_t i = 0; i < len(gs); i++) {
+        json_object *g = at(gs, i);
+        if (session && strcmp(str(g, "session"), session) != 0)
+            continue;
+        if (holder && (!get(g, "holder") || strcmp(str(g, "holder"), holder) != 0))
+            continue;
+        sum += json_object_get_int64(get(g, "bytes"));
+    }
+    return sum;
+}
+
+typedef struct dev_gauge {
+    const char *key, *sub, *metric, *help;
+} dev_gauge;
+
+static const dev_gauge k_dev[] = {
+    {"capacity", NULL, "comem_device_capacity_bytes", "Memory of the card as the coordinator reads it."},
+    {"free", NULL, "comem_device_free_bytes", "True free at the last reading (device-wide)."},
+    {"used", NULL, "comem_device_used_bytes", "Used at the last reading, the driver's reserved slice included."},
+    {"driver_reserved", NULL, "comem_device_driver_reserved_bytes", "The driver's reserved slice."},
+    {"reserve", "published", "comem_device_reserve_bytes", "The reserve hosts keep free (base plus charges)."},
+    {"reserve", "base", "comem_device_reserve_base_bytes", "The operator's reserve base (absent until a host or --reserve sets it)."},
+    {"resident", NULL, "comem_device_resident_bytes", "Bytes the ledger's entries hold."},
+    {"context_floors", NULL, "comem_device_context_floor_bytes", "Bytes of the processes' CUDA contexts."},
+    {"granted", NULL, "comem_device_granted_bytes", "Bytes promised to admissions and not yet loaded."},
+    {"attributed", NULL, "comem_device_attributed_bytes", "Bytes the ledger attributes to a process."},
+    {"unattributed", NULL, "comem_device_unattributed_bytes", "Used bytes the ledger cannot name (other apps)."},
+    {"overcommit", NULL, "comem_device_overcommit_bytes", "Bytes spilled beyond physical memory (WDDM)."},
+};
+
+typedef struct counter {
+    const char *key, *metric, *help;
+} counter;
+
+static const counter k_counters[] = {
+    {"admissions", "comem_admissions_total", "Admission requests granted."},
+    {"refusals", "comem_admission_refusals_total", "Admission requests refused."},
+    {"asks", "comem_release_asks_total", "Release asks sent to holders (sized, idle and pin asks)."},
+    {"asks_busy", "comem_release_asks_busy_total", "Release asks answered busy, unanswered in time, or failed."},
+    {"bytes_asked", "comem_release_asked_bytes_total", "Bytes release asks asked for."},
+    {"bytes_freed", "comem_release_freed_bytes_total", "Bytes holders reported freed in their receipts."},
+    {"idle_releases", "comem_idle_release_asks_total", "Idle release asks sent."},
+    {"sessions_ended", "comem_sessions_ended_total", "Sessions ended, for any reason."},
+    {"sessions_died", "comem_sessions_died_total", "Sessions whose process was exiting or gone when they ended (killed, crashed)."},
+    {"spill_events", "comem_spill_events_total", "Overcommits started on WDDM cards (the driver paging memory to system RAM)."},
+};
+
+static void device_families(FILE *f, json_object *devs)
+{
+    char lb[1024];
+    for (size_t g = 0; g < sizeof k_dev / sizeof k_dev[0]; g++) {
+        family(f, k_dev[g].metric, "gauge", k_dev[g].help);
+        for (size_t i = 0; i < len(devs); i++) {
+            json_object *d = at(devs, i), *v = get(d, k_dev[g].key);
+            if (k_dev[g].sub)
+                v = get(v, k_dev[g].sub);
+            /* null: not known now, and a base of -1: not set yet; either is left out */
+            if (v && (!k_dev[g].sub || strcmp(k_dev[g].sub, "base") != 0 || json_object_get_int64(v) >= 0))
+                sample_i(f, k_dev[g].metric, device_labels(lb, sizeof lb, d), json_object_get_int64(v));
+        }
+    }
+}
+
+static void session_families(FILE *f, json_object *devs)
+{
+    char lb[2048];
+    static const char *names[] = {"comem_session_resident_bytes", "comem_session_granted_bytes",
+                                  "comem_session_context_floor_bytes", "comem_session_busy"};
+    static const char *helps[] = {"Bytes a process's entries hold on the device.",
+                                  "Bytes promised to a process's admissions, not yet loaded.",
+                                  "Bytes of a process's CUDA context on the device.",
+                                  "1 while the process computes (it is not asked to release), else 0."};
+    for (int k = 0; k < 4; k++) {
+        family(f, names[k], "gauge", helps[k]);
+        for (size_t i = 0; i < len(devs); i++) {
+            json_object *d = at(devs, i), *ps = get(d, "processes");
+            for (size_t j = 0; j < len(ps); j++) {
+                json_object *p = at(ps, j);
+                if (observer(p))
+                    continue;
+                int64_t v = k == 0   ? json_object_get_int64(get(p, "resident"))
+                            : k == 1 ? granted_to(d, str(p, "session"), NULL)
+                            : k == 2 ? json_object_get_int64(get(p, "context_floor"))
+                                     : json_object_get_boolean(get(p, "busy"));
+                sample_i(f, names[k], session_labels(lb, sizeof lb, d, p), v);
+            }
+        }
+    }
+    /* Pinned host RAM is the process's, not a card's: one sample per session. */
+    family(f, "comem_session_pinned_bytes", "gauge", "Pinned host RAM a process has booked.");
+    json_object *seen = json_object_new_object();
+    for (size_t i = 0; i < len(devs); i++) {
+        json_object *ps = get(at(devs, i), "processes");
+        for (size_t j = 0; j < len(ps); j++) {
+            json_object *p = at(ps, j);
+            if (observer(p) || get(seen, str(p, "session")))
+                continue;
+            json_object_object_add(seen, str(p, "session"), json_object_new_boolean(1));
+            const char *kv[] = {"session", str(p, "session"), "pid", str(p, "pid"), "process", str(p, "name")};
+            sample_i(f, "comem_session_pinned_bytes", labels(lb, sizeof lb, kv, 3),
+                     json_object_get_int64(get(p, "pinned")));
+        }
+    }
+    json_object_put(seen);
+}
+
+static void holder_families(FILE *f, json_object *devs)
+{
+    char lb[2048];
+    static const char *names[] = {"comem_holder_resident_bytes", "comem_holder_granted_bytes", "comem_holder_busy"};
+    static const char *helps[] = {"Bytes a holder's entries hold on the device.",
+                                  "Bytes promised to a holder's admissions, not yet loaded.",
+                                  "1 while the holder computes, else 0."};
+    for (int k = 0; k < 3; k++) {
+        family(f, names[k], "gauge", helps[k]);
+        for (size_t i = 0; i < len(devs); i++) {
+            json_object *d = at(devs, i), *ps = get(d, "processes");
+            for (size_t j = 0; j < len(ps); j++) {
+                json_object *p = at(ps, j), *hs = get(p, "holders");
+                for (size_t n = 0; n < len(hs); n++) {
+                    json_object *h = at(hs, n);
+                    int64_t v = k == 0   ? json_object_get_int64(get(h, "resident"))
+                                : k == 1 ? granted_to(d, str(p, "session"), str(h, "id"))
+                                         : json_object_get_boolean(get(h, "busy"));
+                    sample_i(f, names[k], holder_labels(lb, sizeof lb, d, p, h), v);
+                }
+            }
+        }
+    }
+}
+
+static void latency_family(FILE *f, json_object *h)
+{
+    const char *m = "comem_admission_latency_seconds";
+    family(f, m, "histogram", "Time from an admission request's arrival to its answer.");
+    json_object *bounds = get(h, "bounds_s"), *counts = get(h, "counts");
+    for (size_t i = 0; i < len(bounds) && i < len(counts); i++)
+        fprintf(f, "%s_bucket{le=\"%g\"} %lld\n", m, json_object_get_double(at(bounds, i)),
+                (long long)json_object_get_int64(at(counts, i)));
+    long long count = (long long)json_object_get_int64(get(h, "count"));
+    fprintf(f, "%s_bucket{le=\"+Inf\"} %lld\n", m, count);
+    fprintf(f, "%s_sum %.9g\n", m, json_object_get_double(get(h, "sum_s")));
+    fprintf(f, "%s_count %lld\n", m, count);
+}
+
+char *comem_prom_text(json_object *st)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f)
+        return NULL;
+    json_object *co = get(st, "coordinator"), *pins = get(st, "pins"), *devs = get(st, "devices");
+    json_object *ctr = get(st, "counters");
+    family(f, "comem_up", "gauge", "1 when the coordinator answered this snapshot.");
+    fprintf(f, "comem_up 1\n");
+    family(f, "comem_uptime_seconds", "gauge", "Seconds since the coordinator started.");
+    fprintf(f, "comem_uptime_seconds %.3f\n", json_object_get_double(get(co, "uptime_s")));
+    family(f, "comem_sessions", "gauge", "Processes joined to the coordinator (observers included).");
+    sample_i(f, "comem_sessions", "", json_object_get_int64(get(co, "sessions")));
+    family(f, "comem_asks_in_flight", "gauge", "Release asks waiting for their receipts.");
+    sample_i(f, "comem_asks_in_flight", "", json_object_get_int64(get(co, "asks_in_flight")));
+    family(f, "comem_requests_in_flight", "gauge", "Admission and pressure requests being decided.");
+    sample_i(f, "comem_requests_in_flight", "", json_object_get_int64(get(co, "requests_in_flight")));
+    family(f, "comem_pinned_host_bytes", "gauge", "Pinned host RAM booked machine-wide.");
+    sample_i(f, "comem_pinned_host_bytes", "", json_object_get_int64(get(pins, "total")));
+    family(f, "comem_pinned_host_limit_bytes", "gauge", "The machine-wide pinned host RAM ceiling.");
+    sample_i(f, "comem_pinned_host_limit_bytes", "", json_object_get_int64(get(pins, "max")));
+    device_families(f, devs);
+    session_families(f, devs);
+    holder_families(f, devs);
+    for (size_t i = 0; i < sizeof k_counters / sizeof k_counters[0]; i++) {
+        family(f, k_counters[i].metric, "counter", k_counters[i].help);
+        sample_i(f, k_counters[i].metric, "", json_object_get_int64(get(ctr, k_counters[i].key)));
+    }
+    latency_family(f, get(ctr, "admission_latency"));
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+char *comem_prom_down(void)
+{
+    return strdup("# HELP comem_up 1 when the coordinator answered this snapshot.\n# TYPE comem_up gauge\ncomem_up 0\n");
+}
+
+int comem_prom_write_atomic(const char *path, const char *text)
+{
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 32);
+    if (!tmp)
+        return -1;
+    /* Same directory, so the rename cannot cross filesystems; a name the collector ignores (not *.prom). */
+    snprintf(tmp, plen + 32, "%s.%d.tmp", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        free(tmp);
+        return -1;
+    }
+    size_t n = strlen(text), off = 0;
+    while (off < n) {
+        ssize_t w = write(fd, text + off, n - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    int rc = off == n && fsync(fd) == 0 ? 0 : -1;
+    int saved = errno;
+    close(fd);
+    if (rc == 0 && rename(tmp, path) != 0) {
+        rc = -1;
+        saved = errno;
+    }
+    if (rc != 0)
+        unlink(tmp);
+    free(tmp);
+    errno = saved;
+    return rc;
+}
