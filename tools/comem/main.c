@@ -112,6 +112,12 @@ int main(int argc, char **argv)
     }
     int rest = argc - i;
     if (!strcmp(cmd->name, "run")) { /* PROGRAM's arguments are its own: no --help scan, nothing appended */
+        for (int k = i; k < argc && strcmp(argv[k], "--") != 0; k++) {
+            if (is_help(argv[k])) { /* --help anywhere before the program */
+                char *help[] = {"--help", NULL};
+                return cmd_run(1, help);
+            }
+        }
         if (json) {
             fprintf(stderr, "comem run: takes no --json\n");
             return 2;

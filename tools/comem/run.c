@@ -30,7 +30,10 @@ static void usage(FILE *f)
                "runs as it would without comem (the library says so once).\n");
 }
 
-/* The preload library: COMEM_PRELOAD_LIB, else ../lib/libcomem_preload.so beside this executable. */
+/*
+ * The preload library: COMEM_PRELOAD_LIB, else ../lib/libcomem_preload.so beside this executable
+ * (the build tree), else where `make install` put it.
+ */
 static bool find_library(char *out, size_t len)
 {
     const char *env = getenv("COMEM_PRELOAD_LIB");
@@ -38,6 +41,11 @@ static bool find_library(char *out, size_t len)
         snprintf(out, len, "%s", env);
         return access(out, R_OK) == 0;
     }
+#ifdef COMEM_PRELOAD_INSTALLED
+    bool installed = access(COMEM_PRELOAD_INSTALLED, R_OK) == 0;
+#else
+    bool installed = false;
+#endif
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0)
@@ -48,7 +56,13 @@ static bool find_library(char *out, size_t len)
         return false;
     *slash = 0;
     snprintf(out, len, "%s/../lib/libcomem_preload.so", exe);
-    return access(out, R_OK) == 0;
+    if (access(out, R_OK) == 0)
+        return true;
+#ifdef COMEM_PRELOAD_INSTALLED
+    if (installed)
+        snprintf(out, len, "%s", COMEM_PRELOAD_INSTALLED);
+#endif
+    return installed;
 }
 
 int cmd_run(int argc, char **argv)
