@@ -510,7 +510,7 @@ static void bench_plan(void)
     report(what, lat, (size_t)runs);
     /* what keeping the order costs: one entry's residency changes */
     for (int i = 0; i < runs; i++) {
-        comem_wire_residency it = {first_entry, (uint64_t)i + 1, (int64_t)(i % 2 ? 64 : 32) * COMEM_MIB};
+        comem_wire_residency it = {first_entry, (uint64_t)i + 1, (int64_t)(i % 2 ? 64 : 32) * COMEM_MIB, 0};
         const ledger_entry *e = comem_ledger_entry(&l, first_entry);
         const ledger_holder *h = comem_ledger_holder(&l, e->holder);
         (void)h;

@@ -32,7 +32,7 @@ static const uint16_t types[] = {
     COMEM_MSG_DEVICES_REPLY,  COMEM_MSG_ID_REPLY,      COMEM_MSG_ADMIT_REPLY,
     COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
-    COMEM_MSG_RELEASE_REPLY,
+    COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,
 };
 
 static comem_msg g_msg; /* large: kept off the stack */
@@ -44,6 +44,7 @@ static void residencies(comem_wire_residency *it, uint16_t n)
         it[i].entry_id = 100u + i;
         it[i].seq = 7u + i;
         it[i].resident = (int64_t)(i + 1) << 30;
+        it[i].refs = 2 + i % 3;
     }
 }
 
@@ -78,6 +79,7 @@ static void sample(comem_msg *m, uint16_t type)
         m->u.entry_add.holder_id = 3;
         m->u.entry_add.size = 6442450944;
         m->u.entry_add.resident = 1 << 30;
+        m->u.entry_add.refs = 2;
         m->u.entry_add.flags = COMEM_ENTRY_DYNAMIC;
         strcpy(m->u.entry_add.name, "flux-dev");
         break;
@@ -122,6 +124,13 @@ static void sample(comem_msg *m, uint16_t type)
         m->u.pin.bytes = 1 << 28;
         break;
     case COMEM_MSG_RESERVE: m->u.reserve.device = 0; break;
+    case COMEM_MSG_DEVICE_MAP: /* two ordinals of one card: the coordinator warns */
+        m->u.device_map.n = 2;
+        m->u.device_map.items[0].ordinal = 0;
+        strcpy(m->u.device_map.items[0].uuid, "GPU-2b744a59-1ae9-b842-9e25-484f12e0fcd9");
+        m->u.device_map.items[1].ordinal = 1;
+        strcpy(m->u.device_map.items[1].uuid, "GPU-2b744a59-1ae9-b842-9e25-484f12e0fcd9");
+        break;
     case COMEM_MSG_RECEIPT:
         m->u.receipt.ask_id = 8;
         m->u.receipt.outcome = COMEM_RECEIPT_DONE;
@@ -233,7 +242,7 @@ static bool extreme(comem_msg *m, int k, const char **name)
         cs->seq = 1;
         cs->n = COMEM_WIRE_MAX_ITEMS;
         for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
-            cs->items[i] = (comem_wire_residency){ENTRY(i % 2), 1, (int64_t)20 << 30};
+            cs->items[i] = (comem_wire_residency){ENTRY(i % 2), 1, (int64_t)20 << 30, 0};
         return true;
     case 1: /* deltas that cancel out item by item (each 0 counts -1 GiB), applied last-wins: 37 GiB on 24 */
         *name = "census-cancelling-duplicates";
@@ -241,9 +250,9 @@ static bool extreme(comem_msg *m, int k, const char **name)
         cs->holder_id = ENTRY(0);
         cs->n = 42;
         for (int i = 0; i < 40; i++)
-            cs->items[i] = (comem_wire_residency){ENTRY(1), 2, 0};
-        cs->items[40] = (comem_wire_residency){ENTRY(2), 2, (int64_t)20 << 30};
-        cs->items[41] = (comem_wire_residency){ENTRY(1), 2, (int64_t)20 << 30};
+            cs->items[i] = (comem_wire_residency){ENTRY(1), 2, 0, 0};
+        cs->items[40] = (comem_wire_residency){ENTRY(2), 2, (int64_t)20 << 30, 0};
+        cs->items[41] = (comem_wire_residency){ENTRY(1), 2, (int64_t)20 << 30, 0};
         return true;
     case 2: /* extreme values everywhere */
         *name = "census-extremes";
@@ -256,7 +265,8 @@ static bool extreme(comem_msg *m, int k, const char **name)
         cs->n = COMEM_WIRE_MAX_ITEMS;
         for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
             cs->items[i] = (comem_wire_residency){i < 4 ? ENTRY(i) : UINT64_MAX - (uint64_t)i,
-                                                  i % 3 ? UINT64_MAX : 0, i % 2 ? INT64_MAX : INT64_MIN};
+                                                  i % 3 ? UINT64_MAX : 0, i % 2 ? INT64_MAX : INT64_MIN,
+                                                  i % 2 ? INT64_MAX : 0};
         return true;
     case 3: /* a receipt naming one entry 512 times */
         *name = "receipt-duplicates";
@@ -267,7 +277,7 @@ static bool extreme(comem_msg *m, int k, const char **name)
         m->u.receipt.freed = INT64_MAX;
         m->u.receipt.n = COMEM_WIRE_MAX_ITEMS;
         for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
-            m->u.receipt.items[i] = (comem_wire_residency){ENTRY(3), (uint64_t)i, (int64_t)i << 30};
+            m->u.receipt.items[i] = (comem_wire_residency){ENTRY(3), (uint64_t)i, (int64_t)i << 30, 0};
         return true;
     case 4: /* an admission with a full keep list and the largest sizes */
         *name = "admit-extremes";
@@ -288,6 +298,7 @@ static bool extreme(comem_msg *m, int k, const char **name)
         m->u.entry_add.holder_id = ENTRY(0);
         m->u.entry_add.size = INT64_MAX;
         m->u.entry_add.resident = INT64_MIN;
+        m->u.entry_add.refs = INT64_MAX;
         m->u.entry_add.flags = COMEM_ENTRY_DYNAMIC;
         memset(m->u.entry_add.name, 'n', COMEM_WIRE_NAME_MAX - 1);
         return true;

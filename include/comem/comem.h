@@ -82,6 +82,19 @@ COMEM_API int comem_client_connected(comem_client *c);
  */
 COMEM_API uint64_t comem_client_session(comem_client *c);
 
+/*
+ * Says which card this process's device `ordinal` is (its CUDA ordinal, as
+ * CUDA_VISIBLE_DEVICES numbers them), by the card's UUID ("GPU-...", as
+ * NVML and cuDeviceGetUuid give it; a simulated card's "SIM-..."). From then
+ * on the device this client names in every call is its own ordinal, and two
+ * processes that see one card under different ordinals are charged on that
+ * card. Call it before registering holders on the device; it is replayed on
+ * every reconnect. COMEM_ENODEV when the coordinator reads no card with that
+ * UUID (the ordinal then stays the coordinator's index), COMEM_EINVAL for an
+ * ordinal outside [0, 16) or an empty or overlong UUID.
+ */
+COMEM_API int comem_client_map_device(comem_client *c, int ordinal, const char *uuid);
+
 /* The default timeout (ms) for calls that take timeout_ms < 0. Default 10000. */
 COMEM_API void comem_client_set_timeout(comem_client *c, int timeout_ms);
 
@@ -139,6 +152,14 @@ COMEM_API int comem_entry_remove(comem_client *c, uint64_t entry);
 
 /* Reports an entry's resident bytes now (sent as a census with a new sequence number). */
 COMEM_API int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident);
+
+/*
+ * Reports an entry's resident bytes and the references its holder counts on
+ * it (ComfyUI's sys.getrefcount of the model), in one census; either may be
+ * -1: unchanged. Across processes, among equally offloaded entries the one
+ * with fewer references is evicted first; an entry never reported counts 0.
+ */
+COMEM_API int comem_entry_census(comem_client *c, uint64_t entry, int64_t resident, int64_t refs);
 
 /* Reports a holder's pinned host RAM and allocator overhead (either may be -1: unknown). */
 COMEM_API int comem_holder_report(comem_client *c, uint64_t holder, int64_t pinned, int64_t overhead);
@@ -270,6 +291,13 @@ COMEM_API int comem_view_read(comem_view *v, int device, int64_t *capacity, int6
  * batch sizer reads figures with comem_view_read and asks this now and then.
  */
 COMEM_API int comem_view_state(comem_view *v, int64_t *heartbeat_age_ns);
+
+/*
+ * The bytes processes in the ledger hold on device beyond what they registered
+ * (entries, grants, holders' reported bytes) and their contexts: memory a
+ * joined process allocated outside any holder. Errors as comem_view_read.
+ */
+COMEM_API int comem_view_unregistered(comem_view *v, int device, int64_t *bytes);
 COMEM_API void comem_view_close(comem_view *v);
 
 /* ---- an embedded or standalone coordinator ---- */

@@ -125,7 +125,11 @@ def _opt_path(path: Optional[str]) -> Optional[bytes]:
 
 
 class Entry:
-    """One model (or buffer) of a holder in the ledger. Set :attr:`resident` to report its residency."""
+    """One model (or buffer) of a holder in the ledger.
+
+    Set :attr:`resident` to report its residency, or call :meth:`census` to report residency and
+    references (ComfyUI's ``sys.getrefcount`` of the model, the eviction order's second key) at once.
+    """
 
     def __init__(self, holder: "Holder", cid: int, name: str, size: int, resident: int, paged: bool) -> None:
         self.holder = holder
@@ -134,6 +138,7 @@ class Entry:
         self.size = size
         self.paged = paged
         self._resident = resident
+        self._refs = 0
         self._removed = False
 
     @property
@@ -149,6 +154,24 @@ class Entry:
         self._live()
         check(_L.comem_entry_set_resident(self.holder.client._h(), self.id, v), "comem_entry_set_resident")
         self._resident = v
+
+    @property
+    def refs(self) -> int:
+        """The references last reported (0 until :meth:`census` reports some)."""
+        return self._refs
+
+    def census(self, resident: Optional[int] = None, refs: Optional[int] = None) -> None:
+        """Reports resident bytes and/or references in one census; None leaves a figure as last reported.
+
+        Across processes, among entries equally offloaded, the one with fewer references is evicted first.
+        """
+        v = self._resident if resident is None else errors.size(resident, "resident")
+        if v > self.size:
+            raise ValueError(f"resident ({v}) cannot exceed the entry's size ({self.size})")
+        r = self._refs if refs is None else errors.size(refs, "refs")
+        self._live()
+        check(_L.comem_entry_census(self.holder.client._h(), self.id, v, r), "comem_entry_census")
+        self._resident, self._refs = v, r
 
     def remove(self) -> None:
         """Unregisters the entry (its bytes are no longer attributed here)."""
@@ -391,6 +414,18 @@ class Client:
         """The coordinator's id for this process's session (hex, as :meth:`status` lists it), or None."""
         sid = _L.comem_client_session(self._h())
         return format(sid, "x") if sid else None
+
+    def map_device(self, ordinal: int, uuid: str) -> None:
+        """Says which card this process's device ``ordinal`` is, by its UUID (``torch.cuda`` ordinals, say).
+
+        From then on the ``device`` this client names is its own ordinal, so processes with different
+        ``CUDA_VISIBLE_DEVICES`` are charged on the same card. Call it before adding holders on that device.
+        Raises :class:`comem.NoDevice` when the coordinator reads no card with that UUID.
+        """
+        if not isinstance(uuid, str) or not uuid:
+            raise TypeError("uuid must be a non-empty str")
+        o = errors.device(ordinal)
+        check(_L.comem_client_map_device(self._h(), o, uuid.encode()), "comem_client_map_device")
 
     def set_timeout(self, seconds: float) -> None:
         """The default wait for calls that take ``timeout=None``."""

@@ -80,6 +80,15 @@ class View:
         """True while the coordinator behind this view runs (see :meth:`state`)."""
         return self.state().live
 
+    def unregistered(self, device: int = 0) -> int:
+        """Bytes the processes in the ledger hold on ``device`` beyond what they registered and their contexts."""
+        dev = errors.device(device)
+        if self._handle is None:
+            raise errors.Closed(errors.ECLOSED, "comem_view_unregistered", "the view is closed")
+        out = c_int64()
+        check(_L.comem_view_unregistered(self._handle, dev, byref(out)), "comem_view_unregistered")
+        return out.value
+
     def close(self) -> None:
         """Unmaps the snapshot."""
         if self._handle is not None:

@@ -94,6 +94,7 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now)
         it->entry_id = e->coord_id;
         it->seq = e->seq;
         it->resident = e->resident;
+        it->refs = e->refs;
     }
     pthread_mutex_unlock(&c->lock);
     (void)comem_conn_send(c, gen, m);

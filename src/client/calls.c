@@ -344,7 +344,7 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
             m.u.census.holder_id = h->coord_id;
             m.u.census.seq = h->report_seq;
             m.u.census.n = 1;
-            m.u.census.items[0] = (comem_wire_residency){e->coord_id, e->seq, e->resident};
+            m.u.census.items[0] = (comem_wire_residency){e->coord_id, e->seq, e->resident, e->refs};
             e->synced_seq = e->seq;
             bool wait = !comem_on_service_thread(c);
             int rc = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, wait);

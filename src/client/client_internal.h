@@ -156,8 +156,9 @@ typedef struct client_entry {
     uint64_t coord_id, coord_gen, adding_gen, refused_gen;
     char name[COMEM_WIRE_NAME_MAX];
     int64_t size, resident;
+    int64_t refs; /* references its holder counts on it, as last reported (0 until then) */
     unsigned flags;
-    uint64_t seq, synced_seq; /* census sequence: bumped by each set_resident */
+    uint64_t seq, synced_seq; /* census sequence: bumped by each set_resident / entry_census */
 } client_entry;
 
 typedef struct client_grant {
@@ -265,6 +266,8 @@ struct comem_client {
     bool sess_busy, synced_sess_busy; /* holder 0: the whole process */
     char sess_prompt[COMEM_WIRE_NAME_MAX];
     int64_t sess_pins, synced_sess_pins;
+    char devmap[COMEM_MAX_DEVICES][COMEM_WIRE_TEXT_MAX]; /* this process's ordinal -> its card's UUID ("": unmapped) */
+    uint64_t devmap_gen; /* the connection generation the map was last sent on (0: never) */
 
     pthread_mutex_t read_lock; /* the reader role: fd reads, rbuf, in (above) */
     int epfd;                  /* the service thread waits here: wake_fd, and the socket while nobody leads */
@@ -531,5 +534,8 @@ int comem_local_status(comem_client *c, char **json);
 
 /* Closes the device source. */
 void comem_local_close(comem_client *c);
+
+/* Fills m with this process's device map; false when nothing is mapped (lock held). register.c */
+bool comem_devmap_build(const comem_client *c, comem_msg_device_map *m);
 
 #endif

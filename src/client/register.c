@@ -302,7 +302,14 @@ int comem_entry_remove(comem_client *c, uint64_t entry)
 
 int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident)
 {
-    if (!c || resident < 0)
+    if (resident < 0)
+        return COMEM_EINVAL;
+    return comem_entry_census(c, entry, resident, -1);
+}
+
+int comem_entry_census(comem_client *c, uint64_t entry, int64_t resident, int64_t refs)
+{
+    if (!c || resident < -1 || refs < -1)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);
@@ -318,7 +325,10 @@ int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident)
         pthread_mutex_unlock(&c->lock);
         return COMEM_EINVAL;
     }
-    e->resident = resident;
+    if (resident >= 0)
+        e->resident = resident;
+    if (refs >= 0)
+        e->refs = refs;
     e->seq++;
     client_holder *h = comem_tab_holder(c, e->holder);
     if (h && comem_tab_entry_live(c, e) && comem_tab_holder_live(c, h)) {
@@ -326,7 +336,7 @@ int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident)
         m.u.census.holder_id = h->coord_id;
         m.u.census.seq = h->report_seq; /* has = 0: the holder-level figures are not part of this census */
         m.u.census.n = 1;
-        m.u.census.items[0] = (comem_wire_residency){e->coord_id, e->seq, resident};
+        m.u.census.items[0] = (comem_wire_residency){e->coord_id, e->seq, e->resident, e->refs};
         e->synced_seq = e->seq;
         send = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, !comem_on_service_thread(c)) == COMEM_OK;
     } else if (c->link == LINK_UP) {
@@ -368,4 +378,49 @@ int comem_holder_report(comem_client *c, uint64_t holder, int64_t pinned, int64_
     }
     pthread_mutex_unlock(&c->lock);
     return send ? finish_update(c, &r, &m, false, "a holder report") : COMEM_OK;
+}
+
+/* ---- the device map ---- */
+
+bool comem_devmap_build(const comem_client *c, comem_msg_device_map *m)
+{
+    m->n = 0;
+    for (int o = 0; o < COMEM_MAX_DEVICES; o++) {
+        if (!c->devmap[o][0])
+            continue;
+        m->items[m->n].ordinal = (uint16_t)o;
+        snprintf(m->items[m->n].uuid, sizeof m->items[m->n].uuid, "%s", c->devmap[o]);
+        m->n++;
+    }
+    return m->n > 0;
+}
+
+int comem_client_map_device(comem_client *c, int ordinal, const char *uuid)
+{
+    if (!c || ordinal < 0 || ordinal >= COMEM_MAX_DEVICES || !uuid || !uuid[0] || strlen(uuid) >= COMEM_WIRE_TEXT_MAX)
+        return COMEM_EINVAL;
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    client_req r = {0};
+    bool send = false;
+    pthread_mutex_lock(&c->lock);
+    snprintf(c->devmap[ordinal], sizeof c->devmap[ordinal], "%s", uuid);
+    c->devmap_gen = 0;
+    if (c->link == LINK_UP) {
+        m.type = COMEM_MSG_DEVICE_MAP;
+        comem_devmap_build(c, &m.u.device_map);
+        c->devmap_gen = c->gen;
+        send = comem_req_begin(c, &r, PEND_PLAIN, 0, 0, !comem_on_service_thread(c)) == COMEM_OK;
+    } else if (c->link != LINK_DOWN) {
+        want_sync(c);
+    }
+    pthread_mutex_unlock(&c->lock);
+    int rc = send ? finish_update(c, &r, &m, false, "the device map") : COMEM_OK;
+    if (rc == COMEM_ENODEV) { /* not a card of this coordinator: not replayed on every reconnect either */
+        pthread_mutex_lock(&c->lock);
+        if (!strcmp(c->devmap[ordinal], uuid))
+            c->devmap[ordinal][0] = 0;
+        pthread_mutex_unlock(&c->lock);
+    }
+    return rc;
 }

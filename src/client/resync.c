@@ -31,6 +31,13 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
 {
     uint64_t gen = c->gen;
     memset(m, 0, sizeof *m);
+    if (c->devmap_gen != gen && comem_devmap_build(c, &m->u.device_map)) {
+        /* First: the holders that follow name devices by this process's ordinals. */
+        c->devmap_gen = gen;
+        m->type = COMEM_MSG_DEVICE_MAP;
+        snprintf(what, whatlen, "the device map");
+        return STEP_SEND;
+    }
     for (size_t i = 0; i < c->n_holders; i++) {
         client_holder *h = &c->holders[i];
         if (h->coord_gen == gen || h->adding_gen == gen || h->refused_gen == gen)
@@ -57,6 +64,7 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
         m->u.entry_add.holder_id = h->coord_id;
         m->u.entry_add.size = e->size;
         m->u.entry_add.resident = e->resident;
+        m->u.entry_add.refs = e->refs;
         m->u.entry_add.flags = (e->flags & COMEM_ENTRY_PAGED) ? COMEM_ENTRY_DYNAMIC : 0;
         put_name(m->u.entry_add.name, e->name);
         if (comem_req_begin(c, r, PEND_ENTRY_ADD, e->id, e->seq, true) != COMEM_OK)
@@ -75,7 +83,7 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
             client_entry *e = &c->entries[j];
             if (e->holder != h->id || !comem_tab_entry_live(c, e) || e->seq == e->synced_seq)
                 continue;
-            cs->items[cs->n++] = (comem_wire_residency){e->coord_id, e->seq, e->resident};
+            cs->items[cs->n++] = (comem_wire_residency){e->coord_id, e->seq, e->resident, e->refs};
             e->synced_seq = e->seq;
         }
         if (cs->n) {

@@ -6,7 +6,8 @@
  * memory + reserve), the reserve being what this requester must keep), reads
  * true free, and grants at once when it is enough. Otherwise it plans a release
  * across every other process's holders with ComfyUI's own eviction ladder
- * (most offloaded first, then smallest, then least recently used; partial
+ * (most offloaded first, then fewest references, then smallest, then most
+ * recently loaded; holders with no entries for the bytes they report; partial
  * release when it covers the shortfall, else the whole entry), sends the asks
  * concurrently, believes the receipts, re-measures, and grants or refuses with
  * the shortfall. A holder that answers busy is left out and the plan is made

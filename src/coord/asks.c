@@ -33,13 +33,13 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
         return 0;
     *a = (ask){.session = h->session, .holder = holder, .kind = kind, .device = h->device, .bytes = bytes,
                .deadline_ns = comem_now_ns() + (int64_t)s->cfg.ask_deadline_ms * 1000000, .done = done,
-               .owner = owner};
+               .owner = owner, .report_seq = h->census_seq};
     comem_msg m = {.type = COMEM_MSG_ASK, .request_id = 0};
     comem_msg_ask *w = &m.u.ask;
     w->ask_id = id;
     w->holder_id = holder;
     w->kind = kind;
-    w->device = (uint16_t)h->device;
+    w->device = coord_device_out(c, h->device); /* as the holder's process names it */
     w->bytes = bytes;
     w->deadline_ms = (uint32_t)s->cfg.ask_deadline_ms;
     w->n = n;
@@ -69,7 +69,8 @@ size_t coord_ask_plan(comem_coord_srv *s, coord_planned *plan, size_t n, coord_a
         for (size_t b = a; b < n; b++) {
             if (plan[b].holder != holder)
                 continue;
-            items[k++] = (comem_wire_release){plan[b].entry, plan[b].bytes};
+            if (plan[b].entry) /* a generic holder's row names no entry: the ask is for bytes */
+                items[k++] = (comem_wire_release){plan[b].entry, plan[b].bytes};
             total = comem_add(total, plan[b].bytes);
             plan[b].holder = 0;
         }
@@ -132,6 +133,10 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
         if (rc != COMEM_OK)
             comem_warn("receipt residency from pid %d refused: %s", (int)c->pid, comem_status_str(rc));
     }
+    int64_t generic_bytes;
+    if (h && r->outcome == COMEM_RECEIPT_DONE && r->freed > 0 && a->kind == COMEM_ASK_RELEASE &&
+        h->census_seq == a->report_seq && coord_generic_holder(&s->ledger, a->holder, h, &generic_bytes))
+        h->overhead = comem_clamp0(comem_sub(generic_bytes, r->freed)); /* no report since the ask: the receipt */
     settle(s, r->ask_id, a, r->outcome, r->outcome == COMEM_RECEIPT_DONE ? r->freed : 0);
 }
 

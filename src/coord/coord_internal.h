@@ -78,6 +78,7 @@ typedef struct conn {
     int64_t accepted_ns; /* a connection without HELLO is closed hello_timeout_ms after this */
     int jobs;     /* admissions and pressure requests of this connection's session in flight */
     int releases; /* RELEASE requests of this connection's session waiting for a receipt */
+    uint8_t devmap[COMEM_MAX_DEVICES]; /* this process's ordinal -> the coordinator's index + 1 (0: unmapped) */
 } conn;
 
 typedef enum job_kind { JOB_ADMIT = 1, JOB_PRESSURE = 2 } job_kind;
@@ -139,7 +140,19 @@ typedef struct ask {
     uint32_t req_id;
     uint64_t entry;
     int64_t entry_before; /* the entry's residency when asked: what comes back if its process ends */
+    uint64_t report_seq;  /* the holder's census sequence when asked: a newer report supersedes the receipt */
 } ask;
+
+/* Overcommit on a WDDM card (coord/spill.c): the current excess and its last start. */
+typedef struct coord_spill {
+    int64_t current;   /* bytes beyond the card's memory at the last reading (0: none) */
+    int64_t peak;      /* the most, during the current or last overcommit */
+    uint64_t events;   /* overcommits started on this device */
+    int32_t pid;       /* the process that pushed the card past its memory, last time */
+    char name[COMEM_WIRE_NAME_MAX]; /* its session's name ("" when it is not in the ledger) */
+    int64_t pushed_by; /* how much its use grew since the reading before */
+    int64_t since_ns, last_ns; /* the last start and end (CLOCK_MONOTONIC) */
+} coord_spill;
 
 /* The last reading of a device, and what changed since. */
 typedef struct measurement {
@@ -206,6 +219,7 @@ typedef struct coord_counters {
     uint64_t sessions_died;         /* ... of them, with the process exiting or gone (session.c) */
     uint64_t latency_counts[COORD_LATENCY_BUCKETS + 1]; /* admissions decided within each bound; last: above all */
     double latency_sum_s;
+    uint64_t spill_events; /* overcommits started on WDDM cards (spill.c) */
 } coord_counters;
 
 /* Counts one admission's answer and how long it took (admit.c). */
@@ -222,6 +236,7 @@ typedef struct comem_coord_srv {
     comem_device_source *src;
     comem_ledger ledger;
     measurement meas[COMEM_MAX_DEVICES];
+    coord_spill spill[COMEM_MAX_DEVICES];
     conn *conns[COORD_MAX_CONNS];
     comem_slab asks, jobs;
     uint64_t queue_head[COMEM_MAX_DEVICES], queue_tail[COMEM_MAX_DEVICES];
@@ -283,6 +298,22 @@ void coord_socket_release(comem_coord_srv *s);
 int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t request_id);
 void coord_session_end(comem_coord_srv *s, conn *c, const char *why);
 
+/* ---- spill.c ---- */
+/* A new reading of device: an overcommit that starts or ends is an event (counted, logged, kept). */
+void coord_spill_note(comem_coord_srv *s, int device, const comem_device_reading *before,
+                      const comem_device_reading *now);
+
+/* ---- devmap.c: each process's device ordinals, by UUID ---- */
+/* DEVICE_MAP: maps the ordinals it names, warns when two are one card, replies. */
+void coord_device_map(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_device_map *m);
+/* The coordinator's index for a device a message of c names (its ordinal when it mapped it). */
+uint16_t coord_device_in(const conn *c, uint16_t device);
+/* The device as c names it: its ordinal for a mapped index, else the index. */
+uint16_t coord_device_out(const conn *c, int index);
+/* Warnings for status: ordinals of one process that are one card, devices that share a UUID. */
+#define COORD_WARNING_MAX 192
+size_t coord_device_warnings(comem_coord_srv *s, char (*out)[COORD_WARNING_MAX], size_t cap);
+
 /* ---- handlers.c ---- */
 void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m);
 
@@ -306,6 +337,18 @@ int64_t coord_available(comem_coord_srv *s, int device, bool fresh);
 void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t granted_ns);
 /* The card changed where the ledger shows nothing (a receipt: what was freed shows on the card). */
 void coord_card_changed(comem_coord_srv *s, int device);
+
+/*
+ * What a process holds on device beyond its entries and grants (its ledger floor), split for
+ * status and the view: the bytes its holders report (census overhead: a raw holder's
+ * allocations, an allocator's cache), its context (at most COMEM_CONTEXT_FLOOR, what a CUDA
+ * context costs and what the coordinator books for a process's first one), and the rest, which
+ * nothing registered: its unregistered bytes.
+ */
+typedef struct coord_floor_split {
+    int64_t overhead, context, unregistered;
+} coord_floor_split;
+coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, int device);
 
 /* The room decisions start from, without reading the card: the last reading less grants (and
    grants filled since). coord_available is this less what the booking area holds. */

@@ -73,6 +73,8 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
         coord_reply(s, c, rid, rc, why);
         return;
     }
+    if (e->refs)
+        (void)comem_ledger_entry_set_refs(&s->ledger, c->session, id, e->refs); /* it was just added: cannot fail */
     reply_id(s, c, rid, id);
     ledger_entry *en = comem_ledger_entry(&s->ledger, id);
     if (en && en->resident > 0)
@@ -204,7 +206,11 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
     case COMEM_MSG_DEVICES:
         on_devices(s, c, rid);
         break;
+    case COMEM_MSG_DEVICE_MAP:
+        coord_device_map(s, c, rid, &m->u.device_map);
+        break;
     case COMEM_MSG_HOLDER_ADD:
+        m->u.holder_add.device = coord_device_in(c, m->u.holder_add.device);
         on_holder_add(s, c, rid, &m->u.holder_add);
         break;
     case COMEM_MSG_HOLDER_REMOVE:
@@ -220,6 +226,7 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
         on_census(s, c, rid, &m->u.census);
         break;
     case COMEM_MSG_ADMIT:
+        m->u.admit.device = coord_device_in(c, m->u.admit.device);
         coord_admit(s, c, rid, &m->u.admit);
         break;
     case COMEM_MSG_GRANT_DONE:
@@ -229,6 +236,7 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
         on_activity(s, c, rid, &m->u.activity);
         break;
     case COMEM_MSG_PRESSURE:
+        m->u.pressure.device = coord_device_in(c, m->u.pressure.device);
         coord_pressure(s, c, rid, &m->u.pressure);
         break;
     case COMEM_MSG_PIN_ACQUIRE:
@@ -236,6 +244,7 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
         on_pin(s, c, rid, &m->u.pin, m->type == COMEM_MSG_PIN_ACQUIRE);
         break;
     case COMEM_MSG_RESERVE:
+        m->u.reserve.device = coord_device_in(c, m->u.reserve.device);
         on_reserve(s, c, rid, &m->u.reserve);
         break;
     case COMEM_MSG_STATUS:

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "arith/cross_reserve.h"
 #include "arith/pinned.h"
 #include "arith/planners.h"
 #include "base/bytes.h"
@@ -64,6 +65,10 @@ int coord_devices_open(comem_coord_srv *s)
         devs[i].entry_max = off_card >= 0 ? comem_add(r->total, off_card) : comem_mul(r->total, 16);
         devs[i].scope = r->scope;
         devs[i].proc_scope = r->local_scope;
+        devs[i].unified = r->unified;
+        if (r->unified)
+            comem_info("coordinator: device %d (%s) is integrated: its memory is host RAM, one pool for VRAM and "
+                       "pinned RAM", i, r->name);
         devs[i].reserve_base = -1;
         devs[i].last_free = r->free;
     }
@@ -78,6 +83,11 @@ int coord_devices_open(comem_coord_srv *s)
         pin.windows = true;
         s->max_pinned_windows = (int64_t)comem_max_pinned(&pin);
     }
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            if (devs[a].uuid[0] && !strcmp(devs[a].uuid, devs[b].uuid))
+                comem_warn("coordinator: devices %d and %d are one card (%s): its memory is counted twice", a, b,
+                           devs[a].uuid);
     rc = comem_ledger_init(&s->ledger, devs, n, (int64_t)max_pinned);
     comem_ledger_set_checking(&s->ledger, s->cfg.check);
     return rc;
@@ -95,6 +105,14 @@ static int64_t reclaimable(comem_coord_srv *s, int device)
         if (h && comem_may_release_now((h->flags & (COMEM_CAP_RELEASE | COMEM_CAP_IDLE_RELEASE)) != 0, h->busy,
                                        (h->flags & COMEM_CAP_WHILE_BUSY) != 0))
             sum = comem_add(sum, e->resident);
+    }
+    /* Holders with no entries that answer asks: what they report is theirs to give back. */
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
+        uint64_t hid;
+        const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &hid);
+        int64_t bytes;
+        if (h && h->device == device && !h->busy && coord_generic_holder(&s->ledger, hid, h, &bytes))
+            sum = comem_add(sum, bytes);
     }
     return sum;
 }
@@ -150,6 +168,36 @@ static void update_floors(comem_coord_srv *s, int device, const comem_device_rea
     }
 }
 
+coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, int device)
+{
+    coord_floor_split out = {0};
+    const ledger_session *ss = comem_slab_get(&s->ledger.sessions, session);
+    if (!ss)
+        return out;
+    int64_t beyond = ss->floor[device], overhead = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
+        const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, NULL);
+        if (h && h->session == session && h->device == device && h->census_seen)
+            overhead = comem_add(overhead, h->overhead);
+    }
+    out.overhead = comem_min(overhead, beyond);
+    out.context = comem_min(comem_sub(beyond, out.overhead), COMEM_CONTEXT_FLOOR);
+    out.unregistered = comem_sub(comem_sub(beyond, out.overhead), out.context);
+    return out;
+}
+
+/* Σ unregistered bytes of every process on device. */
+static int64_t unregistered_on(const comem_coord_srv *s, int device)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
+        uint64_t id;
+        if (comem_slab_at(&s->ledger.sessions, i, &id))
+            sum = comem_add(sum, coord_split_floor(s, id, device).unregistered);
+    }
+    return sum;
+}
+
 void coord_publish_view(comem_coord_srv *s, int device)
 {
     const measurement *m = &s->meas[device];
@@ -160,6 +208,7 @@ void coord_publish_view(comem_coord_srv *s, int device)
         .reclaimable = reclaimable(s, device),
         .granted = comem_ledger_granted(&s->ledger, device),
         .updated_ns = m->taken_ns,
+        .unregistered = unregistered_on(s, device),
     };
     comem_view_publish(&s->view, device, &v);
 }
@@ -171,6 +220,8 @@ int coord_measure(comem_coord_srv *s, int device)
     if (now < m->retry_ns)
         return COMEM_EBUSY; /* it could not be read a moment ago: do not wait on it again yet */
     coord_book_reconcile(s); /* floors subtract each process's grants: bookings must be grants by then */
+    comem_device_reading before = m->r; /* the reading this one replaces (4 KiB: on the loop's stack) */
+    bool had = m->valid;
     int rc = comem_device_read(s->src, device, &m->r);
     if (rc != COMEM_OK) {
         if (!m->failing)
@@ -196,6 +247,7 @@ int coord_measure(comem_coord_srv *s, int device)
     s->ledger.devices[device].last_free = m->r.free;
     s->ledger.devices[device].last_read_ns = m->taken_ns;
     update_floors(s, device, &m->r);
+    coord_spill_note(s, device, had ? &before : NULL, &m->r);
     coord_publish_view(s, device);
     return COMEM_OK;
 }

@@ -10,10 +10,21 @@
 #include "arith/planners.h"
 #include "wire/wire.h"
 
+/* A holder with no entries that reports bytes (overhead): a candidate of its own. */
+typedef struct generic {
+    uint64_t holder;
+    int64_t bytes;
+} generic;
+
 typedef struct walk {
     const comem_ledger *l;
     const coord_plan_in *in;
     comem_order_iter it;
+    bool have_entry; /* the order's next entry, looked ahead to merge with the generic holders */
+    uint64_t next_eid;
+    const ledger_entry *next_e;
+    generic *gen; /* sorted as the order sorts: smallest first */
+    size_t n_gen, gen_pos;
     coord_planned *out;
     size_t n_out, cap;
     double planned;
@@ -46,22 +57,106 @@ static bool eligible(const walk *w, uint64_t eid, const ledger_entry *e)
     return !listed(w->in->excluded, w->in->n_excluded, e->holder);
 }
 
+/* The next eligible entry of the order, looked ahead into w. */
+static void peek_entry(walk *w)
+{
+    while (!w->have_entry && comem_order_next(&w->it, &w->next_eid, &w->next_e))
+        w->have_entry = eligible(w, w->next_eid, w->next_e);
+}
+
+/*
+ * A generic holder stands in the order as a fully loaded entry of its bytes
+ * with no references reported and the oldest load: it goes before the
+ * entries it ties with only on size (ComfyUI's order ranks offloaded bytes
+ * first, and such a holder has none to offer).
+ */
+static bool generic_first(const walk *w)
+{
+    if (w->gen_pos >= w->n_gen)
+        return false;
+    if (!w->have_entry)
+        return true;
+    const ledger_entry *e = w->next_e;
+    const generic *g = &w->gen[w->gen_pos];
+    if (e->size != e->resident)
+        return false; /* the entry has offloaded bytes: it goes first */
+    if (e->refs != 0)
+        return true; /* the holder reports no references */
+    return g->bytes < e->size;
+}
+
 static bool next(void *u, size_t *index, comem_evict_entry *out)
 {
     walk *w = u;
-    uint64_t eid;
-    const ledger_entry *e;
-    while (comem_order_next(&w->it, &eid, &e)) {
-        if (!eligible(w, eid, e))
-            continue;
-        w->cur_entry = eid;
-        w->cur_holder = e->holder;
-        w->cur_resident = e->resident;
-        *index = 0; /* the ladder acts on a candidate before asking for the next */
-        *out = (comem_evict_entry){.size = e->size, .loaded = e->resident, .device = w->in->device};
+    peek_entry(w);
+    *index = 0; /* the ladder acts on a candidate before asking for the next */
+    if (generic_first(w)) {
+        const generic *g = &w->gen[w->gen_pos++];
+        w->cur_entry = 0;
+        w->cur_holder = g->holder;
+        w->cur_resident = g->bytes;
+        *out = (comem_evict_entry){.size = g->bytes, .loaded = g->bytes, .device = w->in->device};
         return true;
     }
-    return false;
+    if (!w->have_entry)
+        return false;
+    const ledger_entry *e = w->next_e;
+    w->have_entry = false;
+    w->cur_entry = w->next_eid;
+    w->cur_holder = e->holder;
+    w->cur_resident = e->resident;
+    *out = (comem_evict_entry){.size = e->size, .loaded = e->resident, .refs = e->refs, .device = w->in->device};
+    return true;
+}
+
+static int generic_cmp(const void *a, const void *b)
+{
+    const generic *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? -1 : 1;
+    return x->holder < y->holder ? -1 : (x->holder > y->holder);
+}
+
+bool coord_generic_holder(const comem_ledger *l, uint64_t hid, const ledger_holder *h, int64_t *bytes)
+{
+    if (!h->census_seen || h->overhead <= 0 || !(h->flags & COMEM_CAP_RELEASE))
+        return false;
+    for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
+        const ledger_entry *e = comem_slab_at(&l->entries, i, NULL);
+        if (e && e->holder == hid)
+            return false;
+    }
+    *bytes = h->overhead;
+    return true;
+}
+
+/* The device's generic holders the requester may ask, sorted; NULL (none) when there are none. */
+static generic *generics(const comem_ledger *l, const coord_plan_in *in, size_t *n)
+{
+    *n = 0;
+    generic *g = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < comem_slab_slots(&l->holders); i++) {
+        uint64_t hid;
+        const ledger_holder *h = comem_slab_at(&l->holders, i, &hid);
+        int64_t bytes;
+        if (!h || h->device != in->device || h->session == in->requester || h->overhead <= 0 ||
+            !coord_may_ask(h, in->now_ns) || listed(in->excluded, in->n_excluded, hid) ||
+            !coord_generic_holder(l, hid, h, &bytes))
+            continue;
+        if (*n == cap) {
+            size_t nc = cap ? cap * 2 : 8;
+            generic *ng = realloc(g, nc * sizeof *ng);
+            if (!ng)
+                break; /* out of memory: plan with those found so far */
+            g = ng;
+            cap = nc;
+        }
+        g[(*n)++] = (generic){hid, bytes};
+    }
+    if (*n > 1)
+        qsort(g, *n, sizeof *g, generic_cmp);
+    return g;
 }
 
 static double free_now(void *u)
@@ -95,6 +190,7 @@ static void detach(void *u, size_t i)
 size_t coord_plan_release(const comem_ledger *l, const coord_plan_in *in, coord_planned *out, size_t cap)
 {
     walk w = {.l = l, .in = in, .out = out, .cap = cap};
+    w.gen = generics(l, in, &w.n_gen);
     comem_order_begin(l, in->device, &w.it);
     comem_evict_request req = {.required = in->need, .device = in->device, .smart_memory = true,
                                .stop_when_covered = true};
@@ -109,6 +205,7 @@ size_t coord_plan_release(const comem_ledger *l, const coord_plan_in *in, coord_
         total += res.n_actions;
     } while (res.n_actions == sizeof actions / sizeof actions[0] && w.n_out < cap);
     (void)total;
+    free(w.gen);
     return w.n_out;
 }
 

@@ -49,7 +49,15 @@ typedef struct coord_planned {
  */
 bool coord_may_ask(const ledger_holder *h, int64_t now_ns);
 
-/* Writes up to cap planned releases to out; returns how many. */
+/*
+ * A generic holder: one that answers release asks, has no entries, and
+ * reports bytes it holds (its census overhead), which go to *bytes. It is
+ * asked for those bytes as if it were one fully loaded entry (a planned row
+ * with entry 0), in the order's place for its size.
+ */
+bool coord_generic_holder(const comem_ledger *l, uint64_t hid, const ledger_holder *h, int64_t *bytes);
+
+/* Writes up to cap planned releases to out; returns how many (entry 0: a generic holder's bytes). */
 size_t coord_plan_release(const comem_ledger *l, const coord_plan_in *in, coord_planned *out, size_t cap);
 
 /*

@@ -4,7 +4,10 @@
  * Per device: capacity, the last true free, the driver's reserved slice, the
  * reserve (base and published), and every byte attributed to a process and an
  * entry, a context floor or a grant; what the card says is used but the ledger
- * cannot name is "unattributed". Ids are hex strings (they are 64-bit).
+ * cannot name is "unattributed". What a joined process holds beyond its entries
+ * and grants is split (coord_split_floor): its holders' reported bytes
+ * ("overhead"), its context ("context_floor") and the rest ("unregistered").
+ * Ids are hex strings (they are 64-bit).
  * The shape is versioned ("schema") and docs/json.md lists every key: each is
  * always present, null where the coordinator does not know the value.
  */
@@ -93,6 +96,7 @@ static json_object *holder_json(comem_coord_srv *s, uint64_t hid, const ledger_h
         add_i(x, "size", e->size);
         add_i(x, "resident", e->resident);
         add_b(x, "paged", e->dynamic);
+        add_i(x, "refs", e->refs);
         json_object_array_add(es, x);
         resident = comem_add(resident, e->resident);
     }
@@ -121,19 +125,29 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_i(rv, "published", ld->published);
     json_object_object_add(o, "reserve", rv);
     int64_t resident = comem_ledger_resident(&s->ledger, d), floors = comem_ledger_floors(&s->ledger, d);
+    coord_floor_split all = {0};
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
+        uint64_t sid;
+        if (!comem_slab_at(&s->ledger.sessions, i, &sid))
+            continue;
+        coord_floor_split x = coord_split_floor(s, sid, d);
+        all.overhead = comem_add(all.overhead, x.overhead);
+        all.context = comem_add(all.context, x.context);
+        all.unregistered = comem_add(all.unregistered, x.unregistered);
+    }
     add_i(o, "resident", resident);
     add_i(o, "context_floors", floors);
     add_i(o, "granted", comem_ledger_granted(&s->ledger, d));
     add_i(o, "attributed", comem_ledger_attributed(&s->ledger, d));
     if (m->valid) {
         int64_t in_use = comem_sub(m->r.used, comem_clamp0(m->r.reserved));
-        add_i(o, "unattributed", comem_clamp0(comem_sub(in_use, comem_add(resident, floors))));
+        int64_t named = comem_add(resident, floors);
+        if (ld->unified)
+            named = comem_add(named, s->ledger.total_pinned); /* the pool's pinned RAM shows as its use */
+        add_i(o, "unattributed", comem_clamp0(comem_sub(in_use, named)));
     } else {
         add_null(o, "unattributed");
     }
-    /* The booking area: bytes booked there the ledger does not hold yet, and the room it offers. */
-    add_i(o, "booked", coord_fast_inflight(s, d));
-    add_i(o, "booking_limit", s->book.a && !s->book.off ? s->book.limit[d] : -1);
     json_object *procs = json_object_new_array();
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
         uint64_t sid;
@@ -161,6 +175,12 @@ static json_object *device_json(comem_coord_srv *s, int d)
                 json_object_array_add(hs, holder_json(s, hid, h, d));
         }
         json_object_object_add(p, "holders", hs);
+        const conn *pc = coord_conn_of(s, sid);
+        add_known(p, "ordinal", pc != NULL, pc ? coord_device_out(pc, d) : 0); /* as the process numbers it */
+        coord_floor_split split = coord_split_floor(s, sid, d); /* context_floor, split */
+        add_i(p, "context", split.context);
+        add_i(p, "overhead", split.overhead);
+        add_i(p, "unregistered", split.unregistered);
         json_object_array_add(procs, p);
     }
     json_object_object_add(o, "processes", procs);
@@ -203,6 +223,26 @@ static json_object *device_json(comem_coord_srv *s, int d)
     } else {
         add_null(o, "other_processes"); /* the device source does not list processes */
     }
+    /* Added by issue 14: UMA, what the floors hold, WDDM spill. */
+    add_b(o, "unified", ld->unified);
+    add_i(o, "contexts", all.context);
+    add_i(o, "overhead", all.overhead);
+    add_i(o, "unregistered", all.unregistered);
+    const coord_spill *sp = &s->spill[d];
+    json_object *spill = json_object_new_object(); /* WDDM: the driver paging memory to system RAM */
+    add_i(spill, "overcommit", sp->current);
+    add_i(spill, "events", (int64_t)sp->events);
+    add_known(spill, "peak", sp->events > 0, sp->peak);
+    add_known(spill, "pid", sp->events > 0, sp->pid);
+    if (sp->events && sp->name[0])
+        add_s(spill, "process", sp->name);
+    else
+        add_null(spill, "process");
+    add_known(spill, "pushed_by", sp->events > 0, sp->pushed_by);
+    json_object_object_add(o, "spill", spill);
+    /* The booking area: bytes booked there the ledger does not hold yet, and the room it offers. */
+    add_i(o, "booked", coord_fast_inflight(s, d));
+    add_i(o, "booking_limit", s->book.a && !s->book.off ? s->book.limit[d] : -1);
     return o;
 }
 
@@ -232,6 +272,7 @@ static json_object *counters_json(const coord_counters *k)
     add_i(h, "count", (int64_t)cum);
     json_object_object_add(h, "sum_s", json_object_new_double(k->latency_sum_s));
     json_object_object_add(o, "admission_latency", h);
+    add_i(o, "spill_events", (int64_t)k->spill_events); /* overcommits started on WDDM cards (spill.c) */
     return o;
 }
 
@@ -263,6 +304,13 @@ char *coord_status_json(comem_coord_srv *s)
     for (int d = 0; d < s->ledger.n_devices; d++)
         json_object_array_add(devs, device_json(s, d));
     json_object_object_add(root, "devices", devs);
+    /* Added by issue 14: devices that are one card. */
+    char warnings[16][COORD_WARNING_MAX];
+    size_t nw = coord_device_warnings(s, warnings, 16);
+    json_object *ws = json_object_new_array();
+    for (size_t i = 0; i < nw; i++)
+        json_object_array_add(ws, json_object_new_string(warnings[i]));
+    json_object_object_add(root, "warnings", ws);
     char *text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(root);
     return text;

@@ -17,7 +17,7 @@
 #include "comem/common.h"
 
 #define VIEW_MAGIC 0x5745495645454d43ULL /* "CMEEVIEW" */
-#define VIEW_VERSION 2u
+#define VIEW_VERSION 3u /* 2: unregistered bytes; 3: heartbeat, publication time, a lock held for life */
 #define VIEW_WAIT_NS (200 * 1000 * 1000LL) /* how long a reader waits out an unfinished write */
 
 void comem_view_path(const char *socket_path, char *buf, size_t len) { snprintf(buf, len, "%s.view", socket_path); }
@@ -139,6 +139,7 @@ void comem_view_publish(comem_view_writer *w, int device, const comem_view_value
     atomic_store_explicit(&d->reclaimable, v->reclaimable, memory_order_relaxed);
     atomic_store_explicit(&d->granted, v->granted, memory_order_relaxed);
     atomic_store_explicit(&d->updated_ns, v->updated_ns, memory_order_relaxed);
+    atomic_store_explicit(&d->unregistered, v->unregistered, memory_order_relaxed);
     atomic_store_explicit(&d->published_ns, comem_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&sh->seq, s + 2, memory_order_release);
 }
@@ -215,8 +216,8 @@ int comem_view_open(const char *socket_path, comem_view **out)
     return COMEM_OK;
 }
 
-int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_bytes, int64_t *reserve,
-                    int64_t *reclaimable)
+/* One device's figures, copied under the sequence lock. */
+static int snapshot(comem_view *v, int device, comem_view_values *out)
 {
     if (!v || device < 0 || device >= COMEM_MAX_DEVICES)
         return COMEM_EINVAL;
@@ -224,7 +225,7 @@ int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_
     if (device >= (int)atomic_load_explicit(&sh->n_devices, memory_order_relaxed))
         return COMEM_ENODEV;
     comem_view_shared *w = (comem_view_shared *)sh; /* atomics need a non-const object; we only load */
-    comem_view_values x;
+    comem_view_values x = {0};
     int64_t give_up_ns = 0;
     for (unsigned tries = 0;; tries++) {
         uint64_t s1 = atomic_load_explicit(&w->seq, memory_order_acquire);
@@ -246,10 +247,22 @@ int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_
         x.free = atomic_load_explicit(&d->free, memory_order_relaxed);
         x.reserve = atomic_load_explicit(&d->reserve, memory_order_relaxed);
         x.reclaimable = atomic_load_explicit(&d->reclaimable, memory_order_relaxed);
+        x.unregistered = atomic_load_explicit(&d->unregistered, memory_order_relaxed);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&w->seq, memory_order_relaxed) == s1)
             break;
     }
+    *out = x;
+    return COMEM_OK;
+}
+
+int comem_view_read(comem_view *v, int device, int64_t *capacity, int64_t *free_bytes, int64_t *reserve,
+                    int64_t *reclaimable)
+{
+    comem_view_values x;
+    int rc = snapshot(v, device, &x);
+    if (rc != COMEM_OK)
+        return rc;
     if (capacity)
         *capacity = x.capacity;
     if (free_bytes)
@@ -282,6 +295,15 @@ int comem_view_state(comem_view *v, int64_t *heartbeat_age_ns)
     if (age < 0 || age > (int64_t)COMEM_VIEW_FROZEN_MS * 1000000)
         return COMEM_ETIMEDOUT;
     return COMEM_OK;
+}
+
+int comem_view_unregistered(comem_view *v, int device, int64_t *bytes)
+{
+    comem_view_values x;
+    int rc = snapshot(v, device, &x);
+    if (rc == COMEM_OK && bytes)
+        *bytes = x.unregistered;
+    return rc;
 }
 
 int32_t comem_view_coord_pid(const comem_view *v)

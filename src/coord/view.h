@@ -33,12 +33,13 @@ typedef struct comem_view_values {
     int64_t reserve;     /* the published reserve */
     int64_t reclaimable; /* what others could release now */
     int64_t granted;     /* outstanding grants */
-    int64_t updated_ns;  /* CLOCK_MONOTONIC of the reading the free figure comes from */
+    int64_t updated_ns;   /* CLOCK_MONOTONIC of the reading the free figure comes from */
+    int64_t unregistered; /* bytes processes in the ledger hold beyond what they registered and their contexts */
     int64_t published_ns; /* CLOCK_MONOTONIC when the coordinator wrote these figures (set by publish) */
 } comem_view_values;
 
 typedef struct comem_view_device {
-    _Atomic int64_t capacity, free, reserve, reclaimable, granted, updated_ns, published_ns;
+    _Atomic int64_t capacity, free, reserve, reclaimable, granted, updated_ns, unregistered, published_ns;
 } comem_view_device;
 
 typedef struct comem_view_shared {

@@ -108,8 +108,9 @@ int64_t comem_ledger_floors(const comem_ledger *l, int device)
 
 int64_t comem_ledger_attributed(const comem_ledger *l, int device)
 {
-    return comem_add(comem_add(comem_ledger_resident(l, device), comem_ledger_floors(l, device)),
-                     comem_ledger_granted(l, device));
+    int64_t a = comem_add(comem_add(comem_ledger_resident(l, device), comem_ledger_floors(l, device)),
+                          comem_ledger_granted(l, device));
+    return l->devices[device].unified ? comem_add(a, l->total_pinned) : a; /* one pool: RAM and VRAM */
 }
 
 int64_t comem_ledger_session_resident(const comem_ledger *l, uint64_t session, uint64_t holder, int device)
@@ -206,10 +207,7 @@ int comem_ledger_check(const comem_ledger *l, char *why, size_t len)
             const ledger_entry *e, *prev = NULL;
             size_t walked = 0, resident = 0;
             for (uint64_t eid; comem_order_next(&it, &eid, &e); prev = e, walked++) {
-                int64_t o = comem_sub(e->size, e->resident), po = prev ? comem_sub(prev->size, prev->resident) : 0;
-                if (e->device != d || e->resident <= 0 ||
-                    (prev && (po < o || (po == o && (prev->size > e->size ||
-                                                      (prev->size == e->size && prev->last_use_ns < e->last_use_ns)))))) {
+                if (e->device != d || e->resident <= 0 || (prev && comem_order_key_cmp(prev, e) > 0)) {
                     snprintf(why, len, "device %d: entry %llx out of eviction order", d, (unsigned long long)eid);
                     return COMEM_ERANGE;
                 }
@@ -446,6 +444,21 @@ int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, c
 
 ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id) { return comem_slab_get(&l->entries, id); }
 
+int comem_ledger_entry_set_refs(comem_ledger *l, uint64_t session, uint64_t entry, int64_t refs)
+{
+    ledger_entry *e = comem_slab_get(&l->entries, entry);
+    if (!e || e->session != session)
+        return COMEM_ENOENT;
+    refs = comem_clamp0(refs);
+    if (refs != e->refs) {
+        comem_order_remove(l, entry); /* its order key changes */
+        e->refs = refs;
+        comem_order_insert(l, entry);
+    }
+    after_mutation(l, "entry refs");
+    return COMEM_OK;
+}
+
 int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry)
 {
     ledger_entry *e = comem_slab_get(&l->entries, entry);
@@ -521,12 +534,16 @@ int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint
         int64_t r = comem_min(comem_clamp0(items[i].resident), e->size);
         e->seq = (int64_t)items[i].seq;
         e->peak = r; /* the census is the authority that lets the peak decay */
-        if (r != e->resident) {
+        int64_t refs = comem_clamp0(items[i].refs);
+        if (r != e->resident || refs != e->refs) {
             comem_order_remove(l, items[i].entry_id); /* its order key changes */
-            e->resident = r;
-            e->last_use_ns = now_ns;
+            if (r != e->resident) {
+                e->resident = r;
+                e->last_use_ns = now_ns;
+                moved++;
+            }
+            e->refs = refs;
             comem_order_insert(l, items[i].entry_id);
-            moved++;
         }
     }
     if (!h->census_seen || seq > h->census_seq) {
@@ -635,6 +652,14 @@ int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, i
         if (shortfall)
             *shortfall = l->max_pinned <= 0 ? bytes : comem_sub(after, l->max_pinned);
         return COMEM_ENOSPC;
+    }
+    for (int d = 0; d < l->n_devices; d++) {
+        int64_t over = comem_sub(comem_add(comem_ledger_attributed(l, d), bytes), l->devices[d].capacity);
+        if (l->devices[d].unified && over > 0) { /* the pool's RAM is booked as VRAM already */
+            if (shortfall)
+                *shortfall = over;
+            return COMEM_ENOSPC;
+        }
     }
     l->total_pinned = after;
     s->pinned = comem_add(s->pinned, bytes);

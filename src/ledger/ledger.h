@@ -7,8 +7,8 @@
  *   │   │           context floor per device
  *   │   └── holders one per thing that holds memory and can be asked (a model list,
  *   │       │       a pager, a pin set): device, kind, flags, census sequence
- *   │       └── entries one per model/VBAR/buffer: size, resident, peak, sequence,
- *   │                   dynamic, last use
+ *   │       └── entries one per model/VBAR/buffer: size, resident, peak, references,
+ *   │                   sequence, dynamic, last use
  *   └── grants      admission grants: bytes booked on a device for a session until
  *                   they become residency or expire
  *
@@ -58,6 +58,7 @@ typedef struct ledger_device {
     int64_t entry_max;     /* the largest entry size accepted (card + host RAM + swap); <= 0 at init: capacity */
     comem_scope scope;     /* of the coordinator's own reading of this device */
     comem_scope proc_scope; /* of each process's own free reading there (process-local on a WDDM card) */
+    bool unified;          /* its memory is host RAM (an integrated GPU, UMA): pinned RAM is booked against it too */
     int64_t reserve_base;  /* the operator's reserve, read once */
     int64_t published;     /* the total reserve published to the host */
     int64_t last_free;     /* true free at the last reading (-1 before any) */
@@ -107,6 +108,7 @@ typedef struct ledger_entry {
     int64_t size;
     int64_t resident;
     int64_t peak;
+    int64_t refs; /* references its holder counts on it (0 until reported): the order's second key */
     int64_t seq; /* -1 until the first census; an equal sequence applies */
     bool dynamic;
     bool ordered; /* in its device's eviction order (ledger/order.h): resident > 0 */
@@ -220,6 +222,11 @@ ledger_holder *comem_ledger_holder(comem_ledger *l, uint64_t id);
  */
 int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, const char *name, int64_t size,
                            int64_t resident, bool dynamic, int64_t now_ns, uint64_t *id);
+/*
+ * Sets the references an entry's holder counts on it (clamped at 0), moving it
+ * in its device's eviction order. COMEM_ENOENT when it is not the session's.
+ */
+int comem_ledger_entry_set_refs(comem_ledger *l, uint64_t session, uint64_t entry, int64_t refs);
 /* Removes an entry of session. COMEM_ENOENT when it is not the session's. */
 int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry);
 /* The live entry with this id, or NULL. */
@@ -228,7 +235,8 @@ ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id);
 /*
  * Applies a census (or a receipt's residency list) from session for holder:
  * per entry, a strictly older sequence is dropped and an equal one applies;
- * resident is clamped to [0, size]; the peak follows the census; an entry not
+ * resident is clamped to [0, size]; references replace the last; the peak
+ * follows the census; an entry not
  * listed keeps its value (missing means unknown, not zero). Pinned/overhead
  * (present as has says: COMEM_CENSUS_*) apply only with a holder sequence seq
  * newer than the last (equal is dropped). The message is judged as a whole: a
@@ -268,8 +276,10 @@ ledger_grant *comem_ledger_grant(comem_ledger *l, uint64_t id);
 /*
  * Books bytes of pinned RAM for session within the machine ceiling. COMEM_ENOSPC
  * with *shortfall (may be NULL) the bytes above the ceiling (all of them when
- * pinning is refused), else *shortfall 0. COMEM_ENOENT (session), COMEM_EINVAL
- * (bytes < 0). Every device's generation moves (a unified device's memory).
+ * pinning is refused), else *shortfall 0; also COMEM_ENOSPC when the pin would
+ * put a unified device's attributed bytes above its capacity (VRAM and pinned
+ * RAM draw on one pool). COMEM_ENOENT (session), COMEM_EINVAL (bytes < 0).
+ * Every device's generation moves (a unified device's memory).
  */
 int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, int64_t *shortfall);
 /* Gives back bytes of session's pinned RAM (more than it holds: warned, clamped). COMEM_ENOENT, COMEM_EINVAL. */
@@ -282,7 +292,10 @@ int64_t comem_ledger_resident(const comem_ledger *l, int device);
 int64_t comem_ledger_granted(const comem_ledger *l, int device);
 /* Σ context floors on device. */
 int64_t comem_ledger_floors(const comem_ledger *l, int device);
-/* resident + floors + grants on device: what the ledger can name, never above capacity. */
+/*
+ * resident + floors + grants on device (+ the machine's pinned RAM on a unified
+ * device: one pool): what the ledger can name, never above capacity.
+ */
 int64_t comem_ledger_attributed(const comem_ledger *l, int device);
 /* Σ resident of one session (or one holder when holder != 0) on device (-1: any device). */
 int64_t comem_ledger_session_resident(const comem_ledger *l, uint64_t session, uint64_t holder, int device);

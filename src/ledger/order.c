@@ -12,18 +12,25 @@ static ledger_entry *at(const comem_ledger *l, uint32_t node)
     return comem_slab_at(&l->entries, node - 1, NULL);
 }
 
-/* ComfyUI's order across processes: < 0 when a goes before b. */
-static int key_cmp(const comem_ledger *l, uint32_t a, uint32_t b)
+int comem_order_key_cmp(const ledger_entry *x, const ledger_entry *y)
 {
-    const ledger_entry *x = at(l, a), *y = at(l, b);
     int64_t ox = comem_sub(x->size, x->resident), oy = comem_sub(y->size, y->resident);
     if (ox != oy)
-        return ox > oy ? -1 : 1;
+        return ox > oy ? -1 : 1; /* most offloaded first */
+    if (x->refs != y->refs)
+        return x->refs < y->refs ? -1 : 1; /* then fewest references */
     if (x->size != y->size)
-        return x->size < y->size ? -1 : 1;
+        return x->size < y->size ? -1 : 1; /* then smallest */
     if (x->last_use_ns != y->last_use_ns)
-        return x->last_use_ns > y->last_use_ns ? -1 : 1;
-    return a < b ? -1 : (a > b);
+        return x->last_use_ns > y->last_use_ns ? -1 : 1; /* then most recently loaded */
+    return 0;
+}
+
+/* The order's total key: ComfyUI's, then the node (slot) for keys that tie exactly. */
+static int key_cmp(const comem_ledger *l, uint32_t a, uint32_t b)
+{
+    int k = comem_order_key_cmp(at(l, a), at(l, b));
+    return k ? k : a < b ? -1 : (a > b);
 }
 
 static bool reserve_nodes(comem_order_nodes *n, size_t want)

@@ -7,8 +7,9 @@
  * (a binary search tree balanced by random priorities) of the entries that
  * hold resident bytes, keyed as ComfyUI's order across processes:
  *
- *   most offloaded first (size - resident, descending), then smallest size,
- *   then most recently used (ComfyUI's index 0), then id.
+ *   most offloaded first (size - resident, descending), then fewest
+ *   references (the refcount each holder reports in its census), then
+ *   smallest size, then most recently used (ComfyUI's index 0), then id.
  *
  * Every change to a key field goes through the ledger, which takes the entry
  * out before the change and puts it back after (O(log n) each). A planner
@@ -33,6 +34,11 @@ typedef struct comem_order_nodes {
     uint32_t seed;
 } comem_order_nodes;
 
+/*
+ * ComfyUI's key (-offloaded, refs, size, -last use) on two entries: < 0 when
+ * x goes before y, 0 when the key ties (the order then falls back on slots).
+ */
+int comem_order_key_cmp(const struct ledger_entry *x, const struct ledger_entry *y);
 /* Puts the entry in its device's order if it holds resident bytes. */
 void comem_order_insert(struct comem_ledger *l, uint64_t entry_id);
 /* Takes the entry out of its device's order (call before changing its key fields). */

@@ -52,6 +52,7 @@ typedef struct CUuuid_st {
 
 /* ---- device attributes (cuDeviceGetAttribute) ---- */
 typedef enum CUdevice_attribute_e {
+    CU_DEVICE_ATTRIBUTE_INTEGRATED = 18, /* the GPU shares host memory (Jetson, GB10, APUs) */
     CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
     CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
     CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,

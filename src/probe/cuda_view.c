@@ -164,6 +164,9 @@ static int view_read(comem_device_source *src, int index, comem_device_reading *
         return comem_cuda_status((int)r);
     }
     out->total = (int64_t)total;
+    int integrated = 0;
+    if (cu->DeviceGetAttribute(&integrated, CU_DEVICE_ATTRIBUTE_INTEGRATED, dev) == CUDA_SUCCESS)
+        out->unified = integrated != 0; /* one pool: pinned RAM comes out of the device's free */
 
     size_t free_b = 0, ctx_total = 0;
     bool known;

@@ -20,7 +20,7 @@
  *                   text<64> name
  *   HOLDER_REMOVE, ENTRY_REMOVE, ID_REPLY
  *                   u64 id
- *   ENTRY_ADD       u64 holder_id, i64 size, i64 resident,
+ *   ENTRY_ADD       u64 holder_id, i64 size, i64 resident, i64 refs (>= 0),
  *                   u32 flags (COMEM_ENTRY_MASK), text<64> name
  *   CENSUS          u64 holder_id, u64 seq, u8 has (COMEM_CENSUS_MASK),
  *                   i64 pinned, i64 overhead, list<residency, 512> items
@@ -36,6 +36,7 @@
  *   RECEIPT         u64 ask_id, u8 outcome (0..2), i64 freed,
  *                   list<residency, 512> items
  *   RELEASE         u64 entry_id, i64 bytes, u32 timeout_ms
+ *   DEVICE_MAP      list<devmap, 16> items
  *   REPLY           i32 status, text<128> message
  *   HELLO_REPLY     u64 session_id, u32 coord_pid, u16 proto_version,
  *                   u16 n_devices (<= 16)
@@ -55,8 +56,9 @@
  *                   i64 bytes, u32 deadline_ms, list<release, 512> items
  *   RELEASE_REPLY   u8 outcome (0..3), i64 freed, i64 resident
  *
- *   residency = u64 entry_id, u64 seq, i64 resident            (24 bytes)
+ *   residency = u64 entry_id, u64 seq, i64 resident, i64 refs (>= 0)   (32 bytes)
  *   release   = u64 entry_id, i64 bytes                        (16 bytes)
+ *   devmap    = u16 ordinal (< 16), text<128> uuid (not empty)
  *   device    = u16 index, u8 scope (0..1), i64 total, i64 free,
  *               i64 reserved, text<128> uuid, text<128> name
  *
@@ -239,6 +241,8 @@ static void walk_entry_add(comem_wire_cur *c, comem_msg_entry_add *b)
     io_u64(c, &b->holder_id);
     io_i64(c, &b->size);
     io_i64(c, &b->resident);
+    io_i64(c, &b->refs);
+    check(c, b->refs >= 0);
     io_flags32(c, &b->flags, COMEM_ENTRY_MASK);
     io_text(c, b->name, sizeof b->name);
 }
@@ -248,6 +252,8 @@ static void walk_residency(comem_wire_cur *c, comem_wire_residency *r)
     io_u64(c, &r->entry_id);
     io_u64(c, &r->seq);
     io_i64(c, &r->resident);
+    io_i64(c, &r->refs);
+    check(c, r->refs >= 0);
 }
 
 static void walk_census(comem_wire_cur *c, comem_msg_census *b)
@@ -390,6 +396,17 @@ static void walk_ask(comem_wire_cur *c, comem_msg_ask *b)
         walk_release(c, &b->items[i]);
 }
 
+static void walk_device_map(comem_wire_cur *c, comem_msg_device_map *b)
+{
+    size_t n = io_count(c, &b->n, COMEM_MAX_DEVICES);
+    for (size_t i = 0; i < n && !c->err; i++) {
+        io_u16(c, &b->items[i].ordinal);
+        check(c, b->items[i].ordinal < COMEM_MAX_DEVICES);
+        io_text(c, b->items[i].uuid, sizeof b->items[i].uuid);
+        check(c, b->items[i].uuid[0] != 0);
+    }
+}
+
 static void walk_receipt(comem_wire_cur *c, comem_msg_receipt *b)
 {
     io_u64(c, &b->ask_id);
@@ -439,6 +456,7 @@ static bool walk_body(comem_wire_cur *c, comem_msg *m)
     case COMEM_MSG_PIN_ACQUIRE:
     case COMEM_MSG_PIN_RELEASE: walk_pin(c, &m->u.pin); break;
     case COMEM_MSG_RESERVE: walk_reserve(c, &m->u.reserve); break;
+    case COMEM_MSG_DEVICE_MAP: walk_device_map(c, &m->u.device_map); break;
     case COMEM_MSG_STATUS: walk_status(c, &m->u.status); break;
     case COMEM_MSG_RECEIPT: walk_receipt(c, &m->u.receipt); break;
     case COMEM_MSG_RELEASE: walk_release_req(c, &m->u.release); break;
@@ -479,6 +497,7 @@ static const char *type_name_or_null(uint16_t type)
     case COMEM_MSG_STATUS: return "STATUS";
     case COMEM_MSG_RECEIPT: return "RECEIPT";
     case COMEM_MSG_RELEASE: return "RELEASE";
+    case COMEM_MSG_DEVICE_MAP: return "DEVICE_MAP";
     case COMEM_MSG_REPLY: return "REPLY";
     case COMEM_MSG_HELLO_REPLY: return "HELLO_REPLY";
     case COMEM_MSG_DEVICES_REPLY: return "DEVICES_REPLY";
@@ -544,6 +563,7 @@ static size_t body_size(uint16_t type)
     case COMEM_MSG_PIN_ACQUIRE:
     case COMEM_MSG_PIN_RELEASE: return sizeof m->u.pin;
     case COMEM_MSG_RESERVE: return sizeof m->u.reserve;
+    case COMEM_MSG_DEVICE_MAP: return sizeof m->u.device_map;
     case COMEM_MSG_STATUS: return sizeof m->u.status;
     case COMEM_MSG_RECEIPT: return sizeof m->u.receipt;
     case COMEM_MSG_RELEASE: return sizeof m->u.release;

@@ -36,7 +36,7 @@
 #include "comem/common.h" /* COMEM_MAX_DEVICES; comem_status and comem_scope travel as integers */
 
 #define COMEM_WIRE_MAGIC 0x4d454d43u
-#define COMEM_WIRE_VERSION 1
+#define COMEM_WIRE_VERSION 2 /* 2: entries carry their reference count (ENTRY_ADD, residency) */
 #define COMEM_WIRE_HEADER_SIZE 16
 #define COMEM_WIRE_MAX_PAYLOAD (64 * 1024)
 #define COMEM_WIRE_MAX_FRAME (COMEM_WIRE_HEADER_SIZE + COMEM_WIRE_MAX_PAYLOAD)
@@ -66,6 +66,7 @@ typedef enum comem_msg_type {
     COMEM_MSG_STATUS = 15,       /* -> one or more STATUS_REPLY chunks */
     COMEM_MSG_RECEIPT = 16,      /* the answer to an ASK; not replied to */
     COMEM_MSG_RELEASE = 17,      /* -> RELEASE_REPLY: ask the holder of another process's entry */
+    COMEM_MSG_DEVICE_MAP = 31,   /* -> REPLY: this process's device ordinals, by the UUID of each */
 
     /* coordinator -> client */
     COMEM_MSG_REPLY = 64,
@@ -180,6 +181,7 @@ typedef struct comem_msg_entry_add {
     uint64_t holder_id;
     int64_t size;
     int64_t resident;
+    int64_t refs;   /* references the holder counts on it (ComfyUI's refcount), >= 0 */
     uint32_t flags; /* COMEM_ENTRY_* */
     char name[COMEM_WIRE_NAME_MAX];
 } comem_msg_entry_add;
@@ -188,6 +190,7 @@ typedef struct comem_wire_residency {
     uint64_t entry_id;
     uint64_t seq;
     int64_t resident;
+    int64_t refs; /* references the holder counts on it now, >= 0: the eviction order's second key */
 } comem_wire_residency;
 
 typedef struct comem_msg_census {
@@ -275,6 +278,22 @@ typedef struct comem_msg_reserve {
     uint16_t device;
 } comem_msg_reserve;
 
+/*
+ * DEVICE_MAP: "my device k is the card with this UUID". From then on, the
+ * device a message of this session names (HOLDER_ADD, ADMIT, PRESSURE,
+ * RESERVE, and ASK back to it) is its own ordinal, mapped by UUID; an
+ * ordinal it has not mapped is the coordinator's index, as before.
+ */
+typedef struct comem_wire_devmap {
+    uint16_t ordinal; /* < COMEM_MAX_DEVICES */
+    char uuid[COMEM_WIRE_TEXT_MAX];
+} comem_wire_devmap;
+
+typedef struct comem_msg_device_map {
+    uint16_t n;
+    comem_wire_devmap items[COMEM_MAX_DEVICES];
+} comem_msg_device_map;
+
 typedef struct comem_msg_reserve_reply {
     int64_t published;      /* total reserve for the device */
     int64_t base;           /* the operator's base */
@@ -356,6 +375,7 @@ typedef struct comem_msg {
         comem_msg_pin pin; /* PIN_ACQUIRE, PIN_RELEASE */
         comem_msg_pin_reply pin_reply;
         comem_msg_reserve reserve;
+        comem_msg_device_map device_map;
         comem_msg_reserve_reply reserve_reply;
         comem_msg_status status;
         comem_msg_status_reply status_reply;

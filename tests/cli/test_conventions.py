@@ -6,7 +6,7 @@ import unittest
 
 from comem_cli import BIN_DIR, Machine, run
 
-COMMANDS = ["status", "watch", "metrics", "release", "devices", "calc", "simulate", "demo"]
+COMMANDS = ["status", "watch", "metrics", "release", "devices", "calc", "simulate", "demo", "run"]
 
 
 class Conventions(unittest.TestCase):

@@ -15,18 +15,22 @@ from comem_cli import BIN_DIR, GiB, SOURCE_DIR, Machine, run
 
 INT, NUM, STR, BOOL = "int", "num", "str", "bool"
 
-ENTRY = {"id": STR, "name": STR, "size": INT, "resident": INT, "paged": BOOL}
+ENTRY = {"id": STR, "name": STR, "size": INT, "resident": INT, "paged": BOOL, "refs": INT}
 HOLDER = {"id": STR, "name": STR, "kind": STR, "answers": [STR], "busy": BOOL, "idle_s": NUM + "?",
           "pinned": INT + "?", "overhead": INT + "?", "resident": INT, "entries": [ENTRY]}
 PROCESS = {"session": STR, "pid": INT, "name": STR, "role": STR, "busy": BOOL, "prompt": STR + "?",
-           "context_floor": INT, "resident": INT, "pinned": INT, "holders": [HOLDER]}
+           "context_floor": INT, "resident": INT, "pinned": INT, "holders": [HOLDER],
+           "ordinal": INT + "?", "context": INT, "overhead": INT, "unregistered": INT}
 GRANT = {"id": STR, "session": STR, "holder": STR + "?", "bytes": INT, "expires_in_s": NUM}
 DEVICE = {"index": INT, "uuid": STR, "name": STR, "scope": STR, "process_scope": STR, "capacity": INT,
           "free": INT + "?", "used": INT + "?", "driver_reserved": INT + "?", "overcommit": INT + "?",
           "reserve": {"base": INT, "published": INT}, "resident": INT, "context_floors": INT, "granted": INT,
-          "attributed": INT, "unattributed": INT + "?", "booked": INT, "booking_limit": INT,
-          "processes": [PROCESS], "grants": [GRANT],
-          "other_processes": ([{"pid": INT, "bytes": INT}], "?")}
+          "attributed": INT, "unattributed": INT + "?", "processes": [PROCESS], "grants": [GRANT],
+          "other_processes": ([{"pid": INT, "bytes": INT}], "?"),
+          "unified": BOOL, "contexts": INT, "overhead": INT, "unregistered": INT,
+          "spill": {"overcommit": INT, "events": INT, "peak": INT + "?", "pid": INT + "?", "process": STR + "?",
+                    "pushed_by": INT + "?"},
+          "booked": INT, "booking_limit": INT}
 STATUS = {
     "schema": INT,
     "coordinator": {"pid": INT, "socket": STR, "source": STR, "uptime_s": NUM, "sessions": INT, "checking": BOOL,
@@ -34,9 +38,11 @@ STATUS = {
                     "booking_area": STR, "bookings_reconciled": INT, "booking_strikes": INT},
     "counters": {"admissions": INT, "refusals": INT, "asks": INT, "asks_busy": INT, "bytes_asked": INT,
                  "bytes_freed": INT, "idle_releases": INT, "sessions_ended": INT, "sessions_died": INT,
-                 "admission_latency": {"bounds_s": [NUM], "counts": [INT], "count": INT, "sum_s": NUM}},
+                 "admission_latency": {"bounds_s": [NUM], "counts": [INT], "count": INT, "sum_s": NUM},
+                 "spill_events": INT},
     "pins": {"total": INT, "max": INT},
     "devices": [DEVICE],
+    "warnings": [STR],
 }
 DEVICES = {"schema": INT,
            "devices": [{"index": INT, "name": STR, "uuid": STR, "source": STR, "scope": STR, "total": INT, "used": INT,

@@ -157,6 +157,7 @@ static CUresult f_DeviceGetAttribute(int *value, CUdevice_attribute attrib, CUde
         *value = dev == 0 ? 0 : 9;
         return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = 1; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: *value = dev == 1 && is_mode("integrated"); return CUDA_SUCCESS;
     default: return CUDA_ERROR_INVALID_VALUE;
     }
 }
@@ -511,6 +512,16 @@ static CUresult f_GetErrorName(CUresult e, const char **s)
 
 /* ---- the lookup table ---- */
 
+static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                       CUdriverProcAddressQueryResult *status, int v1);
+
+/* cuGetProcAddress asked for itself, as of CUDA 12: the _v2 revision (as the real driver answers). */
+static CUresult f_GetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                 CUdriverProcAddressQueryResult *status)
+{
+    return lookup(symbol, pfn, version, flags, status, 0);
+}
+
 typedef void (*any_fn)(void);
 #define ENTRY(f) {"cu" #f, (any_fn)f_##f}
 static const struct {
@@ -528,7 +539,7 @@ static const struct {
     ENTRY(EventCreate), ENTRY(EventDestroy), ENTRY(EventRecord), ENTRY(EventSynchronize),
     ENTRY(EventElapsedTime), ENTRY(MemGetAllocationGranularity), ENTRY(MemAddressReserve),
     ENTRY(MemAddressFree), ENTRY(MemCreate), ENTRY(MemRelease), ENTRY(MemMap), ENTRY(MemUnmap),
-    ENTRY(MemSetAccess), ENTRY(GetErrorString), ENTRY(GetErrorName),
+    ENTRY(MemSetAccess), ENTRY(GetErrorString), ENTRY(GetErrorName), ENTRY(GetProcAddress),
 };
 #undef ENTRY
 

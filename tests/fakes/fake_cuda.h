@@ -4,13 +4,15 @@
  * The fake (fake_cuda.c, built as libfake_cuda.so) exports only what comem's
  * loader looks up with dlsym: cuGetProcAddress_v2 and cuGetProcAddress (the
  * "legacy" build, libfake_cuda_legacy.so, lacks _v2). Every driver entry point
- * is handed out through them, as the real driver does.
+ * is handed out through them, as the real driver does, cuGetProcAddress itself
+ * included (its _v2 revision, as CUDA 12 asks for it).
  *
  * FAKE_CUDA_MODE, read at cuInit and at each lookup, picks the scenario:
  *   basic (default)  two devices (below), no context current anywhere
  *   init_fails       cuInit returns CUDA_ERROR_NO_DEVICE
  *   no_devices       cuInit succeeds, cuDeviceGetCount gives 0
  *   missing_symbol   cuMemSetAccess is refused (version not sufficient)
+ *   integrated       device 1 reports CU_DEVICE_ATTRIBUTE_INTEGRATED (its memory is host RAM)
  *
  * Devices: 0 "Fake H200", UUID bytes 00 11 22 .. ff, bus 0000:3B:00.0,
  * 143771 MiB, 1143 MiB used at start; 1 "Fake L4", UUID bytes 10 11 .. 1f,

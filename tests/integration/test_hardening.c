@@ -140,7 +140,7 @@ static void test_census_duplicates_do_not_overbook(void **s)
     comem_msg_census *cs = &g_m.u.census;
     cs->holder_id = holder;
     cs->seq = 1;
-    comem_wire_residency items[] = {{a, 1, 0}, {a, 1, 0}, {a, 1, 0}, {b, 1, 20 * GIB}, {a, 1, 20 * GIB}};
+    comem_wire_residency items[] = {{a, 1, 0, 0}, {a, 1, 0, 0}, {a, 1, 0, 0}, {b, 1, 20 * GIB, 0}, {a, 1, 20 * GIB, 0}};
     cs->n = (uint16_t)(sizeof items / sizeof items[0]);
     memcpy(cs->items, items, sizeof items);
     assert_int_equal(raw_call(fd, &g_m, 4, &g_r), COMEM_MSG_REPLY);
@@ -148,7 +148,7 @@ static void test_census_duplicates_do_not_overbook(void **s)
 
     /* Every slot of a full census naming one entry: refused as a whole too. */
     for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
-        cs->items[i] = (comem_wire_residency){b, 2, 20 * GIB};
+        cs->items[i] = (comem_wire_residency){b, 2, 20 * GIB, 0};
     cs->n = COMEM_WIRE_MAX_ITEMS;
     assert_int_equal(raw_call(fd, &g_m, 5, &g_r), COMEM_MSG_REPLY);
     assert_int_equal(g_r.u.reply.status, COMEM_EINVAL);

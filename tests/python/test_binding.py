@@ -536,6 +536,36 @@ class TestClient(MachineCase):
         self.assertEqual(self.m.status()["devices"][0]["resident"], 0)
         self.m.check_ledger(self)
 
+    def test_ordinals_map_to_one_card_by_uuid(self):
+        # F7/F8: two processes see the card under different ordinals (different CUDA_VISIBLE_DEVICES).
+        uuid = self.m.status()["devices"][0]["uuid"]
+        self.assertTrue(uuid.startswith("SIM-"))
+        a, b = self.client("a"), self.client("b")
+        a.map_device(1, uuid)  # the card is a's device 1
+        b.map_device(0, uuid)
+        a.add_holder("models", device=1).add_entry("x", GiB, GiB)
+        b.add_holder("models", device=0).add_entry("y", GiB, GiB)
+        dev = self.m.status()["devices"][0]
+        self.assertEqual(dev["resident"], 2 * GiB)  # both charged on the one card
+        self.assertEqual((self.process("a")["ordinal"], self.process("b")["ordinal"]), (1, 0))
+        a.admit(256 * MiB, device=1).cancel()  # its device 1 is the card
+        self.assertEqual(self.m.status()["warnings"], [])
+        # One process naming the card twice: charged as one, and said in status and the log.
+        c = self.client("c")
+        c.map_device(0, uuid)
+        c.map_device(1, uuid)
+        st = self.m.status()
+        self.assertEqual(len(st["warnings"]), 1, st["warnings"])
+        self.assertIn("its devices 0 and 1 are one card", st["warnings"][0])
+        self.assertTrue(wait_for(lambda: "its devices 0 and 1 are one card" in self.m.comemd_log()))
+        with self.assertRaises(comem.NoDevice):
+            c.map_device(2, "GPU-00000000-0000-0000-0000-000000000000")
+        with self.assertRaises(ValueError):
+            c.map_device(16, uuid)
+        c.close()
+        self.assertTrue(wait_for(lambda: self.m.status()["warnings"] == []))  # gone with the process
+        self.m.check_ledger(self)
+
     def test_node_boundaries(self):
         c = self.client()
         h = c.add_holder("models", on_release=lambda a: 0)
@@ -601,7 +631,7 @@ class TestClient(MachineCase):
         self.assertEqual([(p["role"], p["holders"]) for p in extra], [("tool", [])])
         cli["devices"][0]["processes"] = [p for p in cli_procs if p not in extra]
         self.assertEqual(list(mine), list(cli))
-        self.assertEqual(list(mine), ["schema", "coordinator", "counters", "pins", "devices"])
+        self.assertEqual(list(mine), ["schema", "coordinator", "counters", "pins", "devices", "warnings"])
         self.assertEqual(shape(mine), shape(cli))
         self.assertEqual(stable(mine), stable(cli))
         self.assertEqual(mine["coordinator"]["socket"], self.m.socket)
@@ -862,6 +892,33 @@ class TestAdmission(MachineCase):
         g.cancel()
         self.m.check_ledger(self)
 
+    def test_references_rank_equally_offloaded_entries(self):
+        # ComfyUI's second key across processes: of two fully loaded entries of one size, the one with
+        # fewer references is asked first, though the other was loaded more recently (the third key).
+        few = self.client("few").add_holder("models", on_release=lambda a: 0).add_entry("f", 2 * GiB, 2 * GiB)
+        many = self.client("many").add_holder("models", on_release=lambda a: 0).add_entry("m", 2 * GiB, 2 * GiB)
+        hf, hm = self.holder_id("few", "models"), self.holder_id("many", "models")
+        few.census(refs=2)
+        many.census(refs=5)
+        self.assertEqual((few.refs, many.refs, many.resident), (2, 5, 2 * GiB))
+        self.assertTrue(wait_for(lambda: (self.entry("few", "f").get("refs"), self.entry("many", "m").get("refs"))
+                                 == (2, 5)))
+        # Short by 3 GiB: the plan takes all of the first entry and part of the second; both answer 0.
+        weights = int((FREE0 + 3 * GiB - need(0)) / 1.1)
+        c = self.client()
+        with self.assertRaises(comem.Refused) as cm:
+            c.admit(weights)
+        self.assertEqual(cm.exception.asked[:2], [hf, hm])
+        many.census(refs=1)  # now "many" holds fewer references: it goes first
+        self.assertTrue(wait_for(lambda: self.entry("many", "m").get("refs") == 1))
+        with self.assertRaises(comem.Refused) as cm:
+            c.admit(weights)
+        self.assertEqual(cm.exception.asked[:2], [hm, hf])
+        with self.assertRaises(ValueError):
+            few.census(refs=-1)
+        self.assertEqual(few.refs, 2)
+        self.m.check_ledger(self)
+
     def test_timeout_decides_with_what_came_back(self):
         holder = self.child("holder")
         holder.ask("hold", holder="models", entry="big", mib=6144, mode="slow")
@@ -882,6 +939,47 @@ class TestAdmission(MachineCase):
         c.set_timeout(10)
         holder.ask("mode", holder="models", mode="free")
         c.admit(GiB, timeout=float("inf")).cancel()  # the longest wait there is
+        self.m.check_ledger(self)
+
+    def test_a_holder_without_entries_is_asked_for_the_bytes_it_reports(self):
+        # Issue 14's report: a raw holder with a release callback and 10 GiB, no entries, was never
+        # asked ("asked 0 holder(s)") and a 16 GiB admission was refused. Here: 5 GiB of an 8 GiB card.
+        raw = self.child("raw")
+        raw.ask("raw", holder="scratch", mib=5120)
+        hid = self.holder_id("raw", "scratch")
+        self.assertTrue(wait_for(lambda: self.process("raw")["holders"][0].get("overhead") == 5 * GiB))
+        free = FREE0 - CONTEXT - 5 * GiB
+        weights = int((free + 3 * GiB - need(0)) / 1.1)  # needs 3 GiB of the raw holder's 5
+        c = self.client()
+        g = c.admit(weights)
+        short = need(weights) - free
+        self.assertGreater(short, 2 * GiB)
+        self.assertEqual((g.asked, g.n_asked, g.freed, g.free_before), ([hid], 1, short, free))
+        self.assertEqual(raw.ask("asks")["asks"][0]["bytes"], short)
+        self.assertEqual(raw.ask("card")["allocated"], 5 * GiB - short)
+        self.assertTrue(wait_for(lambda: self.process("raw")["holders"][0].get("overhead") == 5 * GiB - short))
+        g.cancel()
+        self.m.check_ledger(self)
+
+    def test_unregistered_bytes_are_the_process_s_own_apart_from_its_context(self):
+        w = self.child("w")
+        w.ask("hold", holder="models", entry="m", mib=1024)
+        w.ask("raw", holder="scratch", mib=512)
+        w.ask("fill", mib=2048)  # allocated outside any holder
+        with comem.View(self.m.socket) as v:
+            self.assertTrue(wait_for(lambda: self.process("w")["unregistered"] == 2 * GiB))
+            self.assertTrue(wait_for(lambda: v.unregistered(0) == 2 * GiB))
+        p = self.process("w")
+        self.assertEqual((p["resident"], p["context"], p["overhead"], p["unregistered"]),
+                         (GiB, CONTEXT, 512 * MiB, 2 * GiB))
+        self.assertEqual(p["context_floor"], CONTEXT + 512 * MiB + 2 * GiB)  # all it holds beyond entries, split above
+        dev = self.m.status()["devices"][0]
+        self.assertEqual((dev["contexts"], dev["overhead"], dev["unregistered"]), (CONTEXT, 512 * MiB, 2 * GiB))
+        self.assertEqual(dev["unattributed"], 0)  # every byte is the process's: none is another app's
+        out = subprocess.run([os.path.join(support.BIN_DIR, "comem"), "status", "--socket", self.m.socket],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.count("unregistered 2"), 2, out.stdout)  # the device's line and the process's
         self.m.check_ledger(self)
 
     def test_sigkill_mid_admission_leaves_nothing_in_the_ledger(self):
@@ -924,6 +1022,56 @@ class TestAdmission(MachineCase):
         self.assertEqual([x["session"] for x in self.grants()], [c.session])
         g2.cancel()
         self.m.check_ledger(self)
+
+
+class TestUnifiedMemory(MachineCase):
+    """F21: an integrated GPU's memory is host RAM: VRAM and pinned RAM draw on one pool."""
+
+    card = "sim:8GiB:uma:reserved=256MiB:ctx=300MiB"
+
+    def test_vram_and_pins_never_sum_past_the_pool(self):
+        self.assertTrue(self.m.status()["devices"][0]["unified"])
+        c = self.client()
+        c.add_holder("models", on_release=lambda a: 0).add_entry("m", 5 * GiB, 5 * GiB)
+        # The card's reading has room (the entry is only booked here), but the books do not: 5 + 4 > 8 GiB.
+        with self.assertRaises(comem.Refused) as cm:
+            c.pin(4 * GiB)
+        self.assertEqual(cm.exception.short_by, GiB)
+        c.pin(2 * GiB)
+        dev = self.m.status()["devices"][0]
+        self.assertEqual(dev["attributed"], 7 * GiB)  # residency and the pool's pinned RAM together
+        self.m.check_ledger(self)
+
+
+class TestWddmSpill(MachineCase):
+    """Spill telemetry: on a WDDM card an overcommit is an event, with the process that pushed it."""
+
+    card = "sim:8GiB:wddm:reserved=256MiB:ctx=300MiB"
+
+    def test_overcommit_is_an_event_with_its_culprit(self):
+        w1, w2 = self.child("w1"), self.child("w2")
+        w1.ask("fill", mib=4096)
+        dev = self.m.status()["devices"][0]  # a reading: within the card's memory
+        self.assertEqual((dev["spill"]["overcommit"], dev["spill"]["events"]), (0, 0))
+        w2.ask("fill", mib=4096)  # 256 MiB reserved + 2 contexts + 8 GiB: past the card's 8 GiB
+        st = self.m.status()
+        sp = st["devices"][0]["spill"]
+        over = 256 * MiB + 2 * CONTEXT + 8 * GiB - CAPACITY
+        self.assertEqual((sp["overcommit"], sp["events"], sp["peak"]), (over, 1, over))
+        # w2 pushed it over: its 4 GiB, and the context that came with them
+        self.assertEqual((sp["pid"], sp["process"], sp["pushed_by"]), (w2.pid, "w2", 4 * GiB + CONTEXT))
+        self.assertEqual(st["counters"]["spill_events"], 1)
+        self.assertTrue(wait_for(lambda: "device 0 is overcommitted by" in self.m.comemd_log()))
+        self.assertIn("pushed past its memory by 'w2'", self.m.comemd_log())
+        self.assertEqual(self.m.status()["devices"][0]["spill"]["events"], 1)  # one event, not one per reading
+        out = subprocess.run([os.path.join(support.BIN_DIR, "comem"), "status", "--socket", self.m.socket],
+                             capture_output=True, text=True, timeout=30)
+        self.assertIn("OVERCOMMITTED by", out.stdout)
+        w2.proc.kill()
+        w2.proc.wait()
+        self.assertTrue(wait_for(lambda: self.m.status()["devices"][0]["spill"]["overcommit"] == 0))
+        self.assertTrue(wait_for(lambda: "no longer overcommitted" in self.m.comemd_log()))
+        self.assertEqual(self.m.status()["devices"][0]["spill"]["events"], 1)
 
 
 class TestCallbacks(MachineCase):

@@ -368,6 +368,36 @@ static int child_view_retains(void)
     return 0;
 }
 
+/* An integrated GPU (CU_DEVICE_ATTRIBUTE_INTEGRATED) reads as unified; a discrete one does not. */
+static int child_view_integrated(void)
+{
+    comem_device_source *v = NULL;
+    CHECK_EQ(comem_cuda_view_open(false, &v), COMEM_OK);
+    CHECK_EQ(comem_device_read(v, 0, &g_r), COMEM_OK);
+    CHECK(!g_r.unified);
+    CHECK_EQ(comem_device_read(v, 1, &g_r), COMEM_OK);
+    CHECK(g_r.unified);
+    comem_device_close(v);
+    return 0;
+}
+
+static int child_view_discrete(void)
+{
+    comem_device_source *v = NULL;
+    CHECK_EQ(comem_cuda_view_open(false, &v), COMEM_OK);
+    CHECK_EQ(comem_device_read(v, 1, &g_r), COMEM_OK);
+    CHECK(!g_r.unified);
+    comem_device_close(v);
+    return 0;
+}
+
+static void test_view_detects_an_integrated_gpu(void **s)
+{
+    (void)s;
+    in_child(child_view_integrated, fake_path("libfake_cuda.so"), "integrated");
+    in_child(child_view_discrete, fake_path("libfake_cuda.so"), "basic");
+}
+
 static void test_view_with_retained_context(void **s)
 {
     (void)s;
@@ -435,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_no_devices),
         cmocka_unit_test(test_view_reads_free_only_with_a_current_context),
         cmocka_unit_test(test_view_with_retained_context),
+        cmocka_unit_test(test_view_detects_an_integrated_gpu),
         cmocka_unit_test(test_granularity),
         cmocka_unit_test(test_status_mapping),
         cmocka_unit_test(test_uuid_format),

@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "arith/evict.h"
 #include "base/bytes.h"
 #include "comem/common.h"
 #include "ledger/ledger.h"
@@ -59,7 +60,7 @@ static uint64_t entry(uint64_t s, uint64_t h, int64_t size, int64_t resident)
 
 static void census1(uint64_t s, uint64_t h, uint64_t e, uint64_t seq, int64_t resident)
 {
-    comem_wire_residency it = {e, seq, resident};
+    comem_wire_residency it = {e, seq, resident, 0};
     assert_int_equal(comem_ledger_census(&g_l, s, h, seq, 0, 0, 0, &it, 1, 0, NULL), 0);
 }
 
@@ -83,7 +84,7 @@ static void test_census_sequence_rules(void **st)
     assert_true(x->resident == 8 * GIB);
     /* an empty census and an unknown id change nothing */
     assert_int_equal(comem_ledger_census(&g_l, s, h, 7, 0, 0, 0, NULL, 0, 0, NULL), 0);
-    comem_wire_residency unknown = {0x12345, 9, 1};
+    comem_wire_residency unknown = {0x12345, 9, 1, 0};
     assert_int_equal(comem_ledger_census(&g_l, s, h, 8, 0, 0, 0, &unknown, 1, 0, NULL), 0);
     assert_true(x->resident == 8 * GIB);
 }
@@ -106,7 +107,7 @@ static void test_census_refused_above_capacity(void **st)
     (void)st;
     uint64_t s = session("w"), h = holder(s, 1); /* 8 GiB device */
     uint64_t a = entry(s, h, 6 * GIB, 6 * GIB), b = entry(s, h, 6 * GIB, 0);
-    comem_wire_residency it[2] = {{a, 1, 6 * GIB}, {b, 1, 3 * GIB}};
+    comem_wire_residency it[2] = {{a, 1, 6 * GIB, 0}, {b, 1, 3 * GIB, 0}};
     assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, it, 2, 0, NULL), COMEM_ERANGE);
     assert_true(comem_ledger_entry(&g_l, b)->resident == 0); /* nothing applied */
     uint64_t id;
@@ -121,14 +122,14 @@ static void test_census_duplicates_refused(void **st)
     uint64_t a = entry(s, h, 20 * GIB, 0), b = entry(s, h, 20 * GIB, 0);
     static comem_wire_residency it[COMEM_WIRE_MAX_ITEMS];
     for (size_t i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
-        it[i] = (comem_wire_residency){i % 2 ? a : b, 1, 20 * GIB};
+        it[i] = (comem_wire_residency){i % 2 ? a : b, 1, 20 * GIB, 0};
     assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, it, COMEM_WIRE_MAX_ITEMS, 0, NULL), COMEM_EINVAL);
     assert_true(comem_ledger_entry(&g_l, a)->resident == 0 && comem_ledger_entry(&g_l, b)->resident == 0);
     /* Each item alone fits (20 GiB on a 24 GiB card), both together do not: refused as a whole. */
-    comem_wire_residency two[2] = {{a, 1, 20 * GIB}, {b, 1, 20 * GIB}};
+    comem_wire_residency two[2] = {{a, 1, 20 * GIB, 0}, {b, 1, 20 * GIB, 0}};
     assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, two, 2, 0, NULL), COMEM_ERANGE);
     assert_true(comem_ledger_attributed(&g_l, 0) == 0);
-    comem_wire_residency one = {a, 1, 20 * GIB};
+    comem_wire_residency one = {a, 1, 20 * GIB, 0};
     assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, &one, 1, 0, NULL), 0);
     assert_true(comem_ledger_attributed(&g_l, 0) == 20 * GIB);
     assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, it, COMEM_WIRE_MAX_ITEMS + 1, 0, NULL), COMEM_EINVAL);
@@ -181,7 +182,7 @@ static void test_ownership(void **st)
     assert_int_equal(comem_ledger_entry_add(&g_l, b, ha, "x", 1, 0, false, 0, &id), COMEM_ENOENT);
     assert_int_equal(comem_ledger_entry_remove(&g_l, b, ea), COMEM_ENOENT);
     assert_int_equal(comem_ledger_holder_remove(&g_l, b, ha), COMEM_ENOENT);
-    comem_wire_residency it = {ea, 1, 0};
+    comem_wire_residency it = {ea, 1, 0, 0};
     assert_int_equal(comem_ledger_census(&g_l, b, ha, 1, 0, 0, 0, &it, 1, 0, NULL), COMEM_ENOENT);
     assert_int_equal(comem_ledger_holder_add(&g_l, a, 7, COMEM_HOLDER_MODELS, 0, "x", 0, &id), COMEM_ENODEV);
     assert_int_equal(comem_ledger_holder_add(&g_l, a, 0, 9, 0, "x", 0, &id), COMEM_EINVAL);
@@ -317,7 +318,7 @@ static void test_eviction_order(void **st)
     assert_int_equal(n, 3);
     assert_memory_equal(got, want, sizeof want);
     /* a census moves entries: `none` becomes the most offloaded resident one, `part` leaves */
-    comem_wire_residency items[2] = {{none, 1, 1}, {part, 1, 0}};
+    comem_wire_residency items[2] = {{none, 1, 1, 0}, {part, 1, 0, 0}};
     assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, items, 2, 0, NULL), 0);
     n = 0;
     comem_order_begin(&g_l, 0, &it);
@@ -334,12 +335,121 @@ static void test_eviction_order(void **st)
         seed = seed * 1103515245u + 12345u;
         uint64_t id = ids[(seed >> 8) % 300];
         const ledger_entry *x = comem_ledger_entry(&g_l, id);
-        comem_wire_residency it1 = {id, (uint64_t)k + 10, (int64_t)((seed >> 16) % 5) * x->size / 4};
+        comem_wire_residency it1 = {id, (uint64_t)k + 10, (int64_t)((seed >> 16) % 5) * x->size / 4, 0};
         assert_int_equal(comem_ledger_census(&g_l, s, h, 0, 0, 0, 0, &it1, 1, k, NULL), 0);
     }
     assert_int_equal(comem_ledger_holder_remove(&g_l, s, h), 0);
     comem_order_begin(&g_l, 0, &it);
     assert_false(comem_order_next(&it, &got[0], &e));
+}
+
+/* UMA: on a unified device VRAM and pinned RAM are one pool, and the books never exceed it. */
+static void test_unified_device_is_one_pool(void **st)
+{
+    (void)st;
+    comem_ledger_fini(&g_l);
+    ledger_device d[2] = {{.index = 0, .capacity = 16 * GIB, .unified = true}, {.index = 1, .capacity = 8 * GIB}};
+    assert_int_equal(comem_ledger_init(&g_l, d, 2, 12 * GIB), 0);
+    comem_ledger_set_checking(&g_l, true);
+    uint64_t s = session("w"), h = holder(s, 0);
+    entry(s, h, 10 * GIB, 10 * GIB);
+    int64_t shortfall = 0;
+    /* 8 GiB is within the pin ceiling (12 GiB) but not within the pool: 10 + 8 > 16 */
+    assert_int_equal(comem_ledger_pin_acquire(&g_l, s, 8 * GIB, &shortfall), COMEM_ENOSPC);
+    assert_int_equal(shortfall, 2 * GIB);
+    assert_int_equal(g_l.total_pinned, 0);
+    assert_int_equal(comem_ledger_pin_acquire(&g_l, s, 6 * GIB, &shortfall), 0);
+    assert_int_equal(comem_ledger_attributed(&g_l, 0), 16 * GIB);
+    assert_int_equal(comem_ledger_attributed(&g_l, 1), 0); /* a discrete card is not charged for RAM */
+    /* the pool is full: no grant, no residency more */
+    uint64_t g;
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, 0, 0, GIB, 1, &g), COMEM_ENOSPC);
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "m", GIB, GIB, false, 0, &g), COMEM_ERANGE);
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, 0, 1, GIB, 1, &g), 0);
+    assert_int_equal(comem_ledger_pin_release(&g_l, s, 2 * GIB), 0);
+    assert_int_equal(comem_ledger_grant_add(&g_l, s, 0, 0, GIB, 1, &g), 0);
+}
+
+/* Device 0's eviction order as the ledger keeps it; returns how many. */
+static size_t ledger_order(uint64_t *got, size_t cap)
+{
+    size_t n = 0;
+    comem_order_iter it;
+    const ledger_entry *e;
+    comem_order_begin(&g_l, 0, &it);
+    for (uint64_t id; n < cap && comem_order_next(&it, &id, &e);)
+        got[n++] = id;
+    return n;
+}
+
+static uint64_t entry_at(uint64_t s, uint64_t h, int64_t size, int64_t resident, int64_t refs, int64_t loaded_ns)
+{
+    uint64_t id;
+    assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "m", size, resident, false, loaded_ns, &id), 0);
+    assert_int_equal(comem_ledger_entry_set_refs(&g_l, s, id, refs), 0);
+    return id;
+}
+
+/*
+ * References are the order's second key, as in ComfyUI's free_memory: the
+ * worked vector V6 (B, C, A), then refs deciding between equally offloaded
+ * entries of two processes, and the ledger's order against arith's
+ * comem_evict_order (ComfyUI's sort, list index = most recent first) on
+ * random entries across three processes.
+ */
+static void test_eviction_order_refs(void **st)
+{
+    (void)st;
+    uint64_t s1 = session("host"), h1 = holder(s1, 0), s2 = session("worker"), h2 = holder(s2, 0);
+    /* V6: idx0 C (0.3 GiB, loaded last), idx1 B (6 GiB, 2 GiB offloaded), idx2 A (2 GiB, loaded first). */
+    uint64_t a = entry_at(s1, h1, 2 * GIB, 2 * GIB, 3, 1);
+    uint64_t b = entry_at(s2, h2, 6 * GIB, 4 * GIB, 3, 2);
+    uint64_t c = entry_at(s1, h1, 322122547, 322122547, 3, 3);
+    uint64_t got[512];
+    assert_int_equal(ledger_order(got, 512), 3);
+    assert_int_equal(got[0], b);
+    assert_int_equal(got[1], c);
+    assert_int_equal(got[2], a);
+    /* C's process now holds more references on it: A (fewer) goes before C though C is smaller. */
+    comem_wire_residency more = {c, 1, 322122547, 5};
+    assert_int_equal(comem_ledger_census(&g_l, s1, h1, 1, 0, 0, 0, &more, 1, 3, NULL), 0);
+    assert_int_equal(comem_ledger_entry(&g_l, c)->refs, 5);
+    assert_int_equal(ledger_order(got, 512), 3);
+    assert_int_equal(got[0], b);
+    assert_int_equal(got[1], a);
+    assert_int_equal(got[2], c);
+    /* References never outrank offloading: B stays first even with many. */
+    comem_wire_residency many = {b, 1, 4 * GIB, 1000};
+    assert_int_equal(comem_ledger_census(&g_l, s2, h2, 1, 0, 0, 0, &many, 1, 2, NULL), 0);
+    assert_int_equal(ledger_order(got, 512), 3);
+    assert_int_equal(got[0], b);
+    assert_int_equal(comem_ledger_entry_set_refs(&g_l, s1, b, 1), COMEM_ENOENT); /* not s1's */
+    assert_int_equal(comem_ledger_holder_remove(&g_l, s1, h1), 0);
+    assert_int_equal(comem_ledger_holder_remove(&g_l, s2, h2), 0);
+
+    /* Random entries of three processes: the ledger's order is ComfyUI's sort. */
+    uint64_t ss[3] = {s1, s2, session("third")}, hs[3];
+    for (int i = 0; i < 3; i++)
+        hs[i] = holder(ss[i], 0);
+    enum { N = 120 };
+    uint64_t ids[N];
+    comem_evict_entry ee[N];
+    unsigned seed = 11;
+    for (int i = 0; i < N; i++) {
+        seed = seed * 1103515245u + 12345u;
+        int64_t size = (int64_t)((seed >> 8) % 4 + 1) * 64 * COMEM_MIB;
+        int64_t resident = size - (int64_t)((seed >> 12) % 3) * 16 * COMEM_MIB;
+        int64_t refs = (int64_t)((seed >> 16) % 3) + 2;
+        /* loaded at time i: ComfyUI's list has the newest at index 0, so entry i sits at index N-1-i */
+        ids[i] = entry_at(ss[i % 3], hs[i % 3], size, resident, refs, i + 10);
+        ee[N - 1 - i] = (comem_evict_entry){.size = size, .loaded = resident, .refs = refs};
+    }
+    size_t want[N];
+    comem_evict_request req = {.device = 0};
+    assert_int_equal(comem_evict_order(&req, ee, N, want), N);
+    assert_int_equal(ledger_order(got, 512), N);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(got[k], ids[N - 1 - want[k]]);
 }
 
 /* Asserts which devices' generations moved since *seen (and remembers them now). */
@@ -400,6 +510,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_activity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_detects_corruption, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eviction_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eviction_order_refs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unified_device_is_one_pool, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_generation, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

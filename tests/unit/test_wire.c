@@ -25,7 +25,7 @@ static const uint16_t all_types[] = {
     COMEM_MSG_DEVICES_REPLY,  COMEM_MSG_ID_REPLY,      COMEM_MSG_ADMIT_REPLY,
     COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
-    COMEM_MSG_RELEASE_REPLY,
+    COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -78,6 +78,7 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         m->u.entry_add.holder_id = UINT64_MAX - 1;
         m->u.entry_add.size = INT64_MAX;
         m->u.entry_add.resident = -1;
+        m->u.entry_add.refs = INT64_MAX;
         m->u.entry_add.flags = COMEM_ENTRY_DYNAMIC;
         text(m->u.entry_add.name, sizeof m->u.entry_add.name, s, 'e');
         break;
@@ -104,6 +105,7 @@ static void sample(comem_msg *m, uint16_t type, shape s)
             it[i].entry_id = (uint64_t)i + 1;
             it[i].seq = ((uint64_t)i << 40) | i;
             it[i].resident = (i & 1) ? -(int64_t)i * 4096 : INT64_MAX - i;
+            it[i].refs = (i & 1) ? (int64_t)i : INT64_MAX;
         }
         break;
     }
@@ -141,6 +143,13 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         m->u.pin.bytes = type == COMEM_MSG_PIN_ACQUIRE ? INT64_MAX : -7;
         break;
     case COMEM_MSG_RESERVE: m->u.reserve.device = 0x1234; break;
+    case COMEM_MSG_DEVICE_MAP:
+        m->u.device_map.n = (uint16_t)items(s, COMEM_MAX_DEVICES);
+        for (uint16_t i = 0; i < m->u.device_map.n; i++) {
+            m->u.device_map.items[i].ordinal = (uint16_t)(COMEM_MAX_DEVICES - 1 - i);
+            text(m->u.device_map.items[i].uuid, sizeof m->u.device_map.items[i].uuid, s == EMPTY ? SMALL : s, 'G');
+        }
+        break;
     case COMEM_MSG_STATUS: m->u.status.flags = 0; break;
     case COMEM_MSG_REPLY:
         m->u.reply.status = COMEM_EPROTO;
@@ -253,8 +262,8 @@ static size_t expected_payload(const comem_msg *m)
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
     case COMEM_MSG_ID_REPLY: return 8;
-    case COMEM_MSG_ENTRY_ADD: return 8 + 8 + 8 + 4 + TXT(m->u.entry_add.name);
-    case COMEM_MSG_CENSUS: return 8 + 8 + 1 + 8 + 8 + 2 + 24 * (size_t)m->u.census.n;
+    case COMEM_MSG_ENTRY_ADD: return 8 + 8 + 8 + 8 + 4 + TXT(m->u.entry_add.name);
+    case COMEM_MSG_CENSUS: return 8 + 8 + 1 + 8 + 8 + 2 + 32 * (size_t)m->u.census.n;
     case COMEM_MSG_ADMIT: return 2 + 8 + 8 + 8 + 8 + 4 + 2 + 8 * (size_t)m->u.admit.n_keep;
     case COMEM_MSG_GRANT_DONE: return 24;
     case COMEM_MSG_ACTIVITY: return 8 + 1 + TXT(m->u.activity.prompt);
@@ -262,8 +271,14 @@ static size_t expected_payload(const comem_msg *m)
     case COMEM_MSG_PIN_ACQUIRE:
     case COMEM_MSG_PIN_RELEASE: return 16;
     case COMEM_MSG_RESERVE: return 2;
+    case COMEM_MSG_DEVICE_MAP: {
+        size_t n = 2;
+        for (size_t i = 0; i < m->u.device_map.n; i++)
+            n += 2 + TXT(m->u.device_map.items[i].uuid);
+        return n;
+    }
     case COMEM_MSG_STATUS: return 1;
-    case COMEM_MSG_RECEIPT: return 8 + 1 + 8 + 2 + 24 * (size_t)m->u.receipt.n;
+    case COMEM_MSG_RECEIPT: return 8 + 1 + 8 + 2 + 32 * (size_t)m->u.receipt.n;
     case COMEM_MSG_REPLY: return 4 + TXT(m->u.reply.message);
     case COMEM_MSG_HELLO_REPLY: return 8 + 4 + 2 + 2;
     case COMEM_MSG_DEVICES_REPLY: {
@@ -293,6 +308,7 @@ static void assert_residency_equal(const comem_wire_residency *a, const comem_wi
         assert_int_equal(a[i].entry_id, b[i].entry_id);
         assert_int_equal(a[i].seq, b[i].seq);
         assert_true(a[i].resident == b[i].resident);
+        assert_true(a[i].refs == b[i].refs);
     }
 }
 
@@ -326,6 +342,7 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         assert_int_equal(a->u.entry_add.holder_id, b->u.entry_add.holder_id);
         assert_true(a->u.entry_add.size == b->u.entry_add.size);
         assert_true(a->u.entry_add.resident == b->u.entry_add.resident);
+        assert_true(a->u.entry_add.refs == b->u.entry_add.refs);
         assert_int_equal(a->u.entry_add.flags, b->u.entry_add.flags);
         assert_string_equal(a->u.entry_add.name, b->u.entry_add.name);
         break;
@@ -370,6 +387,13 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         assert_true(a->u.pin.bytes == b->u.pin.bytes);
         break;
     case COMEM_MSG_RESERVE: assert_int_equal(a->u.reserve.device, b->u.reserve.device); break;
+    case COMEM_MSG_DEVICE_MAP:
+        assert_int_equal(a->u.device_map.n, b->u.device_map.n);
+        for (size_t i = 0; i < a->u.device_map.n; i++) {
+            assert_int_equal(a->u.device_map.items[i].ordinal, b->u.device_map.items[i].ordinal);
+            assert_string_equal(a->u.device_map.items[i].uuid, b->u.device_map.items[i].uuid);
+        }
+        break;
     case COMEM_MSG_STATUS: assert_int_equal(a->u.status.flags, b->u.status.flags); break;
     case COMEM_MSG_RECEIPT:
         assert_int_equal(a->u.receipt.ask_id, b->u.receipt.ask_id);
@@ -600,7 +624,7 @@ static void test_full_frames_fit(void **st)
     (void)st;
     /* The biggest message of each list type still fits one frame, with room to spare. */
     sample(&g_a, COMEM_MSG_CENSUS, FULL);
-    assert_int_equal(comem_wire_encode(&g_a, g_buf, sizeof g_buf), 16 + 35 + 24 * 512);
+    assert_int_equal(comem_wire_encode(&g_a, g_buf, sizeof g_buf), 16 + 35 + 32 * 512);
     sample(&g_a, COMEM_MSG_STATUS_REPLY, FULL);
     assert_int_equal(comem_wire_encode(&g_a, g_buf, COMEM_WIRE_MAX_FRAME), 16 + 12 + COMEM_WIRE_CHUNK_MAX);
     sample(&g_a, COMEM_MSG_DEVICES_REPLY, FULL);
@@ -637,7 +661,7 @@ static void test_golden_reserve(void **st)
     (void)st;
     static const uint8_t golden[] = {
         0x43, 0x4d, 0x45, 0x4d, /* magic: "CMEM" */
-        0x01, 0x00,             /* version 1 */
+        0x02, 0x00,             /* version 2 */
         0x0e, 0x00,             /* type 14: RESERVE */
         0x07, 0x00, 0x00, 0x00, /* request_id 7 */
         0x02, 0x00, 0x00, 0x00, /* length 2 */
@@ -652,7 +676,7 @@ static void test_golden_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x01, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x02, 0x00,
         0x40, 0x00,             /* type 64: REPLY */
         0x04, 0x03, 0x02, 0x01, /* request_id 0x01020304 */
         0x07, 0x00, 0x00, 0x00, /* length 7 */
@@ -669,11 +693,11 @@ static void test_golden_hello(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x01, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x02, 0x00,
         0x01, 0x00,             /* type 1: HELLO */
         0x01, 0x00, 0x00, 0x00, /* request_id 1 */
         0x18, 0x00, 0x00, 0x00, /* length 24 */
-        0x01, 0x00,             /* proto_version 1 */
+        0x02, 0x00,             /* proto_version 2 */
         0x02,                   /* role: worker */
         0x01,                   /* scope: process-local */
         0x45, 0x23, 0x01, 0x00, /* pid 0x12345 */
@@ -683,7 +707,7 @@ static void test_golden_hello(void **st)
         0x00,                   /* token "" */
     };
     comem_msg m = {.type = COMEM_MSG_HELLO, .request_id = 1};
-    m.u.hello.proto_version = 1;
+    m.u.hello.proto_version = 2;
     m.u.hello.role = COMEM_ROLE_WORKER;
     m.u.hello.scope = 1;
     m.u.hello.pid = 0x12345;
@@ -697,7 +721,7 @@ static void test_golden_ask(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x01, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x02, 0x00,
         0x49, 0x00,             /* type 73: ASK */
         0x00, 0x00, 0x00, 0x00, /* request_id 0: unsolicited */
         0x31, 0x00, 0x00, 0x00, /* length 49 */
@@ -724,11 +748,45 @@ static void test_golden_ask(void **st)
     check_golden(&m, golden, sizeof golden);
 }
 
+static void test_golden_census_refs(void **st)
+{
+    (void)st;
+    static const uint8_t golden[] = {
+        0x43, 0x4d, 0x45, 0x4d, 0x02, 0x00,
+        0x07, 0x00,             /* type 7: CENSUS */
+        0x03, 0x00, 0x00, 0x00, /* request_id 3 */
+        0x43, 0x00, 0x00, 0x00, /* length 67 */
+        0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* holder_id 4 */
+        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* seq 1 */
+        0x00,                                           /* has: nothing */
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* pinned */
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* overhead */
+        0x01, 0x00,                                     /* one item */
+        0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* entry_id 9 */
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* seq 2 */
+        0x00, 0x00, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00, /* resident 2 GiB */
+        0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* refs 3 */
+    };
+    comem_msg m = {.type = COMEM_MSG_CENSUS, .request_id = 3};
+    m.u.census.holder_id = 4;
+    m.u.census.seq = 1;
+    m.u.census.n = 1;
+    m.u.census.items[0] = (comem_wire_residency){9, 2, (int64_t)2 << 30, 3};
+    check_golden(&m, golden, sizeof golden);
+    /* A negative reference count is refused both ways. */
+    uint8_t bad[sizeof golden];
+    memcpy(bad, golden, sizeof bad);
+    bad[sizeof bad - 1] = 0x80;
+    assert_int_equal(decode_exact(bad, sizeof bad, &g_b), COMEM_EPROTO);
+    m.u.census.items[0].refs = -1;
+    assert_int_equal(comem_wire_encode(&m, g_buf, sizeof g_buf), COMEM_ERANGE);
+}
+
 static void test_golden_status_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x01, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x02, 0x00,
         0x48, 0x00,             /* type 72: STATUS_REPLY */
         0x09, 0x00, 0x00, 0x00, /* request_id 9 */
         0x0f, 0x00, 0x00, 0x00, /* length 15 */
@@ -819,7 +877,7 @@ static void test_bad_headers_refused(void **st)
         g_buf[i] ^= 0x20;
         assert_int_equal(comem_wire_decode_header(g_buf, sizeof good, &h), COMEM_EPROTO);
     }
-    static const uint16_t versions[] = {0, 2, 0x0100, 0xffff};
+    static const uint16_t versions[] = {0, 1, 3, 0x0200, 0xffff};
     for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
         memcpy(g_buf, good, sizeof good);
         put_le(g_buf + 4, versions[i], 2);
@@ -854,7 +912,7 @@ static void test_bad_headers_refused(void **st)
     bad.magic ^= 1;
     assert_int_equal(comem_wire_decode(&bad, body, &g_b), COMEM_EPROTO);
     bad.magic ^= 1;
-    bad.version = 2;
+    bad.version = 1; /* the version before references travelled */
     assert_int_equal(comem_wire_decode(&bad, body, &g_b), COMEM_EPROTO);
     bad.version = COMEM_WIRE_VERSION;
     bad.length = COMEM_WIRE_MAX_PAYLOAD + 1;
@@ -969,7 +1027,7 @@ static int residency_list(uint16_t type, size_t n)
     else
         fb_fill(&g_f, 0, 8 + 1 + 8);
     fb_int(&g_f, n, 2);
-    fb_fill(&g_f, 0x11, 24 * n);
+    fb_fill(&g_f, 0x11, 32 * n);
     return fb_decode(&g_f, &g_b);
 }
 
@@ -1071,7 +1129,7 @@ static void test_enum_ranges(void **st)
     } flags[] = {
         {COMEM_MSG_HELLO, 8, COMEM_CAP_MASK},
         {COMEM_MSG_HOLDER_ADD, 3, COMEM_CAP_MASK},
-        {COMEM_MSG_ENTRY_ADD, 24, COMEM_ENTRY_MASK},
+        {COMEM_MSG_ENTRY_ADD, 32, COMEM_ENTRY_MASK},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         for (unsigned bit = 0; bit < 32; bit++) {
@@ -1249,7 +1307,7 @@ static void test_type_names(void **st)
         "PRESSURE",       "PIN_ACQUIRE", "PIN_RELEASE",   "RESERVE",       "STATUS",
         "RECEIPT",        "REPLY",       "HELLO_REPLY",   "DEVICES_REPLY", "ID_REPLY",
         "ADMIT_REPLY",    "PRESSURE_REPLY", "PIN_REPLY",  "RESERVE_REPLY", "STATUS_REPLY",
-        "ASK",            "RELEASE",     "RELEASE_REPLY",
+        "ASK",            "RELEASE",     "RELEASE_REPLY", "DEVICE_MAP",
     };
     assert_int_equal(sizeof names / sizeof names[0], N_TYPES);
     for (size_t t = 0; t < N_TYPES; t++)
@@ -1281,6 +1339,7 @@ int main(void)
         cmocka_unit_test(test_golden_reply),
         cmocka_unit_test(test_golden_hello),
         cmocka_unit_test(test_golden_ask),
+        cmocka_unit_test(test_golden_census_refs),
         cmocka_unit_test(test_golden_status_reply),
         cmocka_unit_test(test_every_truncation_refused),
         cmocka_unit_test(test_trailing_bytes_refused),

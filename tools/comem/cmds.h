@@ -11,5 +11,6 @@ int cmd_simulate(int argc, char **argv);
 int cmd_release(int argc, char **argv);
 int cmd_metrics(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #endif

@@ -8,6 +8,8 @@
  * help; --version prints the version. comem(1) is the manual, exit codes included:
  * 0 success, 1 the command could not do what was asked (no coordinator, a refusal,
  * a failed expectation), 2 a usage error.
+ * `comem run [FLAGS] -- PROGRAM [ARGS]` is the one exception: what follows -- is
+ * the program's own, never scanned for --help nor given the global flags.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -34,6 +36,7 @@ static void usage(FILE *f)
             "  calc RULE [--flag VALUE]...  evaluate one memory rule and print a JSON object\n"
             "  simulate SCENARIO            replay a workload under comem, comfy-env and no coordination\n"
             "  demo                         three processes share a simulated 24 GiB card\n"
+            "  run -- PROGRAM [ARGS]        run an unmodified CUDA program as a member of the ledger\n"
             "  version                      print the version\n\n"
             "global flags (before or after the command):\n"
             "  --socket PATH  the coordinator's socket (default: COMEM_SOCKET, else the per-user socket)\n"
@@ -56,6 +59,7 @@ static const command k_commands[] = {
     {"devices", cmd_devices, false, true},   {"calc", cmd_calc, false, false},
     {"simulate", cmd_simulate, false, false}, {"demo", cmd_demo, false, false},
     {"demo-worker", cmd_demo_worker, false, false}, /* the demo's own workers */
+    {"run", cmd_run, true, false},
 };
 
 static bool is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
@@ -107,6 +111,21 @@ int main(int argc, char **argv)
         return 2;
     }
     int rest = argc - i;
+    if (!strcmp(cmd->name, "run")) { /* PROGRAM's arguments are its own: no --help scan, nothing appended */
+        for (int k = i; k < argc && strcmp(argv[k], "--") != 0; k++) {
+            if (is_help(argv[k])) { /* --help anywhere before the program */
+                char *help[] = {"--help", NULL};
+                return cmd_run(1, help);
+            }
+        }
+        if (json) {
+            fprintf(stderr, "comem run: takes no --json\n");
+            return 2;
+        }
+        if (socket)
+            setenv("COMEM_SOCKET", socket, 1);
+        return cmd_run(rest, argv + i);
+    }
     if (strcmp(cmd->name, "demo-worker") != 0) {
         for (int k = i; k < argc; k++) {
             if (is_help(argv[k])) { /* --help anywhere on the line */

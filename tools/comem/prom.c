@@ -142,6 +142,7 @@ static const counter k_counters[] = {
     {"idle_releases", "comem_idle_release_asks_total", "Idle release asks sent."},
     {"sessions_ended", "comem_sessions_ended_total", "Sessions ended, for any reason."},
     {"sessions_died", "comem_sessions_died_total", "Sessions whose process was exiting or gone when they ended (killed, crashed)."},
+    {"spill_events", "comem_spill_events_total", "Overcommits started on WDDM cards (the driver paging memory to system RAM)."},
 };
 
 static void device_families(FILE *f, json_object *devs)

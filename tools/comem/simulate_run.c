@@ -302,8 +302,8 @@ static void read_ledger_end(run *r)
                 fprintf(stderr, "ledger end: %s pid %lld ctx %lld alloc %lld floor %lld resident %lld\n",
                         r->s->procs[idx].name, (long long)jint(p, "pid"), (long long)ctx, (long long)alloc,
                         (long long)jint(p, "context_floor"), (long long)jint(p, "resident"));
-            /* what the process holds beyond its context that no entry names (the ledger books it
-               into the process's floor, so status shows it there rather than as "unattributed") */
+            /* what the process holds beyond its context that no entry names (status shows it as the
+               process's own "unregistered" bytes, not as the card's "unattributed") */
             r->out->unattributed[idx] = comem_clamp0(alloc - jint(p, "resident"));
         }
     }

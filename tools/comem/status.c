@@ -77,6 +77,9 @@ static void print_table(json_object *root)
         printf(", ledger checks %lld, violations %lld", (long long)geti(co, "checks"), (long long)geti(co, "violations"));
     printf("\n");
     json_object *devs = geta(root, "devices");
+    json_object *ws = geta(root, "warnings");
+    for (size_t w = 0; ws && w < json_object_array_length(ws); w++)
+        printf("warning: %s\n", json_object_get_string(json_object_array_get_idx(ws, w)));
     for (size_t d = 0; devs && d < json_object_array_length(devs); d++) {
         json_object *dv = json_object_array_get_idx(devs, d);
         json_object *rv = geta(dv, "reserve");
@@ -87,6 +90,14 @@ static void print_table(json_object *root)
         printf("  reserve %s (base %s)  resident %s  context floors %s  granted %s  unattributed %s\n",
                sz(geti(rv, "published"), b[0]), sz(geti(rv, "base"), b[1]), sz(geti(dv, "resident"), b[2]),
                sz(geti(dv, "context_floors"), b[3]), sz(geti(dv, "granted"), b[4]), sz(geti(dv, "unattributed"), b[5]));
+        json_object *sp = geta(dv, "spill");
+        if (sp && geti(sp, "overcommit") > 0)
+            printf("  OVERCOMMITTED by %s: the driver pages memory to system RAM (pushed past by pid %lld%s%s)\n",
+                   sz(geti(sp, "overcommit"), b[0]), (long long)geti(sp, "pid"), geta(sp, "process") ? ", " : "",
+                   geta(sp, "process") ? gets(sp, "process") : "");
+        if (geti(dv, "unregistered") > 0)
+            printf("  unregistered %s (joined processes' bytes outside any holder and their contexts)\n",
+                   sz(geti(dv, "unregistered"), b[0]));
         json_object *ps = geta(dv, "processes");
         if (ps && json_object_array_length(ps)) {
             printf("  %-8s %-16s %-7s %-5s %12s %12s %12s\n", "PID", "NAME", "ROLE", "STATE", "FLOOR", "RESIDENT", "PINNED");
@@ -98,6 +109,8 @@ static void print_table(json_object *root)
                 printf("  %-8lld %-16s %-7s %-5s %12s %12s %12s\n", (long long)geti(p, "pid"), gets(p, "name"),
                        gets(p, "role"), json_object_get_boolean(geta(p, "busy")) ? "busy" : "idle",
                        sz(geti(p, "context_floor"), b[0]), sz(geti(p, "resident"), b[1]), sz(geti(p, "pinned"), b[2]));
+                if (geti(p, "unregistered") > 0)
+                    printf("    unregistered %s\n", sz(geti(p, "unregistered"), b[0]));
                 json_object *hs = geta(p, "holders");
                 for (size_t k = 0; hs && k < json_object_array_length(hs); k++)
                     print_holder(json_object_array_get_idx(hs, k));

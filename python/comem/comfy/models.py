@@ -17,6 +17,7 @@ path) or, when nothing fits, nothing (its 0.1 sentinel).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -105,8 +106,10 @@ class ComfyModels:
             seen.add(id(lm))
             e = self._track(lm, idx)
             resident = min(e.size, max(0, int(lm.model_loaded_memory())))
-            if resident != e.resident:
-                e.resident = resident
+            # ComfyUI's own second key: sys.getrefcount of the patcher, as free_memory reads it.
+            refs = sys.getrefcount(lm.model) if lm.model is not None else 0
+            if resident != e.resident or refs != e.refs:
+                e.census(resident, refs)
             per_device[idx] = per_device.get(idx, 0) + resident
         for key in [k for k in self._tracked if k not in seen]:
             t = self._tracked.pop(key)

@@ -19,6 +19,8 @@ Commands (one JSON line each; see _driver.py):
   pin(mib, holder): pinned host RAM booked for holder (a "pins" ask gives it back)
   pressure(mib), card() -> this process's (context, allocated) on the card, fill(mib): bytes on
   the card that no ledger entry accounts for, entries() -> each entry's resident bytes.
+  raw(holder, mib): allocates mib on the card for a raw holder with no entries, which reports them
+      as its bytes (census overhead) and, asked, frees what it is asked for and reports what is left.
 """
 
 import os
@@ -42,6 +44,7 @@ asks = []
 go_event = threading.Event()
 grants = []
 pinned = {}
+raw_pools = {}  # raw holder name -> bytes it holds on the card outside any entry
 lock = threading.Lock()
 
 
@@ -66,6 +69,12 @@ def on_release(ask):
         return 0
     if mode == "slow":
         go_event.wait(60)
+    if ask.holder.name in raw_pools:
+        n = min(ask.bytes if ask.kind == "bytes" else 1 << 62, raw_pools[ask.holder.name])
+        card.free(n)
+        raw_pools[ask.holder.name] -= n
+        ask.holder.report(overhead=raw_pools[ask.holder.name])
+        return n
     if ask.kind == "pins":
         n = min(ask.bytes, pinned.get(ask.holder.name, 0))
         ask.holder.unpin(n)
@@ -165,10 +174,22 @@ def fill(mib):
     return {"ok": True}
 
 
+def raw(holder, mib):
+    h = holders.get(holder)
+    if h is None:
+        h = holders[holder] = client.add_holder(holder, kind="raw", on_release=on_release)
+    modes[holder] = "free"
+    card.alloc(mib * MiB)
+    raw_pools[holder] = raw_pools.get(holder, 0) + mib * MiB
+    h.report(overhead=raw_pools[holder])
+    return {"holder": h.id, "bytes": raw_pools[holder]}
+
+
 def get_entries():
     return {"entries": {n: e.resident for n, e in entries.items()}}
 
 
 serve({"hold": hold, "mode": mode, "go": go, "asks": get_asks, "admit": admit, "done": done, "cancel": cancel,
-       "busy": busy, "pressure": pressure, "card": card_usage, "fill": fill, "pin": pin, "entries": get_entries},
+       "busy": busy, "pressure": pressure, "card": card_usage, "fill": fill, "pin": pin, "entries": get_entries,
+       "raw": raw},
       {"pid": os.getpid(), "session": client.session})

@@ -1,0 +1,93 @@
+/*
+ * coord/devmap.c - each process's device ordinals, matched to the coordinator's cards by UUID.
+ *
+ * A process numbers its GPUs as its CUDA_VISIBLE_DEVICES makes them; the
+ * coordinator numbers the machine's. A DEVICE_MAP says which card each of a
+ * process's ordinals is (by UUID), so two processes that see one card under
+ * different ordinals are charged on that one card (user-needs F7, F8), and
+ * from then on the device its messages name is its own ordinal. Two ordinals
+ * of one process that are one card are charged as one, and said: in the log
+ * when mapped, in status while the process is there. Cards the coordinator
+ * itself reads twice (one UUID at two indices) are said in status too.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "comem/common.h"
+#include "coord/coord_internal.h"
+
+static int index_of_uuid(const comem_coord_srv *s, const char *uuid)
+{
+    for (int d = 0; d < s->ledger.n_devices; d++)
+        if (!strcmp(s->ledger.devices[d].uuid, uuid))
+            return d;
+    return -1;
+}
+
+void coord_device_map(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_device_map *m)
+{
+    const ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
+    const char *who = ss ? ss->name : "?";
+    char why[COMEM_WIRE_TEXT_MAX] = "";
+    int rc = COMEM_OK;
+    for (uint16_t i = 0; i < m->n; i++) {
+        const comem_wire_devmap *it = &m->items[i];
+        int d = index_of_uuid(s, it->uuid);
+        if (d < 0) {
+            rc = COMEM_ENODEV;
+            snprintf(why, sizeof why, "no device with UUID %.60s here (its device %u stays unmapped)", it->uuid,
+                     (unsigned)it->ordinal);
+            comem_warn("'%s' (pid %d) names a card the coordinator does not read: its device %u is %s", who,
+                       (int)c->pid, (unsigned)it->ordinal, it->uuid);
+            continue;
+        }
+        c->devmap[it->ordinal] = (uint8_t)(d + 1);
+        if (it->ordinal != d)
+            comem_info("'%s' (pid %d): its device %u is the coordinator's device %d (%s)", who, (int)c->pid,
+                       (unsigned)it->ordinal, d, it->uuid);
+    }
+    for (int a = 0; a < COMEM_MAX_DEVICES; a++)
+        for (int b = a + 1; b < COMEM_MAX_DEVICES; b++)
+            if (c->devmap[a] && c->devmap[a] == c->devmap[b])
+                comem_warn("'%s' (pid %d): its devices %d and %d are one card (%s): charged as one", who, (int)c->pid,
+                           a, b, s->ledger.devices[c->devmap[a] - 1].uuid);
+    coord_reply(s, c, rid, rc, rc == COMEM_OK ? NULL : why);
+}
+
+uint16_t coord_device_in(const conn *c, uint16_t device)
+{
+    return device < COMEM_MAX_DEVICES && c->devmap[device] ? (uint16_t)(c->devmap[device] - 1) : device;
+}
+
+uint16_t coord_device_out(const conn *c, int index)
+{
+    for (int o = 0; o < COMEM_MAX_DEVICES; o++)
+        if (c->devmap[o] == index + 1)
+            return (uint16_t)o;
+    return (uint16_t)index;
+}
+
+size_t coord_device_warnings(comem_coord_srv *s, char (*out)[COORD_WARNING_MAX], size_t cap)
+{
+    size_t n = 0;
+    for (int a = 0; a < s->ledger.n_devices; a++)
+        for (int b = a + 1; b < s->ledger.n_devices && n < cap; b++)
+            if (s->ledger.devices[a].uuid[0] && !strcmp(s->ledger.devices[a].uuid, s->ledger.devices[b].uuid))
+                snprintf(out[n++], COORD_WARNING_MAX, "devices %d and %d are one card (%.80s)", a, b,
+                         s->ledger.devices[a].uuid);
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions) && n < cap; i++) {
+        uint64_t sid;
+        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, &sid);
+        const conn *c = ss ? coord_conn_of(s, sid) : NULL;
+        if (!c)
+            continue;
+        for (int a = 0; a < COMEM_MAX_DEVICES; a++)
+            for (int b = a + 1; b < COMEM_MAX_DEVICES && n < cap; b++)
+                if (c->devmap[a] && c->devmap[a] == c->devmap[b])
+                    snprintf(out[n++], COORD_WARNING_MAX,
+                             "'%.40s' (pid %d): its devices %d and %d are one card (%.80s)", ss->name, (int)ss->pid, a,
+                             b, s->ledger.devices[c->devmap[a] - 1].uuid);
+    }
+    return n;
+}
