@@ -272,7 +272,10 @@ COMEM_API int comem_vbar_read(comem_vbar *v, int64_t offset, void *dst, int64_t 
  * Registers the pager with the coordinator through client c: a holder named
  * `name` (COMEM_KIND_PAGER; answers sized and idle releases, also while busy)
  * with one paged entry per VBAR (size = VBAR size, resident = loaded bytes).
- * From then on: VBARs created get entries and destroyed ones lose them;
+ * First it tells the coordinator which card the pager's device ordinal is, by
+ * the UUID its backend reads (comem_client_map_device), so a process under any
+ * CUDA_VISIBLE_DEVICES is charged on the right card; a card the coordinator
+ * does not know is logged and the ordinal is taken as its index. From then on: VBARs created get entries and destroyed ones lose them;
  * residency is reported (comem_entry_set_resident) after a call that changed
  * it, never while the pager lock is held; and release asks are answered on the
  * client's callback thread by evicting unpinned pages lowest priority first

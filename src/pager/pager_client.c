@@ -189,6 +189,14 @@ int comem_pager_attach(comem_pager *p, comem_client *c, const char *name)
         pthread_mutex_unlock(&p->attach_mu);
         return COMEM_EEXIST;
     }
+    /* The pager's device is its own CUDA ordinal: say which card that is, so the coordinator
+       charges the right one whatever CUDA_VISIBLE_DEVICES this process runs under. */
+    if (p->vmm->uuid[0]) {
+        int mrc = comem_client_map_device(c, p->device, p->vmm->uuid);
+        if (mrc != COMEM_OK)
+            comem_info("pager: the coordinator does not know card %s (ordinal %d here): %s; its index %d is used",
+                       p->vmm->uuid, p->device, comem_status_str(mrc), p->device);
+    }
     uint64_t holder = 0;
     int rc = comem_holder_add(c, name, p->device, COMEM_KIND_PAGER,
                               COMEM_ANSWERS_RELEASE | COMEM_ANSWERS_IDLE | COMEM_RELEASES_WHILE_BUSY, release, p,

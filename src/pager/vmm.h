@@ -54,6 +54,7 @@ struct comem_vmm {
     const comem_vmm_ops *ops;
     const char *name;    /* "sim", "cuda" */
     int64_t granularity; /* page sizes must be multiples of it */
+    char uuid[80];       /* the card's UUID ("GPU-...", "SIM-..."); empty when unknown */
 };
 
 /*

@@ -33,6 +33,7 @@
 #include "comem/common.h"
 #include "pager/vmm.h"
 #include "probe/cuda_driver.h"
+#include "probe/cuda_view.h"
 
 typedef struct vmm_cuda {
     comem_vmm base;
@@ -261,7 +262,10 @@ int comem_vmm_cuda_open(int device, comem_vmm **out)
         free(c);
         return rc == COMEM_OK ? COMEM_EDRIVER : rc;
     }
-    c->base = (comem_vmm){&k_cuda_ops, "cuda", gran};
+    c->base = (comem_vmm){&k_cuda_ops, "cuda", gran, ""};
+    CUuuid u;
+    if (cu->DeviceGetUuid(&u, dev) == CUDA_SUCCESS)
+        comem_cuda_format_uuid((const unsigned char *)u.bytes, c->base.uuid, sizeof c->base.uuid);
     c->cu = cu;
     c->ordinal = device;
     c->dev = dev;

@@ -206,7 +206,10 @@ int comem_vmm_sim_open(int device, const char *sim_spec, comem_vmm **out)
         free(s);
         return rc;
     }
-    s->base = (comem_vmm){&k_sim_ops, "sim", SIM_GRANULARITY};
+    s->base = (comem_vmm){&k_sim_ops, "sim", SIM_GRANULARITY, ""};
+    comem_device_reading r;
+    if (comem_sim_read(s->sim, device, &r) == COMEM_OK)
+        snprintf(s->base.uuid, sizeof s->base.uuid, "%s", r.uuid);
     s->card = device;
     atomic_init(&s->inject_after, 0);
     atomic_init(&s->inject_transient, 0);

@@ -377,6 +377,17 @@ class TestAttachedPager(PagerCase):
         self.assertEqual(self.process("pager")["holders"], [])
         self.m.check_ledger(self)
 
+    def test_attach_says_which_card_its_ordinal_is(self):
+        uuid = self.m.status()["devices"][0]["uuid"]
+        c = self.client("pager")
+        c.map_device(1, uuid)  # this process already calls the card its device 1
+        self.assertEqual(self.m.status()["warnings"], [])
+        self.p.attach(c, "weights")  # the pager's ordinal 0 is that card too: the coordinator hears it
+        st = self.m.status()
+        self.assertEqual(len(st["warnings"]), 1, st["warnings"])
+        self.assertIn("its devices 0 and 1 are one card", st["warnings"][0])
+        self.m.check_ledger(self)
+
     def test_another_process_admission_takes_unpinned_pages(self):
         p = self.p
         c = self.client("pager")
