@@ -16,6 +16,20 @@
 #include "comem/common.h"
 #include "coord/coord_internal.h"
 
+/* The most an ask may wait for its receipt, however much it asks to move. */
+#define COORD_ASK_DEADLINE_MAX_MS 30000
+
+/* A holder asked to move bytes is given the time to move them: the base deadline
+ * plus a millisecond per MiB (about 1 GiB/s: ComfyUI offloading a model to fresh,
+ * unpinned host memory first touches every page, then copies), capped. */
+static int ask_deadline_ms(comem_coord_srv *s, const ledger_holder *h, uint64_t holder, int64_t bytes)
+{
+    int64_t movable = comem_ledger_session_resident(&s->ledger, h->session, holder, h->device);
+    int64_t moving = comem_clamp0(bytes < movable ? bytes : movable);
+    int64_t ms = comem_add(s->cfg.ask_deadline_ms, moving / COMEM_MIB);
+    return (int)(ms < COORD_ASK_DEADLINE_MAX_MS ? ms : COORD_ASK_DEADLINE_MAX_MS);
+}
+
 uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t bytes, const comem_wire_release *items,
                    uint16_t n, coord_ask_done done, uint64_t owner)
 {
@@ -31,8 +45,9 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     ask *a = comem_slab_alloc(&s->asks, &id);
     if (!a)
         return 0;
+    int deadline_ms = ask_deadline_ms(s, h, holder, bytes);
     *a = (ask){.session = h->session, .holder = holder, .kind = kind, .device = h->device, .bytes = bytes,
-               .deadline_ns = comem_now_ns() + (int64_t)s->cfg.ask_deadline_ms * 1000000, .done = done,
+               .deadline_ns = comem_now_ns() + (int64_t)deadline_ms * 1000000, .done = done,
                .owner = owner, .report_seq = h->census_seq};
     comem_msg m = {.type = COMEM_MSG_ASK, .request_id = 0};
     comem_msg_ask *w = &m.u.ask;
@@ -41,7 +56,7 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     w->kind = kind;
     w->device = coord_device_out(c, h->device); /* as the holder's process names it */
     w->bytes = bytes;
-    w->deadline_ms = (uint32_t)s->cfg.ask_deadline_ms;
+    w->deadline_ms = (uint32_t)deadline_ms;
     w->n = n;
     for (uint16_t i = 0; i < n; i++)
         w->items[i] = items[i];

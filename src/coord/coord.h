@@ -21,7 +21,8 @@ typedef struct comem_coord_config {
     char device_spec[256];      /* "" : COMEM_DEVICE, else auto */
     char token[128];            /* "" : no token required */
     double idle_release_s;      /* a holder idle this long is asked to release (60) */
-    int ask_deadline_ms;        /* a holder that has not answered by then counts as busy (2000) */
+    int ask_deadline_ms;        /* a holder that has not answered by then counts as busy (2000), plus 1 ms per MiB
+                                   the ask would move, up to 30 s (coord/asks.c) */
     int64_t grant_ttl_ms;       /* an unused grant expires after this (60000) */
     int reading_max_age_ms;     /* admissions reuse a reading this recent, corrected by the ledger (20) */
     int tick_ms;                /* idle release, expiry and re-measure period (250) */

@@ -941,6 +941,25 @@ class TestAdmission(MachineCase):
         c.admit(GiB, timeout=float("inf")).cancel()  # the longest wait there is
         self.m.check_ledger(self)
 
+    def test_a_holder_moving_gigabytes_is_given_the_time(self):
+        holder = self.child("holder")
+        holder.ask("hold", holder="models", entry="big", mib=6144, mode="slow")
+        c = self.client(timeout=20)
+        free = FREE0 - CONTEXT - 6 * GiB
+        asked = need(3 * GiB) - free  # the ask moves this much: its deadline is 2 s + 1 ms per MiB of it
+        self.assertGreater(asked, GiB)
+        out = {}
+        t = threading.Thread(target=lambda: out.update(g=c.admit(3 * GiB)))
+        t.start()
+        self.assertTrue(wait_for(lambda: len(holder.ask("asks")["asks"]) == 1))
+        time.sleep(2.3)  # past the base deadline, inside the one this ask was given
+        holder.ask("go")
+        t.join(20)
+        self.assertIn("g", out, "the admission was refused: the holder was not given the time to move its bytes")
+        out["g"].cancel()
+        self.assertEqual(self.entry("holder", "big")["resident"], 6 * GiB - asked)
+        self.m.check_ledger(self)
+
     def test_a_holder_without_entries_is_asked_for_the_bytes_it_reports(self):
         # Issue 14's report: a raw holder with a release callback and 10 GiB, no entries, was never
         # asked ("asked 0 holder(s)") and a 16 GiB admission was refused. Here: 5 GiB of an 8 GiB card.
