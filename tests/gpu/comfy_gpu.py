@@ -248,7 +248,8 @@ class Scene:
             B = m.child("paged_worker.py", "worker-b")
             self.pids["B"] = B.pid
             layer_mib = max(32, int(0.02 * E / MiB) // 32 * 32)
-            B.ask("start", layers=max(8, int(0.5 * E / (layer_mib * MiB))), layer_mib=layer_mib, timeout=120)
+            B.ask("start", layers=max(8, int(0.5 * E / (layer_mib * MiB))), layer_mib=layer_mib,
+                  admit_mib=int(0.25 * E / MiB), timeout=120)
             time.sleep(1.0)
             b0 = B.ask("stats")
             self.snapshot("worker B paging (busy)")

@@ -1,7 +1,11 @@
 """A worker paging one model through comem.aimdo while it computes (CUDA, or the simulated card on the CPU).
 
 argv: NAME. Commands:
-  start(layers, layer_mib)  reserve a VBAR for the model and run layers in a loop on a thread, marked busy:
+  start(layers, layer_mib, admit_mib)
+                            reserve a VBAR for the model; first (as ComfyUI's load_models_gpu frees room for a
+                            dynamic model and its inference memory) admit admit_mib of its weights with three
+                            layers of working memory, which asks idle holders elsewhere for the room, and let
+                            the pages fill it; then run layers in a loop on a thread, marked busy:
                             fault each weight; resident -> copy it in if its signature changed, then use it;
                             offloaded -> stream it from pinned host memory; unpin. Every exception is counted.
   stats()                   faults seen resident/offloaded, copies, exceptions, OOMs, the pager's usage,
@@ -22,6 +26,7 @@ import comem.aimdo.control  # noqa: E402
 comfy_aimdo.control.init()
 import torch  # noqa: E402
 
+import comem  # noqa: E402
 import comem._lib  # noqa: E402
 import comem.aimdo.torch  # noqa: E402
 from comem.aimdo.model_vbar import ModelVBAR, vbar_fault, vbar_signature_compare, vbar_unpin  # noqa: E402
@@ -77,7 +82,7 @@ def loop(weights, host_src):
             report_overhead()
 
 
-def start(layers, layer_mib):
+def start(layers, layer_mib, admit_mib=0):
     nbytes = layer_mib * MiB
     vbar = ModelVBAR(layers * nbytes + 512 * layers, device=0)
     weights = [vbar.alloc(nbytes) for _ in range(layers)]
@@ -88,6 +93,11 @@ def start(layers, layer_mib):
     # The layer's working memory (the streamed copy of an offloaded weight, and x) lives in torch's
     # allocator, outside the pager: keep room for it, as ComfyUI does with its inference memory.
     pager.set_extra_headroom(3 * nbytes)
+    if client is not None and admit_mib > 0:
+        try:  # the room is made now; the grant goes, and the pages (and torch's working memory) take it
+            client.admit(admit_mib * MiB, device=0, inference=3 * nbytes).cancel()
+        except comem.Refused as r:
+            counts["admit_short_by"] = r.short_by
     if client is not None:
         client.set_busy(True, "paging")  # computing from now on: only a pager may still be asked
     state["vbar"] = vbar
