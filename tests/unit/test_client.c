@@ -337,7 +337,10 @@ static void mock_init(mock *m)
 /* Listens on path and starts serving. 0 or -1 (no cmocka asserts: the embed stub calls it). */
 static int mock_start(mock *m, const char *path)
 {
-    snprintf(m->path, sizeof m->path, "%s", path);
+    size_t n = strlen(path);
+    if (n >= sizeof m->path)
+        return -1;
+    memcpy(m->path, path, n + 1);
     m->lfd = mock_listen_fd(path);
     if (m->lfd < 0)
         return -1;
