@@ -128,13 +128,33 @@ int comem_conn_send(comem_client *c, uint64_t gen, const comem_msg *m)
     return rc;
 }
 
-int comem_conn_read(comem_client *c, int fd, int timeout_ms)
+/* Moves the unread bytes to the buffer's start, so a whole frame fits behind them. */
+static void compact(comem_client *c)
 {
     if (c->rpos > 0) {
         memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
         c->rlen -= c->rpos;
         c->rpos = 0;
     }
+}
+
+/* What a read of r bytes into the buffer means: 1 bytes came, 0 none yet, or the link's end. */
+static int took_bytes(comem_client *c, ssize_t r)
+{
+    if (r > 0) {
+        c->rlen += (size_t)r;
+        return 1;
+    }
+    if (r == 0)
+        return COMEM_ECLOSED;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return 0;
+    return errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
+}
+
+int comem_conn_read(comem_client *c, int fd, int timeout_ms)
+{
+    compact(c);
     struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = c->wake_fd, .events = POLLIN}};
     int pr = poll(pfd, 2, timeout_ms);
     if (pr < 0)
@@ -151,36 +171,16 @@ int comem_conn_read(comem_client *c, int fd, int timeout_ms)
         return 0;
     /* A frame is at most COMEM_WIRE_MAX_FRAME and the buffer holds one, so there is room. */
     ssize_t r = read(fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen);
-    if (r > 0) {
-        c->rlen += (size_t)r;
-        return 1;
-    }
-    if (r == 0)
-        return COMEM_ECLOSED;
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-        return 0;
-    return errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
+    return took_bytes(c, r);
 }
 
 int comem_conn_fill(comem_client *c)
 {
-    if (c->rpos > 0) {
-        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
-        c->rlen -= c->rpos;
-        c->rpos = 0;
-    }
+    compact(c);
     if (c->fd < 0)
         return COMEM_ECLOSED;
     ssize_t r = recv(c->fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen, MSG_DONTWAIT);
-    if (r > 0) {
-        c->rlen += (size_t)r;
-        return 1;
-    }
-    if (r == 0)
-        return COMEM_ECLOSED;
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-        return 0;
-    return errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
+    return took_bytes(c, r);
 }
 
 void comem_conn_watch(comem_client *c, int fd, bool on)
