@@ -223,6 +223,17 @@ void comem_client_close(comem_client *c)
         comem_error("comem_client_close called from a release callback; ignored");
         return;
     }
+    /* Say this end is on purpose, so the coordinator does not count it a death. */
+    pthread_mutex_lock(&c->lock);
+    bool up = c->link == LINK_UP;
+    uint64_t gen = c->gen;
+    pthread_mutex_unlock(&c->lock);
+    if (up) {
+        comem_msg m;
+        memset(&m, 0, sizeof m);
+        m.type = COMEM_MSG_GOODBYE;
+        (void)comem_conn_send(c, gen, &m);
+    }
     comem_callbacks_stop(c); /* first, while the service thread still delivers its replies */
     comem_service_stop(c);
     client_free(c);

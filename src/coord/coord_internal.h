@@ -68,6 +68,7 @@ typedef struct conn {
     uint32_t uid;
     uint64_t session; /* 0 before HELLO */
     bool closing;     /* flush what is queued, then close */
+    bool goodbye;     /* the client said GOODBYE: its session's end is no death */
     bool want_out;    /* EPOLLOUT is armed: output is waiting for room */
     uint8_t *in;      /* COMEM_WIRE_MAX_FRAME bytes */
     size_t in_len;

@@ -256,6 +256,9 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
     case COMEM_MSG_RELEASE:
         coord_release(s, c, rid, &m->u.release);
         break;
+    case COMEM_MSG_GOODBYE:
+        c->goodbye = true; /* EOF follows */
+        break;
     default:
         /* A coordinator-to-client type sent the other way is a protocol error. */
         coord_reply(s, c, rid, COMEM_EPROTO, "not a request");

@@ -161,12 +161,11 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
     coord_book_session_end(s, c); /* what it booked in shared memory, before the ledger drops its grants */
     ledger_release_summary sum = {0};
     comem_ledger_session_end(&s->ledger, id, &sum);
-    /* A death, for the counters: a session that had registered something, whose process was
-       exiting or gone when the session ended (observers, which register nothing, never count).
-       The protocol has no goodbye, so a client closed just before a normal exit can be counted
-       too when its close is read after the exit began; a killed process always is. */
+    /* A death, for the counters: a session that had registered something and did not say
+       GOODBYE, whose process was exiting or gone when the session ended (observers, which
+       register nothing, never count; nor does a client that closed and exited at once). */
     s->counters.sessions_ended++;
-    if ((sum.holders > 0 || sum.entries > 0 || sum.grants > 0) && process_gone(c))
+    if ((sum.holders > 0 || sum.entries > 0 || sum.grants > 0) && !c->goodbye && process_gone(c))
         s->counters.sessions_died++;
     char g[32], r[32], p[32];
     comem_info("session %llx ('%s', pid %d) ended (%s): released %d grant(s) of %s, %d entr%s holding %s, %s pinned",

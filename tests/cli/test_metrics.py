@@ -93,6 +93,16 @@ class Metrics(unittest.TestCase):
         _, fams = self.metrics()
         self.assertEqual(one(fams, "comem_sessions_died_total"), 1)
         self.assertEqual(one(fams, "comem_device_resident_bytes", device=0), 0)
+        # Closing the client and exiting at once says GOODBYE: an end, not a death.
+        for i in range(5):
+            w = self.m.worker(f"quitter{i}", GiB)
+            w.stdin.close()
+            w.wait()
+        self.m.wait_for(lambda: not any(p["name"].startswith("quitter")
+                                        for p in self.m.status()["devices"][0]["processes"]), "the quitters' ends")
+        _, fams = self.metrics()
+        self.assertEqual(one(fams, "comem_sessions_died_total"), 1)
+        self.assertGreaterEqual(one(fams, "comem_sessions_ended_total"), 6)
 
     def test_label_values_are_escaped(self):
         odd = 'we"ird\\na me'  # a quote, a backslash and a space in a process name
