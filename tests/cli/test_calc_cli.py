@@ -113,5 +113,31 @@ class Evict(unittest.TestCase):
         self.assertEqual(out["actions"][0]["asked"], 1e32)
 
 
+class ComfyVersions(unittest.TestCase):
+    """--comfyui picks the snapshot's rule where it differs from the current one (docs/conformance.md)."""
+
+    def test_lowvram_floor_of_the_snapshot(self):
+        args = ("calc", "lowvram", "--free", "2GiB", "--mmr", "3GiB", "--vram-state", "low")
+        self.assertEqual(run_json(*args), run_json(*args, "--comfyui", "current"))
+        self.assertEqual((run_json(*args)["kind"], run_json(*args)["budget"]), ("nothing", 0.1))
+        old = run_json(*args, "--comfyui", "a125cd84")
+        self.assertEqual((old["kind"], old["budget"]), ("bytes", 128 * MiB))  # its floor: 128 MiB even when nothing fits
+
+    def test_free_memory_acts_on_nothing_left_to_free_in_the_snapshot(self):
+        args = ("calc", "evict", "--required", "2GiB", "--free", "2GiB", "--entry", "size=1GiB,loaded=1GiB")
+        self.assertEqual(run_json(*args)["actions"], [])
+        self.assertEqual(run_json(*args, "--comfyui", "a125cd84")["actions"],
+                         [{"entry": 0, "action": "partial", "asked": 0}])
+
+    def test_refusals(self):
+        p = run("calc", "lowvram", "--free", "2GiB", "--mmr", "3GiB", "--comfyui", "2024")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--comfyui: '2024' is not one of current, a125cd84", p.stderr)
+        p = run("calc", "evict", "--required", "2GiB", "--free", "1GiB", "--for-dynamic", "--comfyui", "a125cd84",
+                "--entry", "size=1GiB,loaded=1GiB")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("a125cd84 has no dynamic loads", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

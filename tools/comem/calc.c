@@ -14,6 +14,7 @@
 #include "args.h"
 #include "arith/admission.h"
 #include "arith/cross_reserve.h"
+#include "arith/comfy_a125cd84.h"
 #include "arith/evict.h"
 #include "arith/lowvram.h"
 #include "arith/pinned.h"
@@ -121,10 +122,23 @@ static int parse_state(const rule_ctx *c, comem_vram_state *st)
     return -1;
 }
 
+/* --comfyui current|a125cd84: which ComfyUI's rule, where the two differ (docs/conformance.md). */
+static int parse_comfyui(const rule_ctx *c, bool *a125cd84)
+{
+    arg_value *v = val(c, "comfyui");
+    *a125cd84 = v->set && strcmp(v->str, "a125cd84") == 0;
+    if (v->set && !*a125cd84 && strcmp(v->str, "current") != 0) {
+        snprintf(c->err, c->errlen, "--comfyui: '%s' is not one of current, a125cd84", v->str);
+        return -1;
+    }
+    return 0;
+}
+
 static const arg_spec lowvram_specs[] = {
     {"free", ARG_SIZE, true},       {"loaded", ARG_SIZE, false},     {"mmr", ARG_SIZE, true},
     {"reserve", ARG_SIZE, false},   {"ratio", ARG_NUMBER, false},    {"vram-state", ARG_STRING, false},
     {"force-full-load", ARG_FLAG, false}, {"cpu", ARG_FLAG, false},  {"no-lowvram", ARG_FLAG, false},
+    {"comfyui", ARG_STRING, false},
 };
 static int rule_lowvram(const rule_ctx *c, json_object *out)
 {
@@ -138,9 +152,10 @@ static int rule_lowvram(const rule_ctx *c, json_object *out)
         .inference = comem_minimum_inference_memory(num(c, "reserve", DEFAULT_RESERVE)),
         .ratio = num(c, "ratio", COMEM_WEIGHT_RATIO_NVIDIA),
     };
-    if (parse_state(c, &in.vram_state) != 0)
+    bool a125cd84;
+    if (parse_state(c, &in.vram_state) != 0 || parse_comfyui(c, &a125cd84) != 0)
         return -1;
-    comem_budget b = comem_lowvram_budget(&in);
+    comem_budget b = a125cd84 ? comem_lowvram_budget_a125cd84(&in) : comem_lowvram_budget(&in);
     static const char *kinds[] = {"full", "nothing", "bytes"};
     json_object_object_add(out, "kind", json_object_new_string(kinds[b.kind]));
     json_object_object_add(out, "budget", jnum(b.value));
@@ -244,6 +259,7 @@ static const arg_spec evict_specs[] = {
     {"required", ARG_SIZE, true},        {"free", ARG_SIZE, true},
     {"for-dynamic", ARG_FLAG, false},    {"no-smart-memory", ARG_FLAG, false},
     {"any-device", ARG_FLAG, false},     {"entry", ARG_STRING_LIST, false},
+    {"comfyui", ARG_STRING, false},
 };
 static int rule_evict(const rule_ctx *c, json_object *out)
 {
@@ -253,10 +269,13 @@ static int rule_evict(const rule_ctx *c, json_object *out)
     size_t *order = calloc(n ? n : 1, sizeof *order);
     comem_evict_action *actions = calloc(n ? n : 1, sizeof *actions);
     int rc = -1;
+    bool a125cd84;
     if (!entries || !order || !actions) {
         snprintf(c->err, c->errlen, "out of memory");
         goto done;
     }
+    if (parse_comfyui(c, &a125cd84) != 0)
+        goto done;
     for (size_t i = 0; i < n; i++)
         if (parse_entry(ev->strs[i], &entries[i], c->err, c->errlen) != 0)
             goto done;
@@ -271,8 +290,9 @@ static int rule_evict(const rule_ctx *c, json_object *out)
     };
     comem_evict_ops ops = {.free_now = sim_free, .partial = sim_partial, .detach = sim_detach, .user = &sim};
     comem_evict_result res;
-    if (comem_evict_run(&req, entries, n, &ops, order, actions, &res) != 0) {
-        snprintf(c->err, c->errlen, "evict: invalid request");
+    if ((a125cd84 ? comem_evict_run_a125cd84 : comem_evict_run)(&req, entries, n, &ops, order, actions, &res) != 0) {
+        snprintf(c->err, c->errlen, a125cd84 && req.for_dynamic ? "evict: ComfyUI a125cd84 has no dynamic loads"
+                                                                 : "evict: invalid request");
         goto done;
     }
     json_object *jorder = json_object_new_array();
