@@ -106,6 +106,18 @@ static int route(comem_client *c, bool *local)
     return !*local && cannot_wait(c) ? COMEM_EBUSY : COMEM_OK;
 }
 
+/* A change made in the booking area while the coordinator dozes: wake it, so the ledger (and the
+   view) has it within a millisecond. One send, only after a quiet spell; never waited on. */
+static void nudge_if_dozing(comem_client *c, const client_fast *f, uint64_t gen)
+{
+    if (!comem_fast_coordinator_dozing(f))
+        return;
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = COMEM_MSG_BOOKED;
+    (void)comem_conn_send(c, gen, &m);
+}
+
 /*
  * The fast path (client/fast.c): an admission that fits the room the
  * coordinator published is booked in shared memory, without a round trip.
@@ -153,6 +165,7 @@ static int admit_fast(comem_client *c, int device, uint64_t holder, int64_t weig
         comem_fast_cancel(f, &booked); /* cannot remember it: give it back */
         return COMEM_ENOMEM;
     }
+    nudge_if_dozing(c, f, gen);
     if (grant)
         *grant = booked.id;
     if (short_by)
@@ -373,8 +386,10 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
     if (g.fast && entry_coord == 0) { /* a cancelled booking: given back in shared memory, no round trip */
         client_fast *f = comem_fast_for(c, g.gen);
         pthread_mutex_unlock(&c->lock);
-        if (f)
+        if (f) {
             comem_fast_cancel(f, &g);
+            nudge_if_dozing(c, f, g.gen);
+        }
         return COMEM_OK;
     }
     if (g.fast) /* a load: through the socket, in order with the censuses that follow it */

@@ -503,6 +503,8 @@ void comem_fast_detach(comem_client *c);
 void comem_fast_free(comem_client *c);
 /* The area of connection gen, or NULL. */
 client_fast *comem_fast_for(comem_client *c, uint64_t gen);
+/* Whether the coordinator may be sleeping past a change made in the area now (then send BOOKED). */
+bool comem_fast_coordinator_dozing(const client_fast *f);
 /*
  * Books weights on device without a round trip when the admission fits the
  * published room; fills g's fast fields and *fig. False: ask the coordinator.

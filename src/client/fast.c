@@ -98,6 +98,12 @@ void comem_fast_free(comem_client *c)
     atomic_store(&c->fast, NULL);
 }
 
+bool comem_fast_coordinator_dozing(const client_fast *f)
+{
+    int64_t until = atomic_load_explicit(&f->a->looking_until_ns, memory_order_relaxed);
+    return comem_now_ns() >= until - BOOK_NUDGE_EARLY_NS;
+}
+
 client_fast *comem_fast_for(comem_client *c, uint64_t gen)
 {
     client_fast *f = atomic_load_explicit(&c->fast, memory_order_acquire);

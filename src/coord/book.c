@@ -451,6 +451,13 @@ void coord_book_reconcile(comem_coord_srv *s)
     }
 }
 
+/* Tells clients until when the loop looks at the area often (coord/book.h looking_until_ns). */
+static void publish_looking(coord_book *b)
+{
+    atomic_store_explicit(&b->a->looking_until_ns, b->recount ? INT64_MAX : b->active_until_ns,
+                          memory_order_relaxed);
+}
+
 void coord_book_sync(comem_coord_srv *s)
 {
     coord_book *b = &s->book;
@@ -468,6 +475,7 @@ void coord_book_sync(comem_coord_srv *s)
     }
     if (b->recount && !recount(s)) {
         b->active_until_ns = now + BOOK_ACTIVE_NS; /* look again soon */
+        publish_looking(b);
         if (!b->recount_since_ns)
             b->recount_since_ns = now;
         else if (now - b->recount_since_ns > BOOK_RECOUNT_WAIT_NS) {
@@ -484,6 +492,7 @@ void coord_book_sync(comem_coord_srv *s)
     if (b->off || (b->recount && !recount(s)))
         return;
     bool active = now < b->active_until_ns;
+    publish_looking(b);
     publish_targets(s);
     for (int d = 0; d < s->ledger.n_devices; d++) {
         int64_t lim = limit_of(s, d, active);

@@ -38,7 +38,7 @@
 #include "probe/device.h"
 
 #define BOOK_MAGIC 0x4b4f4f424d454d43ULL /* "CMEMBOOK" */
-#define BOOK_VERSION 1u
+#define BOOK_VERSION 2u
 #define BOOK_SLOTS 1024  /* one per coordinator connection slot (COORD_MAX_CONNS) */
 #define BOOK_RECORDS 64  /* bookings one session may have outstanding in the area */
 #define BOOK_CLOSED (-1) /* a limit below 0: the fast path is closed on that device */
@@ -84,6 +84,10 @@ typedef struct book_device {
     char pad_[40];                /* one cache line each: devices do not share a line */
 } book_device;
 
+/* A client nudges from this long before looking_until_ns: the coordinator may be deciding to
+   sleep just as it books. */
+#define BOOK_NUDGE_EARLY_NS (1000000LL)
+
 /* A limit not confirmed for this long is not used: the coordinator is stopped or stuck. */
 #define BOOK_STALE_NS (200 * 1000000LL)
 
@@ -93,7 +97,10 @@ typedef struct book_area {
     uint32_t n_devices;
     uint32_t n_slots;
     int32_t coord_pid;
-    char pad_[40];
+    /* k: until then (CLOCK_MONOTONIC) the coordinator looks at the area every 250 us; a client
+       booking or cancelling after it sends BOOKED, so the change is in the ledger within 1 ms */
+    _Atomic int64_t looking_until_ns;
+    char pad_[32];
     book_device dev[COMEM_MAX_DEVICES];
     book_slot slot[BOOK_SLOTS];
 } book_area;

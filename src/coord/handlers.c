@@ -259,6 +259,8 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
     case COMEM_MSG_GOODBYE:
         c->goodbye = true; /* EOF follows */
         break;
+    case COMEM_MSG_BOOKED:
+        break; /* the wake-up is the point: this turn's end reconciles the area */
     default:
         /* A coordinator-to-client type sent the other way is a protocol error. */
         coord_reply(s, c, rid, COMEM_EPROTO, "not a request");

@@ -37,7 +37,7 @@
  *                   list<residency, 512> items
  *   RELEASE         u64 entry_id, i64 bytes, u32 timeout_ms
  *   DEVICE_MAP      list<devmap, 16> items
- *   GOODBYE         (empty)
+ *   GOODBYE, BOOKED (empty)
  *   REPLY           i32 status, text<128> message
  *   HELLO_REPLY     u64 session_id, u32 coord_pid, u16 proto_version,
  *                   u16 n_devices (<= 16)
@@ -444,7 +444,8 @@ static bool walk_body(comem_wire_cur *c, comem_msg *m)
     switch ((comem_msg_type)m->type) {
     case COMEM_MSG_HELLO: walk_hello(c, &m->u.hello); break;
     case COMEM_MSG_DEVICES:
-    case COMEM_MSG_GOODBYE: break; /* no body */
+    case COMEM_MSG_GOODBYE:
+    case COMEM_MSG_BOOKED: break; /* no body */
     case COMEM_MSG_HOLDER_ADD: walk_holder_add(c, &m->u.holder_add); break;
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
@@ -501,6 +502,7 @@ static const char *type_name_or_null(uint16_t type)
     case COMEM_MSG_RELEASE: return "RELEASE";
     case COMEM_MSG_DEVICE_MAP: return "DEVICE_MAP";
     case COMEM_MSG_GOODBYE: return "GOODBYE";
+    case COMEM_MSG_BOOKED: return "BOOKED";
     case COMEM_MSG_REPLY: return "REPLY";
     case COMEM_MSG_HELLO_REPLY: return "HELLO_REPLY";
     case COMEM_MSG_DEVICES_REPLY: return "DEVICES_REPLY";

@@ -68,6 +68,7 @@ typedef enum comem_msg_type {
     COMEM_MSG_RELEASE = 17,      /* -> RELEASE_REPLY: ask the holder of another process's entry */
     COMEM_MSG_DEVICE_MAP = 31,   /* -> REPLY: this process's device ordinals, by the UUID of each */
     COMEM_MSG_GOODBYE = 32,      /* not replied to: the client ends its session on purpose */
+    COMEM_MSG_BOOKED = 33,       /* not replied to: look at the booking area now (docs/booking.md) */
 
     /* coordinator -> client */
     COMEM_MSG_REPLY = 64,

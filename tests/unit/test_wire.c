@@ -26,6 +26,7 @@ static const uint16_t all_types[] = {
     COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
     COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,    COMEM_MSG_GOODBYE,
+    COMEM_MSG_BOOKED,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -65,7 +66,8 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         break;
     }
     case COMEM_MSG_DEVICES:
-    case COMEM_MSG_GOODBYE: break;
+    case COMEM_MSG_GOODBYE:
+    case COMEM_MSG_BOOKED: break;
     case COMEM_MSG_HOLDER_ADD:
         m->u.holder_add.device = 0xffff;
         m->u.holder_add.kind = COMEM_HOLDER_RAW;
@@ -259,7 +261,8 @@ static size_t expected_payload(const comem_msg *m)
     case COMEM_MSG_HELLO:
         return 2 + 1 + 1 + 4 + 4 + 8 + TXT(m->u.hello.name) + TXT(m->u.hello.token);
     case COMEM_MSG_DEVICES:
-    case COMEM_MSG_GOODBYE: return 0;
+    case COMEM_MSG_GOODBYE:
+    case COMEM_MSG_BOOKED: return 0;
     case COMEM_MSG_HOLDER_ADD: return 2 + 1 + 4 + TXT(m->u.holder_add.name);
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
@@ -331,7 +334,8 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         assert_string_equal(a->u.hello.token, b->u.hello.token);
         break;
     case COMEM_MSG_DEVICES:
-    case COMEM_MSG_GOODBYE: break;
+    case COMEM_MSG_GOODBYE:
+    case COMEM_MSG_BOOKED: break;
     case COMEM_MSG_HOLDER_ADD:
         assert_int_equal(a->u.holder_add.device, b->u.holder_add.device);
         assert_int_equal(a->u.holder_add.kind, b->u.holder_add.kind);
@@ -1311,6 +1315,7 @@ static void test_type_names(void **st)
         "RECEIPT",        "REPLY",       "HELLO_REPLY",   "DEVICES_REPLY", "ID_REPLY",
         "ADMIT_REPLY",    "PRESSURE_REPLY", "PIN_REPLY",  "RESERVE_REPLY", "STATUS_REPLY",
         "ASK",            "RELEASE",     "RELEASE_REPLY", "DEVICE_MAP",    "GOODBYE",
+        "BOOKED",
     };
     assert_int_equal(sizeof names / sizeof names[0], N_TYPES);
     for (size_t t = 0; t < N_TYPES; t++)
