@@ -16,17 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static json_object *get(json_object *o, const char *k)
-{
-    json_object *v = NULL;
-    return o && json_object_object_get_ex(o, k, &v) ? v : NULL;
-}
-static const char *str(json_object *o, const char *k)
-{
-    json_object *v = get(o, k);
-    return v ? json_object_get_string(v) : "";
-}
-static size_t len(json_object *a) { return a && json_object_is_type(a, json_type_array) ? json_object_array_length(a) : 0; }
+#include "jsonout.h"
+
 static json_object *at(json_object *a, size_t i) { return json_object_array_get_idx(a, i); }
 
 /* A label value as the format escapes it: backslash, double quote and newline. */
@@ -72,24 +63,24 @@ static const char *labels(char *buf, size_t cap, const char *const *kv, int n)
 
 static const char *device_labels(char *buf, size_t cap, json_object *d)
 {
-    const char *kv[] = {"device", str(d, "index"), "uuid", str(d, "uuid"), "name", str(d, "name")};
+    const char *kv[] = {"device", jget_str(d, "index"), "uuid", jget_str(d, "uuid"), "name", jget_str(d, "name")};
     return labels(buf, cap, kv, 3);
 }
 
 /* A process the snapshot lists that holds nothing and only looks (comem status, this exporter). */
-static bool observer(json_object *p) { return !strcmp(str(p, "role"), "tool") && len(get(p, "holders")) == 0; }
+static bool observer(json_object *p) { return !strcmp(jget_str(p, "role"), "tool") && jlen(jget(p, "holders")) == 0; }
 
 static const char *session_labels(char *buf, size_t cap, json_object *d, json_object *p)
 {
-    const char *kv[] = {"device", str(d, "index"), "session", str(p, "session"), "pid", str(p, "pid"),
-                        "process", str(p, "name"), "role", str(p, "role")};
+    const char *kv[] = {"device", jget_str(d, "index"), "session", jget_str(p, "session"), "pid", jget_str(p, "pid"),
+                        "process", jget_str(p, "name"), "role", jget_str(p, "role")};
     return labels(buf, cap, kv, 5);
 }
 
 static const char *holder_labels(char *buf, size_t cap, json_object *d, json_object *p, json_object *h)
 {
-    const char *kv[] = {"device", str(d, "index"), "session", str(p, "session"), "pid", str(p, "pid"),
-                        "process", str(p, "name"), "holder", str(h, "name"), "kind", str(h, "kind")};
+    const char *kv[] = {"device", jget_str(d, "index"), "session", jget_str(p, "session"), "pid", jget_str(p, "pid"),
+                        "process", jget_str(p, "name"), "holder", jget_str(h, "name"), "kind", jget_str(h, "kind")};
     return labels(buf, cap, kv, 6);
 }
 
@@ -97,14 +88,14 @@ static const char *holder_labels(char *buf, size_t cap, json_object *d, json_obj
 static int64_t granted_to(json_object *d, const char *session, const char *holder)
 {
     int64_t sum = 0;
-    json_object *gs = get(d, "grants");
-    for (size_t i = 0; i < len(gs); i++) {
+    json_object *gs = jget(d, "grants");
+    for (size_t i = 0; i < jlen(gs); i++) {
         json_object *g = at(gs, i);
-        if (session && strcmp(str(g, "session"), session) != 0)
+        if (session && strcmp(jget_str(g, "session"), session) != 0)
             continue;
-        if (holder && (!get(g, "holder") || strcmp(str(g, "holder"), holder) != 0))
+        if (holder && (!jget(g, "holder") || strcmp(jget_str(g, "holder"), holder) != 0))
             continue;
-        sum += json_object_get_int64(get(g, "bytes"));
+        sum += json_object_get_int64(jget(g, "bytes"));
     }
     return sum;
 }
@@ -150,10 +141,10 @@ static void device_families(FILE *f, json_object *devs)
     char lb[1024];
     for (size_t g = 0; g < sizeof k_dev / sizeof k_dev[0]; g++) {
         family(f, k_dev[g].metric, "gauge", k_dev[g].help);
-        for (size_t i = 0; i < len(devs); i++) {
-            json_object *d = at(devs, i), *v = get(d, k_dev[g].key);
+        for (size_t i = 0; i < jlen(devs); i++) {
+            json_object *d = at(devs, i), *v = jget(d, k_dev[g].key);
             if (k_dev[g].sub)
-                v = get(v, k_dev[g].sub);
+                v = jget(v, k_dev[g].sub);
             /* null: not known now, and a base of -1: not set yet; either is left out */
             if (v && (!k_dev[g].sub || strcmp(k_dev[g].sub, "base") != 0 || json_object_get_int64(v) >= 0))
                 sample_i(f, k_dev[g].metric, device_labels(lb, sizeof lb, d), json_object_get_int64(v));
@@ -172,16 +163,16 @@ static void session_families(FILE *f, json_object *devs)
                                   "1 while the process computes (it is not asked to release), else 0."};
     for (int k = 0; k < 4; k++) {
         family(f, names[k], "gauge", helps[k]);
-        for (size_t i = 0; i < len(devs); i++) {
-            json_object *d = at(devs, i), *ps = get(d, "processes");
-            for (size_t j = 0; j < len(ps); j++) {
+        for (size_t i = 0; i < jlen(devs); i++) {
+            json_object *d = at(devs, i), *ps = jget(d, "processes");
+            for (size_t j = 0; j < jlen(ps); j++) {
                 json_object *p = at(ps, j);
                 if (observer(p))
                     continue;
-                int64_t v = k == 0   ? json_object_get_int64(get(p, "resident"))
-                            : k == 1 ? granted_to(d, str(p, "session"), NULL)
-                            : k == 2 ? json_object_get_int64(get(p, "context_floor"))
-                                     : json_object_get_boolean(get(p, "busy"));
+                int64_t v = k == 0   ? json_object_get_int64(jget(p, "resident"))
+                            : k == 1 ? granted_to(d, jget_str(p, "session"), NULL)
+                            : k == 2 ? json_object_get_int64(jget(p, "context_floor"))
+                                     : json_object_get_boolean(jget(p, "busy"));
                 sample_i(f, names[k], session_labels(lb, sizeof lb, d, p), v);
             }
         }
@@ -189,16 +180,16 @@ static void session_families(FILE *f, json_object *devs)
     /* Pinned host RAM is the process's, not a card's: one sample per session. */
     family(f, "comem_session_pinned_bytes", "gauge", "Pinned host RAM a process has booked.");
     json_object *seen = json_object_new_object();
-    for (size_t i = 0; i < len(devs); i++) {
-        json_object *ps = get(at(devs, i), "processes");
-        for (size_t j = 0; j < len(ps); j++) {
+    for (size_t i = 0; i < jlen(devs); i++) {
+        json_object *ps = jget(at(devs, i), "processes");
+        for (size_t j = 0; j < jlen(ps); j++) {
             json_object *p = at(ps, j);
-            if (observer(p) || get(seen, str(p, "session")))
+            if (observer(p) || jget(seen, jget_str(p, "session")))
                 continue;
-            json_object_object_add(seen, str(p, "session"), json_object_new_boolean(1));
-            const char *kv[] = {"session", str(p, "session"), "pid", str(p, "pid"), "process", str(p, "name")};
+            json_object_object_add(seen, jget_str(p, "session"), json_object_new_boolean(1));
+            const char *kv[] = {"session", jget_str(p, "session"), "pid", jget_str(p, "pid"), "process", jget_str(p, "name")};
             sample_i(f, "comem_session_pinned_bytes", labels(lb, sizeof lb, kv, 3),
-                     json_object_get_int64(get(p, "pinned")));
+                     json_object_get_int64(jget(p, "pinned")));
         }
     }
     json_object_put(seen);
@@ -213,15 +204,15 @@ static void holder_families(FILE *f, json_object *devs)
                                   "1 while the holder computes, else 0."};
     for (int k = 0; k < 3; k++) {
         family(f, names[k], "gauge", helps[k]);
-        for (size_t i = 0; i < len(devs); i++) {
-            json_object *d = at(devs, i), *ps = get(d, "processes");
-            for (size_t j = 0; j < len(ps); j++) {
-                json_object *p = at(ps, j), *hs = get(p, "holders");
-                for (size_t n = 0; n < len(hs); n++) {
+        for (size_t i = 0; i < jlen(devs); i++) {
+            json_object *d = at(devs, i), *ps = jget(d, "processes");
+            for (size_t j = 0; j < jlen(ps); j++) {
+                json_object *p = at(ps, j), *hs = jget(p, "holders");
+                for (size_t n = 0; n < jlen(hs); n++) {
                     json_object *h = at(hs, n);
-                    int64_t v = k == 0   ? json_object_get_int64(get(h, "resident"))
-                                : k == 1 ? granted_to(d, str(p, "session"), str(h, "id"))
-                                         : json_object_get_boolean(get(h, "busy"));
+                    int64_t v = k == 0   ? json_object_get_int64(jget(h, "resident"))
+                                : k == 1 ? granted_to(d, jget_str(p, "session"), jget_str(h, "id"))
+                                         : json_object_get_boolean(jget(h, "busy"));
                     sample_i(f, names[k], holder_labels(lb, sizeof lb, d, p, h), v);
                 }
             }
@@ -233,13 +224,13 @@ static void latency_family(FILE *f, json_object *h)
 {
     const char *m = "comem_admission_latency_seconds";
     family(f, m, "histogram", "Time from an admission request's arrival to its answer.");
-    json_object *bounds = get(h, "bounds_s"), *counts = get(h, "counts");
-    for (size_t i = 0; i < len(bounds) && i < len(counts); i++)
+    json_object *bounds = jget(h, "bounds_s"), *counts = jget(h, "counts");
+    for (size_t i = 0; i < jlen(bounds) && i < jlen(counts); i++)
         fprintf(f, "%s_bucket{le=\"%g\"} %lld\n", m, json_object_get_double(at(bounds, i)),
                 (long long)json_object_get_int64(at(counts, i)));
-    long long count = (long long)json_object_get_int64(get(h, "count"));
+    long long count = (long long)json_object_get_int64(jget(h, "count"));
     fprintf(f, "%s_bucket{le=\"+Inf\"} %lld\n", m, count);
-    fprintf(f, "%s_sum %.9g\n", m, json_object_get_double(get(h, "sum_s")));
+    fprintf(f, "%s_sum %.9g\n", m, json_object_get_double(jget(h, "sum_s")));
     fprintf(f, "%s_count %lld\n", m, count);
 }
 
@@ -250,30 +241,30 @@ char *comem_prom_text(json_object *st)
     FILE *f = open_memstream(&buf, &n);
     if (!f)
         return NULL;
-    json_object *co = get(st, "coordinator"), *pins = get(st, "pins"), *devs = get(st, "devices");
-    json_object *ctr = get(st, "counters");
+    json_object *co = jget(st, "coordinator"), *pins = jget(st, "pins"), *devs = jget(st, "devices");
+    json_object *ctr = jget(st, "counters");
     family(f, "comem_up", "gauge", "1 when the coordinator answered this snapshot.");
     fprintf(f, "comem_up 1\n");
     family(f, "comem_uptime_seconds", "gauge", "Seconds since the coordinator started.");
-    fprintf(f, "comem_uptime_seconds %.3f\n", json_object_get_double(get(co, "uptime_s")));
+    fprintf(f, "comem_uptime_seconds %.3f\n", json_object_get_double(jget(co, "uptime_s")));
     family(f, "comem_sessions", "gauge", "Processes joined to the coordinator (observers included).");
-    sample_i(f, "comem_sessions", "", json_object_get_int64(get(co, "sessions")));
+    sample_i(f, "comem_sessions", "", json_object_get_int64(jget(co, "sessions")));
     family(f, "comem_asks_in_flight", "gauge", "Release asks waiting for their receipts.");
-    sample_i(f, "comem_asks_in_flight", "", json_object_get_int64(get(co, "asks_in_flight")));
+    sample_i(f, "comem_asks_in_flight", "", json_object_get_int64(jget(co, "asks_in_flight")));
     family(f, "comem_requests_in_flight", "gauge", "Admission and pressure requests being decided.");
-    sample_i(f, "comem_requests_in_flight", "", json_object_get_int64(get(co, "requests_in_flight")));
+    sample_i(f, "comem_requests_in_flight", "", json_object_get_int64(jget(co, "requests_in_flight")));
     family(f, "comem_pinned_host_bytes", "gauge", "Pinned host RAM booked machine-wide.");
-    sample_i(f, "comem_pinned_host_bytes", "", json_object_get_int64(get(pins, "total")));
+    sample_i(f, "comem_pinned_host_bytes", "", json_object_get_int64(jget(pins, "total")));
     family(f, "comem_pinned_host_limit_bytes", "gauge", "The machine-wide pinned host RAM ceiling.");
-    sample_i(f, "comem_pinned_host_limit_bytes", "", json_object_get_int64(get(pins, "max")));
+    sample_i(f, "comem_pinned_host_limit_bytes", "", json_object_get_int64(jget(pins, "max")));
     device_families(f, devs);
     session_families(f, devs);
     holder_families(f, devs);
     for (size_t i = 0; i < sizeof k_counters / sizeof k_counters[0]; i++) {
         family(f, k_counters[i].metric, "counter", k_counters[i].help);
-        sample_i(f, k_counters[i].metric, "", json_object_get_int64(get(ctr, k_counters[i].key)));
+        sample_i(f, k_counters[i].metric, "", json_object_get_int64(jget(ctr, k_counters[i].key)));
     }
-    latency_family(f, get(ctr, "admission_latency"));
+    latency_family(f, jget(ctr, "admission_latency"));
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

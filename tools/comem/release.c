@@ -57,17 +57,6 @@ typedef struct selection {
     bool all;
 } selection;
 
-static json_object *jget(json_object *o, const char *k)
-{
-    json_object *v = NULL;
-    return o && json_object_object_get_ex(o, k, &v) ? v : NULL;
-}
-static const char *jstr(json_object *o, const char *k)
-{
-    json_object *v = jget(o, k);
-    return v ? json_object_get_string(v) : "";
-}
-static size_t jlen(json_object *a) { return a ? json_object_array_length(a) : 0; }
 
 static int by_resident(const void *x, const void *y)
 {
@@ -102,29 +91,29 @@ static size_t pick(json_object *root, const selection *sel, target *out, size_t 
         for (size_t i = 0; i < jlen(ps); i++) {
             json_object *p = json_object_array_get_idx(ps, i);
             int pid = (int)json_object_get_int(jget(p, "pid"));
-            if ((sel->process && strcmp(jstr(p, "name"), sel->process) != 0) || (sel->pid >= 0 && pid != sel->pid))
+            if ((sel->process && strcmp(jget_str(p, "name"), sel->process) != 0) || (sel->pid >= 0 && pid != sel->pid))
                 continue;
             json_object *hs = jget(p, "holders");
             for (size_t k = 0; k < jlen(hs); k++) {
                 json_object *h = json_object_array_get_idx(hs, k), *es = jget(h, "entries");
-                if (sel->holder && strcmp(jstr(h, "name"), sel->holder) != 0)
+                if (sel->holder && strcmp(jget_str(h, "name"), sel->holder) != 0)
                     continue;
                 bool named = !sel->entry;
                 bool answers = holder_answers_release(h);
                 for (size_t e = 0; e < jlen(es); e++) {
                     json_object *x = json_object_array_get_idx(es, e);
-                    if (sel->entry && strcmp(jstr(x, "id"), sel->entry) != 0)
+                    if (sel->entry && strcmp(jget_str(x, "id"), sel->entry) != 0)
                         continue;
                     named = true;
                     int64_t res = json_object_get_int64(jget(x, "resident"));
                     if (res <= 0 || !answers || n >= cap)
                         continue;
                     target *t = &out[n++];
-                    t->id = strtoull(jstr(x, "id"), NULL, 16);
-                    snprintf(t->entry, sizeof t->entry, "%s", jstr(x, "id"));
-                    snprintf(t->name, sizeof t->name, "%s", jstr(x, "name"));
-                    snprintf(t->holder, sizeof t->holder, "%s", jstr(h, "name"));
-                    snprintf(t->process, sizeof t->process, "%s", jstr(p, "name"));
+                    t->id = strtoull(jget_str(x, "id"), NULL, 16);
+                    snprintf(t->entry, sizeof t->entry, "%s", jget_str(x, "id"));
+                    snprintf(t->name, sizeof t->name, "%s", jget_str(x, "name"));
+                    snprintf(t->holder, sizeof t->holder, "%s", jget_str(h, "name"));
+                    snprintf(t->process, sizeof t->process, "%s", jget_str(p, "name"));
                     t->pid = pid;
                     t->device = dev;
                     t->resident = res;

@@ -29,109 +29,94 @@ static const arg_spec k_specs[] = {
 };
 #define N_SPECS (sizeof k_specs / sizeof k_specs[0])
 
-static int64_t geti(json_object *o, const char *k)
-{
-    json_object *v;
-    return json_object_object_get_ex(o, k, &v) && v ? json_object_get_int64(v) : -1; /* null: unknown */
-}
-static const char *gets(json_object *o, const char *k)
-{
-    json_object *v;
-    return json_object_object_get_ex(o, k, &v) && v ? json_object_get_string(v) : "";
-}
-static json_object *geta(json_object *o, const char *k)
-{
-    json_object *v;
-    return json_object_object_get_ex(o, k, &v) ? v : NULL;
-}
 static const char *sz(int64_t v, char *b) { return v < 0 ? "-" : comem_format_bytes(v, b, 32); }
 
 static void print_holder(json_object *h)
 {
     char b[2][32];
-    json_object *ans = geta(h, "answers");
+    json_object *ans = jget(h, "answers");
     char flags[64] = "";
     for (size_t i = 0; ans && i < json_object_array_length(ans); i++) {
         if (flags[0])
             strcat(flags, ",");
         strncat(flags, json_object_get_string(json_object_array_get_idx(ans, i)), sizeof flags - strlen(flags) - 1);
     }
-    printf("      holder %-16s %-7s %-9s %10s  answers %s\n", gets(h, "name"), gets(h, "kind"),
-           json_object_get_boolean(geta(h, "busy")) ? "busy" : "idle", sz(geti(h, "resident"), b[0]),
+    printf("      holder %-16s %-7s %-9s %10s  answers %s\n", jget_str(h, "name"), jget_str(h, "kind"),
+           json_object_get_boolean(jget(h, "busy")) ? "busy" : "idle", sz(jget_int(h, "resident", -1), b[0]),
            flags[0] ? flags : "nothing");
-    json_object *es = geta(h, "entries");
+    json_object *es = jget(h, "entries");
     for (size_t i = 0; es && i < json_object_array_length(es); i++) {
         json_object *e = json_object_array_get_idx(es, i);
-        printf("        %-24s %10s of %-10s%s\n", gets(e, "name"), sz(geti(e, "resident"), b[0]), sz(geti(e, "size"), b[1]),
-               json_object_get_boolean(geta(e, "paged")) ? "  (paged)" : "");
+        printf("        %-24s %10s of %-10s%s\n", jget_str(e, "name"), sz(jget_int(e, "resident", -1), b[0]), sz(jget_int(e, "size", -1), b[1]),
+               json_object_get_boolean(jget(e, "paged")) ? "  (paged)" : "");
     }
 }
 
 static void print_table(json_object *root)
 {
     char b[6][32];
-    json_object *co = geta(root, "coordinator");
-    printf("coordinator pid %lld on %s (devices: %s), %lld session(s)", (long long)geti(co, "pid"), gets(co, "socket"),
-           gets(co, "source"), (long long)geti(co, "sessions"));
-    if (json_object_get_boolean(geta(co, "checking")))
-        printf(", ledger checks %lld, violations %lld", (long long)geti(co, "checks"), (long long)geti(co, "violations"));
+    json_object *co = jget(root, "coordinator");
+    printf("coordinator pid %lld on %s (devices: %s), %lld session(s)", (long long)jget_int(co, "pid", -1), jget_str(co, "socket"),
+           jget_str(co, "source"), (long long)jget_int(co, "sessions", -1));
+    if (json_object_get_boolean(jget(co, "checking")))
+        printf(", ledger checks %lld, violations %lld", (long long)jget_int(co, "checks", -1), (long long)jget_int(co, "violations", -1));
     printf("\n");
-    json_object *devs = geta(root, "devices");
-    json_object *ws = geta(root, "warnings");
+    json_object *devs = jget(root, "devices");
+    json_object *ws = jget(root, "warnings");
     for (size_t w = 0; ws && w < json_object_array_length(ws); w++)
         printf("warning: %s\n", json_object_get_string(json_object_array_get_idx(ws, w)));
     for (size_t d = 0; devs && d < json_object_array_length(devs); d++) {
         json_object *dv = json_object_array_get_idx(devs, d);
-        json_object *rv = geta(dv, "reserve");
-        printf("\ndevice %lld  %s  %s  (%s free)\n", (long long)geti(dv, "index"), gets(dv, "name"), gets(dv, "uuid"),
-               gets(dv, "scope"));
-        printf("  capacity %s  free %s  used %s  driver reserved %s\n", sz(geti(dv, "capacity"), b[0]),
-               sz(geti(dv, "free"), b[1]), sz(geti(dv, "used"), b[2]), sz(geti(dv, "driver_reserved"), b[3]));
+        json_object *rv = jget(dv, "reserve");
+        printf("\ndevice %lld  %s  %s  (%s free)\n", (long long)jget_int(dv, "index", -1), jget_str(dv, "name"), jget_str(dv, "uuid"),
+               jget_str(dv, "scope"));
+        printf("  capacity %s  free %s  used %s  driver reserved %s\n", sz(jget_int(dv, "capacity", -1), b[0]),
+               sz(jget_int(dv, "free", -1), b[1]), sz(jget_int(dv, "used", -1), b[2]), sz(jget_int(dv, "driver_reserved", -1), b[3]));
         printf("  reserve %s (base %s)  resident %s  context floors %s  granted %s  unattributed %s\n",
-               sz(geti(rv, "published"), b[0]), sz(geti(rv, "base"), b[1]), sz(geti(dv, "resident"), b[2]),
-               sz(geti(dv, "context_floors"), b[3]), sz(geti(dv, "granted"), b[4]), sz(geti(dv, "unattributed"), b[5]));
-        json_object *sp = geta(dv, "spill");
-        if (sp && geti(sp, "overcommit") > 0)
+               sz(jget_int(rv, "published", -1), b[0]), sz(jget_int(rv, "base", -1), b[1]), sz(jget_int(dv, "resident", -1), b[2]),
+               sz(jget_int(dv, "context_floors", -1), b[3]), sz(jget_int(dv, "granted", -1), b[4]), sz(jget_int(dv, "unattributed", -1), b[5]));
+        json_object *sp = jget(dv, "spill");
+        if (sp && jget_int(sp, "overcommit", -1) > 0)
             printf("  OVERCOMMITTED by %s: the driver pages memory to system RAM (pushed past by pid %lld%s%s)\n",
-                   sz(geti(sp, "overcommit"), b[0]), (long long)geti(sp, "pid"), geta(sp, "process") ? ", " : "",
-                   geta(sp, "process") ? gets(sp, "process") : "");
-        if (geti(dv, "unregistered") > 0)
+                   sz(jget_int(sp, "overcommit", -1), b[0]), (long long)jget_int(sp, "pid", -1), jget(sp, "process") ? ", " : "",
+                   jget(sp, "process") ? jget_str(sp, "process") : "");
+        if (jget_int(dv, "unregistered", -1) > 0)
             printf("  unregistered %s (joined processes' bytes outside any holder and their contexts)\n",
-                   sz(geti(dv, "unregistered"), b[0]));
-        json_object *ps = geta(dv, "processes");
+                   sz(jget_int(dv, "unregistered", -1), b[0]));
+        json_object *ps = jget(dv, "processes");
         if (ps && json_object_array_length(ps)) {
             printf("  %-8s %-16s %-7s %-5s %12s %12s %12s\n", "PID", "NAME", "ROLE", "STATE", "FLOOR", "RESIDENT", "PINNED");
             for (size_t i = 0; i < json_object_array_length(ps); i++) {
                 json_object *p = json_object_array_get_idx(ps, i);
-                json_object *hs0 = geta(p, "holders");
-                if (!strcmp(gets(p, "role"), "tool") && (!hs0 || !json_object_array_length(hs0)))
+                json_object *hs0 = jget(p, "holders");
+                if (!strcmp(jget_str(p, "role"), "tool") && (!hs0 || !json_object_array_length(hs0)))
                     continue; /* observers, this command included, hold nothing */
-                printf("  %-8lld %-16s %-7s %-5s %12s %12s %12s\n", (long long)geti(p, "pid"), gets(p, "name"),
-                       gets(p, "role"), json_object_get_boolean(geta(p, "busy")) ? "busy" : "idle",
-                       sz(geti(p, "context_floor"), b[0]), sz(geti(p, "resident"), b[1]), sz(geti(p, "pinned"), b[2]));
-                if (geti(p, "unregistered") > 0)
-                    printf("    unregistered %s\n", sz(geti(p, "unregistered"), b[0]));
-                json_object *hs = geta(p, "holders");
+                printf("  %-8lld %-16s %-7s %-5s %12s %12s %12s\n", (long long)jget_int(p, "pid", -1), jget_str(p, "name"),
+                       jget_str(p, "role"), json_object_get_boolean(jget(p, "busy")) ? "busy" : "idle",
+                       sz(jget_int(p, "context_floor", -1), b[0]), sz(jget_int(p, "resident", -1), b[1]), sz(jget_int(p, "pinned", -1), b[2]));
+                if (jget_int(p, "unregistered", -1) > 0)
+                    printf("    unregistered %s\n", sz(jget_int(p, "unregistered", -1), b[0]));
+                json_object *hs = jget(p, "holders");
                 for (size_t k = 0; hs && k < json_object_array_length(hs); k++)
                     print_holder(json_object_array_get_idx(hs, k));
             }
         } else {
             printf("  no processes have joined\n");
         }
-        json_object *gs = geta(dv, "grants");
+        json_object *gs = jget(dv, "grants");
         for (size_t i = 0; gs && i < json_object_array_length(gs); i++) {
             json_object *g = json_object_array_get_idx(gs, i);
-            printf("  grant %s: %s for session %s, expires in %.1f s\n", gets(g, "id"), sz(geti(g, "bytes"), b[0]),
-                   gets(g, "session"), json_object_get_double(geta(g, "expires_in_s")));
+            printf("  grant %s: %s for session %s, expires in %.1f s\n", jget_str(g, "id"), sz(jget_int(g, "bytes", -1), b[0]),
+                   jget_str(g, "session"), json_object_get_double(jget(g, "expires_in_s")));
         }
-        json_object *os = geta(dv, "other_processes");
+        json_object *os = jget(dv, "other_processes");
         for (size_t i = 0; os && i < json_object_array_length(os); i++) {
             json_object *o = json_object_array_get_idx(os, i);
-            printf("  pid %lld (not in the ledger): %s\n", (long long)geti(o, "pid"), sz(geti(o, "bytes"), b[0]));
+            printf("  pid %lld (not in the ledger): %s\n", (long long)jget_int(o, "pid", -1), sz(jget_int(o, "bytes", -1), b[0]));
         }
     }
-    json_object *pins = geta(root, "pins");
-    printf("\npinned host RAM: %s of %s\n", sz(geti(pins, "total"), b[0]), sz(geti(pins, "max"), b[1]));
+    json_object *pins = jget(root, "pins");
+    printf("\npinned host RAM: %s of %s\n", sz(jget_int(pins, "total", -1), b[0]), sz(jget_int(pins, "max", -1), b[1]));
 }
 
 int cmd_status(int argc, char **argv)

@@ -35,6 +35,7 @@
 #include "base/size.h"
 #include "cmds.h"
 #include "comem/comem.h"
+#include "jsonout.h"
 #include "snapshot.h"
 
 enum { F_SOCKET, F_INTERVAL, F_STATUS_EVERY, F_COUNT, F_PLAIN, N_SPECS };
@@ -69,22 +70,6 @@ typedef struct watch_state {
     int n_events;
 } watch_state;
 
-static json_object *get(json_object *o, const char *k)
-{
-    json_object *v = NULL;
-    return o && json_object_object_get_ex(o, k, &v) ? v : NULL;
-}
-static const char *gstr(json_object *o, const char *k)
-{
-    json_object *v = get(o, k);
-    return v ? json_object_get_string(v) : "";
-}
-static int64_t gint(json_object *o, const char *k)
-{
-    json_object *v = get(o, k);
-    return v ? json_object_get_int64(v) : -1;
-}
-static size_t glen(json_object *a) { return a ? json_object_array_length(a) : 0; }
 static const char *sz(int64_t v, char *b) { return v < 0 ? "-" : comem_format_bytes(v, b, 32); }
 
 /* One line of the frame, cut at the terminal's width; lines past the last row are dropped. */
@@ -129,24 +114,24 @@ static void event(watch_state *w, const char *fmt, ...)
 /* The sessions in a snapshot (any device lists every process), for joins and leaves. */
 static bool has_session(json_object *st, const char *sid)
 {
-    json_object *devs = get(st, "devices");
-    json_object *ps = glen(devs) ? get(json_object_array_get_idx(devs, 0), "processes") : NULL;
-    for (size_t i = 0; i < glen(ps); i++)
-        if (!strcmp(gstr(json_object_array_get_idx(ps, i), "session"), sid))
+    json_object *devs = jget(st, "devices");
+    json_object *ps = jlen(devs) ? jget(json_object_array_get_idx(devs, 0), "processes") : NULL;
+    for (size_t i = 0; i < jlen(ps); i++)
+        if (!strcmp(jget_str(json_object_array_get_idx(ps, i), "session"), sid))
             return true;
     return false;
 }
 
 static void session_events(watch_state *w, json_object *from, json_object *to, const char *verb)
 {
-    json_object *devs = get(from, "devices");
-    json_object *ps = glen(devs) ? get(json_object_array_get_idx(devs, 0), "processes") : NULL;
-    for (size_t i = 0; i < glen(ps); i++) {
+    json_object *devs = jget(from, "devices");
+    json_object *ps = jlen(devs) ? jget(json_object_array_get_idx(devs, 0), "processes") : NULL;
+    for (size_t i = 0; i < jlen(ps); i++) {
         json_object *p = json_object_array_get_idx(ps, i);
-        if (!strcmp(gstr(p, "role"), "tool"))
+        if (!strcmp(jget_str(p, "role"), "tool"))
             continue; /* observers come and go: status, metrics, this command */
-        if (!has_session(to, gstr(p, "session")))
-            event(w, "%s '%s' (pid %lld) %s", gstr(p, "role"), gstr(p, "name"), (long long)gint(p, "pid"), verb);
+        if (!has_session(to, jget_str(p, "session")))
+            event(w, "%s '%s' (pid %lld) %s", jget_str(p, "role"), jget_str(p, "name"), (long long)jget_int(p, "pid", -1), verb);
     }
 }
 
@@ -155,19 +140,19 @@ static void diff(watch_state *w, json_object *old, json_object *cur)
 {
     session_events(w, cur, old, "joined");
     session_events(w, old, cur, "left");
-    json_object *a = get(old, "counters"), *b = get(cur, "counters");
+    json_object *a = jget(old, "counters"), *b = jget(cur, "counters");
     char x[32];
     int64_t d;
-    if ((d = gint(b, "admissions") - gint(a, "admissions")) > 0)
+    if ((d = jget_int(b, "admissions", -1) - jget_int(a, "admissions", -1)) > 0)
         event(w, "%lld admission(s) granted", (long long)d);
-    if ((d = gint(b, "refusals") - gint(a, "refusals")) > 0)
+    if ((d = jget_int(b, "refusals", -1) - jget_int(a, "refusals", -1)) > 0)
         event(w, "%lld admission(s) refused", (long long)d);
-    if ((d = gint(b, "asks") - gint(a, "asks")) > 0)
+    if ((d = jget_int(b, "asks", -1) - jget_int(a, "asks", -1)) > 0)
         event(w, "%lld release ask(s) sent, %s freed", (long long)d,
-              sz(gint(b, "bytes_freed") - gint(a, "bytes_freed"), x));
-    if ((d = gint(b, "idle_releases") - gint(a, "idle_releases")) > 0)
+              sz(jget_int(b, "bytes_freed", -1) - jget_int(a, "bytes_freed", -1), x));
+    if ((d = jget_int(b, "idle_releases", -1) - jget_int(a, "idle_releases", -1)) > 0)
         event(w, "%lld idle release(s)", (long long)d);
-    if ((d = gint(b, "sessions_died") - gint(a, "sessions_died")) > 0)
+    if ((d = jget_int(b, "sessions_died", -1) - jget_int(a, "sessions_died", -1)) > 0)
         event(w, "%lld process(es) died holding memory; their bytes came back", (long long)d);
 }
 
@@ -196,9 +181,9 @@ static void refresh_status(watch_state *w)
 
 static json_object *device_of(json_object *st, int d)
 {
-    json_object *devs = get(st, "devices");
-    for (size_t i = 0; i < glen(devs); i++)
-        if (gint(json_object_array_get_idx(devs, i), "index") == d)
+    json_object *devs = jget(st, "devices");
+    for (size_t i = 0; i < jlen(devs); i++)
+        if (jget_int(json_object_array_get_idx(devs, i), "index", -1) == d)
             return json_object_array_get_idx(devs, i);
     return NULL;
 }
@@ -228,45 +213,45 @@ static void draw_device(screen *s, watch_state *w, int d)
     bool live = w->view && comem_view_read(w->view, d, &cap, &free_b, &reserve, &reclaim) == COMEM_OK;
     json_object *dv = device_of(w->last, d);
     if (!live && dv) { /* no view (another user's, or not yet written): the snapshot's figures */
-        cap = gint(dv, "capacity");
-        free_b = gint(dv, "free");
-        reserve = gint(get(dv, "reserve"), "published");
+        cap = jget_int(dv, "capacity", -1);
+        free_b = jget_int(dv, "free", -1);
+        reserve = jget_int(jget(dv, "reserve"), "published", -1);
     }
     put(s, "");
-    put(s, "device %d  %s  %s%s", d, dv ? gstr(dv, "name") : "?", dv ? gstr(dv, "scope") : "",
+    put(s, "device %d  %s  %s%s", d, dv ? jget_str(dv, "name") : "?", dv ? jget_str(dv, "scope") : "",
         live ? "" : "  (no shared view: figures from status)");
     put(s, "  capacity %s  free %s  reserve %s", sz(cap, b[0]), sz(free_b, b[1]), sz(reserve, b[2]));
-    put(s, "  reclaimable %s  granted %s  unattributed %s", sz(reclaim, b[3]), sz(dv ? gint(dv, "granted") : -1, b[4]),
-        sz(dv ? gint(dv, "unattributed") : -1, b[5]));
+    put(s, "  reclaimable %s  granted %s  unattributed %s", sz(reclaim, b[3]), sz(dv ? jget_int(dv, "granted", -1) : -1, b[4]),
+        sz(dv ? jget_int(dv, "unattributed", -1) : -1, b[5]));
     int width = (s->tty ? s->cols : 80) - 4;
     bar(line, width > 100 ? 100 : width, cap, free_b, reserve);
     put(s, "  %s", line);
-    json_object *ps = get(dv, "processes");
+    json_object *ps = jget(dv, "processes");
     put(s, "  %-8s %-18s %-7s %-5s %11s %11s %11s", "PID", "PROCESS / HOLDER", "ROLE", "STATE", "RESIDENT", "FLOOR",
         "GRANTED");
-    for (size_t i = 0; i < glen(ps); i++) {
-        json_object *p = json_object_array_get_idx(ps, i), *hs = get(p, "holders");
-        if (!strcmp(gstr(p, "role"), "tool") && glen(hs) == 0)
+    for (size_t i = 0; i < jlen(ps); i++) {
+        json_object *p = json_object_array_get_idx(ps, i), *hs = jget(p, "holders");
+        if (!strcmp(jget_str(p, "role"), "tool") && jlen(hs) == 0)
             continue;
         int64_t granted = 0;
-        json_object *gs = get(dv, "grants");
-        for (size_t g = 0; g < glen(gs); g++)
-            if (!strcmp(gstr(json_object_array_get_idx(gs, g), "session"), gstr(p, "session")))
-                granted += gint(json_object_array_get_idx(gs, g), "bytes");
-        put(s, "  %-8lld %-18.18s %-7s %-5s %11s %11s %11s", (long long)gint(p, "pid"), gstr(p, "name"),
-            gstr(p, "role"), json_object_get_boolean(get(p, "busy")) ? "busy" : "idle", sz(gint(p, "resident"), b[0]),
-            sz(gint(p, "context_floor"), b[1]), sz(granted, b[2]));
-        for (size_t k = 0; k < glen(hs); k++) {
+        json_object *gs = jget(dv, "grants");
+        for (size_t g = 0; g < jlen(gs); g++)
+            if (!strcmp(jget_str(json_object_array_get_idx(gs, g), "session"), jget_str(p, "session")))
+                granted += jget_int(json_object_array_get_idx(gs, g), "bytes", -1);
+        put(s, "  %-8lld %-18.18s %-7s %-5s %11s %11s %11s", (long long)jget_int(p, "pid", -1), jget_str(p, "name"),
+            jget_str(p, "role"), json_object_get_boolean(jget(p, "busy")) ? "busy" : "idle", sz(jget_int(p, "resident", -1), b[0]),
+            sz(jget_int(p, "context_floor", -1), b[1]), sz(granted, b[2]));
+        for (size_t k = 0; k < jlen(hs); k++) {
             json_object *h = json_object_array_get_idx(hs, k);
-            put(s, "  %-8s   %-16.16s %-7s %-5s %11s", "", gstr(h, "name"), gstr(h, "kind"),
-                json_object_get_boolean(get(h, "busy")) ? "busy" : "idle", sz(gint(h, "resident"), b[0]));
+            put(s, "  %-8s   %-16.16s %-7s %-5s %11s", "", jget_str(h, "name"), jget_str(h, "kind"),
+                json_object_get_boolean(jget(h, "busy")) ? "busy" : "idle", sz(jget_int(h, "resident", -1), b[0]));
         }
     }
-    json_object *os = get(dv, "other_processes");
-    for (size_t i = 0; i < glen(os); i++) {
+    json_object *os = jget(dv, "other_processes");
+    for (size_t i = 0; i < jlen(os); i++) {
         json_object *o = json_object_array_get_idx(os, i);
-        put(s, "  %-8lld %-18s %-7s %-5s %11s", (long long)gint(o, "pid"), "(not in the ledger)", "-", "-",
-            sz(gint(o, "bytes"), b[0]));
+        put(s, "  %-8lld %-18s %-7s %-5s %11s", (long long)jget_int(o, "pid", -1), "(not in the ledger)", "-", "-",
+            sz(jget_int(o, "bytes", -1), b[0]));
     }
 }
 
@@ -296,21 +281,21 @@ static void draw(screen *s, watch_state *w)
     char when[16], b[2][32];
     time_t t = time(NULL);
     strftime(when, sizeof when, "%H:%M:%S", localtime(&t));
-    json_object *co = get(w->last, "coordinator"), *ctr = get(w->last, "counters");
+    json_object *co = jget(w->last, "coordinator"), *ctr = jget(w->last, "counters");
     char up[32];
-    uptime(co ? json_object_get_double(get(co, "uptime_s")) : 0.0, up, sizeof up);
-    put(s, "comem watch  %s  coordinator pid %lld  up %s  %lld session(s)%s", when, (long long)gint(co, "pid"), up,
-        (long long)gint(co, "sessions"), s->tty ? "   (q quits)" : "");
+    uptime(co ? json_object_get_double(jget(co, "uptime_s")) : 0.0, up, sizeof up);
+    put(s, "comem watch  %s  coordinator pid %lld  up %s  %lld session(s)%s", when, (long long)jget_int(co, "pid", -1), up,
+        (long long)jget_int(co, "sessions", -1), s->tty ? "   (q quits)" : "");
     if (w->note[0])
         put(s, "! %s", w->note);
-    put(s, "asks in flight %lld  requests in flight %lld  pinned host %s", (long long)gint(co, "asks_in_flight"),
-        (long long)gint(co, "requests_in_flight"), sz(gint(get(w->last, "pins"), "total"), b[1]));
-    put(s, "admissions %lld, refused %lld  release asks %lld, %s freed  deaths %lld", (long long)gint(ctr, "admissions"),
-        (long long)gint(ctr, "refusals"), (long long)gint(ctr, "asks"), sz(gint(ctr, "bytes_freed"), b[0]),
-        (long long)gint(ctr, "sessions_died"));
-    size_t n = glen(get(w->last, "devices"));
+    put(s, "asks in flight %lld  requests in flight %lld  pinned host %s", (long long)jget_int(co, "asks_in_flight", -1),
+        (long long)jget_int(co, "requests_in_flight", -1), sz(jget_int(jget(w->last, "pins"), "total", -1), b[1]));
+    put(s, "admissions %lld, refused %lld  release asks %lld, %s freed  deaths %lld", (long long)jget_int(ctr, "admissions", -1),
+        (long long)jget_int(ctr, "refusals", -1), (long long)jget_int(ctr, "asks", -1), sz(jget_int(ctr, "bytes_freed", -1), b[0]),
+        (long long)jget_int(ctr, "sessions_died", -1));
+    size_t n = jlen(jget(w->last, "devices"));
     for (size_t d = 0; d < n; d++)
-        draw_device(s, w, (int)gint(json_object_array_get_idx(get(w->last, "devices"), d), "index"));
+        draw_device(s, w, (int)jget_int(json_object_array_get_idx(jget(w->last, "devices"), d), "index", -1));
     put(s, "");
     put(s, "recent events");
     if (w->n_events == 0)
