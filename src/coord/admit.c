@@ -97,19 +97,23 @@ static void queue_remove(comem_coord_srv *s, int dev, uint64_t id)
 
 /* ---- the ask target ---- */
 
-static int64_t need_of(comem_coord_srv *s, uint64_t session, int dev, int64_t weights, int64_t working)
+void coord_target_terms(comem_coord_srv *s, uint64_t session, int dev, int64_t *reserve, int64_t *floor_add)
 {
     /* The reserve kept here is the operator's base: the free figure this target is compared with is
        device-wide and already counts every worker. The published reserve is what a host whose own
        reading is process-local (WDDM) must add for what it cannot see; adding it here as well would
        book every worker twice (comfy-env's double-booking, on WDDM; found by comem simulate, F12). */
     const ledger_device *ld = &s->ledger.devices[dev];
-    int64_t reserve = ld->reserve_base >= 0 ? ld->reserve_base : coord_reserve_for(s, session, dev, NULL);
-    int64_t need = comem_admit_target(weights, working, reserve);
+    *reserve = ld->reserve_base >= 0 ? ld->reserve_base : coord_reserve_for(s, session, dev, NULL);
     const ledger_session *ss = comem_ledger_session(&s->ledger, session);
-    if (ss && ss->floor[dev] == 0)
-        need = comem_add(need, COMEM_CONTEXT_FLOOR); /* no context there yet: the load creates one */
-    return need;
+    *floor_add = ss && ss->floor[dev] == 0 ? COMEM_CONTEXT_FLOOR : 0; /* no context there yet: the load creates one */
+}
+
+static int64_t need_of(comem_coord_srv *s, uint64_t session, int dev, int64_t weights, int64_t working)
+{
+    int64_t reserve, floor_add;
+    coord_target_terms(s, session, dev, &reserve, &floor_add);
+    return comem_add(comem_admit_target(weights, working, reserve), floor_add);
 }
 
 /* ---- planning ---- */

@@ -403,7 +403,7 @@ static int64_t limit_of(comem_coord_srv *s, int d, bool active)
     return room > 0 ? room : BOOK_CLOSED;
 }
 
-/* What each session's admission target keeps on each device (coord/admit.c's need_of). */
+/* What each session's admission target keeps on each device (coord_target_terms, as admissions use). */
 static void publish_targets(comem_coord_srv *s)
 {
     coord_book *b = &s->book;
@@ -412,11 +412,9 @@ static void publish_targets(comem_coord_srv *s)
         if (!c || !c->session || c->slot >= BOOK_SLOTS)
             continue;
         book_slot *sl = &b->a->slot[c->slot];
-        const ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
         for (int d = 0; d < s->ledger.n_devices; d++) {
-            const ledger_device *ld = &s->ledger.devices[d];
-            int64_t reserve = ld->reserve_base >= 0 ? ld->reserve_base : coord_reserve_for(s, c->session, d, NULL);
-            int64_t floor_add = ss && ss->floor[d] == 0 ? COMEM_CONTEXT_FLOOR : 0;
+            int64_t reserve, floor_add;
+            coord_target_terms(s, c->session, d, &reserve, &floor_add);
             if (atomic_load_explicit(&sl->reserve[d], memory_order_relaxed) != reserve)
                 atomic_store(&sl->reserve[d], reserve);
             if (atomic_load_explicit(&sl->floor_add[d], memory_order_relaxed) != floor_add)

@@ -385,6 +385,10 @@ bool coord_book_active(const comem_coord_srv *s);
 void coord_publish_reserve(comem_coord_srv *s, int device, bool shrink_allowed);
 /* What one session's process should keep free on device, and its pager headroom. */
 int64_t coord_reserve_for(comem_coord_srv *s, uint64_t session, int device, int64_t *pager_headroom);
+/* The two terms a session's admission target adds on device dev beyond the weights and working
+   memory (coord/admit.c): the reserve it keeps, and the context floor when it has none there yet.
+   Admissions and the booking area's published targets both use it. */
+void coord_target_terms(comem_coord_srv *s, uint64_t session, int dev, int64_t *reserve, int64_t *floor_add);
 /* The charge one session adds to device's reserve. */
 int64_t coord_charge_of(comem_coord_srv *s, uint64_t session, int device);
 /*

@@ -40,12 +40,8 @@ static int open_existing(const char *path, int *out, bool *old)
                     (ssize_t)(sizeof head.magic + sizeof head.version) &&
                 head.magic == VIEW_MAGIC;
     bool ours = mine && st.st_size == (off_t)sizeof(comem_view_shared) && head.version == VIEW_VERSION;
-    if (mine && !ours) {
-        *old = true; /* a view of an older comem: replaced whole, its readers keep their old copy */
-        close(fd);
-        return COMEM_EPERM;
-    }
     if (!ours) {
+        *old = mine; /* a view of an older comem: replaced whole, its readers keep their old copy */
         close(fd);
         return COMEM_EPERM;
     }

@@ -257,8 +257,23 @@ static bool connect_once(void)
     return true;
 }
 
-/* The coordinator's index for a CUDA ordinal of this process (-1: not attributed). */
+/* The coordinator's index for a CUDA ordinal of this process (-1: not attributed), found once per
+   ordinal: the lookup asks the driver, and it stands before every allocation (g_lock held). */
+static int g_device_of[COMEM_MAX_DEVICES]; /* 0: not looked up yet, else the index + 1 (0 for -1) */
+static int lookup_device(int ordinal);
+
 static int device_of(int ordinal)
+{
+    if (ordinal < 0 || ordinal >= COMEM_MAX_DEVICES)
+        return lookup_device(ordinal);
+    if (!g_device_of[ordinal]) {
+        int d = lookup_device(ordinal);
+        g_device_of[ordinal] = d >= 0 ? d + 1 : -1;
+    }
+    return g_device_of[ordinal] > 0 ? g_device_of[ordinal] - 1 : -1;
+}
+
+static int lookup_device(int ordinal)
 {
     char uuid[80] = "";
     if (preload_ordinal_uuid(ordinal, uuid, sizeof uuid) == 0) {
@@ -290,6 +305,7 @@ static void after_fork_child(void)
     g_client = NULL; /* its threads did not come along: this process is not in the ledger */
     g_tried = true;
     memset(g_holder, 0, sizeof g_holder);
+    memset(g_device_of, 0, sizeof g_device_of);
     pthread_mutex_unlock(&g_lock);
     preload_say_once(&g_tried, "a forked child is not attributed (its parent's connection stays the parent's)");
 }
@@ -315,9 +331,11 @@ bool preload_before(int ordinal, size_t bytes, const char *what, preload_ticket 
     if ((int64_t)bytes >= g_min) {
         int64_t short_by = 0;
         int rc = comem_admit(g_client, d, h, (int64_t)bytes, 0, 0, NULL, 0, -1, &t->grant, &short_by);
-        char b[32], s[32];
-        comem_format_bytes((int64_t)bytes, b, sizeof b);
-        comem_format_bytes(short_by, s, sizeof s);
+        char b[32] = "", s[32] = "";
+        if (rc == COMEM_ENOSPC) { /* the figures only a refusal prints */
+            comem_format_bytes((int64_t)bytes, b, sizeof b);
+            comem_format_bytes(short_by, s, sizeof s);
+        }
         if (rc == COMEM_ENOSPC && g_policy == PRELOAD_ENFORCE) {
             comem_info("preload: %s of %s on device %d refused by the coordinator (short by %s): out of memory", what,
                        b, d, s);
@@ -327,7 +345,8 @@ bool preload_before(int ordinal, size_t bytes, const char *what, preload_ticket 
         } else if (rc == COMEM_ENOSPC) {
             comem_info("preload: %s of %s on device %d refused by the coordinator (short by %s); allowed (observe)",
                        what, b, d, s);
-            preload_say_once(&g_min, "%s of %s refused by the coordinator (short by %s); allowed, as "
+            static int observed_refusal; /* its own key: not the one the COMEM_PRELOAD_MIN warning uses */
+            preload_say_once(&observed_refusal, "%s of %s refused by the coordinator (short by %s); allowed, as "
                                      "COMEM_PRELOAD_POLICY=observe says (enforce answers out of memory)", what, b, s);
         } else if (rc != COMEM_OK) {
             preload_say_once(&g_bytes, "admission failed (%s): allocations go ahead unasked", comem_status_str(rc));
