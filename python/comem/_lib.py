@@ -98,9 +98,6 @@ _proto("comem_entry_remove", c_int, _P, c_uint64)
 _proto("comem_entry_set_resident", c_int, _P, c_uint64, c_int64)
 _proto("comem_entry_census", c_int, _P, c_uint64, c_int64, c_int64)
 _proto("comem_holder_report", c_int, _P, c_uint64, c_int64, c_int64)
-_proto("comem_admit", c_int, _P, c_int, c_uint64, c_int64, c_int64, c_int64, POINTER(c_uint64), c_size_t, c_int,
-       POINTER(c_uint64), _I64P)
-_proto("comem_admit_details", None, _P, _I64P, _I64P, _I64P, _I64P, POINTER(c_int), POINTER(c_int))
 _proto("comem_admit_asked", c_size_t, _P, POINTER(c_uint64), c_size_t)
 _proto("comem_admit_figures", c_int, _P, c_int, c_uint64, c_int64, c_int64, c_int64, POINTER(c_uint64), c_size_t,
        c_int, POINTER(c_int64))

@@ -228,7 +228,7 @@ class Adapter:
             if idx is None:
                 return orig(dev, *args, **kwargs)
             # the one flag is torch_free_too / torch_total_too, by position or by name
-            torch_too = bool(args[0]) if args else any(kwargs.values())
+            torch_too = bool(args[0]) if args else bool(kwargs.get("torch_free_too", kwargs.get("torch_total_too")))
             v = read(idx)
             return (v, 0) if torch_too else v  # torch holds nothing there: its share is 0
         return reading
