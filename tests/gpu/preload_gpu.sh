@@ -25,3 +25,31 @@ kill $CPID; wait $CPID 2>/dev/null
 for f in none observe enforce comem-run; do echo "== $f"; cat "$OUT/$f.json"; grep -c "attributed" "$OUT/$f.err"; \
   grep -E "preload: (cuMem|cuGetProc)|refused|warn" "$OUT/$f.err" | sort | uniq -c | head -20; done
 rm -rf "$RUN"
+# The claims, checked: 77 without a GPU, 1 when one fails.
+$PY - "$OUT" <<'PYEOF'
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        with open(os.path.join(out, name + ".json")) as f:
+            return json.loads(f.read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError) as e:
+        return {"unreadable": repr(e)}
+runs = {n: load(n) for n in ("none", "observe", "enforce", "comem-run")}
+if "skipped" in runs["none"]:
+    print("preload_gpu: skipped (no GPU)"); sys.exit(77)
+bad = []
+def claim(ok, what):
+    print(("  ok: " if ok else "  FAILED: ") + what)
+    if not ok:
+        bad.append(what)
+claim("error" in (runs["none"].get("after_1GiB") or {}), "without the preload the process is not in the ledger")
+for n in ("observe", "enforce", "comem-run"):
+    r = runs[n]
+    held = ((r.get("after_1GiB") or {}).get("holders") or {}).get("preload")
+    claim(held == 1 << 30, f"{n}: the 1 GiB tensor is attributed to the preload holder ({held})")
+    want = "allocated" if n == "observe" else "torch.cuda.OutOfMemoryError"
+    claim(r.get("big_outcome") == want, f"{n}: the oversized allocation ends as {want} ({r.get('big_outcome')})")
+    claim(r.get("still_works") is True, f"{n}: the program works on afterwards")
+sys.exit(1 if bad else 0)
+PYEOF
