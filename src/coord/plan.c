@@ -76,13 +76,9 @@ static bool generic_first(const walk *w)
         return false;
     if (!w->have_entry)
         return true;
-    const ledger_entry *e = w->next_e;
     const generic *g = &w->gen[w->gen_pos];
-    if (e->size != e->resident)
-        return false; /* the entry has offloaded bytes: it goes first */
-    if (e->refs != 0)
-        return true; /* the holder reports no references */
-    return g->bytes < e->size;
+    const ledger_entry stand_in = {.size = g->bytes, .resident = g->bytes, .refs = 0, .last_use_ns = INT64_MIN};
+    return comem_order_key_cmp(&stand_in, w->next_e) < 0; /* the order's own key (ledger/order.c) */
 }
 
 static bool next(void *u, size_t *index, comem_evict_entry *out)
