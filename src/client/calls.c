@@ -108,10 +108,8 @@ static int route(comem_client *c, bool *local)
 
 /* A change made in the booking area while the coordinator dozes: wake it, so the ledger (and the
    view) has it within a millisecond. One send, only after a quiet spell; never waited on. */
-static void nudge_if_dozing(comem_client *c, const client_fast *f, uint64_t gen)
+static void wake_coordinator(comem_client *c, uint64_t gen)
 {
-    if (!comem_fast_coordinator_dozing(f))
-        return;
     comem_msg m;
     memset(&m, 0, sizeof m);
     m.type = COMEM_MSG_BOOKED;
@@ -165,7 +163,8 @@ static int admit_fast(comem_client *c, int device, uint64_t holder, int64_t weig
         comem_fast_cancel(f, &booked); /* cannot remember it: give it back */
         return COMEM_ENOMEM;
     }
-    nudge_if_dozing(c, f, gen);
+    if (booked.wake)
+        wake_coordinator(c, gen);
     if (grant)
         *grant = booked.id;
     if (short_by)
@@ -388,7 +387,8 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
         pthread_mutex_unlock(&c->lock);
         if (f) {
             comem_fast_cancel(f, &g);
-            nudge_if_dozing(c, f, g.gen);
+            if (comem_fast_coordinator_dozing(f, comem_now_ns()))
+                wake_coordinator(c, g.gen);
         }
         return COMEM_OK;
     }

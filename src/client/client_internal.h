@@ -168,6 +168,7 @@ typedef struct client_grant {
     int64_t bytes; /* what the grant booked: the most grant_done turns into residency */
     bool fast;     /* booked in the booking area (client/fast.c): record fast_idx, its seq */
     int fast_idx, fast_dev;
+    bool wake;     /* booked while the coordinator dozed: send it BOOKED */
     uint32_t fast_seq;
 } client_grant;
 
@@ -504,7 +505,7 @@ void comem_fast_free(comem_client *c);
 /* The area of connection gen, or NULL. */
 client_fast *comem_fast_for(comem_client *c, uint64_t gen);
 /* Whether the coordinator may be sleeping past a change made in the area now (then send BOOKED). */
-bool comem_fast_coordinator_dozing(const client_fast *f);
+bool comem_fast_coordinator_dozing(const client_fast *f, int64_t now_ns);
 /*
  * Books weights on device without a round trip when the admission fits the
  * published room; fills g's fast fields and *fig. False: ask the coordinator.

@@ -98,10 +98,10 @@ void comem_fast_free(comem_client *c)
     atomic_store(&c->fast, NULL);
 }
 
-bool comem_fast_coordinator_dozing(const client_fast *f)
+bool comem_fast_coordinator_dozing(const client_fast *f, int64_t now_ns)
 {
     int64_t until = atomic_load_explicit(&f->a->looking_until_ns, memory_order_relaxed);
-    return comem_now_ns() >= until - BOOK_NUDGE_EARLY_NS;
+    return now_ns >= until - BOOK_NUDGE_EARLY_NS;
 }
 
 client_fast *comem_fast_for(comem_client *c, uint64_t gen)
@@ -137,7 +137,8 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
                              comem_clamp0(atomic_load_explicit(&sl->floor_add[device], memory_order_relaxed)));
     if (atomic_load_explicit(&d->limit, memory_order_relaxed) < need)
         return false; /* closed, or plainly too small: the coordinator may make room */
-    if (comem_now_ns() - atomic_load_explicit(&d->confirmed_ns, memory_order_relaxed) > BOOK_STALE_NS)
+    int64_t now = comem_now_ns(); /* one reading: the limit's age, the booking's time, the doze check */
+    if (now - atomic_load_explicit(&d->confirmed_ns, memory_order_relaxed) > BOOK_STALE_NS)
         return false; /* not confirmed lately: the coordinator is stopped or stuck */
     /* Claim a record of this session's slot. */
     uint32_t start = atomic_fetch_add_explicit(&f->hint, 1, memory_order_relaxed);
@@ -159,7 +160,7 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
     atomic_store_explicit(&r->device, device, memory_order_relaxed);
     atomic_store_explicit(&r->holder, holder, memory_order_relaxed);
     atomic_store_explicit(&r->bytes, weights, memory_order_relaxed);
-    atomic_store_explicit(&r->booked_ns, comem_now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&r->booked_ns, now, memory_order_relaxed);
     atomic_store_explicit(&r->entry, 0, memory_order_relaxed);
     atomic_store_explicit(&r->used, 0, memory_order_relaxed);
     /* The claim (seq_cst) comes before this look at the limit: a coordinator closing it to count
@@ -186,6 +187,7 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
     g->fast_seq = seq;
     g->fast_dev = device;
     g->bytes = weights;
+    g->wake = comem_fast_coordinator_dozing(f, now);
     int64_t room = comem_sub(lim, old);
     *fig = (client_admission){.decided = true, .need = need, .free_before = room, .free_after = room};
     return true;
