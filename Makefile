@@ -1,6 +1,6 @@
 # comem - the two commands a newcomer needs:
 #   make demo    installs what is missing, builds, runs the demo scenario under every policy
-#   make check   installs what is missing, builds, runs every test
+#   make check   installs what is missing (and the tests' Python environment, .venv/), builds, runs every test
 #   make install PREFIX=DIR   builds, then installs under DIR (default /usr/local; DESTDIR for staging)
 # Other targets: make (build only), make asan, make tsan, make clean.
 
@@ -10,16 +10,17 @@ CMAKE_FLAGS ?=
 CTEST_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
-# The real ComfyUI the adapter's conformance tests run against (they skip, saying why, without it).
-COMFYUI_DIR ?= $(firstword $(wildcard $(abspath $(CURDIR)/../shared/thirdparty/comfyui)))
-export COMFYUI_DIR
 
-.PHONY: all build deps demo check asan tsan clean install
+.PHONY: all build deps venv demo check asan tsan clean install
 
 all: build
 
 deps:
 	@bash scripts/deps.sh
+
+# The Python environment the tests run in (.venv/, from PyPI: scripts/requirements-dev.txt).
+venv:
+	@bash scripts/venv.sh
 
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCOMEM_SANITIZE="$(SANITIZE)" $(CMAKE_FLAGS)
@@ -37,7 +38,7 @@ install: $(BUILD)/build.ninja
 demo: deps build
 	$(BUILD)/bin/comem simulate scenarios/demo.scn --svg $(BUILD)/demo.svg --json $(BUILD)/demo.json
 
-check: deps build
+check: deps venv build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 asan:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what comem needs to build and test on Debian/Ubuntu, and nothing more.
+# Installs the Debian packages comem needs to build and test (the C side), and nothing more;
+# the Python packages the tests use come from PyPI into .venv/ (scripts/venv.sh).
 # Run by `make demo`, `make check` and `.ci/run`. Already-installed packages are
 # detected with dpkg-query, so a second run costs a few milliseconds and needs no root.
 # Optional, used by tests when present and skipped (saying so) otherwise: systemd-analyze
@@ -12,9 +13,8 @@ packages=(
   libcmocka-dev                            # unit-test framework
   libjson-c-dev                            # JSON for the CLI, vectors and status output
   clang libclang-rt-dev                    # libFuzzer and sanitizer runtimes
-  python3                                  # Python binding, CLI and adapter tests
-  python3-torch python3-psutil             # torch workers and ComfyUI's model manager (CPU torch)
-  python3-pil python3-torchvision          # what ComfyUI's comfy.model_patcher imports
+  python3 python3-venv                     # Python binding and CLI tests; scripts/venv.sh makes the
+                                           # environment (PyPI's torch, comfy-aimdo, ComfyUI's needs)
   tmux                                     # comem watch's test runs it in a real terminal
 )
 

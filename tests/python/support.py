@@ -7,9 +7,13 @@ scripts in ``procs/`` as its own Python process and talks to it in JSON lines
 (one command in, one answer out), so a test can drive a real worker step by
 step, and kill it.
 
-ComfyUI comes from ``COMFYUI_DIR`` (the real one; ``.ci/run`` sets it): tests
-that need it skip, saying why, when it is unset. ``stubs/`` provides the two
-modules ComfyUI imports that Debian does not package (see stubs/README).
+ComfyUI comes from ``COMFYUI_DIR`` (a real checkout; CMake runs each suite that
+calls ``need_comfyui`` once per ComfyUI snapshot it found, 783545f6 and a125cd84,
+with ``COMFYUI_DIR`` naming it): tests that need it skip, saying why, when it is
+unset. ``comfyui_era()`` tells which snapshot a suite runs against. The suites
+run in the virtual environment ``scripts/venv.sh`` makes (PyPI's torch stack,
+the real comfy-aimdo, ComfyUI's own requirements); nothing ComfyUI imports is
+stubbed.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.environ.get("COMEM_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
 PYTHON_DIR = os.path.join(SOURCE, "python")
 BIN_DIR = os.environ.get("COMEM_BIN_DIR") or os.path.join(SOURCE, "build", "bin")
-STUBS = os.path.join(HERE, "stubs")
 PROCS = os.path.join(HERE, "procs")
 
 GiB = 1 << 30
@@ -45,11 +48,31 @@ def comfyui_dir() -> Optional[str]:
     return d if d and os.path.isfile(os.path.join(d, "comfy", "model_management.py")) else None
 
 
-def need_comfyui(case: unittest.TestCase) -> str:
+ERAS = ("783545f6", "a125cd84")  #: the ComfyUI snapshots the suites know, newest first
+
+
+def comfyui_era(d: Optional[str] = None) -> Optional[str]:
+    """Which ComfyUI snapshot ``d`` (default ``COMFYUI_DIR``) is: ``"783545f6"`` (dynamic VRAM,
+    ``main.py`` initialising comfy-aimdo) or ``"a125cd84"`` (2025, no aimdo); None without one.
+
+    Read from the source, not from a version string, so a checkout near either one is placed by
+    what the tests depend on: 783545f6's ``free_memory`` takes ``for_dynamic``."""
+    d = d or comfyui_dir()
+    if d is None:
+        return None
+    with open(os.path.join(d, "comfy", "model_management.py"), encoding="utf-8") as f:
+        signature = next((line for line in f if line.startswith("def free_memory(")), "")
+    return "783545f6" if "for_dynamic" in signature else "a125cd84"
+
+
+def need_comfyui(case: unittest.TestCase, era: Optional[str] = None) -> str:
+    """The ComfyUI checkout to test against; skips the test without one (or, with ``era``, without that one)."""
     d = comfyui_dir()
     if d is None:
         case.skipTest("COMFYUI_DIR is unset (or has no comfy/model_management.py): the adapter's conformance "
-                      "tests need the real ComfyUI; .ci/run sets it to shared/thirdparty/comfyui")
+                      "tests need the real ComfyUI; CMake sets it to each snapshot in shared/thirdparty")
+    if era is not None and comfyui_era(d) != era:
+        case.skipTest(f"this suite is for ComfyUI {era}; COMFYUI_DIR is {comfyui_era(d)} ({d})")
     return d
 
 
@@ -57,16 +80,15 @@ def need_torch(case: unittest.TestCase) -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        case.skipTest("torch is not installed (Debian: python3-torch)")
+        case.skipTest("torch is not installed: run the tests in the environment scripts/venv.sh makes")
 
 
 def import_comfy() -> Any:
-    """ComfyUI's real model manager in this process, on the CPU (Debian's torch has no CUDA)."""
+    """ComfyUI's real model manager in this process, on the CPU when torch sees no GPU."""
     d = comfyui_dir()
     assert d is not None
-    for p in (d, STUBS):
-        if p not in sys.path:
-            sys.path.insert(0, p)
+    if d not in sys.path:
+        sys.path.insert(0, d)
     import comfy.cli_args
     import torch
     if not torch.cuda.is_available():

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Makes the Python environments comem's tests run in, from PyPI, and nothing outside them:
+#   .venv/            scripts/requirements-dev.txt (torch, comfy-aimdo 0.4.13, ComfyUI's server needs)
+#   .venv-aimdo-new/  the newest comfy-aimdo, over .venv's packages (a .pth file), for the tests
+#                     that compare comem.aimdo with more than one aimdo release
+# Run by `make check` (and `make venv`). A second run that finds both up to date (the stamp holds
+# the requirements file's hash) costs a few milliseconds. COMEM_VENV moves the first folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${COMEM_VENV:-.venv}
+newer=${venv}-aimdo-new
+req=scripts/requirements-dev.txt
+python=${COMEM_BASE_PYTHON:-python3}
+stamp_of() { { sha256sum "$req" "$0" | sha256sum | cut -d' ' -f1; } }
+want=$(stamp_of)
+
+if [ "$(cat "$venv/.comem-stamp" 2>/dev/null)" != "$want" ]; then
+  echo "venv: making $venv from $req (once; about two minutes)" >&2
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
+  "$venv/bin/python" -m pip install -q -r "$req" 2>&1 | grep -v "is ignored" >&2 || true
+  "$venv/bin/python" -c 'import torch, torchvision, numpy, comfy_aimdo.control, aiohttp, sqlalchemy' \
+    || { echo "venv: $venv is incomplete (see pip's messages above)" >&2; exit 1; }
+  echo "$want" > "$venv/.comem-stamp"
+fi
+
+if [ "$(cat "$newer/.comem-stamp" 2>/dev/null)" != "$want" ]; then
+  echo "venv: making $newer (the newest comfy-aimdo over $venv)" >&2
+  rm -rf "$newer"
+  "$python" -m venv "$newer"
+  base_site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  own_site=$("$newer/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # After its own site-packages: its comfy_aimdo is found first, everything else is .venv's.
+  echo "$base_site" > "$own_site/comem-base-venv.pth"
+  "$newer/bin/python" -m pip install -q --no-deps --upgrade comfy-aimdo 2>&1 | grep -v "is ignored" >&2 || true
+  "$newer/bin/python" -c 'import comfy_aimdo.control' \
+    || { echo "venv: $newer is incomplete (see pip's messages above)" >&2; exit 1; }
+  echo "$want" > "$newer/.comem-stamp"
+fi
