@@ -298,6 +298,12 @@ COMEM_API int comem_view_state(comem_view *v, int64_t *heartbeat_age_ns);
  * joined process allocated outside any holder. Errors as comem_view_read.
  */
 COMEM_API int comem_view_unregistered(comem_view *v, int device, int64_t *bytes);
+/*
+ * The bytes granted on device and not yet reported resident (every process's
+ * admissions in flight): free on the card's reading, and promised. A pager that
+ * sizes itself by the reading (comfy-aimdo) must leave them. Errors as comem_view_read.
+ */
+COMEM_API int comem_view_granted(comem_view *v, int device, int64_t *bytes);
 COMEM_API void comem_view_close(comem_view *v);
 
 /* ---- an embedded or standalone coordinator ---- */

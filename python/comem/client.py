@@ -357,6 +357,7 @@ class Client:
         sock = _opt_path(socket)
         self.name = name
         self.role = role
+        self.socket: Optional[str] = socket  #: the socket as given (None: COMEM_SOCKET, else the per-user one)
         self._holders: Dict[int, Holder] = {}
         self._keepalive: List[Any] = []  # callbacks of removed holders: an ask may still be running
         self._pagers: List[Any] = []  # pagers attached through this client: detached before it closes

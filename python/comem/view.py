@@ -82,11 +82,18 @@ class View:
 
     def unregistered(self, device: int = 0) -> int:
         """Bytes the processes in the ledger hold on ``device`` beyond what they registered and their contexts."""
+        return self._figure("comem_view_unregistered", device)
+
+    def granted(self, device: int = 0) -> int:
+        """Bytes granted on ``device`` and not yet resident: free on the card's reading, but promised."""
+        return self._figure("comem_view_granted", device)
+
+    def _figure(self, call: str, device: int) -> int:
         dev = errors.device(device)
         if self._handle is None:
-            raise errors.Closed(errors.ECLOSED, "comem_view_unregistered", "the view is closed")
+            raise errors.Closed(errors.ECLOSED, call, "the view is closed")
         out = c_int64()
-        check(_L.comem_view_unregistered(self._handle, dev, byref(out)), "comem_view_unregistered")
+        check(getattr(_L, call)(self._handle, dev, byref(out)), call)
         return out.value
 
     def close(self) -> None:

@@ -244,6 +244,7 @@ static int snapshot(comem_view *v, int device, comem_view_values *out)
         x.reserve = atomic_load_explicit(&d->reserve, memory_order_relaxed);
         x.reclaimable = atomic_load_explicit(&d->reclaimable, memory_order_relaxed);
         x.unregistered = atomic_load_explicit(&d->unregistered, memory_order_relaxed);
+        x.granted = atomic_load_explicit(&d->granted, memory_order_relaxed);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&w->seq, memory_order_relaxed) == s1)
             break;
@@ -299,6 +300,15 @@ int comem_view_unregistered(comem_view *v, int device, int64_t *bytes)
     int rc = snapshot(v, device, &x);
     if (rc == COMEM_OK && bytes)
         *bytes = x.unregistered;
+    return rc;
+}
+
+int comem_view_granted(comem_view *v, int device, int64_t *bytes)
+{
+    comem_view_values x;
+    int rc = snapshot(v, device, &x);
+    if (rc == COMEM_OK && bytes)
+        *bytes = x.granted;
     return rc;
 }
 

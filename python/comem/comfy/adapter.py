@@ -7,7 +7,10 @@ stand-ins up to date and publishes the reserve), ``LoadedModel.model_load``
 ``get_torch_device`` (``cpu:0``, the device that plays the card) and
 ``get_free_memory``/``get_total_memory`` (the simulated card's reading for it). In ``execution`` (when ComfyUI runs),
 ``get_output_data``: every node runs marked busy and holding the model lock,
-with a census after it. Uninstalling restores ComfyUI's own functions.
+with a census after it. Where ComfyUI runs on the real comfy-aimdo (783545f6's
+dynamic VRAM), its headroom is steered from the coordinator's view
+(``steer.py``) and its dynamic models' residency is reported as it changes.
+Uninstalling restores ComfyUI's own functions and aimdo's headroom.
 
 One adapter is active per process.
 """
@@ -23,6 +26,7 @@ from typing import Any, Callable, Dict, Iterator, Optional
 
 from .. import errors
 from ..client import Client
+from . import steer
 from .devices import DeviceMap
 from .models import ComfyModels, is_stand_in, set_memory_required
 
@@ -86,7 +90,9 @@ class Adapter:
 
     role = "worker"
 
-    def __init__(self, client: Client, mm: Any = None, card: Any = None, simulated: Optional[bool] = None) -> None:
+    def __init__(self, client: Client, mm: Any = None, card: Any = None, simulated: Optional[bool] = None,
+                 aimdo: Any = None) -> None:
+        """``aimdo``: the ``comfy_aimdo.control`` to steer (None: this process's, when ComfyUI enabled it)."""
         self.client = client
         self.mm = mm if mm is not None else mm_module()
         self.lock = ModelLock()
@@ -95,6 +101,9 @@ class Adapter:
         self.models = ComfyModels(client, self.mm, self.devices, self.lock)  # type: ignore[arg-type]
         self._saved: Dict[Any, Dict[str, Any]] = {}
         self.installed = False
+        self._aimdo = aimdo
+        self.steer: Optional[steer.AimdoSteer] = None
+        self._view: Any = None
 
     # ---- install / uninstall ----
 
@@ -126,6 +135,7 @@ class Adapter:
         with self.lock:
             self.before_loop()
             self.models.sync()
+        self._start_steering()
         log.info("comem: %s adapter installed (%s placement, coordinator %s)", self.role,
                  "simulated" if self.devices.simulated else "CUDA",
                  "connected" if self.client.connected else "absent: deciding locally")
@@ -141,6 +151,12 @@ class Adapter:
                 setattr(owner, name, value)
         self._saved.clear()
         ComfyModels.originals.clear()
+        if self.steer is not None:
+            self.steer.stop()
+            self.steer = None
+        if self._view is not None:
+            self._view.close()
+            self._view = None
         self.installed = False
         if _active is self:
             _active = None
@@ -158,6 +174,22 @@ class Adapter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _start_steering(self) -> None:
+        """Steers this process's comfy-aimdo from the coordinator's view (nothing to do without either)."""
+        control = self._aimdo if self._aimdo is not None else steer.find_aimdo()
+        if control is None or not self.client.connected:
+            return
+        main = self.devices.index(self.mm.get_torch_device())
+        if main is None:
+            return
+        from ..view import View
+        try:
+            self._view = View(self.client.socket)
+        except errors.Error as e:
+            log.warning("comem: comfy-aimdo is not steered (the coordinator's view: %s)", e)
+            return
+        self.steer = steer.start_for(self._view, [main], control, tick=self.models.census_dynamic)
 
     # ---- what the host adds ----
 

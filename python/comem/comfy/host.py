@@ -33,7 +33,8 @@ class Host(Adapter):
     role = "host"
 
     def __init__(self, mm: Any = None, socket: Optional[str] = None, name: str = "comfyui", embed: bool = True,
-                 card: Any = None, simulated: Optional[bool] = None, client: Optional[Client] = None) -> None:
+                 card: Any = None, simulated: Optional[bool] = None, client: Optional[Client] = None,
+                 aimdo: Any = None) -> None:
         if mm is None:
             from .adapter import mm_module
             mm = mm_module()
@@ -41,7 +42,7 @@ class Host(Adapter):
         self._base = base
         if client is None:
             client = Client(name, role="host", socket=socket, reserve_base=base, embed=embed)
-        super().__init__(client, mm, card=card, simulated=simulated)
+        super().__init__(client, mm, card=card, simulated=simulated, aimdo=aimdo)
         self.standins = StandIns(client, self.mm, self.devices)
         self.published: Optional[int] = None
         self.headroom: Optional[int] = None

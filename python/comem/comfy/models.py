@@ -12,6 +12,14 @@ Loading is hooked: before ``LoadedModel.model_load`` moves bytes, the bytes it
 will add are admitted by the coordinator, so this process never loads past
 what the ledger grants; a refusal loads the part that fits (ComfyUI's lowvram
 path) or, when nothing fits, nothing (its 0.1 sentinel).
+
+A dynamic model (ComfyUI 783545f6's ``ModelPatcherDynamic`` over comfy-aimdo)
+moves no weights when it loads: its VBAR faults pages in while it computes, as
+far as aimdo's budget lets it, and that budget is steered from the ledger
+(``steer.py``). Its entry is paged, its residency is aimdo's own count
+(``loaded_size``), read at every node boundary and by :meth:`census_dynamic`
+while it computes, and an ask reaches it through ComfyUI's own
+``model_unload`` -> ``partially_unload`` -> ``vbar.free_memory``.
 """
 
 from __future__ import annotations
@@ -31,6 +39,12 @@ log = logging.getLogger("comem.comfy")
 LOCK_WAIT_S = 0.05  # how long a release ask waits for the model lock before it says busy
 
 _tls = threading.local()
+
+
+def is_dynamic(loaded_model: Any) -> bool:
+    """True for a model ComfyUI loads dynamically (783545f6's ModelPatcherDynamic: pages faulted in by aimdo)."""
+    probe = getattr(getattr(loaded_model, "model", None), "is_dynamic", None)
+    return bool(probe()) if callable(probe) else False
 
 
 def is_stand_in(loaded_model: Any) -> bool:
@@ -94,7 +108,8 @@ class ComfyModels:
             return t.entry
         name = type(getattr(lm.model, "model", lm.model)).__name__[:48] or "model"
         size = max(0, int(lm.model_memory()))
-        e = self.holder(index).add_entry(name, size, min(size, max(0, int(lm.model_loaded_memory()))))
+        e = self.holder(index).add_entry(name, size, min(size, max(0, int(lm.model_loaded_memory()))),
+                                         paged=is_dynamic(lm))
         self._tracked[id(lm)] = _Tracked(lm, e, index)
         return e
 
@@ -120,6 +135,24 @@ class ComfyModels:
         if self.mirror is not None:
             for idx in set(per_device) | set(self.mirror._charged):
                 self.mirror.set(idx, per_device.get(idx, 0))
+
+    def census_dynamic(self) -> int:
+        """Reports the residency aimdo gives each dynamic model now (its faults and evictions while it
+        computes, which no node boundary shows); returns how many entries changed. Takes no lock: it reads
+        aimdo's counters and this process's own entries only."""
+        changed = 0
+        for t in list(self._tracked.values()):
+            lm = t.ref()
+            if lm is None or lm.model is None or not is_dynamic(lm):
+                continue
+            resident = min(t.entry.size, max(0, int(lm.model_loaded_memory())))
+            if resident != t.entry.resident:
+                try:
+                    t.entry.resident = resident
+                    changed += 1
+                except errors.Error as ex:  # removed meanwhile by a sync: the next one has it
+                    log.debug("comem: dynamic census skipped an entry: %s", ex)
+        return changed
 
     def resident(self, index: int) -> int:
         """Bytes ComfyUI counts as loaded on comem device ``index``."""
@@ -193,6 +226,10 @@ class ComfyModels:
         """Admits the bytes ``lm.model_load(lowvram_model_memory)`` would add, then runs ``load(budget)``."""
         idx = self.devices.index(lm.device)
         if idx is None:
+            return load(lowvram_model_memory)
+        if is_dynamic(lm):
+            # Nothing moves now: pages come in at faults, within the headroom the ledger steers.
+            self._track(lm, idx)
             return load(lowvram_model_memory)
         size = int(lm.model_memory())
         loaded = int(lm.model_loaded_memory())

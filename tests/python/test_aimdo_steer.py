@@ -1,0 +1,184 @@
+"""comem steering the real comfy-aimdo's headroom from the ledger (python/comem/comfy/steer.py).
+
+The real ``comfy_aimdo`` (0.4.13 in the tests' environment; the newest in the
+second one, run as a child of this suite) is loaded with ``control.init()``,
+which needs no GPU: its library and its headroom knob are real, only its
+devices are absent (its own usage then counts 0). A real comemd serves a
+simulated card; another process's admissions and allocations move the view,
+and the knob inside aimdo's library must follow: every byte granted to
+another process is headroom aimdo keeps here, and nothing is set below what
+the process started with.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import unittest
+
+import support
+from support import GiB, MiB, Machine, wait_for
+
+CARD = "sim:8GiB:reserved=256MiB:ctx=300MiB"
+
+
+def real_aimdo():
+    import comfy_aimdo.control as control
+    logging.getLogger().setLevel(logging.ERROR)  # its vendor autodetect warns on a machine without a GPU
+    control.init()
+    return control
+
+
+class SteerCase(unittest.TestCase):
+    def setUp(self) -> None:
+        try:
+            self.control = real_aimdo()
+        except ImportError as e:
+            self.skipTest(f"comfy_aimdo is not installed ({e}): run in the environment scripts/venv.sh makes")
+        import comem
+        from comem.comfy import steer
+        self.comem = comem
+        self.steer = steer
+        self.machine = Machine(CARD).__enter__()
+        self.addCleanup(self.machine.__exit__, None, None, None)
+        self.view = comem.View(self.machine.socket)
+        self.addCleanup(self.view.close)
+        self.other = comem.Client("other", role="worker", socket=self.machine.socket, require_coordinator=True)
+        self.addCleanup(self.other.close)
+        self.card = comem.SimCard(self.machine.spec)
+        self.addCleanup(self.card.close)
+        self.card.touch()  # this process's context is on the card before any figure is taken
+        self._knob = steer.Knob(self.control, steer.KNOWN[steer.aimdo_version(self.control)])
+        self.start_headroom = self._knob.get()
+        self.addCleanup(self._knob.set, self.start_headroom)
+
+    def card_seen(self) -> None:
+        """Waits until the coordinator's view has the card's reading as it is now."""
+        self.settled(lambda: self.view.read(0).free == self.card.read(0).free)
+
+    def settled(self, pred):
+        """Waits until the coordinator's published view satisfies pred (it publishes on its own tick)."""
+        self.assertTrue(wait_for(pred, 10), "the coordinator's view never showed it")
+
+    def knob(self) -> int:
+        """The headroom inside aimdo's library now."""
+        return self._knob.get()
+
+
+class TestHeadroomFollowsTheLedger(SteerCase):
+    def test_another_process_grant_is_headroom_here_until_it_is_freed(self):
+        s = self.steer.AimdoSteer(self.view, self.control, [0])
+        self.assertEqual(s.version, support_version())
+        self.assertEqual(s.floor, self.start_headroom)
+        self.card_seen()
+        base = s.step()
+        r = self.view.read(0)
+        # Nothing promised: aimdo may use all the card's free bytes above the reserve (never below its floor).
+        self.assertEqual(base, max(s.floor, r.capacity - (r.free - r.reserve)))
+        self.assertEqual(self.knob(), base)
+
+        models = self.other.add_holder("models")
+        grant = self.other.admit(2 * GiB, holder=models)
+        self.settled(lambda: self.view.granted(0) == 2 * GiB)
+        self.assertEqual(s.step(), base + 2 * GiB)  # the grant is not yet on the card: aimdo must leave it
+        self.assertEqual(self.knob(), base + 2 * GiB)
+
+        self.card.alloc(2 * GiB)  # the other process loads what it was granted
+        entry = models.add_entry("m", 2 * GiB)
+        grant.done(entry, 2 * GiB)
+        self.settled(lambda: self.view.granted(0) == 0 and self.view.read(0).free <= r.free - 2 * GiB)
+        self.assertEqual(s.step(), base + 2 * GiB)  # now it is on the card: the same bytes, the same headroom
+
+        self.card.free(2 * GiB)
+        entry.remove()
+        self.settled(lambda: self.view.read(0).free == r.free)
+        self.assertEqual(s.step(), base)
+        self.assertEqual(s.steps, 3)  # it set the knob only when the figure changed
+
+    def test_never_below_the_headroom_the_process_started_with(self):
+        knob = self._knob
+        knob.set(7 * GiB)  # as ComfyUI's --reserve-vram would have it
+        s = self.steer.AimdoSteer(self.view, self.control, [0])
+        self.card_seen()
+        self.assertEqual(s.step(), 7 * GiB)
+        self.assertEqual(knob.get(), 7 * GiB)
+        self.assertEqual(self.steer.headroom_for(8 * GiB, 0, 6 * GiB, 0, 512 * MiB, 256 * MiB), 2 * GiB + 512 * MiB)
+        self.assertEqual(self.steer.headroom_for(8 * GiB, 1 * GiB, 1 * GiB, 2 * GiB, 0, 256 * MiB), 7 * GiB)
+
+    def test_the_thread_follows_a_grant_and_stop_restores_the_start(self):
+        self.card_seen()
+        s = self.steer.AimdoSteer(self.view, self.control, [0], poll=0.005).start()
+        self.addCleanup(s.stop)
+        self.settled(lambda: s.last is not None)
+        base = s.last
+        models = self.other.add_holder("models")
+        grant = self.other.admit(1 * GiB, holder=models)
+        self.settled(lambda: self.knob() == base + 1 * GiB)
+        grant.cancel()
+        self.settled(lambda: self.knob() == base)
+        s.stop()
+        self.assertEqual(self.knob(), self.start_headroom)
+
+    def test_a_release_comem_does_not_know_is_warned_once_and_left_alone(self):
+        saved = self.steer.aimdo_version
+        self.steer.aimdo_version = lambda control: "9.9.9"
+        self.addCleanup(setattr, self.steer, "aimdo_version", saved)
+        with self.assertLogs("comem.comfy", "WARNING") as logs:
+            self.assertIsNone(self.steer.start_for(self.view, [0], self.control))
+            self.assertIsNone(self.steer.start_for(self.view, [0], self.control))
+        self.assertEqual(len(logs.records), 1)
+        self.assertIn("comfy-aimdo 9.9.9 is not one comem knows", logs.output[0])
+        self.assertEqual(self.knob(), self.start_headroom)
+
+
+class TestAdapterSteersAimdo(SteerCase):
+    """The ComfyUI adapter starts the steer itself and stops it when it is uninstalled."""
+
+    def test_the_host_adapter_keeps_a_worker_grant_from_its_aimdo(self):
+        support.need_comfyui(self)
+        mm = support.import_comfy()
+        from comem.comfy import Host
+        host = Host(mm, socket=self.machine.socket, embed=False, card=self.card, name="comfyui", aimdo=self.control)
+        self.card_seen()
+        host.install()
+        self.addCleanup(host.close)
+        self.assertIsNotNone(host.steer)
+        self.settled(lambda: host.steer.last is not None)
+        base = host.steer.last
+        models = self.other.add_holder("models")
+        grant = self.other.admit(1 * GiB, holder=models)
+        self.settled(lambda: self.knob() == base + 1 * GiB)
+        grant.cancel()
+        self.settled(lambda: self.knob() == base)
+        host.uninstall()
+        self.assertIsNone(host.steer)
+        self.assertEqual(self.knob(), self.start_headroom)
+
+
+def support_version() -> str:
+    from importlib.metadata import version
+    return version("comfy-aimdo")
+
+
+class TestNewestAimdo(unittest.TestCase):
+    """The same steering against the newest comfy-aimdo, in the environment that has it first."""
+
+    def test_newest_release(self):
+        py = os.environ.get("COMEM_PYTHON_AIMDO_NEW")
+        if os.environ.get("COMEM_STEER_INNER") or not py:
+            self.skipTest("COMEM_PYTHON_AIMDO_NEW is unset (scripts/venv.sh makes .venv-aimdo-new)")
+        env = dict(os.environ, COMEM_STEER_INNER="1")
+        out = subprocess.run([py, "-m", "unittest", "-v", "test_aimdo_steer.TestHeadroomFollowsTheLedger"],
+                             cwd=os.path.dirname(os.path.abspath(__file__)), env=env, capture_output=True, text=True,
+                             timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr[-4000:])
+        self.assertIn("Ran 4 tests", out.stderr)
+        check = subprocess.run([py, "-c", "from importlib.metadata import version; print(version('comfy-aimdo'))"],
+                               capture_output=True, text=True, env=env)
+        self.assertNotEqual(check.stdout.strip(), support_version(), "the second environment has the same aimdo")
+
+
+if __name__ == "__main__":
+    unittest.main()
