@@ -33,6 +33,9 @@ _pagers = {}  # device -> Pager
 _simple_headroom: Optional[int] = None
 _extra = {}    # device -> the extra headroom the application asked for
 _largest = {}  # device -> the largest weight faulted there: room kept for streaming it
+nvml_pressure_requested = False  #: what init(nvml_pressure=) was told; comem's device readings come from its own probe (NVML where loaded)
+DEFAULT_SIMPLE_VRAM_HEADROOM = 256 << 20  #: the pager's simple headroom until one is set (aimdo's default too)
+MAX_SIMPLE_VRAM_HEADROOM = 1 << 60  #: the largest simple headroom aimdo 0.6.0 accepts; comem keeps the same bound
 
 
 class _Lib:
@@ -41,6 +44,9 @@ class _Lib:
     def set_simple_vram_headroom(self, nbytes: int) -> None:
         set_simple_vram_headroom(nbytes)
 
+    def get_simple_vram_headroom(self) -> int:
+        return get_simple_vram_headroom()
+
     def get_total_vram_usage(self, devctx: Pager) -> int:
         return devctx.usage
 
@@ -48,12 +54,35 @@ class _Lib:
 lib: Optional[_Lib] = None
 
 
-def init(implementation: Optional[str] = None, simple_vram_headroom: Optional[int] = None) -> bool:
-    """Initialises the pager API (idempotent); ``simple_vram_headroom`` applies to every device."""
+def detect_vendor() -> Optional[str]:
+    """The GPU vendor torch was built for: ``"cuda"``, ``"rocm"`` or None (torch absent or CPU-only).
+
+    Read from torch's own build record (``torch.version``), so it never initialises CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if getattr(torch.version, "hip", None):
+        return "rocm"
+    if getattr(torch.version, "cuda", None):
+        return "cuda"
+    return None
+
+
+def init(implementation: Optional[str] = None, simple_vram_headroom: Optional[int] = None,
+         nvml_pressure: bool = False) -> bool:
+    """Initialises the pager API (idempotent; a second call only updates the two settings).
+
+    ``implementation``: None, ``"cuda"`` or ``"sim"`` (``"rocm"`` is refused: comem has no HIP backend).
+    ``simple_vram_headroom`` applies to every device, now and later (None: keep it).
+    ``nvml_pressure`` is recorded for aimdo-shaped callers; comem's device term always reads the card
+    the way its probe does (NVML where the library loads), so it changes nothing here."""
     global lib, client
     if implementation not in (None, "cuda", "sim"):
         log.info("comem.aimdo: implementation %r is not supported (cuda or sim)", implementation)
         return False
+    global nvml_pressure_requested
+    nvml_pressure_requested = bool(nvml_pressure)
     if simple_vram_headroom is not None:
         set_simple_vram_headroom(simple_vram_headroom)
     if lib is not None:
@@ -152,12 +181,24 @@ def keep_room_for(pager: Pager, nbytes: int) -> None:
         pager.set_extra_headroom(_extra.get(dev, 0) + nbytes)
 
 
-def set_simple_vram_headroom(nbytes: int) -> None:
-    """The per-process margin every device's pager keeps (aimdo's simple_vram_headroom); live."""
+def set_simple_vram_headroom(headroom: int) -> None:
+    """The per-process margin every device's pager keeps (aimdo's simple_vram_headroom), in bytes; live.
+
+    0 to 2**60. Unlike aimdo it may be called before ``init()``: it then applies from the first device on."""
     global _simple_headroom
-    _simple_headroom = errors.size(nbytes, "simple_vram_headroom")
+    value = errors.size(headroom, "simple_vram_headroom")
+    if value > MAX_SIMPLE_VRAM_HEADROOM:
+        raise ValueError("simple_vram_headroom must be between 0 and 2**60 bytes")
+    _simple_headroom = value
     for p in _pagers.values():
         p.simple_headroom = _simple_headroom
+
+
+def get_simple_vram_headroom() -> int:
+    """The simple headroom in force, in bytes (aimdo 0.6.0's getter); RuntimeError before ``init()``."""
+    if lib is None:
+        raise RuntimeError("comem.aimdo is not initialized")
+    return DEFAULT_SIMPLE_VRAM_HEADROOM if _simple_headroom is None else _simple_headroom
 
 
 def deinit() -> None:
@@ -185,6 +226,7 @@ def _set_level(level: int) -> None:
 
 
 def set_log_none() -> None: _set_level(logging.CRITICAL + 10)
+def set_log_detail() -> None: _set_level(logging.INFO)  # ComfyUI's DETAIL console level (aimdo has none)
 def set_log_critical() -> None: _set_level(logging.CRITICAL)
 def set_log_error() -> None: _set_level(logging.ERROR)
 def set_log_warning() -> None: _set_level(logging.WARNING)

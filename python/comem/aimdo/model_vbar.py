@@ -7,7 +7,7 @@ pages, ``loaded_size`` and ``free_memory`` bytes, as aimdo's do.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from . import control
 from ..pager import VBar
@@ -16,9 +16,16 @@ PAGE_SIZE = 32 << 20
 
 
 class ModelVBAR:
-    """One model's reservation (``size`` bytes, not clamped to the card) on an initialised device."""
+    """One model's reservation (``size`` bytes, not clamped to the card) on an initialised device.
 
-    def __init__(self, size: int, device: int) -> None:
+    ``pageout_callback`` (aimdo 0.6.0: called with ``(offset, size)`` to write a page back before it
+    is evicted) is not supported: comem's pager evicts without a write-back hook, so only None is
+    accepted (``comem.aimdo.LIMITS`` lists it)."""
+
+    def __init__(self, size: int, device: int, pageout_callback: Optional[Callable[[int, int], Any]] = None) -> None:
+        if pageout_callback is not None:
+            raise NotImplementedError("comem.aimdo: ModelVBAR(pageout_callback=...) is not supported: comem's pager "
+                                      "has no write-back hook before eviction (pages are weights, re-read on fault)")
         self._devctx = control.get_devctx(device)
         try:
             self._vbar: Optional[VBar] = self._devctx.vbar(int(size), PAGE_SIZE)
@@ -34,10 +41,15 @@ class ModelVBAR:
             raise RuntimeError("the VBAR was freed")
         return self._vbar
 
-    def prioritize(self) -> None:
+    def prioritize(self, malloc_async_clamp: Optional[int] = None) -> None:
+        """Top of the priority list, watermark back to the last page.
+
+        ``malloc_async_clamp`` bounds, in aimdo, how much its cuMemAllocAsync hook may evict for one
+        allocation; comem has no allocation hook, so it is accepted and has no effect."""
         self._v().prioritize()
 
     def deprioritize(self) -> None:
+        """Bottom of the priority list: the first to be evicted."""
         self._v().deprioritize()
 
     def alloc(self, num_bytes: int) -> Tuple["ModelVBAR", int, int]:
@@ -55,24 +67,31 @@ class ModelVBAR:
         return self._v().fault(alloc - self.base_addr, size)
 
     def unpin(self, alloc: int, size: int) -> None:
+        """Drops the pin a fault of [alloc, alloc+size) took."""
         self._v().unpin(alloc - self.base_addr, size)
 
     def loaded_size(self) -> int:
+        """Resident bytes (resident pages x page size)."""
         return self._v().loaded_size
 
     def set_watermark_limit(self, size_bytes: int) -> None:
+        """Eviction never lowers the watermark below ``size_bytes``."""
         self._v().watermark_limit = size_bytes
 
     def set_watermark(self, size_bytes: int) -> None:
+        """Moves the watermark to ``size_bytes`` (evicting the unpinned pages above it)."""
         self._v().watermark = size_bytes
 
     def free_memory(self, size_bytes: int) -> int:
+        """Evicts up to ``size_bytes`` from the top of this VBAR, down to its limit; the bytes freed."""
         return self._v().free_memory(int(size_bytes))
 
     def get_nr_pages(self) -> int:
+        """Pages in the reservation."""
         return self._v().pages
 
     def get_watermark(self) -> int:
+        """The watermark in pages, as aimdo counts it."""
         v = self._v()
         return v.watermark // v.page_size
 
@@ -80,7 +99,8 @@ class ModelVBAR:
         """One flag per page: bit 0 resident, bit 1 pinned."""
         return list(self._v().residency())
 
-    def __del__(self) -> None:
+    def close(self) -> None:
+        """Destroys the reservation now (aimdo 0.6.0); idempotent, and what garbage collection does."""
         v = getattr(self, "_vbar", None)
         if v is not None:
             try:
@@ -89,19 +109,25 @@ class ModelVBAR:
                 pass
             self._vbar = None
 
+    def __del__(self) -> None:
+        self.close()
+
 
 def vbar_fault(alloc: Tuple[ModelVBAR, int, int]) -> Optional[bytes]:
+    """Faults an allocation ``(vbar, address, size)``: its signatures, or None when offloaded."""
     vbar, offset, size = alloc
     return vbar.fault(offset, size)
 
 
 def vbar_unpin(alloc: Optional[Tuple[ModelVBAR, int, int]]) -> None:
+    """Unpins an allocation (None: nothing)."""
     if alloc is not None:
         vbar, offset, size = alloc
         vbar.unpin(offset, size)
 
 
 def vbar_signature_compare(a: Optional[bytes], b: Optional[bytes]) -> bool:
+    """True when two faults' signatures say the pages were not committed again in between."""
     if a is None or b is None:
         return False
     if len(a) != len(b):
@@ -110,6 +136,7 @@ def vbar_signature_compare(a: Optional[bytes], b: Optional[bytes]) -> bool:
 
 
 def vbars_reset_watermark_limits() -> None:
+    """Every VBAR's watermark limit back to 0, on every initialised device."""
     for p in control.devctxs:
         p.reset_watermark_limits()
 
