@@ -8,9 +8,10 @@
  * get_free_memory and model_unload.
  *
  * Where ComfyUI's versions differ, a `rules` argument picks one (docs/conformance.md lists
- * every difference): COMEM_COMFYUI_CURRENT is what comem itself follows, COMEM_COMFYUI_A125CD84
- * the 2025-10-12 snapshot the conformance test runs against. Rules that both versions share
- * take no such argument.
+ * every difference): COMEM_COMFYUI_CURRENT is what comem itself follows (today the same as
+ * COMEM_COMFYUI_783545F6, the 2026-08-22 ComfyUI), COMEM_COMFYUI_A125CD84 the 2025-10-12
+ * snapshot. The conformance tests run each against that ComfyUI's own code. Rules that every
+ * version shares take no such argument.
  *
  * Byte figures are doubles where ComfyUI computes in doubles (anything multiplied by 0.8, 1.1,
  * a ratio or a --reserve-vram fraction), so results compare exactly with ComfyUI's own.
@@ -29,8 +30,9 @@ extern "C" {
 
 /* Which ComfyUI's rules to follow, where they differ. */
 typedef enum comem_comfyui_rules {
-    COMEM_COMFYUI_CURRENT = 0, /* model_management.py @02b2b388: the rules comem decides by */
-    COMEM_COMFYUI_A125CD84 = 1 /* the 2025-10-12 snapshot (Comfy-Org/ComfyUI a125cd84) */
+    COMEM_COMFYUI_CURRENT = 0,  /* the rules comem decides by: today 783545f6's */
+    COMEM_COMFYUI_A125CD84 = 1, /* the 2025-10-12 snapshot (Comfy-Org/ComfyUI a125cd84) */
+    COMEM_COMFYUI_783545F6 = 2  /* Comfy-Org/ComfyUI 783545f6 (2026-08-22): stays this when CURRENT moves on */
 } comem_comfyui_rules;
 
 /* ComfyUI's VRAMState, with its values. */
@@ -94,6 +96,17 @@ COMEM_API int comem_calc_needs_second_pass(double free_now, double mmr);
 COMEM_API int comem_calc_load_needs(const comem_calc_model *models, size_t n, int32_t *devices, int64_t *need,
                                     int64_t *pins, size_t cap, size_t *n_rows, int *free_for_dynamic);
 
+/*
+ * load_models_gpu's load order. ids[0..n) are the patchers in the order load_models_gpu
+ * visits them (each requested model followed by its model_patches_models()); equal ids are
+ * the same patcher. Writes to order[] (room for n) the index in ids[] of each distinct
+ * patcher's first appearance, in the order the models are loaded, wrapped, summed per device
+ * and inserted at the front of current_loaded_models: first-seen order, reversed. *n_order
+ * counts them. COMEM_ENOTSUP for the a125cd84 rules (a set: the order is Python's hash order),
+ * COMEM_EINVAL for unknown rules or missing arguments. Quadratic in n (a call loads a few models).
+ */
+COMEM_API int comem_calc_load_order(int rules, const uint64_t *ids, size_t n, size_t *order, size_t *n_order);
+
 /* comem_calc_lowvram_budget flags */
 #define COMEM_CALC_LOAD_DEVICE_CPU 1u  /* the model's load device is the CPU (state DISABLED) */
 #define COMEM_CALC_NO_LOWVRAM 2u       /* lowvram_available is False (DirectML) */
@@ -152,11 +165,96 @@ COMEM_API int comem_calc_free_memory(int rules, double memory_required, int devi
                                      double *required_after);
 
 /*
+ * 1 when free_memory, after its unloads, calls ensure_pin_budget(pins_required) and then
+ * ensure_pin_registerable(pins_required) (results ignored): not for_dynamic
+ * (COMEM_CALC_FOR_DYNAMIC in flags) and pins_required > 0. Always 0 under the a125cd84 rules
+ * (no pins). ram_required has no effect in any version (783545f6 only logs it). -1 (COMEM_EINVAL)
+ * for unknown rules.
+ */
+COMEM_API int comem_calc_free_memory_ensures_pins(int rules, unsigned flags, double pins_required);
+
+/*
  * free_memory's closing soft_empty_cache: 1 when anything was fully unloaded; else, for a
  * real device outside HIGH_VRAM, when free_torch > 0.25 * free_total; else 0.
  */
 COMEM_API int comem_calc_should_empty_cache(int unloaded_any, int device_none, int vram_state, double free_total,
                                             double free_torch);
+
+/* ---- pinned host RAM (ComfyUI 783545f6; a125cd84 has no pinned budget: COMEM_ENOTSUP) ---- */
+
+/*
+ * MAX_PINNED_MEMORY: -1 unless enabled (NVIDIA or AMD, no --disable-pinned-memory); on
+ * Windows 0.40 * ram; else max(0.40 ram, min(0.90 ram, ram - 4 GiB, ram + disk_swap - 16 GiB)).
+ * ram is psutil's total; disk_swap /proc/swaps without zram devices, cgroup limit or not.
+ */
+COMEM_API double comem_calc_max_pinned(int enabled, int windows, double ram, int64_t disk_swap);
+
+/* pinned_hostbuf_size(size): max(0, int(min(size, max_pinned) * 2)); int(size * 2) with --high-ram. */
+COMEM_API int64_t comem_calc_pinned_hostbuf_size(double size, double max_pinned, int high_ram);
+
+/* Pin subsets, as bits (ComfyUI's names). */
+#define COMEM_CALC_PINS_WEIGHTS 1u        /* "weights" */
+#define COMEM_CALC_PINS_PATCHES 2u        /* "patches" */
+#define COMEM_CALC_PINS_WEIGHTS_LOADED 4u /* "weights-loaded" */
+#define COMEM_CALC_PINS_PATCHES_LOADED 8u /* "patches-loaded" */
+
+/* One entry of current_loaded_models (list order, index 0 most recent), as flags: */
+#define COMEM_CALC_PIN_MODEL_DYNAMIC 1u        /* a live dynamic patcher (only these hold pins) */
+#define COMEM_CALC_PIN_MODEL_ACTIVE 2u         /* dynamic_pins[load_device]["active"] */
+#define COMEM_CALC_PIN_MODEL_CURRENT_PROMPT 4u /* dynamic_pins[load_device]["current_prompt"] */
+
+/*
+ * Frees up to size bytes of model's pins in the subsets (COMEM_CALC_PINS_* bits): with
+ * unregister 0, partially_unload_ram (destroys pins); with 1, unregister_inactive_pins (the RAM
+ * stays, the page lock goes). Returns the bytes freed.
+ */
+typedef double (*comem_calc_pin_free_fn)(void *user, size_t model, double size, unsigned subsets, int unregister);
+
+/* Gate flags. */
+#define COMEM_CALC_PIN_HIGH_RAM 1u     /* --high-ram */
+#define COMEM_CALC_PIN_FAST_DISK 2u    /* --fast-disk */
+#define COMEM_CALC_PIN_LOADED 4u       /* loaded=True */
+#define COMEM_CALC_PIN_EVICT_ACTIVE 8u /* evict_active=True */
+
+/*
+ * ensure_pin_budget(size, evict_active, loaded): --high-ram passes; shortfall = total_pinned +
+ * size - max_pinned with --fast-disk, else size + max(ram_cache_headroom / 2, 2 GiB) -
+ * available; passes when <= 0, else free_pins(shortfall + 256 MiB) over models[0..n) and
+ * passes when that freed >= shortfall. *passed is 1 or 0; *shortfall (may be NULL) the figure.
+ */
+COMEM_API int comem_calc_ensure_pin_budget(int rules, unsigned flags, double size, int64_t ram_cache_headroom,
+                                           double available, double total_pinned, double max_pinned,
+                                           const uint32_t *models, size_t n, comem_calc_pin_free_fn fn, void *user,
+                                           int *passed, double *shortfall);
+
+/*
+ * free_pins(size, evict_active, loaded): the pin eviction ladder (see arith/pinned.h), each
+ * rung asked for size minus what earlier rungs freed. *freed the total (may exceed size).
+ */
+COMEM_API int comem_calc_free_pins(int rules, unsigned flags, double size, const uint32_t *models, size_t n,
+                                   comem_calc_pin_free_fn fn, void *user, double *freed);
+
+/*
+ * free_registrations(shortfall, evict_active): refused (0) when max_pinned <= 0, passes when
+ * shortfall <= 0, else walks the registration ladder from shortfall + 2 GiB and passes when
+ * what is left is <= 2 GiB.
+ */
+COMEM_API int comem_calc_free_registrations(int rules, unsigned flags, double shortfall, double max_pinned,
+                                            const uint32_t *models, size_t n, comem_calc_pin_free_fn fn, void *user,
+                                            int *passed);
+
+/* ensure_pin_registerable(size, evict_active): free_registrations(total_pinned + size - max_pinned). */
+COMEM_API int comem_calc_ensure_pin_registerable(int rules, unsigned flags, double total_pinned, double size,
+                                                 double max_pinned, const uint32_t *models, size_t n,
+                                                 comem_calc_pin_free_fn fn, void *user, int *passed);
+
+/*
+ * should_free_pins_for_ram_pressure(shortfall): 0 for shortfall <= 0; 1 off Windows; on
+ * Windows 1 when available < 512 MiB, when the swap reading failed (swap_known 0) or swap use
+ * >= 5 %.
+ */
+COMEM_API int comem_calc_should_free_pins_for_ram_pressure(double shortfall, int windows, double available,
+                                                           int swap_known, double swap_percent);
 
 #ifdef __cplusplus
 }

@@ -14,15 +14,17 @@ ComfyUI case by case::
     res = calc.free_memory(models, 8 << 30, free_now=read, partially_unload=part, detach=drop)
 
 Where ComfyUI's versions differ, ``rules`` picks one: ``"current"`` (the
-default: ``model_management.py`` @02b2b388, what comem decides by) or
-``"a125cd84"`` (the 2025-10-12 snapshot). ``docs/conformance.md`` lists every
-rule whose result differs between them.
+default, what comem decides by: today the same as ``"783545f6"``, ComfyUI of
+2026-08-22), ``"783545f6"``, or ``"a125cd84"`` (the 2025-10-12 snapshot).
+``docs/conformance.md`` lists every rule whose result differs between them. The
+pinned-RAM rules (:func:`ensure_pin_budget` and the rest) are 783545f6's; the
+a125cd84 snapshot has no pinned budget and refuses them.
 """
 
 from __future__ import annotations
 
 import ctypes
-from ctypes import byref, c_double, c_int, c_int32, c_int64, c_size_t
+from ctypes import POINTER, byref, c_double, c_int, c_int32, c_int64, c_size_t, c_uint, c_uint32, c_uint64, c_void_p
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _lib, errors
@@ -32,8 +34,28 @@ from .errors import check
 
 _L = _lib.lib
 
-RULES: Dict[str, int] = {"current": 0, "a125cd84": 1}
-"""The ComfyUI versions whose rules can be chosen, by name."""
+RULES: Dict[str, int] = {"current": 0, "a125cd84": 1, "783545f6": 2}
+"""The ComfyUI versions whose rules can be chosen, by name ("current" is what comem follows: 783545f6's)."""
+
+# The rules calc.h added for 783545f6 (load order, the pin step, pinned RAM), declared here.
+_PIN_FREE_FN = ctypes.CFUNCTYPE(c_double, c_void_p, c_size_t, c_double, c_uint, c_int)
+_DP, _IP, _SP = POINTER(c_double), POINTER(c_int), POINTER(c_size_t)
+for _name, _res, _args in (
+        ("comem_calc_load_order", c_int, [c_int, POINTER(c_uint64), c_size_t, _SP, _SP]),
+        ("comem_calc_free_memory_ensures_pins", c_int, [c_int, c_uint, c_double]),
+        ("comem_calc_max_pinned", c_double, [c_int, c_int, c_double, c_int64]),
+        ("comem_calc_pinned_hostbuf_size", c_int64, [c_double, c_double, c_int]),
+        ("comem_calc_ensure_pin_budget", c_int, [c_int, c_uint, c_double, c_int64, c_double, c_double, c_double,
+                                                 POINTER(c_uint32), c_size_t, _PIN_FREE_FN, c_void_p, _IP, _DP]),
+        ("comem_calc_free_pins", c_int, [c_int, c_uint, c_double, POINTER(c_uint32), c_size_t, _PIN_FREE_FN,
+                                         c_void_p, _DP]),
+        ("comem_calc_free_registrations", c_int, [c_int, c_uint, c_double, c_double, POINTER(c_uint32), c_size_t,
+                                                  _PIN_FREE_FN, c_void_p, _IP]),
+        ("comem_calc_ensure_pin_registerable", c_int, [c_int, c_uint, c_double, c_double, c_double,
+                                                       POINTER(c_uint32), c_size_t, _PIN_FREE_FN, c_void_p, _IP]),
+        ("comem_calc_should_free_pins_for_ram_pressure", c_int, [c_double, c_int, c_double, c_int, c_double])):
+    _fn = getattr(_L, _name)
+    _fn.restype, _fn.argtypes = _res, _args
 
 VRAM_STATES: Dict[str, int] = {"disabled": 0, "no": 1, "low": 2, "normal": 3, "high": 4, "shared": 5}
 """ComfyUI's VRAMState names (lower case, without ``_VRAM``) and their values."""
@@ -130,6 +152,9 @@ class FreeResult(NamedTuple):
     """The unloads, in the order they were made."""
     required_after: float
     """memory_required after the dynamic reductions."""
+    ensures_pins: bool = False
+    """After the unloads, free_memory calls ensure_pin_budget(pins_required) and then
+    ensure_pin_registerable(pins_required) (783545f6: not for_dynamic and pins_required > 0)."""
 
     @property
     def unloaded(self) -> List[int]:
@@ -225,8 +250,13 @@ def free_memory(models: Sequence[Model], memory_required: float, device: Optiona
                 free_now: Optional[Callable[[], float]] = None,
                 partially_unload: Optional[Callable[[int, float], float]] = None,
                 detach: Optional[Callable[[int], None]] = None, smart_memory: bool = True, for_dynamic: bool = False,
-                rules: str = "current") -> FreeResult:
-    """free_memory(memory_required, device, keep_loaded) over ``models`` (index 0 most recently loaded).
+                pins_required: float = 0, ram_required: float = 0, rules: str = "current") -> FreeResult:
+    """free_memory(memory_required, device, keep_loaded, for_dynamic, pins_required, ram_required)
+    over ``models`` (index 0 most recently loaded).
+
+    ``pins_required`` decides :attr:`FreeResult.ensures_pins` (the pin gates themselves are
+    :func:`ensure_pin_budget` and :func:`ensure_pin_registerable`, run over the list left
+    after the unloads); ``ram_required`` has no effect (ComfyUI only logs it).
 
     ``device`` None is ComfyUI's device=None. The callbacks play ComfyUI's part:
     ``free_now()`` is get_free_memory(device), re-read before each victim;
@@ -265,9 +295,12 @@ def free_memory(models: Sequence[Model], memory_required: float, device: Optiona
         raise raised[0]
     check(rc, "comem_calc_free_memory", "" if rules == "current" or not for_dynamic else
           f"the {rules} rules have no for_dynamic")
+    del ram_required  # only logged by ComfyUI
+    pins = _L.comem_calc_free_memory_ensures_pins(_rules(rules), flags, float(pins_required))
+    check(min(pins, 0), "comem_calc_free_memory_ensures_pins")
     return FreeResult([order[k] for k in range(n_order.value)],
                       [Unload(u.entry, u.asked, bool(u.detached), bool(u.tried_partial), u.partial_freed)
-                       for u in (unloads[k] for k in range(n_unloads.value))], req_after.value)
+                       for u in (unloads[k] for k in range(n_unloads.value))], req_after.value, bool(pins))
 
 
 def should_empty_cache(unloaded_any: bool, free_total: float, free_torch: float, vram_state: str = "normal",
@@ -275,3 +308,158 @@ def should_empty_cache(unloaded_any: bool, free_total: float, free_torch: float,
     """free_memory's closing soft_empty_cache decision."""
     return bool(_L.comem_calc_should_empty_cache(1 if unloaded_any else 0, 1 if device_none else 0,
                                                  _state(vram_state), float(free_total), float(free_torch)))
+
+
+def load_order(ids: Sequence[object], rules: str = "current") -> List[int]:
+    """load_models_gpu's order: the indices into ``ids`` (the patchers in the order it visits them,
+    each requested model followed by its model_patches_models(); equal ids are one patcher) of
+    each distinct patcher's first appearance, in the order they are loaded (first-seen, reversed).
+
+    ``ids`` may be any hashable objects. The a125cd84 rules raise (their order is a set's)."""
+    keys: Dict[object, int] = {}
+    raw = [keys.setdefault(x, len(keys)) for x in ids]
+    n = len(raw)
+    arr = (c_uint64 * max(1, n))(*raw)
+    order, m = (c_size_t * max(1, n))(), c_size_t()
+    check(_L.comem_calc_load_order(_rules(rules), arr, n, order, byref(m)), "comem_calc_load_order",
+          "the a125cd84 snapshot loads in a set's (hash) order" if rules == "a125cd84" else "")
+    return [order[k] for k in range(m.value)]
+
+
+# ---- pinned host RAM (783545f6) ----
+
+PIN_SUBSETS: Tuple[Tuple[int, str], ...] = ((1, "weights"), (2, "patches"), (4, "weights-loaded"),
+                                             (8, "patches-loaded"))
+"""The pin subsets: calc.h's bit and ComfyUI's name, in ComfyUI's list order."""
+
+_PIN_DYNAMIC, _PIN_ACTIVE, _PIN_PROMPT = 1, 2, 4
+_PG_HIGH_RAM, _PG_FAST_DISK, _PG_LOADED, _PG_EVICT_ACTIVE = 1, 2, 4, 8
+
+
+class PinModel(NamedTuple):
+    """One entry of current_loaded_models as the pin ladders see it (list order: index 0 most recent)."""
+    dynamic: bool = True
+    """A live dynamic patcher: the only kind with pins (others are skipped)."""
+    active: bool = False
+    """dynamic_pins[load_device]["active"]."""
+    current_prompt: bool = False
+    """dynamic_pins[load_device]["current_prompt"]."""
+
+
+PinFree = Callable[[int, float, List[str], bool], float]
+"""free(model index, size, subsets, registrations) -> bytes freed: partially_unload_ram(size,
+subsets=...) or, with registrations, unregister_inactive_pins(size, subsets=...)."""
+
+
+def max_pinned(ram: float, swap: int = 0, windows: bool = False, enabled: bool = True) -> float:
+    """MAX_PINNED_MEMORY: -1 when disabled; Windows 0.40 * ram; else
+    max(0.40 ram, min(0.90 ram, ram - 4 GiB, ram + swap - 16 GiB)) (swap: disk swap, zram excluded)."""
+    return _L.comem_calc_max_pinned(1 if enabled else 0, 1 if windows else 0, float(ram), int(swap))
+
+
+def pinned_hostbuf_size(size: float, maximum: float, high_ram: bool = False) -> int:
+    """pinned_hostbuf_size(size): max(0, int(min(size, MAX_PINNED_MEMORY) * 2)), int(size * 2) with --high-ram."""
+    return _L.comem_calc_pinned_hostbuf_size(float(size), float(maximum), 1 if high_ram else 0)
+
+
+def _pin_call(models: Sequence[PinModel], free: PinFree):
+    n = len(models)
+    flags = (c_uint32 * max(1, n))()
+    for i, m in enumerate(models):
+        if not isinstance(m, PinModel):
+            raise TypeError(f"models[{i}] must be a comem.calc.PinModel, not {type(m).__name__}")
+        flags[i] = (_PIN_DYNAMIC if m.dynamic else 0) | (_PIN_ACTIVE if m.active else 0) | \
+            (_PIN_PROMPT if m.current_prompt else 0)
+    raised: List[BaseException] = []
+
+    def call(_u, i, size, subsets, unregister):
+        if raised:
+            return 0.0
+        try:
+            return float(free(int(i), size, [name for bit, name in PIN_SUBSETS if subsets & bit], bool(unregister)))
+        except BaseException as e:  # re-raised by _pin_done: a ctypes callback cannot raise
+            raised.append(e)
+            return 0.0
+
+    return flags, n, _PIN_FREE_FN(call), raised
+
+
+def _pin_done(rc: int, raised: List[BaseException], call: str, rules: str) -> None:
+    if raised:
+        raise raised[0]
+    check(rc, call, "the a125cd84 snapshot has no pinned budget" if rules == "a125cd84" else "")
+
+
+def _gate_flags(high_ram: bool = False, fast_disk: bool = False, loaded: bool = False,
+                evict_active: bool = False) -> int:
+    return (_PG_HIGH_RAM if high_ram else 0) | (_PG_FAST_DISK if fast_disk else 0) | \
+        (_PG_LOADED if loaded else 0) | (_PG_EVICT_ACTIVE if evict_active else 0)
+
+
+class PinBudget(NamedTuple):
+    """What ensure_pin_budget decided."""
+    passed: bool
+    shortfall: float
+    """The shortfall it computed (0 with --high-ram, which decides before any figure)."""
+
+
+def ensure_pin_budget(size: float, models: Sequence[PinModel], free: PinFree, *, available: float = 0,
+                      ram_cache_headroom: int = 0, high_ram: bool = False, fast_disk: bool = False,
+                      total_pinned: float = 0, maximum: float = -1, evict_active: bool = False, loaded: bool = False,
+                      rules: str = "current") -> PinBudget:
+    """ensure_pin_budget(size, evict_active, loaded): the RAM gate, evicting pins through ``free``
+    (tier by tier, model by model, as free_pins does) when it is short.
+
+    ``available``: psutil.virtual_memory().available; ``ram_cache_headroom``: RAM_CACHE_HEADROOM;
+    with ``fast_disk`` the shortfall is ``total_pinned + size - maximum`` (TOTAL_PINNED_MEMORY,
+    MAX_PINNED_MEMORY) instead."""
+    flags, n, cb, raised = _pin_call(models, free)
+    ok, short = c_int(), c_double()
+    rc = _L.comem_calc_ensure_pin_budget(_rules(rules), _gate_flags(high_ram, fast_disk, loaded, evict_active),
+                                         float(size), int(ram_cache_headroom), float(available), float(total_pinned),
+                                         float(maximum), flags, n, cb, None, byref(ok), byref(short))
+    _pin_done(rc, raised, "comem_calc_ensure_pin_budget", rules)
+    return PinBudget(bool(ok.value), short.value)
+
+
+def free_pins(size: float, models: Sequence[PinModel], free: PinFree, *, evict_active: bool = False,
+              loaded: bool = False, rules: str = "current") -> float:
+    """free_pins(size, evict_active, loaded): the pin eviction ladder; returns what was freed."""
+    flags, n, cb, raised = _pin_call(models, free)
+    out = c_double()
+    rc = _L.comem_calc_free_pins(_rules(rules), _gate_flags(loaded=loaded, evict_active=evict_active), float(size),
+                                 flags, n, cb, None, byref(out))
+    _pin_done(rc, raised, "comem_calc_free_pins", rules)
+    return out.value
+
+
+def free_registrations(shortfall: float, models: Sequence[PinModel], free: PinFree, *, maximum: float,
+                       evict_active: bool = True, rules: str = "current") -> bool:
+    """free_registrations(shortfall, evict_active): the page-lock gate's registration ladder."""
+    flags, n, cb, raised = _pin_call(models, free)
+    ok = c_int()
+    rc = _L.comem_calc_free_registrations(_rules(rules), _gate_flags(evict_active=evict_active), float(shortfall),
+                                          float(maximum), flags, n, cb, None, byref(ok))
+    _pin_done(rc, raised, "comem_calc_free_registrations", rules)
+    return bool(ok.value)
+
+
+def ensure_pin_registerable(size: float, models: Sequence[PinModel], free: PinFree, *, total_pinned: float,
+                            maximum: float, evict_active: bool = True, rules: str = "current") -> bool:
+    """ensure_pin_registerable(size, evict_active): free_registrations(total_pinned + size - maximum)."""
+    flags, n, cb, raised = _pin_call(models, free)
+    ok = c_int()
+    rc = _L.comem_calc_ensure_pin_registerable(_rules(rules), _gate_flags(evict_active=evict_active),
+                                               float(total_pinned), float(size), float(maximum), flags, n, cb, None,
+                                               byref(ok))
+    _pin_done(rc, raised, "comem_calc_ensure_pin_registerable", rules)
+    return bool(ok.value)
+
+
+def should_free_pins_for_ram_pressure(shortfall: float, windows: bool = False, available: float = 0,
+                                      swap_percent: Optional[float] = 0.0) -> bool:
+    """should_free_pins_for_ram_pressure(shortfall); ``swap_percent`` None: the swap reading failed."""
+    known = swap_percent is not None
+    return bool(_L.comem_calc_should_free_pins_for_ram_pressure(float(shortfall), 1 if windows else 0,
+                                                                float(available), 1 if known else 0,
+                                                                float(swap_percent) if known else 0.0))

@@ -49,3 +49,22 @@ int comem_admission_needs(const comem_load_model *models, size_t n, comem_device
     *free_for_dynamic = all_dynamic;
     return COMEM_OK;
 }
+
+int comem_admission_load_order(const uint64_t *ids, size_t n, size_t *order, size_t *n_order)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < m && !seen; k++)
+            seen = ids[order[k]] == ids[i];
+        if (!seen)
+            order[m++] = i;
+    }
+    for (size_t a = 0, b = m; a + 1 < b; a++, b--) { /* models.reverse() */
+        size_t t = order[a];
+        order[a] = order[b - 1];
+        order[b - 1] = t;
+    }
+    *n_order = m;
+    return COMEM_OK;
+}

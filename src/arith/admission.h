@@ -66,4 +66,11 @@ typedef struct comem_device_need {
 int comem_admission_needs(const comem_load_model *models, size_t n, comem_device_need *out,
                           size_t cap, size_t *n_out, bool *free_for_dynamic);
 
+/*
+ * load_models_gpu's order (783545f6): an order-preserving dedup of the visited patchers
+ * (ids[], each requested model followed by its model_patches_models()), reversed. order[]
+ * gets the index of each distinct id's first appearance, last-seen first. Returns 0.
+ */
+int comem_admission_load_order(const uint64_t *ids, size_t n, size_t *order, size_t *n_order);
+
 #endif

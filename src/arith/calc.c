@@ -10,9 +10,20 @@
 #include "arith/comfy_a125cd84.h"
 #include "arith/evict.h"
 #include "arith/lowvram.h"
+#include "arith/pinned.h"
 #include "arith/reserve.h"
 
-static bool known_rules(int rules) { return rules == COMEM_COMFYUI_CURRENT || rules == COMEM_COMFYUI_A125CD84; }
+static bool known_rules(int rules)
+{
+    return rules == COMEM_COMFYUI_CURRENT || rules == COMEM_COMFYUI_A125CD84 || rules == COMEM_COMFYUI_783545F6;
+}
+_Static_assert(COMEM_CALC_PINS_WEIGHTS == COMEM_PIN_WEIGHTS && COMEM_CALC_PINS_PATCHES == COMEM_PIN_PATCHES &&
+                   COMEM_CALC_PINS_WEIGHTS_LOADED == COMEM_PIN_WEIGHTS_LOADED &&
+                   COMEM_CALC_PINS_PATCHES_LOADED == COMEM_PIN_PATCHES_LOADED,
+               "calc.h's subset bits are arith's");
+
+/* CURRENT and 783545F6 name the same rules today; only the snapshot's differ. */
+static bool snapshot(int rules) { return rules == COMEM_COMFYUI_A125CD84; }
 static bool known_state(int s) { return s >= COMEM_CALC_VRAM_DISABLED && s <= COMEM_CALC_VRAM_SHARED; }
 
 COMEM_API int comem_calc_reserve(int windows, double total_vram_mib, int reserve_vram_set, double reserve_vram_gb,
@@ -85,6 +96,15 @@ COMEM_API int comem_calc_load_needs(const comem_calc_model *models, size_t n, in
     return rc;
 }
 
+COMEM_API int comem_calc_load_order(int rules, const uint64_t *ids, size_t n, size_t *order, size_t *n_order)
+{
+    if (!known_rules(rules) || (n && (!ids || !order)) || !n_order)
+        return COMEM_EINVAL;
+    if (snapshot(rules))
+        return COMEM_ENOTSUP;
+    return comem_admission_load_order(ids, n, order, n_order);
+}
+
 COMEM_API int comem_calc_lowvram_budget(int rules, int vram_state, unsigned flags, double free_now, double loaded,
                                         double mmr, double inference, double ratio, int *kind, double *budget)
 {
@@ -101,7 +121,7 @@ COMEM_API int comem_calc_lowvram_budget(int rules, int vram_state, unsigned flag
         .inference = inference,
         .ratio = ratio,
     };
-    comem_budget b = rules == COMEM_COMFYUI_A125CD84 ? comem_lowvram_budget_a125cd84(&in) : comem_lowvram_budget(&in);
+    comem_budget b = snapshot(rules) ? comem_lowvram_budget_a125cd84(&in) : comem_lowvram_budget(&in);
     *kind = b.kind == COMEM_BUDGET_FULL      ? COMEM_CALC_BUDGET_FULL
             : b.kind == COMEM_BUDGET_NOTHING ? COMEM_CALC_BUDGET_NOTHING
                                              : COMEM_CALC_BUDGET_BYTES;
@@ -157,7 +177,7 @@ COMEM_API int comem_calc_free_memory(int rules, double memory_required, int devi
                            .detach = detach ? ops_detach : NULL,
                            .user = &co};
     comem_evict_result res;
-    int rc = rules == COMEM_COMFYUI_A125CD84 ? comem_evict_run_a125cd84(&req, entries, n, &ops, order, actions, &res)
+    int rc = snapshot(rules) ? comem_evict_run_a125cd84(&req, entries, n, &ops, order, actions, &res)
                                              : comem_evict_run(&req, entries, n, &ops, order, actions, &res);
     if (rc == COMEM_OK) {
         for (size_t k = 0; k < res.n_actions; k++)
@@ -176,11 +196,153 @@ COMEM_API int comem_calc_free_memory(int rules, double memory_required, int devi
     return rc;
 }
 
+COMEM_API int comem_calc_free_memory_ensures_pins(int rules, unsigned flags, double pins_required)
+{
+    if (!known_rules(rules))
+        return COMEM_EINVAL;
+    return !snapshot(rules) && comem_evict_ensures_pins((flags & COMEM_CALC_FOR_DYNAMIC) != 0, pins_required);
+}
+
 COMEM_API int comem_calc_should_empty_cache(int unloaded_any, int device_none, int vram_state, double free_total,
                                             double free_torch)
 {
     return comem_should_empty_cache(unloaded_any != 0, device_none != 0, (comem_vram_state)vram_state, free_total,
                                     free_torch)
+               ? 1
+               : 0;
+}
+
+/* ---- pinned host RAM ---- */
+
+COMEM_API double comem_calc_max_pinned(int enabled, int windows, double ram, int64_t disk_swap)
+{
+    comem_pin_ceiling_in in = {.ram = ram, .disk_swap = disk_swap, .windows = windows != 0, .enabled = enabled != 0};
+    return comem_max_pinned(&in);
+}
+
+COMEM_API int64_t comem_calc_pinned_hostbuf_size(double size, double max_pinned, int high_ram)
+{
+    return comem_pinned_hostbuf_size(size, max_pinned, high_ram != 0);
+}
+
+/* The public per-model callback behind arith's per-tier one: free_model_pins over the list. */
+typedef struct pin_walk {
+    comem_pin_model *models;
+    size_t n;
+    comem_calc_pin_free_fn fn;
+    void *user;
+} pin_walk;
+
+static double pin_model_free(void *u, size_t model, double size, const comem_pin_tier *tier)
+{
+    pin_walk *w = u;
+    return w->fn(w->user, model, size, tier->subsets, tier->unregister ? 1 : 0);
+}
+
+static double pin_tier_free(void *u, double size, const comem_pin_tier *tier)
+{
+    pin_walk *w = u;
+    return comem_free_model_pins(w->models, w->n, size, tier, pin_model_free, w);
+}
+
+/* Checks the common arguments and translates the list; pin_done() frees it. */
+static int pin_begin(int rules, const uint32_t *flags, size_t n, comem_calc_pin_free_fn fn, void *user,
+                     const void *out, pin_walk *w)
+{
+    if (!known_rules(rules) || (n && !flags) || !fn || !out)
+        return COMEM_EINVAL;
+    if (snapshot(rules))
+        return COMEM_ENOTSUP; /* a125cd84 has no pinned budget */
+    *w = (pin_walk){.models = calloc(n ? n : 1, sizeof *w->models), .n = n, .fn = fn, .user = user};
+    if (!w->models)
+        return COMEM_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        w->models[i] = (comem_pin_model){.dynamic = (flags[i] & COMEM_CALC_PIN_MODEL_DYNAMIC) != 0,
+                                         .active = (flags[i] & COMEM_CALC_PIN_MODEL_ACTIVE) != 0,
+                                         .current_prompt = (flags[i] & COMEM_CALC_PIN_MODEL_CURRENT_PROMPT) != 0};
+    return COMEM_OK;
+}
+
+static int pin_done(pin_walk *w)
+{
+    free(w->models);
+    return COMEM_OK;
+}
+
+COMEM_API int comem_calc_ensure_pin_budget(int rules, unsigned flags, double size, int64_t ram_cache_headroom,
+                                           double available, double total_pinned, double max_pinned,
+                                           const uint32_t *models, size_t n, comem_calc_pin_free_fn fn, void *user,
+                                           int *passed, double *shortfall)
+{
+    pin_walk w;
+    int rc = pin_begin(rules, models, n, fn, user, passed, &w);
+    if (rc != COMEM_OK)
+        return rc;
+    comem_pin_budget_in in = {.size = size,
+                              .ram_cache_headroom = ram_cache_headroom,
+                              .available = available,
+                              .high_ram = (flags & COMEM_CALC_PIN_HIGH_RAM) != 0,
+                              .fast_disk = (flags & COMEM_CALC_PIN_FAST_DISK) != 0,
+                              .total_pinned = total_pinned,
+                              .max_pinned = max_pinned};
+    if (shortfall) {
+        comem_pin_budget_check c;
+        comem_pin_budget_of(&in, &c);
+        *shortfall = c.shortfall;
+    }
+    *passed = comem_ensure_pin_budget_of(&in, (flags & COMEM_CALC_PIN_EVICT_ACTIVE) != 0,
+                                         (flags & COMEM_CALC_PIN_LOADED) != 0, pin_tier_free, &w)
+                  ? 1
+                  : 0;
+    return pin_done(&w);
+}
+
+COMEM_API int comem_calc_free_pins(int rules, unsigned flags, double size, const uint32_t *models, size_t n,
+                                   comem_calc_pin_free_fn fn, void *user, double *freed)
+{
+    pin_walk w;
+    int rc = pin_begin(rules, models, n, fn, user, freed, &w);
+    if (rc != COMEM_OK)
+        return rc;
+    *freed = comem_free_pins(size, (flags & COMEM_CALC_PIN_LOADED) != 0, (flags & COMEM_CALC_PIN_EVICT_ACTIVE) != 0,
+                             pin_tier_free, &w);
+    return pin_done(&w);
+}
+
+COMEM_API int comem_calc_free_registrations(int rules, unsigned flags, double shortfall, double max_pinned,
+                                            const uint32_t *models, size_t n, comem_calc_pin_free_fn fn, void *user,
+                                            int *passed)
+{
+    pin_walk w;
+    int rc = pin_begin(rules, models, n, fn, user, passed, &w);
+    if (rc != COMEM_OK)
+        return rc;
+    *passed = comem_free_registrations(shortfall, max_pinned, (flags & COMEM_CALC_PIN_EVICT_ACTIVE) != 0,
+                                       pin_tier_free, &w)
+                  ? 1
+                  : 0;
+    return pin_done(&w);
+}
+
+COMEM_API int comem_calc_ensure_pin_registerable(int rules, unsigned flags, double total_pinned, double size,
+                                                 double max_pinned, const uint32_t *models, size_t n,
+                                                 comem_calc_pin_free_fn fn, void *user, int *passed)
+{
+    pin_walk w;
+    int rc = pin_begin(rules, models, n, fn, user, passed, &w);
+    if (rc != COMEM_OK)
+        return rc;
+    *passed = comem_ensure_pin_registerable(total_pinned, size, max_pinned,
+                                            (flags & COMEM_CALC_PIN_EVICT_ACTIVE) != 0, pin_tier_free, &w)
+                  ? 1
+                  : 0;
+    return pin_done(&w);
+}
+
+COMEM_API int comem_calc_should_free_pins_for_ram_pressure(double shortfall, int windows, double available,
+                                                           int swap_known, double swap_percent)
+{
+    return comem_should_free_pins_for_ram_pressure(shortfall, windows != 0, available, swap_known != 0, swap_percent)
                ? 1
                : 0;
 }

@@ -44,12 +44,13 @@ static bool visit(const comem_evict_request *req, double *required, size_t i, co
     double to_free = COMEM_SMART_OFF_TO_FREE;
     *covered = false;
     if (req->smart_memory || req->device_none) {
+        /* Measured for every candidate, a dynamic one passed over below included (783545f6). */
+        to_free = req->device_none ? 0 : *required - free_now(user);
         if (e->dynamic && req->for_dynamic) {
             /* Dynamic residents page on demand; count them as reclaimable instead. */
             *required -= (double)e->loaded;
             to_free = 0;
         } else {
-            to_free = req->device_none ? 0 : *required - free_now(user);
             *covered = !(to_free > 0);
         }
     }
@@ -153,3 +154,5 @@ bool comem_should_empty_cache(bool unloaded_any, bool device_none, comem_vram_st
         return false;
     return free_torch > free_total * 0.25;
 }
+
+bool comem_evict_ensures_pins(bool for_dynamic, double pins_required) { return !for_dynamic && pins_required > 0; }

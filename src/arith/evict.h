@@ -9,7 +9,8 @@
  *
  *   to_free = 1e32                                   (smart memory off: detach all)
  *   if smart memory or device is none:
- *       to_free = device none ? 0 : required - free_now()   (re-measured per victim)
+ *       to_free = device none ? 0 : required - free_now()   (re-measured per victim,
+ *                                                  a dynamic one passed over below included)
  *       if entry is dynamic and the load is dynamic:
  *           required -= entry.loaded; to_free = 0    (accumulates into later victims)
  *   if to_free > 0: unload(to_free)
@@ -122,6 +123,13 @@ int comem_evict_walk(const comem_evict_request *req, const comem_evict_walk_ops 
  */
 size_t comem_evict_order(const comem_evict_request *req, const comem_evict_entry *entries, size_t n,
                          size_t *order);
+
+/*
+ * free_memory's pin step (783545f6), after the unloads are popped: true when it calls
+ * ensure_pin_budget(pins_required) and ensure_pin_registerable(pins_required), i.e. not
+ * for_dynamic and pins_required > 0. ram_required is only logged.
+ */
+bool comem_evict_ensures_pins(bool for_dynamic, double pins_required);
 
 /*
  * soft_empty_cache after free_memory: yes when anything was unloaded; else,

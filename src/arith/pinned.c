@@ -12,7 +12,8 @@ double comem_max_pinned(const comem_pin_ceiling_in *in)
     double ram = in->ram;
     if (in->windows)
         return ram * 0.40; /* Windows caps page-locked memory near half of RAM */
-    double swap = in->cgroup_limited ? 0 : (double)in->disk_swap;
+    /* 783545f6 counts disk swap whether or not a cgroup limits the process (in->cgroup_limited). */
+    double swap = (double)in->disk_swap;
     double gib = 1024.0 * 1024 * 1024;
     double inner = comem_fmin(comem_fmin(ram * 0.90, ram - 4 * gib), ram + swap - 16 * gib);
     return comem_fmax(ram * 0.40, inner);
@@ -36,19 +37,14 @@ int64_t comem_pinned_hostbuf_size(double size, double max_pinned, bool high_ram)
     return comem_clamp0(comem_trunc(comem_fmin(size, max_pinned) * 2));
 }
 
+/* (subsets, current_prompt, active): pin_eviction_tiers, each destroying pins. */
 static const comem_pin_tier k_pin_tiers_base[] = {
-    {COMEM_PIN_SET_FAST, COMEM_NO, COMEM_NO, false},
     {COMEM_PIN_SET, COMEM_NO, COMEM_ANY, false},
     {COMEM_PIN_SET_LOADED, COMEM_NO, COMEM_ANY, false},
-    {COMEM_PIN_SET_FAST, COMEM_YES, COMEM_NO, false},
     {COMEM_PIN_SET_LOADED, COMEM_YES, COMEM_ANY, false},
 };
 static const comem_pin_tier k_pin_tier_not_loaded = {COMEM_PIN_SET, COMEM_YES, COMEM_NO, false};
-static const comem_pin_tier k_pin_tiers_active[] = {
-    {COMEM_PIN_SET_FAST, COMEM_NO, COMEM_YES, false},
-    {COMEM_PIN_SET_FAST, COMEM_YES, COMEM_YES, false},
-    {COMEM_PIN_SET, COMEM_YES, COMEM_YES, false},
-};
+static const comem_pin_tier k_pin_tier_active = {COMEM_PIN_SET, COMEM_YES, COMEM_YES, false};
 
 size_t comem_pin_eviction_tiers(bool loaded, bool evict_active, comem_pin_tier *out)
 {
@@ -58,8 +54,7 @@ size_t comem_pin_eviction_tiers(bool loaded, bool evict_active, comem_pin_tier *
     if (!loaded) {
         out[n++] = k_pin_tier_not_loaded;
         if (evict_active)
-            for (size_t i = 0; i < sizeof k_pin_tiers_active / sizeof k_pin_tiers_active[0]; i++)
-                out[n++] = k_pin_tiers_active[i];
+            out[n++] = k_pin_tier_active;
     }
     return n;
 }
@@ -71,13 +66,31 @@ size_t comem_registration_eviction_tiers(bool evict_active, comem_pin_tier *out)
     int passes = evict_active ? 2 : 1;
     for (int p = 0; p < passes; p++) {
         comem_tristate active = p == 0 ? COMEM_NO : COMEM_YES;
-        /* Fast pins are destroyed outright; the others only lose their registration. */
-        out[n++] = (comem_pin_tier){COMEM_PIN_SET_FAST, COMEM_NO, active, false};
+        /* Every rung only unregisters: the RAM stays, the page lock goes. */
         out[n++] = (comem_pin_tier){all, COMEM_NO, active, true};
-        out[n++] = (comem_pin_tier){COMEM_PIN_SET_FAST, COMEM_YES, active, false};
         out[n++] = (comem_pin_tier){all, COMEM_YES, active, true};
     }
     return n;
+}
+
+static bool tri_matches(comem_tristate t, bool v) { return t == COMEM_ANY || (t == COMEM_YES) == v; }
+
+double comem_free_model_pins(const comem_pin_model *models, size_t n, double size, const comem_pin_tier *tier,
+                             comem_pin_model_free_fn fn, void *user)
+{
+    double total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const comem_pin_model *m = &models[i];
+        if (!m->dynamic || !tri_matches(tier->active, m->active) ||
+            !tri_matches(tier->current_prompt, m->current_prompt))
+            continue;
+        if (size <= 0)
+            return total;
+        double freed = fn(user, i, size, tier);
+        total += freed;
+        size -= freed;
+    }
+    return total;
 }
 
 double comem_free_pins(double size, bool loaded, bool evict_active, comem_free_model_pins_fn fn, void *user)
@@ -90,27 +103,46 @@ double comem_free_pins(double size, bool loaded, bool evict_active, comem_free_m
     return freed;
 }
 
-void comem_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
-                      comem_pin_budget_check *out)
+void comem_pin_budget_of(const comem_pin_budget_in *in, comem_pin_budget_check *out)
 {
-    if (high_ram) {
+    if (in->high_ram) {
         *out = (comem_pin_budget_check){.passes_now = true};
         return;
     }
-    double floor = comem_fmax((double)ram_cache_headroom / 2, (double)COMEM_PIN_RAM_FLOOR);
-    out->shortfall = size + floor - available;
+    if (in->fast_disk) {
+        out->shortfall = in->total_pinned + in->size - in->max_pinned;
+    } else {
+        double floor = comem_fmax((double)in->ram_cache_headroom / 2, (double)COMEM_PIN_RAM_FLOOR);
+        out->shortfall = in->size + floor - in->available;
+    }
     out->passes_now = out->shortfall <= 0;
     out->ask = out->shortfall + (double)COMEM_PIN_PRESSURE_HYSTERESIS;
+}
+
+void comem_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
+                      comem_pin_budget_check *out)
+{
+    comem_pin_budget_in in = {.size = size, .ram_cache_headroom = ram_cache_headroom, .available = available,
+                              .high_ram = high_ram};
+    comem_pin_budget_of(&in, out);
+}
+
+bool comem_ensure_pin_budget_of(const comem_pin_budget_in *in, bool evict_active, bool loaded,
+                                comem_free_model_pins_fn fn, void *user)
+{
+    comem_pin_budget_check c;
+    comem_pin_budget_of(in, &c);
+    if (c.passes_now)
+        return true;
+    return comem_free_pins(c.ask, loaded, evict_active, fn, user) >= c.shortfall;
 }
 
 bool comem_ensure_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
                              bool evict_active, bool loaded, comem_free_model_pins_fn fn, void *user)
 {
-    comem_pin_budget_check c;
-    comem_pin_budget(size, ram_cache_headroom, available, high_ram, &c);
-    if (c.passes_now)
-        return true;
-    return comem_free_pins(c.ask, loaded, evict_active, fn, user) >= c.shortfall;
+    comem_pin_budget_in in = {.size = size, .ram_cache_headroom = ram_cache_headroom, .available = available,
+                              .high_ram = high_ram};
+    return comem_ensure_pin_budget_of(&in, evict_active, loaded, fn, user);
 }
 
 void comem_pin_registerable(double total_pinned, double size, double max_pinned,
@@ -135,6 +167,12 @@ bool comem_free_registrations(double shortfall, double max_pinned, bool evict_ac
     for (size_t i = 0; i < n; i++)
         s -= fn(user, s, &tiers[i]);
     return s <= (double)COMEM_REGISTERABLE_HYSTERESIS;
+}
+
+bool comem_ensure_pin_registerable(double total_pinned, double size, double max_pinned, bool evict_active,
+                                   comem_free_model_pins_fn fn, void *user)
+{
+    return comem_free_registrations(total_pinned + size - max_pinned, max_pinned, evict_active, fn, user);
 }
 
 bool comem_should_free_pins_for_ram_pressure(double shortfall, bool windows, double available,

@@ -1,20 +1,35 @@
 /*
- * arith/pinned.h - pinned (page-locked) host RAM: ceiling, buffer size, gates.
+ * arith/pinned.h - pinned (page-locked) host RAM: ceiling, buffer size, gates, eviction ladders.
+ *
+ * The rules of ComfyUI 783545f6 (comfy/model_management.py, comfy/pinned_memory.py):
  *
  *   ceiling (Windows) = 0.40 * R
  *   ceiling (other)   = max(0.40 R, min(0.90 R, R - 4 GiB, R + swap - 16 GiB))
- *                       swap = 0 under a cgroup limit, else /proc/swaps minus zram
+ *                       swap = /proc/swaps minus zram, counted under a cgroup limit too
  *   host buffer       = max(0, int(min(size, ceiling) * 2))   (int(size * 2) with --high-ram)
- *   RAM gate          shortfall = size + max(headroom / 2, 2 GiB) - available;
+ *   RAM gate          --high-ram: passes;
+ *                     shortfall = total_pinned + size - ceiling       (--fast-disk)
+ *                               = size + max(headroom / 2, 2 GiB) - available  (otherwise);
  *                     passes if <= 0, else ask free_pins(shortfall + 256 MiB)
  *                     and pass if that freed >= shortfall
  *   page-lock gate    shortfall = total_pinned + size - ceiling; refused when the
  *                     ceiling <= 0; passes if <= 0, else walk the registration
  *                     tiers from shortfall + 2 GiB and pass if what is left <= 2 GiB
+ *   pin tiers         (PIN, F, any) (LOADED, F, any) (LOADED, T, any)
+ *                     + (PIN, T, F) when not loaded, + (PIN, T, T) when also evict_active
+ *                     (subsets, current_prompt, active); each destroys pins
+ *   registration      (PIN+LOADED, F, F) (PIN+LOADED, T, F)
+ *   tiers             + (PIN+LOADED, F, T) (PIN+LOADED, T, T) when evict_active; each unregisters
+ *   free_model_pins   walks current_loaded_models in list order (MRU first), dynamic
+ *                     patchers whose pin state matches the tier; returns once size <= 0
  *
- * R is the cgroup-clamped RAM total. Pinning is disabled (ceiling -1) unless
- * the device is NVIDIA or AMD and --disable-pinned-memory is absent.
- * Source: comfyui-manager-code.md section 9; vectors V7, V12, V13.
+ * R is psutil's RAM total (MemTotal: 783545f6 has no cgroup clamp; comem's probe may
+ * pass a clamped total). Pinning is disabled (ceiling -1) unless the device is NVIDIA or
+ * AMD and --disable-pinned-memory is absent. The older per-file snapshot comem followed
+ * before (model_management.py @02b2b388) had a third, "-fast" subset in both ladders,
+ * destroyed fast pins in the registration ladder, had no --fast-disk branch and ignored
+ * swap under a cgroup limit (docs/conformance.md).
+ * Source: comfyui-manager-code.md section 9 and 14 (a7631e35, the same ladders); vectors V7, V12, V13.
  */
 #ifndef COMEM_ARITH_PINNED_H
 #define COMEM_ARITH_PINNED_H
@@ -31,10 +46,10 @@
 #define COMEM_PINNING_DISABLED (-1.0)
 
 typedef struct comem_pin_ceiling_in {
-    double ram;          /* cgroup-clamped RAM total, bytes */
+    double ram;          /* RAM total, bytes (ComfyUI: psutil's, not cgroup-clamped) */
     int64_t disk_swap;   /* swap excluding zram, bytes */
     bool windows;
-    bool cgroup_limited; /* a cgroup limit applies: swap is ignored */
+    bool cgroup_limited; /* a cgroup limit applies: no effect under 783545f6 (02b2b388 ignored swap) */
     bool enabled;        /* NVIDIA/AMD and pinning not disabled */
 } comem_pin_ceiling_in;
 
@@ -53,7 +68,7 @@ int64_t comem_disk_swap_total(const comem_swap_entry *rows, size_t n);
 /* pinned_hostbuf_size(size). */
 int64_t comem_pinned_hostbuf_size(double size, double max_pinned, bool high_ram);
 
-/* Pin subsets of a dynamic model, as bits. */
+/* Pin subsets of a dynamic model, as bits. The "-fast" pair is 02b2b388's: no 783545f6 tier names it. */
 enum {
     COMEM_PIN_WEIGHTS = 1 << 0,
     COMEM_PIN_PATCHES = 1 << 1,
@@ -77,7 +92,9 @@ typedef struct comem_pin_tier {
     bool unregister;               /* unregister (keep the RAM) instead of destroying */
 } comem_pin_tier;
 
-#define COMEM_PIN_TIERS_MAX 9 /* the longest ladder: 5 base + 1 not-loaded + 3 active */
+/* Room for a ladder: 783545f6's longest has 5 rungs (3 base + not-loaded + active; registration 4); 9 was
+   02b2b388's, kept so callers sized by it stay valid. */
+#define COMEM_PIN_TIERS_MAX 9
 
 /* pin_eviction_tiers(loaded, evict_active); returns the count. */
 size_t comem_pin_eviction_tiers(bool loaded, bool evict_active, comem_pin_tier *out);
@@ -88,6 +105,26 @@ size_t comem_registration_eviction_tiers(bool evict_active, comem_pin_tier *out)
 /* free_model_pins(size, tier): frees up to size from matching models; returns bytes freed. */
 typedef double (*comem_free_model_pins_fn)(void *user, double size, const comem_pin_tier *tier);
 
+/* One entry of current_loaded_models as models_for_pin_eviction sees it. */
+typedef struct comem_pin_model {
+    bool dynamic;        /* a live, dynamic patcher: the only kind with pins (others are skipped) */
+    bool active;         /* dynamic_pins[load_device]["active"] */
+    bool current_prompt; /* dynamic_pins[load_device]["current_prompt"] */
+} comem_pin_model;
+
+/*
+ * One model's share of a tier: partially_unload_ram(size, subsets) (destroy) or
+ * unregister_inactive_pins(size, subsets) (tier->unregister). Returns the bytes freed.
+ */
+typedef double (*comem_pin_model_free_fn)(void *user, size_t model, double size, const comem_pin_tier *tier);
+
+/*
+ * free_model_pins(size, tier) over models[0..n) in list order: each model matching the
+ * tier's filters is asked for what is still wanted, until that is <= 0. Returns the total.
+ */
+double comem_free_model_pins(const comem_pin_model *models, size_t n, double size, const comem_pin_tier *tier,
+                             comem_pin_model_free_fn fn, void *user);
+
 /* free_pins(size): walks the eviction tiers; returns the total freed (may exceed size). */
 double comem_free_pins(double size, bool loaded, bool evict_active, comem_free_model_pins_fn fn, void *user);
 
@@ -97,11 +134,29 @@ typedef struct comem_pin_budget_check {
     double ask; /* shortfall + 256 MiB: what free_pins is asked for */
 } comem_pin_budget_check;
 
+/* What ensure_pin_budget reads. */
+typedef struct comem_pin_budget_in {
+    double size;
+    int64_t ram_cache_headroom; /* comfy.memory_management.RAM_CACHE_HEADROOM */
+    double available;           /* psutil.virtual_memory().available */
+    bool high_ram;              /* --high-ram: always passes */
+    bool fast_disk;             /* --fast-disk: the page-lock shortfall instead of the RAM one */
+    double total_pinned;        /* TOTAL_PINNED_MEMORY (--fast-disk only) */
+    double max_pinned;          /* MAX_PINNED_MEMORY (--fast-disk only) */
+} comem_pin_budget_in;
+
 /* The RAM gate's arithmetic (ensure_pin_budget without the eviction). */
+void comem_pin_budget_of(const comem_pin_budget_in *in, comem_pin_budget_check *out);
+
+/* The same without --fast-disk. */
 void comem_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
                       comem_pin_budget_check *out);
 
 /* ensure_pin_budget: the gate, then free_pins(ask) when short. */
+bool comem_ensure_pin_budget_of(const comem_pin_budget_in *in, bool evict_active, bool loaded,
+                                comem_free_model_pins_fn fn, void *user);
+
+/* The same without --fast-disk. */
 bool comem_ensure_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
                              bool evict_active, bool loaded, comem_free_model_pins_fn fn, void *user);
 
@@ -119,6 +174,10 @@ void comem_pin_registerable(double total_pinned, double size, double max_pinned,
 /* free_registrations(shortfall): walks the registration tiers. */
 bool comem_free_registrations(double shortfall, double max_pinned, bool evict_active,
                               comem_free_model_pins_fn fn, void *user);
+
+/* ensure_pin_registerable(size): free_registrations(total_pinned + size - max_pinned). */
+bool comem_ensure_pin_registerable(double total_pinned, double size, double max_pinned, bool evict_active,
+                                   comem_free_model_pins_fn fn, void *user);
 
 /*
  * should_free_pins_for_ram_pressure: never for shortfall <= 0; always off

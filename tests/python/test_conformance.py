@@ -136,8 +136,8 @@ class ConformanceCase(unittest.TestCase):
         import inspect
         if "for_dynamic" in inspect.signature(self.mm.free_memory).parameters:
             self.skipTest("COMFYUI_DIR holds a newer ComfyUI than a125cd84 (free_memory takes for_dynamic): "
-                          "comem's current rules apply there, but this test's fake patchers and card drive the "
-                          "snapshot's interfaces (no is_dynamic, pins, aimdo); extend them before comparing")
+                          "this test's fakes speak the snapshot's interfaces; test_conformance_783545f6.py "
+                          "compares comem's current rules with that ComfyUI")
 
     def run_rule(self, name: str, generate: Callable[[random.Random], Case], check: Check,
                  must_see: Tuple[str, ...] = ()) -> None:

@@ -220,25 +220,24 @@ static void test_pin_eviction_tiers(void **st)
 {
     (void)st;
     comem_pin_tier t[COMEM_PIN_TIERS_MAX];
-    assert_int_equal(comem_pin_eviction_tiers(true, true, t), 5);
-    assert_int_equal(comem_pin_eviction_tiers(false, false, t), 6);
-    assert_int_equal(comem_pin_eviction_tiers(false, true, t), 9);
-    assert_int_equal(t[0].subsets, COMEM_PIN_SET_FAST);
+    /* 783545f6: no fast-pin subset; 3 rungs, +1 when not loaded, +1 more with evict_active */
+    assert_int_equal(comem_pin_eviction_tiers(true, true, t), 3);
+    assert_int_equal(comem_pin_eviction_tiers(false, false, t), 4);
+    assert_int_equal(comem_pin_eviction_tiers(false, true, t), 5);
+    assert_int_equal(t[0].subsets, COMEM_PIN_SET);
     assert_int_equal(t[0].current_prompt, COMEM_NO);
-    assert_int_equal(t[0].active, COMEM_NO);
-    assert_int_equal(t[1].subsets, COMEM_PIN_SET);
-    assert_int_equal(t[1].active, COMEM_ANY);
-    assert_int_equal(t[5].subsets, COMEM_PIN_SET);
-    assert_int_equal(t[5].current_prompt, COMEM_YES);
-    assert_int_equal(t[6].subsets, COMEM_PIN_SET_FAST);
-    assert_int_equal(t[8].subsets, COMEM_PIN_SET);
-    assert_int_equal(t[8].active, COMEM_YES);
-    assert_int_equal(comem_registration_eviction_tiers(false, t), 4);
-    assert_int_equal(comem_registration_eviction_tiers(true, t), 8);
-    assert_false(t[0].unregister); /* fast pins are destroyed */
-    assert_true(t[1].unregister);
-    assert_int_equal(t[1].subsets, COMEM_PIN_SET | COMEM_PIN_SET_LOADED);
+    assert_int_equal(t[0].active, COMEM_ANY);
+    assert_int_equal(t[2].subsets, COMEM_PIN_SET_LOADED);
+    assert_int_equal(t[2].current_prompt, COMEM_YES);
+    assert_int_equal(t[3].active, COMEM_NO);
+    assert_int_equal(t[4].subsets, COMEM_PIN_SET);
     assert_int_equal(t[4].active, COMEM_YES);
+    /* every registration rung only unregisters */
+    assert_int_equal(comem_registration_eviction_tiers(false, t), 2);
+    assert_int_equal(comem_registration_eviction_tiers(true, t), 4);
+    assert_true(t[0].unregister && t[3].unregister);
+    assert_int_equal(t[0].subsets, COMEM_PIN_SET | COMEM_PIN_SET_LOADED);
+    assert_int_equal(t[2].active, COMEM_YES);
 }
 
 static void test_free_pins_asks_remaining(void **st)
@@ -246,7 +245,7 @@ static void test_free_pins_asks_remaining(void **st)
     (void)st;
     pin_walk w = {.give = 100};
     double freed = comem_free_pins(250, false, false, walk_fn, &w);
-    assert_int_equal(w.n, 6);
+    assert_int_equal(w.n, 4);
     assert_true(w.asked[0] == 250 && w.asked[1] == 150 && w.asked[2] == 50 && w.asked[3] == -50);
     assert_true(freed == 300); /* whole pins over-free */
 }

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_calc.c - the public rule API (comem/calc.h) and the a125cd84 snapshot's rules.
+ * tests/unit/test_calc.c - the public rule API (comem/calc.h): 783545f6's rules and the a125cd84 snapshot's.
  *
  * The ComfyUI conformance test (tests/python/test_conformance.py) compares these with
  * ComfyUI's own code when COMFYUI_DIR is set; these cases hold without it: the worked
@@ -88,7 +88,10 @@ static void test_lowvram_versions(void **st)
         assert_true(budget(r, COMEM_CALC_VRAM_NO, COMEM_CALC_NO_LOWVRAM, 1 * GIB, 0, &k) == 0.1);
     }
     double b;
-    assert_int_equal(comem_calc_lowvram_budget(2, 3, 0, 0, 0, 0, 0, 0, &k, &b), COMEM_EINVAL);
+    assert_int_equal(comem_calc_lowvram_budget(3, 3, 0, 0, 0, 0, 0, 0, &k, &b), COMEM_EINVAL);
+    /* 783545f6 is what current means today. */
+    assert_true(budget(COMEM_COMFYUI_783545F6, COMEM_CALC_VRAM_NORMAL, 0, 1 * GIB, 0, &k) == 0.1);
+    assert_true(budget(COMEM_COMFYUI_783545F6, COMEM_CALC_VRAM_LOW, 0, 0.5 * GIB, 3 * GIB, &k) == -956301312.0);
     assert_int_equal(comem_calc_lowvram_budget(0, 6, 0, 0, 0, 0, 0, 0, &k, &b), COMEM_EINVAL);
 }
 
@@ -200,12 +203,88 @@ static void test_empty_cache(void **st)
     assert_int_equal(comem_calc_should_empty_cache(0, 0, COMEM_CALC_VRAM_HIGH, 4.0 * GIB, 3.0 * GIB), 0);
 }
 
+static void test_load_order(void **st)
+{
+    (void)st;
+    /* load_models_gpu([A, B, A]) where B's model_patches_models() is [C]: visited A, B, C, A. */
+    uint64_t ids[4] = {7, 8, 9, 7};
+    size_t order[4], n;
+    assert_int_equal(comem_calc_load_order(COMEM_COMFYUI_783545F6, ids, 4, order, &n), COMEM_OK);
+    assert_int_equal(n, 3);
+    assert_true(order[0] == 2 && order[1] == 1 && order[2] == 0); /* C, B, A */
+    assert_int_equal(comem_calc_load_order(COMEM_COMFYUI_CURRENT, ids, 0, order, &n), COMEM_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(comem_calc_load_order(COMEM_COMFYUI_A125CD84, ids, 4, order, &n), COMEM_ENOTSUP);
+}
+
+/* Records each pin free; every model gives up to what it is asked, 1 GiB at most. */
+typedef struct pins {
+    size_t model[8];
+    unsigned subsets[8];
+    int unregister[8];
+    int n;
+} pins;
+
+static double p_free(void *u, size_t model, double size, unsigned subsets, int unregister)
+{
+    pins *p = u;
+    p->model[p->n] = model;
+    p->subsets[p->n] = subsets;
+    p->unregister[p->n++] = unregister;
+    return size < GIB ? size : GIB;
+}
+
+static void test_pins(void **st)
+{
+    (void)st;
+    const unsigned pin = COMEM_CALC_PINS_WEIGHTS | COMEM_CALC_PINS_PATCHES;
+    const unsigned loaded = COMEM_CALC_PINS_WEIGHTS_LOADED | COMEM_CALC_PINS_PATCHES_LOADED;
+    /* V7-cgroup24: 783545f6 counts the host's swap under a cgroup limit too. */
+    assert_true(comem_calc_max_pinned(1, 0, 24 * GIB, 64LL << 30) == 21474836480.0);
+    assert_true(comem_calc_max_pinned(0, 0, 24 * GIB, 0) == -1.0);
+    assert_int_equal(comem_calc_pinned_hostbuf_size(1 * GIB, 0.4 * GIB, 0), 858993459);
+    /* The pin step follows the unloads unless the load is dynamic; a125cd84 has none. */
+    assert_int_equal(comem_calc_free_memory_ensures_pins(COMEM_COMFYUI_CURRENT, 0, 1), 1);
+    assert_int_equal(comem_calc_free_memory_ensures_pins(COMEM_COMFYUI_783545F6, COMEM_CALC_FOR_DYNAMIC, 1), 0);
+    assert_int_equal(comem_calc_free_memory_ensures_pins(COMEM_COMFYUI_783545F6, 0, 0), 0);
+    assert_int_equal(comem_calc_free_memory_ensures_pins(COMEM_COMFYUI_A125CD84, 0, 1), 0);
+    /* A dynamic model outside the prompt, one inside it, one not dynamic (skipped). */
+    uint32_t m[3] = {COMEM_CALC_PIN_MODEL_DYNAMIC, COMEM_CALC_PIN_MODEL_DYNAMIC | COMEM_CALC_PIN_MODEL_CURRENT_PROMPT,
+                     0};
+    pins p = {.n = 0};
+    double freed;
+    assert_int_equal(comem_calc_free_pins(COMEM_COMFYUI_783545F6, 0, 4 * GIB, m, 3, p_free, &p, &freed), COMEM_OK);
+    /* Rungs: (PIN, not prompt), (LOADED, not prompt), (LOADED, prompt), (PIN, prompt, inactive). */
+    assert_int_equal(p.n, 4);
+    assert_true(p.model[0] == 0 && p.subsets[0] == pin && p.model[1] == 0 && p.subsets[1] == loaded);
+    assert_true(p.model[2] == 1 && p.subsets[2] == loaded && p.model[3] == 1 && p.subsets[3] == pin);
+    assert_true(freed == 4 * GIB && !p.unregister[0]);
+    /* --fast-disk: the RAM gate compares against the ceiling. 20 + 1 - 20.5 GiB short: evicts. */
+    int ok = -1;
+    double shortfall = 0;
+    p.n = 0;
+    assert_int_equal(comem_calc_ensure_pin_budget(COMEM_COMFYUI_CURRENT, COMEM_CALC_PIN_FAST_DISK, 1 * GIB, 0, 1e15,
+                                                  20 * GIB, 20.5 * GIB, m, 3, p_free, &p, &ok, &shortfall),
+                     COMEM_OK);
+    assert_true(shortfall == 0.5 * GIB && ok == 1 && p.n == 1);
+    /* Registrations only unregister, never destroy. */
+    p.n = 0;
+    assert_int_equal(comem_calc_ensure_pin_registerable(COMEM_COMFYUI_783545F6, 0, 20 * GIB, 1 * GIB, 20.5 * GIB, m, 3,
+                                                        p_free, &p, &ok),
+                     COMEM_OK);
+    assert_true(p.n == 2 && p.unregister[0] && p.unregister[1]); /* evict_active off: two rungs */
+    assert_true(p.subsets[0] == (pin | loaded) && ok == 1);
+    assert_int_equal(comem_calc_free_pins(COMEM_COMFYUI_A125CD84, 0, 1, m, 3, p_free, &p, &freed), COMEM_ENOTSUP);
+    assert_int_equal(comem_calc_should_free_pins_for_ram_pressure(1, 1, 1e12, 0, 0), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reserve_and_admission), cmocka_unit_test(test_load_needs),
         cmocka_unit_test(test_lowvram_versions),      cmocka_unit_test(test_free_memory_versions),
-        cmocka_unit_test(test_empty_cache),
+        cmocka_unit_test(test_empty_cache),           cmocka_unit_test(test_load_order),
+        cmocka_unit_test(test_pins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

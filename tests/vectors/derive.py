@@ -92,7 +92,7 @@ def max_pinned(ram, swap, windows, cgroup, disabled=False):
         return -1
     if windows:
         return ram * 0.40
-    swap = 0 if cgroup else swap
+    # ComfyUI 783545f6 counts disk swap under a cgroup limit too (`cgroup` has no effect).
     return max(ram * 0.40, min(ram * 0.90, ram - 4 * 1024**3, ram + swap - 16 * 1024**3))
 
 

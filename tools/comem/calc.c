@@ -122,13 +122,16 @@ static int parse_state(const rule_ctx *c, comem_vram_state *st)
     return -1;
 }
 
-/* --comfyui current|a125cd84: which ComfyUI's rule, where the two differ (docs/conformance.md). */
+/*
+ * --comfyui current|783545f6|a125cd84: which ComfyUI's rule, where they differ
+ * (docs/conformance.md). current is 783545f6's today; only a125cd84's differ.
+ */
 static int parse_comfyui(const rule_ctx *c, bool *a125cd84)
 {
     arg_value *v = val(c, "comfyui");
     *a125cd84 = v->set && strcmp(v->str, "a125cd84") == 0;
-    if (v->set && !*a125cd84 && strcmp(v->str, "current") != 0) {
-        snprintf(c->err, c->errlen, "--comfyui: '%s' is not one of current, a125cd84", v->str);
+    if (v->set && !*a125cd84 && strcmp(v->str, "current") != 0 && strcmp(v->str, "783545f6") != 0) {
+        snprintf(c->err, c->errlen, "--comfyui: '%s' is not one of current, a125cd84, 783545f6", v->str);
         return -1;
     }
     return 0;
@@ -352,15 +355,29 @@ static int rule_pinned_max(const rule_ctx *c, json_object *out)
 }
 
 static const arg_spec pin_budget_specs[] = {
-    {"size", ARG_SIZE, true},
-    {"available", ARG_SIZE, true},
-    {"headroom", ARG_SIZE, true},
-    {"high-ram", ARG_FLAG, false},
+    {"size", ARG_SIZE, true},          {"available", ARG_SIZE, true},  {"headroom", ARG_SIZE, true},
+    {"high-ram", ARG_FLAG, false},     {"fast-disk", ARG_FLAG, false}, {"total-pinned", ARG_SIZE, false},
+    {"max-pinned", ARG_SIZE, false},
 };
 static int rule_pin_budget(const rule_ctx *c, json_object *out)
 {
+    /* --fast-disk compares with the page-lock ceiling (783545f6); otherwise RAM and the headroom decide. */
+    bool fast = has(c, "fast-disk");
+    const char *need = !fast ? NULL : !has(c, "total-pinned") ? "total-pinned" : !has(c, "max-pinned") ? "max-pinned"
+                                                                                                     : NULL;
+    if (need) {
+        snprintf(c->err, c->errlen, "--%s is required with --fast-disk", need);
+        return -1;
+    }
+    comem_pin_budget_in in = {.size = num(c, "size", 0),
+                              .ram_cache_headroom = inum(c, "headroom", 0),
+                              .available = num(c, "available", 0),
+                              .high_ram = has(c, "high-ram"),
+                              .fast_disk = fast,
+                              .total_pinned = num(c, "total-pinned", 0),
+                              .max_pinned = num(c, "max-pinned", 0)};
     comem_pin_budget_check r;
-    comem_pin_budget(num(c, "size", 0), inum(c, "headroom", 0), num(c, "available", 0), has(c, "high-ram"), &r);
+    comem_pin_budget_of(&in, &r);
     json_object_object_add(out, "shortfall", jnum(r.shortfall));
     json_object_object_add(out, "ask", jnum(r.ask));
     json_object_object_add(out, "passes_without_eviction", json_object_new_boolean(r.passes_now));
@@ -507,7 +524,7 @@ static const rule k_rules[] = {
     RULE("lowvram", lowvram, "the per-model lowvram budget (full / nothing / bytes)"),
     RULE("evict", evict, "free_memory's eviction ladder over a model list"),
     RULE("pinned-max", pinned_max, "the pinned host RAM ceiling (and host buffer size with --size)"),
-    RULE("pin-budget", pin_budget, "the RAM gate before pinning"),
+    RULE("pin-budget", pin_budget, "the RAM gate before pinning (--fast-disk: against the ceiling)"),
     RULE("pin-registerable", pin_registerable, "the page-lock gate before registering a pin"),
     RULE("cache-headroom", cache_headroom, "the default RAM-cache headroom"),
     RULE("charge", charge, "what one worker adds to the host's reserve"),
@@ -532,7 +549,10 @@ static void usage(FILE *f)
         }
         fprintf(f, "\n");
     }
-    fprintf(f, "\nSIZE: bytes (fractions allowed) or a number with B, KiB, MiB, GiB or TiB.\n");
+    fprintf(f, "\nSIZE: bytes (fractions allowed) or a number with B, KiB, MiB, GiB or TiB.\n"
+               "--comfyui: current (the default; today the same as 783545f6, ComfyUI 2026-08-22), 783545f6,\n"
+               "or a125cd84 (2025-10-12: free_memory stops once covered, the lowvram budget has a 128 MiB\n"
+               "floor). The pinned-RAM rules are 783545f6's (a125cd84 has none).\n");
 }
 
 int cmd_calc(int argc, char **argv)
