@@ -7,13 +7,31 @@ every load, and before each eviction loop publishes the reserve the
 coordinator computes (``EXTRA_RESERVED_VRAM``: it moves only where free
 readings are process-local, as under Windows WDDM) and forwards the pager
 headroom to comfy-aimdo or comem.aimdo when either is loaded.
+
+Where the host's own free reading is process-local (WDDM: the coordinator's
+``process_scope``), the published reserve carries what the workers hold, and
+ComfyUI's target (``memory_required``) is computed with it. As ComfyUI's loop
+asks workers through their stand-ins, that reading would not rise and the
+target would not fall, so every later model in the loop would be asked the
+same shortfall again. The host's ``get_free_memory`` therefore adds what the
+stand-ins' holders reported freed since the reserve now in
+``EXTRA_RESERVED_VRAM`` was published: the pair (reading, reserve) then moves
+as the true figures move, and the loop stops once the true shortfall is met.
+The reserve is published again only at the outermost ``free_memory`` or
+``load_models_gpu`` (never between the figures one call computed and the loop
+that uses them), and the correction starts again from 0 with it. Where the
+reading is device-wide (Linux), it already rises with every worker's free and
+nothing is added.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import sys
-from typing import Any, Optional
+import threading
+from typing import Any, Callable, Dict, Iterator, Optional
 
 from .. import errors
 from ..client import Client
@@ -46,16 +64,86 @@ class Host(Adapter):
         self.standins = StandIns(client, self.mm, self.devices)
         self.published: Optional[int] = None
         self.headroom: Optional[int] = None
+        self._baseline: Dict[int, int] = {}  # comem device -> standins.freed() when the reserve was published
+        self._depth = threading.local()  # this thread's nesting of the wrapped free_memory / load_models_gpu
+        self._reading: Optional[Callable[..., Any]] = None  # our get_free_memory wrapper, while installed
+        self._reading_orig: Optional[Callable[..., Any]] = None
+
+    # ---- install: the adapter's hooks, and a reading that sees what workers freed ----
+
+    def install(self) -> "Host":
+        """The adapter's hooks (see :class:`Adapter`), then ``get_free_memory`` wrapped (see the module)."""
+        if self.installed:
+            return self
+        super().install()
+        self._reading_orig = self.mm.get_free_memory
+        self._reading = self._wrap_free_reading(self._reading_orig)
+        self.mm.get_free_memory = self._reading
+        return self
+
+    def uninstall(self) -> None:
+        """Restores ComfyUI's own functions (ours first) and forgets this process's stand-ins."""
+        if self.installed and self._reading is not None:
+            if self.mm.get_free_memory is self._reading:
+                self.mm.get_free_memory = self._reading_orig
+            self._reading = self._reading_orig = None
+        super().uninstall()
+
+    def correction(self, index: int) -> int:
+        """Bytes the host's free reading on comem device ``index`` adds now (0 where it is device-wide)."""
+        if not self.standins.process_local(index) or index not in self._baseline:
+            return 0
+        return max(0, self.standins.freed(index) - self._baseline[index])
+
+    def _wrap_free_reading(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(orig)
+        def get_free_memory(dev: Any = None, *args: Any, **kwargs: Any) -> Any:
+            v = orig(dev, *args, **kwargs)
+            idx = self.devices.index(dev if dev is not None else self.mm.get_torch_device())
+            extra = 0 if idx is None else self.correction(idx)
+            if extra <= 0:
+                return v
+            if isinstance(v, tuple):  # torch_free_too: (total, torch's idle cache); torch's share is unchanged
+                return (v[0] + extra,) + tuple(v[1:])
+            return v + extra
+        return get_free_memory
+
+    @contextlib.contextmanager
+    def _entered(self) -> Iterator[None]:
+        self._depth.n = getattr(self._depth, "n", 0) + 1
+        try:
+            yield
+        finally:
+            self._depth.n -= 1
+
+    def _wrap_free_memory(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        inner = super()._wrap_free_memory(orig)
+
+        @functools.wraps(orig)
+        def free_memory(*args: Any, **kwargs: Any) -> Any:
+            with self._entered():
+                return inner(*args, **kwargs)
+        return free_memory
+
+    def _wrap_load_models_gpu(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        inner = super()._wrap_load_models_gpu(orig)
+
+        @functools.wraps(orig)
+        def load_models_gpu(*args: Any, **kwargs: Any) -> Any:
+            with self._entered():
+                return inner(*args, **kwargs)
+        return load_models_gpu
 
     def before_loop(self) -> None:
-        """Stand-ins up to date with the ledger; the coordinator's reserve published."""
+        """Stand-ins up to date with the ledger; the coordinator's reserve published (outermost call only)."""
         if not self.client.connected:
             if self.standins.loaded:
                 self.standins.clear()
             return
         try:
             self.standins.sync()
-            self.publish()
+            if getattr(self._depth, "n", 0) <= 1:
+                self.publish()
         except errors.Error as e:
             log.warning("comem: could not bring other processes' models up to date: %s", e)
 
@@ -65,6 +153,7 @@ class Host(Adapter):
         if idx is None:
             return
         r = self.client.reserve(idx)
+        self._baseline[idx] = self.standins.freed(idx)  # the reserve now counts what was freed before
         if r.reserve != self.mm.EXTRA_RESERVED_VRAM:
             log.info("comem: reserve %.0f MiB -> %.0f MiB (other processes' charge)",
                      self.mm.EXTRA_RESERVED_VRAM / (1 << 20), r.reserve / (1 << 20))

@@ -13,14 +13,35 @@ names it, and :data:`Recorder` can list every attribute ComfyUI read.
 
 A stand-in is inserted with ``currently_used = False`` and ``is_dynamic()``
 False: it is never loaded by the host, only asked.
+
+The rules it keeps inside ComfyUI's loop (comfy-env's proxy keeps the same two):
+
+- **Never lie about bytes.** An unload returns what the holder reported freed,
+  never the size asked or the model's size, so ``LoadedModel.model_unload``
+  escalates to a detach exactly when the answer fell short. ComfyUI computes its
+  asks in floats (``memory_required - get_free_memory()``); a stand-in asks for
+  the ceiling, since an ask truncated by a fraction of a byte, met exactly, reads
+  as short and costs the whole model. Each receipt is also handed to the
+  stand-ins' owner (``on_freed``), so the host's free reading rises with it where
+  it cannot see other processes (WDDM).
+- **Never raise inside someone else's loop.** Every eviction path answers: a
+  computing holder frees nothing now (deferred), a gone process gave its bytes
+  back with it, and any other failure frees nothing and is logged.
+
+A stand-in is a handle to one ledger entry, not a model: ``copy.copy`` and
+``copy.deepcopy`` give a second handle to the same entry (sharing its state;
+ComfyUI itself copies patchers with ``clone()``, which a stand-in does not
+offer, and never copies one), and pickling one is refused with a TypeError
+(another process's model never crosses a process boundary).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 
@@ -80,16 +101,38 @@ SURFACE = frozenset({
 })
 
 
+def ask_bytes(memory_to_free: Any, resident: int) -> int:
+    """The bytes to ask a holder for when ComfyUI wants ``memory_to_free`` (a float or an int) of ``resident``.
+
+    The ceiling of a fractional figure (truncating 104857600.8 to 104857600 asked for less than
+    ComfyUI then requires), at most ``resident``. Nothing (0) for 0, a negative or NaN: a125cd84's
+    loop passes 0.0 once its reading meets the target exactly, and ComfyUI accepts 0 freed for it.
+    """
+    try:
+        want = float(memory_to_free)
+    except (TypeError, ValueError):
+        return 0
+    if not want > 0:  # also NaN
+        return 0
+    if math.isinf(want) or want >= resident:
+        return resident
+    if isinstance(memory_to_free, int):
+        return memory_to_free
+    return min(resident, math.ceil(want))
+
+
 class StandIn:
     """A model of another process (coordinator entry ``entry_id``), as ComfyUI's loop sees a ModelPatcher."""
 
     comem_stand_in = True
 
     def __init__(self, client: Client, entry_id: str, name: str, process: str, size: int, resident: int,
-                 device: torch.device) -> None:
+                 device: torch.device, on_freed: Optional[Callable[[int], None]] = None) -> None:
+        """``entry_id``: the coordinator's entry; ``on_freed(n)`` is called with every receipt's bytes."""
         object.__setattr__(self, "_state", {
             "client": client, "entry_id": entry_id, "name": name, "process": process, "size": int(size),
             "resident": int(resident), "device": device, "deferred": False, "freed": 0, "asks": 0,
+            "on_freed": on_freed,
         })
         object.__setattr__(self, "model", WorkerModel(name, process))
         object.__setattr__(self, "load_device", device)
@@ -105,9 +148,38 @@ class StandIn:
         return object.__getattribute__(self, name)
 
     def __getattr__(self, name: str) -> Any:
+        # Python's own probes (copy's __setstate__, __deepcopy__, pickle's, ...) and private names get
+        # a plain AttributeError, as on any object, and read nothing: on an instance made without
+        # __init__ (copy and pickle make one) there is no state yet, and reading it here recursed.
+        if name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         Recorder.note(name, missing=True)
-        raise AttributeError(f"comem stand-in for {self._state['process']}:{self._state['name']} has no "
+        st = object.__getattribute__(self, "__dict__").get("_state") or {}
+        raise AttributeError(f"comem stand-in for {st.get('process', '?')}:{st.get('name', '?')} has no "
                              f"attribute {name!r} (ComfyUI asked for it; a stand-in offers {sorted(SURFACE)})")
+
+    # ---- copying: a second handle to the same entry; never pickled ----
+
+    def __copy__(self) -> "StandIn":
+        twin = type(self).__new__(type(self))
+        object.__getattribute__(twin, "__dict__").update(object.__getattribute__(self, "__dict__"))
+        return twin
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "StandIn":
+        # The state holds the client's connection and mirrors one ledger entry: a deep copy of it
+        # would be a second client on the same handle. The copy is another handle to the same entry.
+        twin = self.__copy__()
+        memo[id(self)] = twin
+        return twin
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        st = object.__getattribute__(self, "__dict__").get("_state") or {}
+        raise TypeError(f"a comem stand-in (for {st.get('process', '?')}:{st.get('name', '?')}, another process's "
+                        "model) cannot be pickled: it is a handle to that process's ledger entry, and models never "
+                        "cross a process boundary")
+
+    def __reduce__(self) -> Any:
+        return self.__reduce_ex__(None)
 
     # ---- what ComfyUI reads ----
 
@@ -151,6 +223,7 @@ class StandIn:
     # ---- what ComfyUI does ----
 
     def _ask(self, nbytes: Optional[int]) -> int:
+        """Asks the holder for ``nbytes`` (None: all); returns what it freed. Never raises (ComfyUI's loop runs it)."""
         st = self._state
         st["asks"] += 1
         try:
@@ -162,26 +235,45 @@ class StandIn:
         except errors.NotFound as e:
             got = getattr(e, "freed", 0) or st["resident"]  # the process is gone: its bytes went with it
             st["resident"] = 0
-            st["freed"] += got
-            return got
-        except errors.Error as e:
+            return self._freed(got)
+        except Exception as e:  # noqa: BLE001 - an eviction path must not raise into ComfyUI's loop
             st["deferred"] = True
-            log.warning("comem: asking %s:%s for memory failed: %s", st["process"], st["name"], e)
+            log.warning("comem: asking %s:%s for memory failed (nothing freed; ComfyUI moves on): %s",
+                        st["process"], st["name"], e)
             return 0
         st["resident"] = r.resident
-        st["freed"] += r.freed
-        return r.freed
+        return self._freed(r.freed)
 
-    def partially_unload(self, device_to: Any, memory_to_free: int = 0) -> int:
-        """Asks the holder for ``memory_to_free`` bytes; returns what it freed (short answers escalate)."""
-        if self._state["resident"] <= 0:
+    def _freed(self, nbytes: int) -> int:
+        st = self._state
+        st["freed"] += nbytes
+        if nbytes > 0 and st["on_freed"] is not None:
+            try:
+                st["on_freed"](nbytes)
+            except Exception as e:  # noqa: BLE001 - same rule: the receipt stands
+                log.warning("comem: noting a receipt of %s:%s failed: %s", st["process"], st["name"], e)
+        return nbytes
+
+    def partially_unload(self, device_to: Any, memory_to_free: float = 0) -> int:
+        """Asks the holder for ``memory_to_free`` bytes; returns what it freed (nothing asked for 0).
+
+        ComfyUI passes a float (``memory_required - get_free_memory()``); the ask is its ceiling,
+        at most the resident bytes (see :func:`ask_bytes`), so an answer that meets it exactly is
+        one ComfyUI's ``freed >= memory_to_free`` accepts. A short answer escalates to ``detach``.
+        """
+        resident = self._state["resident"]
+        want = ask_bytes(memory_to_free, resident) if resident > 0 else 0
+        if want <= 0:
             return 0
-        want = int(memory_to_free) if memory_to_free else self._state["resident"]
-        return self._ask(max(1, want))
+        return self._ask(want)
 
     def detach(self, unpatch_all: bool = True) -> "WorkerModel":
-        """Asks the holder for everything the model has on the card."""
-        if self._state["resident"] > 0:
+        """Asks the holder for everything the model has on the card.
+
+        ``unpatch_all=False`` (ComfyUI's detach of a clone it replaces: the weights stay where they
+        are) asks nothing, as ModelPatcher's moves no weights then.
+        """
+        if unpatch_all and self._state["resident"] > 0:
             self._ask(None)
         return self.model
 
@@ -197,7 +289,13 @@ class StandIn:
 
 
 class StandIns:
-    """The host's stand-ins, kept in step with the ledger (``sync`` reads the coordinator's status)."""
+    """The host's stand-ins, kept in step with the ledger (``sync`` reads the coordinator's status).
+
+    ``freed(index)`` counts every byte the stand-ins' holders reported freed on comem device
+    ``index`` since this object was made (monotonic; a removed stand-in's receipts stay counted),
+    and ``process_local(index)`` says whether this host's own free reading there is process-local
+    (the coordinator's ``process_scope``: WDDM), as of the last sync.
+    """
 
     def __init__(self, client: Client, mm: Any, devices: DeviceMap) -> None:
         self.client = client
@@ -205,6 +303,9 @@ class StandIns:
         self.devices = devices
         self._by_entry: Dict[str, Any] = {}  # entry id -> LoadedModel
         self._patchers: Dict[str, StandIn] = {}  # entry id -> StandIn (kept alive: LoadedModel holds a weakref)
+        self._freed: Dict[int, int] = {}  # comem device -> bytes stand-ins' holders reported freed
+        self._scope: Dict[int, str] = {}  # comem device -> the coordinator's process_scope
+        self._freed_lock = threading.Lock()
 
     @property
     def loaded(self) -> List[Any]:
@@ -212,11 +313,26 @@ class StandIns:
         return [lm for lm in self._by_entry.values() if lm in self.mm.current_loaded_models]
 
     def patcher(self, entry_id: str) -> Optional[StandIn]:
+        """The stand-in for coordinator entry ``entry_id``, if there is one."""
         return self._patchers.get(entry_id)
+
+    def freed(self, index: int) -> int:
+        """Bytes other processes reported freed on comem device ``index`` through stand-ins, so far."""
+        return self._freed.get(index, 0)
+
+    def process_local(self, index: int) -> bool:
+        """True when this host's own free reading on ``index`` cannot see other processes (WDDM)."""
+        return self._scope.get(index) == "process-local"
+
+    def _noter(self, index: int) -> Callable[[int], None]:
+        def note(nbytes: int) -> None:
+            with self._freed_lock:
+                self._freed[index] = self._freed.get(index, 0) + int(nbytes)
+        return note
 
     def _insert(self, eid: str, name: str, process: str, size: int, resident: int, index: int) -> None:
         dev = self.devices.torch_device(index)
-        sp = StandIn(self.client, eid, name, process, size, resident, dev)
+        sp = StandIn(self.client, eid, name, process, size, resident, dev, on_freed=self._noter(index))
         lm = self.mm.LoadedModel(sp)
         lm.device = dev
         lm.currently_used = False
@@ -244,6 +360,7 @@ class StandIns:
         live = set()
         for d in st.get("devices", []):
             index = int(d["index"])
+            self._scope[index] = str(d.get("process_scope", "device-wide"))
             for p in d.get("processes", []):
                 if own is not None and p.get("session") == own:
                     continue
@@ -269,5 +386,6 @@ class StandIns:
             self._drop(eid)
 
     def clear(self) -> None:
+        """Takes every stand-in out of ComfyUI's list."""
         for eid in list(self._by_entry):
             self._drop(eid)
