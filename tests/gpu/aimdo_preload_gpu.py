@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""libcomem_preload.so and comfy-aimdo's cuMemAlloc hooks in one process, in either order.
+
+    comem run --policy observe -- python3 tests/gpu/aimdo_preload_gpu.py aimdo-first|torch-first
+
+Run under the preload (``comem run`` sets LD_PRELOAD) against a coordinator. ``aimdo-first``
+initialises comfy-aimdo before torch touches CUDA (ComfyUI main.py's order); ``torch-first``
+lets torch create its context and allocate before aimdo hooks the driver. Then it
+allocates with torch, pages a VBAR through aimdo and frees both. Prints one JSON line:
+the bytes the coordinator attributes to this process's raw holder at each step, aimdo's
+own usage and whether anything failed. Exits 77 without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+
+GiB = 1 << 30
+
+
+def attributed(c) -> int:
+    for p in c.status()["devices"][0]["processes"]:
+        if p["pid"] == os.getpid():
+            # the preload reports what it counted as its raw holder's overhead (bytes outside entries)
+            return sum((h.get("overhead") or 0) + h.get("resident", 0) for h in p["holders"] if h.get("kind") == "raw")
+    return 0
+
+
+def main() -> int:
+    order = sys.argv[1] if len(sys.argv) > 1 else "aimdo-first"
+    import comfy_aimdo.control as control
+    if order == "aimdo-first":
+        control.init()
+        import torch
+        if not torch.cuda.is_available():
+            return 77
+        ok = control.init_devices([0])
+    else:
+        import torch
+        if not torch.cuda.is_available():
+            return 77
+        pre = torch.empty(GiB, dtype=torch.uint8, device="cuda")
+        control.init()
+        ok = control.init_devices([0])
+    import comem
+    import comfy_aimdo.model_vbar as mv
+    out = {"order": order, "preloaded": "libcomem_preload" in os.environ.get("LD_PRELOAD", ""), "aimdo_init": ok}
+    with comem.Client("probe", role="tool", require_coordinator=True) as c:
+        time.sleep(0.3)
+        out["attributed_start"] = attributed(c)
+        x = torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")
+        x.fill_(1)
+        torch.cuda.synchronize()
+        time.sleep(0.3)
+        out["attributed_after_torch_2gib"] = attributed(c)
+        vbar = mv.ModelVBAR(4 * GiB, 0)
+        t = vbar.alloc(1 * GiB)
+        r = mv.vbar_fault(t)
+        out["vbar_faulted"] = r is not None
+        out["aimdo_usage_after_fault"] = int(control.get_total_vram_usage())
+        mv.vbar_unpin(t)
+        out["vbar_freed"] = int(vbar.free_memory(1 * GiB))
+        del x
+        torch.cuda.empty_cache()
+        time.sleep(0.3)
+        out["attributed_after_free"] = attributed(c)
+    if order == "torch-first":
+        del pre
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""comem inside current ComfyUI on a GPU: dynamic VRAM over the real comfy-aimdo, steered from the ledger.
+
+    COMFYUI_DIR=.../comfyui-783545f6 python3 tests/gpu/comfy_dynamic_gpu.py [--card-gib 24] [--json FILE]
+
+This process is a ComfyUI 783545f6 host set up as its main.py does with dynamic
+VRAM on: ``comfy_aimdo.control.init`` before torch, ``init_devices``,
+``CoreModelPatcher = ModelPatcherDynamic``, ``aimdo_enabled``; then comem's host
+adapter, which finds aimdo and steers its headroom. Its model is a
+``ModelPatcherDynamic`` over ComfyUI's own ``comfy.ops`` layers, so its weights
+live in an aimdo VBAR and fault in as it computes. A ballast outside comem makes
+the card ``--card-gib`` large; comemd runs on NVML with ``--check``. Child
+processes are plain comem clients with torch. Claims, each with its figures:
+
+  (h) a grant the ledger gave another process is kept from the host's aimdo: the host computes
+      while the grant is outstanding, and the card's free bytes never fall below it; the other
+      process then allocates it without an out-of-memory error;
+  (a) another process's admission that does not fit takes bytes from the host's VBAR through the
+      ledger (an ask, answered by ComfyUI's model_unload -> partially_unload -> vbar.free_memory);
+  (e) NVML's figure for the host equals the ledger's within one CUDA context;
+  (f) no out-of-memory error anywhere.
+
+Without a GPU it says so and exits 77. Exits 1 when a claim fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(SOURCE, "tests", "python"))
+import support  # noqa: E402
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+# A process that is granted bytes, holds the grant until told, then allocates them with torch.
+GRANTEE = r"""
+import sys, json, torch, comem
+c = comem.Client(sys.argv[1], role="worker", require_coordinator=True)
+h = c.add_holder("models")
+torch.zeros(1, device="cuda")  # its context, before it asks
+def say(**kw): print(json.dumps(kw), flush=True)
+try:
+    g = c.admit(int(sys.argv[2]), holder=h, timeout=120)
+except comem.Refused as r:
+    say(refused=r.short_by); sys.exit(0)
+say(granted=int(sys.argv[2]))
+sys.stdin.readline()
+oom = 0
+try:
+    x = torch.empty(int(sys.argv[2]), dtype=torch.uint8, device="cuda")
+    g.done(h.add_entry("m", int(sys.argv[2])), int(sys.argv[2]))
+except torch.cuda.OutOfMemoryError:
+    oom = 1
+say(allocated=not oom, oom=oom)
+sys.stdin.readline()
+"""
+
+
+def gib(b: float) -> str:
+    return f"{b / GiB:6.2f} GiB"
+
+
+class Grantee:
+    def __init__(self, env, name: str, nbytes: int) -> None:
+        self.p = subprocess.Popen([sys.executable, "-c", GRANTEE, name, str(nbytes)], env=env, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.first = json.loads(self.p.stdout.readline())
+
+    def next(self):
+        self.p.stdin.write("\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def end(self):
+        try:
+            self.p.stdin.write("\n")
+            self.p.stdin.flush()
+        except BrokenPipeError:
+            pass
+        self.p.wait(30)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--card-gib", type=float, default=24)
+    ap.add_argument("--model-gib", type=float, default=8)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    d = support.comfyui_dir()
+    if d is None or support.comfyui_era(d) != "783545f6":
+        print("comfy_dynamic_gpu: COMFYUI_DIR must name ComfyUI 783545f6", file=sys.stderr)
+        return 2
+    sys.path.insert(0, d)
+    import comfy_aimdo.control as control
+    control.init(simple_vram_headroom=None, nvml_pressure=True)  # main.py's order: before torch
+    import torch
+    if not torch.cuda.is_available():
+        print("comfy_dynamic_gpu: no CUDA device here; skipped")
+        return 77
+    import comfy.model_management as mm
+    import comfy.model_patcher
+    import comfy.memory_management
+    import comfy.ops
+    if not control.init_devices([(0, 0)]):
+        print("comfy_dynamic_gpu: comfy-aimdo did not initialise device 0", file=sys.stderr)
+        return 1
+    comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
+    comfy.memory_management.aimdo_enabled = True
+    import pynvml
+    pynvml.nvmlInit()
+    nvh = pynvml.nvmlDeviceGetHandleByIndex(0)
+
+    def nv_free() -> int:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(nvh).free)
+
+    def nv_used(pid: int) -> int:
+        return sum(int(p.usedGpuMemory or 0) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(nvh) if p.pid == pid)
+
+    figures, failures = {}, []
+
+    def claim(name: str, ok: bool, detail: str) -> None:
+        print(f"  [{'ok' if ok else 'FAILED'}] {name}: {detail}", flush=True)
+        figures[f"claim_{name}"] = int(ok)
+        if not ok:
+            failures.append(name)
+
+    machine = support.Machine("sim:1GiB", idle_release=600)
+    machine.spec = "nvml"
+    machine.env["COMEM_DEVICE"] = "nvml"
+    machine.env["COMEM_LOG"] = "info"
+    ballast = None
+    with machine:
+        import comem
+        from comem.comfy import Host
+        torch.zeros(1, device="cuda")
+        spare = nv_free() - int(a.card_gib * GiB)
+        if spare > 0:
+            ballast = subprocess.Popen([sys.executable, "-c", (
+                "import torch, time; x = torch.empty(%d, dtype=torch.uint8, device='cuda'); "
+                "print('ready', flush=True); time.sleep(3600)") % spare], stdout=subprocess.PIPE, text=True)
+            ballast.stdout.readline()
+            print(f"ballast: {gib(spare)} held outside comem", flush=True)
+        try:
+            host = Host(mm, socket=machine.socket, embed=False).install()
+            claim("steer", host.steer is not None,
+                  f"the host adapter steers comfy-aimdo {getattr(host.steer, 'version', None)}")
+            view = comem.View(machine.socket)
+            dev = mm.get_torch_device()
+            width = 4096
+            n = int(a.model_gib * GiB // (width * width * 2))
+            layers = []
+            for _ in range(n):  # ComfyUI's own layers (comfy_cast_weights): their weights live in the VBAR
+                lin = comfy.ops.disable_weight_init.Linear(width, width, bias=False, dtype=torch.float16)
+                lin.weight = torch.nn.Parameter(torch.randn(width, width, dtype=torch.float16) * 0.01,
+                                                requires_grad=False)
+                layers.append(lin)
+            model = torch.nn.Sequential(*layers)
+            patcher = comfy.model_patcher.ModelPatcherDynamic(model, load_device=dev,
+                                                             offload_device=torch.device("cpu"))
+            mm.load_models_gpu([patcher])
+            x = torch.randn(8, width, dtype=torch.float16, device=dev)
+
+            def compute() -> None:
+                with host.computing("dynamic"):
+                    with torch.no_grad():
+                        model(x)
+                    torch.cuda.synchronize()
+
+            compute()
+            resident = patcher.loaded_size()
+            print(f"host: dynamic model {gib(patcher.model_size())}, resident after one pass {gib(resident)}; "
+                  f"card free {gib(nv_free())}", flush=True)
+            figures["host_resident_bytes"] = resident
+
+            # (e) the driver's figure for the host against the ledger's
+            time.sleep(0.3)
+            st = machine.status()
+            me = next(p for p in st["devices"][0]["processes"] if p["pid"] == os.getpid())
+            led = me["resident"] + me.get("context_floor", 0)
+            nvu = nv_used(os.getpid())
+            claim("e", abs(nvu - led) <= 600 * MiB,
+                  f"NVML {gib(nvu)} vs ledger {gib(led)} (resident {gib(me['resident'])} + floor)")
+            figures["e_diff_bytes"] = abs(nvu - led)
+
+            # (h) another process is granted most of what is free; the host computes again meanwhile
+            r = view.read(0)
+            want = max(1 * GiB, r.free - r.reserve - 1 * GiB)
+            env = dict(machine.env, PYTHONPATH=os.pathsep.join([os.path.join(SOURCE, "python"),
+                                                               machine.env.get("PYTHONPATH", "")]))
+            g = Grantee(env, "grantee", want)
+            if "granted" not in g.first:
+                claim("h", False, f"the grant itself was refused: {g.first}")
+            else:
+                time.sleep(0.1)
+                headroom = host.steer.last if host.steer else None
+                low = nv_free()
+                for _ in range(3):
+                    compute()
+                    low = min(low, nv_free())
+                after = g.next()
+                claim("h", low >= want and after.get("oom") == 0,
+                      f"granted {gib(want)} to another process; the host's aimdo headroom {gib(headroom or 0)}; "
+                      f"card free while the host computed at least {gib(low)}; the grantee allocated "
+                      f"{'without' if after.get('oom') == 0 else 'WITH'} an out-of-memory error")
+                figures.update(h_granted_bytes=want, h_min_free_bytes=low, h_headroom_bytes=headroom or 0)
+            g.end()
+
+            # (a) an admission that does not fit takes bytes from the host's VBAR through the ledger; first the
+            #     view must show the grantee gone (its bytes back on the card), or the figure below is stale
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and abs(view.read(0).free - nv_free()) > 256 * MiB:
+                time.sleep(0.05)
+            r = view.read(0)
+            before = patcher.loaded_size()
+            # weights count 1.1x in ComfyUI's admission, with its minimum inference memory on top: half the
+            # host's pages must come back for this to fit
+            want = max(1 * GiB, int((r.free - r.reserve + before // 2 - 1200 * MiB) / 1.1))
+            released = host.models.released
+            t = time.monotonic()
+            g = Grantee(env, "taker", want)
+            took = time.monotonic() - t
+            after_bytes = patcher.loaded_size()
+            ok = "granted" in g.first
+            nxt = g.next() if ok else {}
+            claim("a", ok and after_bytes < before and host.models.released > released and nxt.get("oom") == 0,
+                  f"{'granted' if ok else 'refused'} {gib(want)} in {took:.2f} s; the host's VBAR went "
+                  f"{gib(before)} -> {gib(after_bytes)} (its holder reported {gib(host.models.released - released)}"
+                  f" freed); the taker allocated {'without' if nxt.get('oom') == 0 else 'WITH'} an OOM")
+            figures.update(a_host_before_bytes=before, a_host_after_bytes=after_bytes,
+                           a_released_bytes=host.models.released - released)
+            g.end()
+            compute()  # the host computes again: its pages come back as far as the ledger lets them
+            claim("f", True, "no out-of-memory error in the host (a torch OOM would have ended this script)")
+            co = machine.status()["coordinator"]
+            claim("check", co["violations"] == 0 and co["checks"] > 0,
+                  f"comemd --check: {co['checks']} ledger checks, {co['violations']} violations")
+            host.close()
+        finally:
+            if ballast is not None:
+                ballast.kill()
+    for k, v in figures.items():
+        print(f"{k}={v}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
