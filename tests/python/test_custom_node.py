@@ -1,19 +1,21 @@
 """The adapter installed the way ComfyUI users install everything: a folder under custom_nodes/.
 
 ``python3 -m comem.comfy install DIR`` links custom_nodes/comem; then this test
-does what ComfyUI's startup does with such a folder, with the same calls
-(main.py's execute_prestartup_script: spec_from_file_location + exec_module of
-prestartup_script.py; nodes.py's load_custom_node: a module named after the
-folder's path, registered in sys.modules, from its __init__.py), against the
-real ComfyUI's model manager. ComfyUI's nodes.py itself needs packages Debian
-does not ship (transformers, ...), so its loader is reproduced rather than run.
+does what ComfyUI's startup does with such a folder, in this process, against
+the real ComfyUI's model manager: main.py's execute_prestartup_script (its
+calls: spec_from_file_location + exec_module of prestartup_script.py; main.py
+itself cannot be imported without starting ComfyUI), then ComfyUI's own
+loader, ``nodes.load_custom_node``, on the folder. test_comfy_server.py runs
+the whole of ComfyUI's main.py with the node installed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,7 @@ class TestCustomNode(unittest.TestCase):
         self.machine = Machine("sim:4GiB").__enter__()
         self.addCleanup(self.machine.__exit__, None, None, None)
         self.comfy_home = tempfile.mkdtemp(prefix="comfyui-")
+        self.addCleanup(shutil.rmtree, self.comfy_home, True)
         os.mkdir(os.path.join(self.comfy_home, "custom_nodes"))
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
@@ -53,14 +56,17 @@ class TestCustomNode(unittest.TestCase):
         import comem
         self.assertTrue(os.path.exists(comem.library_path))
 
-        # nodes.py: load_custom_node(module_path)
-        sys_name = link.replace(".", "_x_")
-        spec = importlib.util.spec_from_file_location(sys_name, os.path.join(link, "__init__.py"))
-        node = importlib.util.module_from_spec(spec)
-        sys.modules[sys_name] = node
-        spec.loader.exec_module(node)
-        self.addCleanup(sys.modules.pop, sys_name, None)
-        self.assertIn("ComemStatus", node.NODE_CLASS_MAPPINGS)
+        # nodes.py: ComfyUI's own loader, as init_external_custom_nodes calls it for every folder.
+        import nodes
+        self.addCleanup(nodes.NODE_CLASS_MAPPINGS.pop, "ComemStatus", None)
+        self.addCleanup(nodes.NODE_DISPLAY_NAME_MAPPINGS.pop, "ComemStatus", None)
+        self.addCleanup(nodes.LOADED_MODULE_DIRS.pop, "comem", None)
+        self.addCleanup(sys.modules.pop, link.replace(".", "_x_"), None)
+        self.assertTrue(asyncio.run(nodes.load_custom_node(link)))
+        status_node = nodes.NODE_CLASS_MAPPINGS["ComemStatus"]
+        self.assertEqual(status_node.RELATIVE_PYTHON_MODULE, "custom_nodes.comem")
+        self.assertEqual(nodes.NODE_DISPLAY_NAME_MAPPINGS["ComemStatus"], "comem status")
+        self.assertEqual(os.path.realpath(nodes.LOADED_MODULE_DIRS["comem"]), os.path.realpath(link))
 
         from comem.comfy import Host, active
         host = active()
@@ -73,15 +79,15 @@ class TestCustomNode(unittest.TestCase):
         self.assertIsNotNone(me)
         self.assertEqual(me["role"], "host")
         self.assertEqual(me["pid"], os.getpid())
-        # The node shows the ledger as `comem status --json` does.
-        (text,) = node.NODE_CLASS_MAPPINGS["ComemStatus"]().status()
-        st = json.loads(text)
+        # The node shows the ledger as `comem status --json` does, on the node (ui) and as its STRING output.
+        out = status_node().status()
+        self.assertEqual(out["ui"]["text"], [out["result"][0]])
+        st = json.loads(out["result"][0])
         self.assertIn(host.client.session, [p["session"] for p in st["devices"][0]["processes"]])
+        self.assertNotEqual(status_node.IS_CHANGED(), status_node.IS_CHANGED())  # never served from the cache
 
         # Loading the folder again (ComfyUI restarting its node scan) installs nothing twice.
-        again = importlib.util.module_from_spec(importlib.util.spec_from_file_location(sys_name + "_2",
-                                                os.path.join(link, "__init__.py")))
-        again.__spec__.loader.exec_module(again)
+        self.assertTrue(asyncio.run(nodes.load_custom_node(link)))
         self.assertIs(active(), host)
 
         r = self.cli("uninstall", self.comfy_home)

@@ -1,11 +1,16 @@
-"""What ComfyUI loads from custom_nodes/comem: the host adapter, and one node that shows the ledger."""
+"""What ComfyUI loads from custom_nodes/comem: the host adapter, and one node that shows the ledger.
+
+Nothing here imports torch or ComfyUI at import time: the adapter (which does)
+is imported when :func:`install_from_comfyui` runs, inside a ComfyUI process
+that already has both.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 log = logging.getLogger("comem.comfy")
 
@@ -13,7 +18,11 @@ _host: Optional[Any] = None
 
 
 def install_from_comfyui() -> Optional[Any]:
-    """Installs the host adapter in this ComfyUI process (once; ``COMEM_COMFY=off`` skips it)."""
+    """Installs the host adapter in this ComfyUI process (once; ``COMEM_COMFY=off`` skips it).
+
+    Returns the installed :class:`comem.comfy.Host`, or None where it is switched off or could not
+    be installed (then ComfyUI runs on without it, and the error is logged once).
+    """
     global _host
     if _host is not None:
         return _host
@@ -29,22 +38,42 @@ def install_from_comfyui() -> Optional[Any]:
     return _host
 
 
+def status_text() -> str:
+    """The coordinator's status as ``comem status --json`` prints it, or a sentence saying why there is none."""
+    if _host is None:
+        return "comem is not installed in this process"
+    return json.dumps(_host.client.status(), indent=1)
+
+
 class ComemStatus:
-    """A node that outputs the coordinator's status (the JSON ``comem status --json`` prints)."""
+    """A node that outputs the coordinator's status (the JSON ``comem status --json`` prints).
+
+    An output node: its text is shown on the node in the browser and recorded in the prompt's
+    history (``outputs[node]["text"]``), and it is also the node's STRING output. It runs on
+    every queue (never served from ComfyUI's cache), since the ledger changes between runs.
+    """
 
     CATEGORY = "utils/comem"
+    DESCRIPTION = "The comem coordinator's ledger: every process, model and grant on each card."
     RETURN_TYPES = ("STRING",)
+    RETURN_NAMES = ("status",)
     FUNCTION = "status"
     OUTPUT_NODE = True
 
     @classmethod
     def INPUT_TYPES(cls) -> Dict[str, Any]:
+        """No inputs."""
         return {"required": {}}
 
-    def status(self) -> Tuple[str]:
-        if _host is None:
-            return ("comem is not installed in this process",)
-        return (json.dumps(_host.client.status(), indent=1),)
+    @classmethod
+    def IS_CHANGED(cls) -> float:
+        """NaN, which equals nothing: ComfyUI runs the node again on every queue."""
+        return float("nan")
+
+    def status(self) -> Dict[str, Any]:
+        """``{"ui": {"text": [json]}, "result": (json,)}``: shown on the node and passed on as STRING."""
+        text = status_text()
+        return {"ui": {"text": [text]}, "result": (text,)}
 
 
 NODE_CLASS_MAPPINGS = {"ComemStatus": ComemStatus}

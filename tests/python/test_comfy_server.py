@@ -1,0 +1,343 @@
+"""The real ComfyUI, run as users run it, with comem's custom node installed, under a real comemd.
+
+Each test makes a base directory (``--base-directory``: custom_nodes/, models/,
+user/, input/, output/, temp/ live there; the database too, through
+``--database-url``), links comem into its custom_nodes/ with
+``python -m comem.comfy install`` and starts ``COMFYUI_DIR/main.py`` on the CPU
+with the environment a :class:`support.Machine` gives (its socket, its
+simulated card, ``COMEM_LIB``). The child's ``PYTHONPATH`` does not name
+comem's python/ folder: the custom node finds the binding beside itself, as it
+does for a user. ``--log-stdout`` sends ComfyUI's log records below ERROR to
+stdout and the rest to stderr, so "nothing from comem at ERROR level" reads as
+"no line on stderr mentions comem" in both eras (a125cd84's log lines carry no
+level name).
+
+- ``test_quick_test_for_ci``: ``main.py --quick-test-for-ci`` (ComfyUI's own CI
+  start: prestartup, node import, database, routes, then exit) exits 0; its log
+  shows comem's prestartup, then the host adapter installed, connected to the
+  coordinator.
+- ``test_server``: a server on 127.0.0.1, a free port. While it runs the
+  coordinator lists it as the host ``comfyui``; ``/object_info`` lists the
+  *comem status* node; a prompt that runs it completes and its history holds
+  the coordinator's status JSON, taken while the node ran (the host busy with
+  that prompt); a second prompt runs it again (never cached). SIGINT stops the
+  server and its session leaves the coordinator.
+
+a125cd84's server needs the comfyui-workflow-templates its requirements.txt
+pins (0.1.95, which ships a templates/ folder; the virtual environment has
+783545f6's, which does not): ``COMEM_COMFYUI_PYTHONPATH`` names folders put
+first on the ComfyUI child's ``PYTHONPATH`` (``pip install --target DIR
+comfyui-workflow-templates==0.1.95``); without them that era skips, saying so.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import unittest
+from typing import Any, Dict, List, Optional
+
+import support
+from support import Machine
+
+START_S = 120.0  #: bound on ComfyUI's start (2 busy CI cores; it takes ~15 s idle)
+QUICK_S = 300.0  #: bound on the whole --quick-test-for-ci run
+PROMPT_S = 60.0  #: bound on one prompt of one output node
+STOP_S = 60.0  #: bound on the server's exit after SIGINT
+
+_http = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only: never a proxy
+
+
+def _extra_path() -> List[str]:
+    return [p for p in os.environ.get("COMEM_COMFYUI_PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def _templates_missing() -> Optional[str]:
+    """Why a125cd84's server cannot start in this environment, or None where it can."""
+    if support.comfyui_era() != "a125cd84":
+        return None
+    spec = None
+    for folder in _extra_path() + sys.path:
+        if not os.path.isdir(folder):
+            continue
+        spec = importlib.machinery.PathFinder.find_spec("comfyui_workflow_templates", [folder])
+        if spec is not None:
+            break
+    if spec is not None and spec.origin and os.path.isdir(os.path.join(os.path.dirname(spec.origin), "templates")):
+        return None
+    where = "not installed" if spec is None else f"at {os.path.dirname(spec.origin or '?')} without templates/"
+    return ("ComfyUI a125cd84's server serves comfyui_workflow_templates/templates/ (its requirements.txt pins "
+            f"comfyui-workflow-templates==0.1.95); here that package is {where} (783545f6's newer one): point "
+            "COMEM_COMFYUI_PYTHONPATH at a folder made by "
+            "`pip install --target DIR comfyui-workflow-templates==0.1.95`")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _index(lines: List[str], needle: str) -> int:
+    """The first line holding ``needle`` (-1 if none)."""
+    return next((i for i, line in enumerate(lines) if needle in line), -1)
+
+
+_C_BELOW_ERROR = re.compile(r"comem\[\d+\] (warn|info|debug): ")
+
+
+def _comem_errors(stderr: str) -> List[str]:
+    """Lines on ComfyUI's stderr (ERROR records and raw writes) that come from or name comem.
+
+    The C library's own warn/info/debug lines go to stderr too; they are below ERROR."""
+    return [line for line in stderr.splitlines() if "comem" in line.lower() and not _C_BELOW_ERROR.search(line)]
+
+
+class ComfyRun:
+    """One ``main.py`` child: its argv, environment and log files (stdout and stderr, in the base directory)."""
+
+    def __init__(self, case: "ComfyServerCase", *args: str) -> None:
+        self.case = case
+        base = case.base
+        tag = f"{len(case.runs)}"
+        self.out_path = os.path.join(base, f"comfyui-{tag}.out")
+        self.err_path = os.path.join(base, f"comfyui-{tag}.err")
+        self.argv = [sys.executable, os.path.join(case.comfyui, "main.py"), "--cpu", "--base-directory", base,
+                     "--database-url", "sqlite:///" + os.path.join(base, "user", f"comfyui-{tag}.db"),
+                     "--disable-api-nodes", "--log-stdout", *args]
+        env = dict(case.machine.env)
+        env["PYTHONPATH"] = os.pathsep.join(_extra_path())  # not comem's python/: the node finds it itself
+        if not env["PYTHONPATH"]:
+            del env["PYTHONPATH"]
+        env["PYTHONUNBUFFERED"] = "1"
+        env.pop("COMEM_COMFY", None)
+        self.env = env
+        self.proc: Optional[subprocess.Popen] = None
+        case.runs.append(self)
+
+    def start(self) -> subprocess.Popen:
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen(self.argv, cwd=self.case.base, env=self.env, stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=err)
+        self.case.addCleanup(self.kill)
+        return self.proc
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stdout(self) -> str:
+        with open(self.out_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def stderr(self) -> str:
+        with open(self.err_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def logs(self) -> str:
+        """The tails of both streams, for a failure message."""
+        return (f"---- ComfyUI stdout (tail) ----\n{self.stdout()[-6000:]}\n"
+                f"---- stderr (tail) ----\n{self.stderr()[-6000:]}")
+
+
+class ComfyServerCase(unittest.TestCase):
+    """A base directory with comem installed in its custom_nodes/, and a comemd on a simulated card."""
+
+    def setUp(self) -> None:
+        self.comfyui = support.need_comfyui(self)
+        support.need_torch(self)
+        if not os.path.isfile(os.path.join(self.comfyui, "main.py")):
+            self.skipTest(f"{self.comfyui} has no main.py: these tests run ComfyUI's own entry point")
+        why = _templates_missing()
+        if why:
+            self.skipTest(why)
+        self.machine = Machine("sim:4GiB").__enter__()
+        self.addCleanup(self.machine.__exit__, None, None, None)
+        self.base = tempfile.mkdtemp(prefix="comfyui-base-")
+        self.addCleanup(shutil.rmtree, self.base, True)
+        os.mkdir(os.path.join(self.base, "custom_nodes"))
+        self.runs: List[ComfyRun] = []
+        r = subprocess.run([sys.executable, "-m", "comem.comfy", "install", self.base], env=self.machine.env,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.link = os.path.join(self.base, "custom_nodes", "comem")
+        self.assertEqual(os.path.realpath(self.link),
+                         os.path.join(os.path.realpath(support.PYTHON_DIR), "comem", "comfy"))
+
+    def tearDown(self) -> None:
+        if os.environ.get("COMEM_TEST_LOGS"):  # for a person debugging a failure
+            for run in self.runs:
+                sys.stderr.write(run.logs() + "\n")
+
+    def assert_comem_started(self, run: ComfyRun) -> List[str]:
+        """ComfyUI's log shows comem's prestartup, then the host adapter installed; nothing from comem at ERROR."""
+        lines = run.stdout().splitlines()
+        lib = os.environ.get("COMEM_LIB")
+        binding = f"comem: binding loaded from {os.path.join(os.path.realpath(support.PYTHON_DIR), 'comem')}"
+        if lib:
+            binding += f" (library {lib})"
+        prestartup = _index(lines, binding)
+        self.assertGreaterEqual(prestartup, 0, f"no '{binding}' line\n" + run.logs())
+        # ComfyUI's own summary of prestartup scripts names the folder, without "(PRESTARTUP FAILED)".
+        timed = [line for line in lines if line.rstrip().endswith(self.link)]
+        self.assertGreaterEqual(len(timed), 2, "ComfyUI timed comem's prestartup and import\n" + run.logs())
+        for line in timed:
+            self.assertNotIn("FAILED", line)
+        installed = _index(lines, "comem: host adapter installed (simulated placement, coordinator connected)")
+        self.assertGreater(installed, prestartup, "the host adapter installs after the prestartup\n" + run.logs())
+        self.assertEqual(_comem_errors(run.stderr()), [], "comem logged at ERROR level\n" + run.logs())
+        return lines
+
+
+class TestQuickTestForCI(ComfyServerCase):
+    def test_quick_test_for_ci(self):
+        run = ComfyRun(self, "--quick-test-for-ci")
+        proc = run.start()
+        try:
+            rc = proc.wait(QUICK_S)
+        except subprocess.TimeoutExpired:
+            self.fail(f"main.py --quick-test-for-ci did not exit in {QUICK_S:.0f} s\n" + run.logs())
+        self.assertEqual(rc, 0, run.logs())
+        self.assert_comem_started(run)
+        # Its session ended with the process.
+        self.assertTrue(support.wait_for(lambda: self.machine.process("comfyui") is None, 10),
+                        f"the session outlived ComfyUI: {self.machine.process('comfyui')}")
+        self.machine.check_ledger(self)
+
+
+class TestServer(ComfyServerCase):
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def get(self, path: str, timeout: float = 30) -> Any:
+        with _http.open(self.url(path), timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def post(self, path: str, body: Dict[str, Any], timeout: float = 30) -> Any:
+        req = urllib.request.Request(self.url(path), data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with _http.open(req, timeout=timeout) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            self.fail(f"POST {path}: HTTP {e.code}: {e.read()[:2000]!r}\n" + self.run_.logs())
+
+    def wait_until_answering(self) -> None:
+        deadline = time.monotonic() + START_S
+        while True:
+            if self.run_.proc.poll() is not None:
+                self.fail(f"ComfyUI exited (rc {self.run_.proc.returncode}) before it answered\n" + self.run_.logs())
+            try:
+                self.get("/system_stats", timeout=5)
+                return
+            except (urllib.error.URLError, ConnectionError, socket.timeout, json.JSONDecodeError):
+                pass
+            if time.monotonic() > deadline:
+                self.fail(f"ComfyUI did not answer on 127.0.0.1:{self.port} in {START_S:.0f} s\n" + self.run_.logs())
+            time.sleep(0.25)
+
+    def queue_status_node(self) -> Dict[str, Any]:
+        """Queues a prompt of one *comem status* node; returns its history entry once ComfyUI completed it."""
+        r = self.post("/prompt", {"prompt": {"1": {"class_type": "ComemStatus", "inputs": {}}},
+                                  "client_id": "comem-test"})
+        self.assertEqual(r.get("node_errors"), {}, r)
+        pid = r["prompt_id"]
+        deadline = time.monotonic() + PROMPT_S
+        while True:
+            h = self.get(f"/history/{pid}")
+            status = (h.get(pid) or {}).get("status") or {}
+            if status.get("status_str") == "error":
+                self.fail(f"the prompt failed: {json.dumps(status)[:3000]}\n" + self.run_.logs())
+            if status.get("completed"):
+                entry = h[pid]
+                entry["prompt_id"] = pid
+                return entry
+            if self.run_.proc.poll() is not None:
+                self.fail("ComfyUI exited while the prompt ran\n" + self.run_.logs())
+            if time.monotonic() > deadline:
+                self.fail(f"prompt {pid} did not complete in {PROMPT_S:.0f} s: {h}\n" + self.run_.logs())
+            time.sleep(0.1)
+
+    def status_output(self, entry: Dict[str, Any]) -> Dict[str, Any]:
+        """The node's status JSON as ComfyUI recorded it (outputs[node]["text"]), parsed."""
+        self.assertTrue(entry["status"]["completed"], entry["status"])
+        self.assertEqual(entry["status"]["status_str"], "success")
+        self.assertIn("1", entry["outputs"], f"the node's text is not in the prompt's history: {entry}")
+        texts = entry["outputs"]["1"]["text"]
+        self.assertEqual(len(texts), 1)
+        return json.loads(texts[0])
+
+    def test_server(self):
+        self.port = _free_port()
+        self.run_ = ComfyRun(self, "--listen", "127.0.0.1", "--port", str(self.port), "--disable-auto-launch",
+                             "--dont-print-server")
+        proc = self.run_.start()
+        self.wait_until_answering()
+        self.assert_comem_started(self.run_)
+
+        # While it runs, the coordinator lists the server as the host.
+        host = self.machine.process("comfyui")
+        self.assertIsNotNone(host, "the coordinator does not list the ComfyUI server\n" + self.run_.logs())
+        self.assertEqual(host["role"], "host")
+        self.assertEqual(host["pid"], proc.pid)
+
+        # The node, as the browser's node library sees it.
+        info = self.get("/object_info", timeout=60)
+        self.assertIn("ComemStatus", info)
+        node = info["ComemStatus"]
+        self.assertEqual(node["category"], "utils/comem")
+        self.assertEqual(node["display_name"], "comem status")
+        self.assertEqual(node["output"], ["STRING"])
+        self.assertEqual(node["output_name"], ["status"])
+        self.assertTrue(node["output_node"])
+        self.assertEqual(node["python_module"], "custom_nodes.comem")
+
+        # A prompt runs it; its history holds the ledger taken while it ran.
+        first = self.queue_status_node()
+        st = self.status_output(first)
+        me = [p for p in st["devices"][0]["processes"] if p["session"] == host["session"]]
+        self.assertEqual(len(me), 1, st["devices"][0]["processes"])
+        self.assertEqual((me[0]["name"], me[0]["role"], me[0]["pid"]), ("comfyui", "host", proc.pid))
+        self.assertTrue(me[0]["busy"], "the node runs inside the adapter's node boundary")
+        self.assertEqual(me[0]["prompt"], first["prompt_id"])
+        self.assertEqual(st["coordinator"]["pid"], self.machine.comemd.pid)
+        # Once the prompt is done, the host is idle again.
+        self.assertTrue(support.wait_for(lambda: not self.machine.process("comfyui")["busy"], 10),
+                        "the host stayed busy after its prompt")
+
+        # Queued again, it runs again: the ledger is read fresh, never served from ComfyUI's cache.
+        second = self.queue_status_node()
+        cached = [m[1].get("nodes", []) for m in second["status"].get("messages", []) if m[0] == "execution_cached"]
+        self.assertTrue(all("1" not in nodes for nodes in cached), second["status"])
+        st2 = self.status_output(second)
+        me2 = [p for p in st2["devices"][0]["processes"] if p["session"] == host["session"]]
+        self.assertEqual(me2[0]["prompt"], second["prompt_id"])
+
+        # SIGINT (Ctrl-C) stops the server; its session leaves the coordinator.
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            self.fail(f"ComfyUI did not exit in {STOP_S:.0f} s after SIGINT\n" + self.run_.logs())
+        self.assertEqual(rc, 0, self.run_.logs())
+        self.assertIn("Stopped server", self.run_.stdout())
+        gone = support.wait_for(lambda: self.machine.process("comfyui") is None, 10)
+        self.assertTrue(gone, f"the server's session outlived it: {self.machine.process('comfyui')}")
+        self.assertEqual(_comem_errors(self.run_.stderr()), [], "comem logged at ERROR level\n" + self.run_.logs())
+        self.machine.check_ledger(self)
+
+
+if __name__ == "__main__":
+    unittest.main()
