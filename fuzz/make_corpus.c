@@ -33,7 +33,7 @@ static const uint16_t types[] = {
     COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
     COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,    COMEM_MSG_GOODBYE,
-    COMEM_MSG_BOOKED,
+    COMEM_MSG_BOOKED,         COMEM_MSG_TOUCH,
 };
 
 static comem_msg g_msg; /* large: kept off the stack */
@@ -75,7 +75,8 @@ static void sample(comem_msg *m, uint16_t type)
         break;
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
-    case COMEM_MSG_ID_REPLY: m->u.id.id = 17; break;
+    case COMEM_MSG_ID_REPLY:
+    case COMEM_MSG_TOUCH: m->u.id.id = 17; break;
     case COMEM_MSG_ENTRY_ADD:
         m->u.entry_add.holder_id = 3;
         m->u.entry_add.size = 6442450944;

@@ -143,6 +143,17 @@ COMEM_API int comem_holder_remove(comem_client *c, uint64_t holder);
  */
 COMEM_API int comem_holder_busy(comem_client *c, uint64_t holder, int busy, const char *prompt);
 
+/*
+ * Says a holder was in use just now, between node boundaries (a pager that
+ * faulted): if it is idle, its idle clock in the coordinator starts again, so
+ * idle release does not empty a holder that is working. One frame, no reply
+ * waited for; nothing is sent while the coordinator is unreachable (a
+ * reconnect registers the holder again, with a fresh clock). Cheap, but not
+ * free (one write to the socket): callers send it at most a few times a
+ * second. Returns COMEM_OK, or COMEM_ENOENT for a holder this client does not have.
+ */
+COMEM_API int comem_holder_touch(comem_client *c, uint64_t holder);
+
 #define COMEM_ENTRY_PAGED 1u /* resident bytes are paged on demand (dynamic) */
 
 /* Registers one model (or buffer) of a holder: its full size and resident bytes now. */

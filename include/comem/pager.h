@@ -68,6 +68,7 @@ typedef struct comem_client comem_client;
 #define COMEM_PAGER_DEFAULT_SIMPLE_HEADROOM ((int64_t)256 << 20) /* comem_pager_set_simple_headroom */
 #define COMEM_PAGER_DEFAULT_DEVICE_HEADROOM ((int64_t)256 << 20) /* comem_pager_set_device_poll */
 #define COMEM_PAGER_DEFAULT_POLL_MS 2000 /* how long a device reading is reused */
+#define COMEM_PAGER_TOUCH_MS 250 /* a faulting attached pager says it is in use at most this often */
 
 /* Counters for comem_pager_stat. */
 #define COMEM_PAGER_STAT_FAULTS 0            /* comem_vbar_fault calls */
@@ -80,7 +81,9 @@ typedef struct comem_client comem_client;
 #define COMEM_PAGER_STAT_POLLS 7             /* device readings taken */
 #define COMEM_PAGER_STAT_RELEASE_ASKS 8      /* release asks answered (attached pagers) */
 #define COMEM_PAGER_STAT_REPORTS 9           /* residency censuses sent (attached pagers) */
-#define COMEM_PAGER_STAT_COUNT 10
+#define COMEM_PAGER_STAT_TOUCHES 10          /* "in use" signs sent to the coordinator (attached pagers) */
+#define COMEM_PAGER_STAT_IDLE_DECLINED 11    /* idle release asks declined: the pager had just faulted */
+#define COMEM_PAGER_STAT_COUNT 12
 
 /* ---- the pager ---- */
 
@@ -280,9 +283,12 @@ COMEM_API int comem_vbar_read(comem_vbar *v, int64_t offset, void *dst, int64_t 
  * it, never while the pager lock is held; and release asks are answered on the
  * client's callback thread by evicting unpinned pages lowest priority first
  * (COMEM_RELEASE_BYTES within watermark limits, COMEM_RELEASE_IDLE everything
- * unpinned), receipts carrying the bytes actually freed. c must outlive the
- * attachment. Returns COMEM_OK, COMEM_EEXIST (already attached) or the
- * client's error.
+ * unpinned), receipts carrying the bytes actually freed. A pager in use is not
+ * idle: while it faults it tells the coordinator so (comem_holder_touch, at
+ * most every COMEM_PAGER_TOUCH_MS, never waiting for a reply), and it answers
+ * an idle release busy when it faulted less than COMEM_PAGER_TOUCH_MS ago.
+ * c must outlive the attachment. Returns COMEM_OK, COMEM_EEXIST (already
+ * attached) or the client's error.
  */
 COMEM_API int comem_pager_attach(comem_pager *p, comem_client *c, const char *name);
 

@@ -32,7 +32,7 @@ RESIDENT = 0
 OFFLOADED = 1
 DEFAULT_PAGE_SIZE = 32 << 20
 STATS = ("faults", "offloaded", "commits", "evictions", "syncs", "transient_retries", "pressure_retries", "polls",
-         "release_asks", "reports")
+         "release_asks", "reports", "touches", "idle_declined")
 
 
 class Pager:

@@ -50,7 +50,12 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now)
     } else {
         hid = h->id;
         snprintf(name, sizeof name, "%s", h->name);
-        if (busy_now || !comem_may_release_now(true, h->busy || c->sess_busy, (h->flags & COMEM_CAP_WHILE_BUSY) != 0)) {
+        bool computing = h->busy || c->sess_busy;
+        /* An idle ask is planned only for a holder that is not computing (comem_plan_idle_release);
+           one that started since is not idle, even if it could release while busy (a pager). */
+        bool idle_but_computing = ask->kind == COMEM_ASK_IDLE && computing;
+        if (busy_now || idle_but_computing ||
+            !comem_may_release_now(true, computing, (h->flags & COMEM_CAP_WHILE_BUSY) != 0)) {
             outcome = COMEM_RECEIPT_BUSY; /* never block a computing holder on a release */
         } else if (!h->fn) {
             outcome = COMEM_RECEIPT_ERROR;

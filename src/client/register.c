@@ -1,6 +1,7 @@
 /*
  * client/register.c - the registration calls: holders, entries, residency
- * censuses, holder reports and busy marks.
+ * censuses, holder reports, busy marks and touches (a sign of life between
+ * busy marks, which the mirror does not keep: a touch is sent or dropped).
  *
  * Each call updates the mirror first, under the lock, and then tells the
  * coordinator when the record is registered on the live connection. With no
@@ -217,6 +218,31 @@ int comem_holder_busy(comem_client *c, uint64_t holder, int busy, const char *pr
     }
     pthread_mutex_unlock(&c->lock);
     return send ? finish_update(c, &r, NULL, false, "a busy mark") : COMEM_OK;
+}
+
+int comem_holder_touch(comem_client *c, uint64_t holder)
+{
+    if (!c)
+        return COMEM_EINVAL;
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = COMEM_MSG_TOUCH;
+    pthread_mutex_lock(&c->lock);
+    client_holder *h = comem_tab_holder(c, holder);
+    if (!h) {
+        pthread_mutex_unlock(&c->lock);
+        return COMEM_ENOENT;
+    }
+    /* Not registered on this connection yet: its (re)registration starts its idle clock anyway. */
+    bool send = comem_tab_holder_live(c, h);
+    m.u.id.id = h->coord_id;
+    uint64_t gen = c->gen;
+    pthread_mutex_unlock(&c->lock);
+    /* Never waited on: a fault must not wait for the coordinator's turn. A lost connection loses
+       nothing the resync does not restore. */
+    if (send)
+        (void)comem_conn_send(c, gen, &m);
+    return COMEM_OK;
 }
 
 int comem_entry_add(comem_client *c, uint64_t holder, const char *name, int64_t size, int64_t resident,

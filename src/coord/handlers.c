@@ -122,6 +122,28 @@ static void on_activity(comem_coord_srv *s, conn *c, uint32_t rid, const comem_m
     coord_reply(s, c, rid, rc, NULL);
 }
 
+/*
+ * TOUCH: one of this session's holders was in use just now without a node
+ * boundary (a pager faulted). Between node boundaries that is the only sign
+ * of life such a holder gives, so an idle one's idle clock starts again here,
+ * as at the end of a node; a busy one is not idle anyway, and its clock
+ * starts when it says so. Not replied to, so nothing is refused: another
+ * session's holder, or one already gone, is ignored (a client may only keep
+ * its own holders from idle release, never someone else's).
+ */
+static void on_touch(comem_coord_srv *s, conn *c, const comem_msg_id *t)
+{
+    ledger_holder *h = comem_ledger_holder(&s->ledger, t->id);
+    if (!h || h->session != c->session || !c->session) {
+        comem_debug("TOUCH names holder %llx, not this session's: ignored", (unsigned long long)t->id);
+        return;
+    }
+    if (!h->busy) {
+        h->idle_known = true;
+        h->idle_since = coord_now_s(s);
+    }
+}
+
 static void on_pin(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pin *p, bool acquire)
 {
     comem_msg m = {.type = COMEM_MSG_PIN_REPLY, .request_id = rid};
@@ -197,6 +219,11 @@ static void on_status(comem_coord_srv *s, conn *c, uint32_t rid)
 
 void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
 {
+    if (m->type == COMEM_MSG_TOUCH) {
+        /* Several a second from each faulting pager, and nothing the view shows moves: no republish. */
+        on_touch(s, c, &m->u.id);
+        return;
+    }
     s->view_turns++; /* the turn's end republishes the view */
     uint32_t rid = m->request_id;
     switch (m->type) {

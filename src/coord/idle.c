@@ -7,6 +7,13 @@
  * over and the card is tight (true free below the operator's reserve,
  * coord_base_reserve). The holders reach the planner through the roster
  * (coord/plan.h), as they reach the pressure and pin planners.
+ *
+ * Idle means neither computing nor in use: a holder's idle clock starts when
+ * its node ends (ACTIVITY) and again at every TOUCH it sends (handlers.c: a
+ * pager's faults, which mark no node boundary). What reaches the holder may
+ * still be stale; a holder that is computing, or a pager that has just
+ * faulted, answers busy (client/ask.c, pager/pager_client.c), and the busy
+ * receipt restarts its clock here like a release does.
  */
 #include "arith/planners.h"
 #include "base/bytes.h"
@@ -89,7 +96,7 @@ static void idle_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int
     }
     ledger_holder *h = comem_ledger_holder(&s->ledger, holder);
     if (h) {
-        /* Released: its idle clock starts again, and its last prompt is forgotten. */
+        /* Released, or busy after all: its idle clock starts again, and its last prompt is forgotten. */
         h->idle_since = coord_now_s(s);
         h->idle_known = true;
         h->last_prompt[0] = '\0';

@@ -20,6 +20,9 @@
  *
  * Every eviction a fault starts stops as soon as v's own watermark falls
  * below end: from then on the answer is OFFLOADED whatever else is freed.
+ *
+ * Every fault, whatever its answer, also counts as activity (pager_client.c):
+ * a faulting pager is not idle, and an attached one says so now and then.
  */
 #include "base/bytes.h"
 #include "base/log.h"
@@ -117,7 +120,13 @@ int comem_vbar_fault(comem_vbar *v, int64_t offset, int64_t size, uint32_t *sign
     if (rc == COMEM_VBAR_OFFLOADED)
         p->stats[COMEM_PAGER_STAT_OFFLOADED]++;
     bool report = p->client && p->stats[COMEM_PAGER_STAT_COMMITS] + p->stats[COMEM_PAGER_STAT_EVICTIONS] != changes;
+    /* A fault, resident or offloaded, is the pager in use: idle release must not empty it. */
+    comem_client *tc = NULL;
+    uint64_t th = 0;
+    bool touch = comem_pager_activity_locked(p, &tc, &th);
     pthread_mutex_unlock(&p->lock);
+    if (touch)
+        comem_pager_touch_send(p, tc, th);
     if (report)
         comem_pager_report(p);
     return rc;

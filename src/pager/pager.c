@@ -166,6 +166,7 @@ void comem_pager_set_clock(comem_pager *p, int64_t (*fn)(void *user), void *user
 static void poll_device(comem_pager *p)
 {
     int64_t now = p->clock(p->clock_user);
+    p->clock_ms = now; /* every fault passes here first: its activity reuses this reading */
     if (p->polled && comem_sub(now, p->poll_ms) < p->cache_ms)
         return;
     int64_t free_bytes = 0, capacity = 0;

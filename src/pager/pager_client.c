@@ -28,6 +28,31 @@
  * before the eviction and hands it to the client after the callback's census
  * (a window of a few instructions, unless that thread is preempted in it);
  * its own check after the send corrects the figure a round trip later.
+ *
+ * Activity. The coordinator's idle release (coord/idle.c) asks a holder that
+ * has not been busy for idle_release_s to release everything; for a pager
+ * that is every unpinned page, with its watermarks lowered to 0, so every
+ * later fault is OFFLOADED until the model is prioritized again. A process
+ * running a model through a pager may never mark a node boundary (aimdo's
+ * code does not), so between boundaries its faults are the only sign that it
+ * works, and two things keep idle release off a pager in use:
+ *   - touches: every fault notes its time (the clock its deficit already
+ *     read, under the lock it already holds: no second reading); an attached
+ *     pager whose last touch is COMEM_PAGER_TOUCH_MS old sends a TOUCH
+ *     (comem_holder_touch: one frame, never a round trip), which restarts
+ *     its idle clock in the coordinator.
+ *     So the coordinator's idea of the pager's idle time is at most one touch
+ *     interval (plus delivery) short, and a pager that stops faulting is
+ *     idle from its last fault on.
+ *   - the pager's own word: the coordinator may decide on stale news (a
+ *     touch still unread when its tick ran, or an early release for a prompt
+ *     that is over), so an idle ask to a pager that faulted less than
+ *     COMEM_PAGER_TOUCH_MS ago is answered busy (COMEM_EBUSY, counted in
+ *     COMEM_PAGER_STAT_IDLE_DECLINED); the busy receipt restarts the idle
+ *     clock. A pager idle for longer is emptied as before: the bound is one
+ *     touch interval, and idle_release_s is far longer in any real setup.
+ * Sized asks (another process's admission) are answered as before, also
+ * while the pager faults: they are pressure, not idleness.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +131,39 @@ void comem_pager_report(comem_pager *p)
     pthread_mutex_unlock(&p->lock);
 }
 
+bool comem_pager_activity_locked(comem_pager *p, comem_client **c, uint64_t *holder)
+{
+    int64_t now = p->clock_ms; /* read by the fault's deficit, under this lock hold */
+    p->faulted = true;
+    p->last_fault_ms = now;
+    if (!p->client || (p->touched && comem_sub(now, p->touch_ms) < COMEM_PAGER_TOUCH_MS))
+        return false;
+    p->touched = true;
+    p->touch_ms = now;
+    p->reporters++; /* detach waits for the send, as for a report */
+    p->stats[COMEM_PAGER_STAT_TOUCHES]++;
+    *c = p->client;
+    *holder = p->holder;
+    return true;
+}
+
+void comem_pager_touch_send(comem_pager *p, comem_client *c, uint64_t holder)
+{
+    int rc = comem_holder_touch(c, holder);
+    if (rc != COMEM_OK)
+        comem_debug("pager: activity report failed: %s", comem_status_str(rc));
+    pthread_mutex_lock(&p->lock);
+    if (--p->reporters == 0 && p->callbacks == 0)
+        pthread_cond_broadcast(&p->idle_cv);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* An idle ask reached a pager that faulted within the last touch interval: it is in use. Lock held. */
+static bool in_use_locked(comem_pager *p)
+{
+    return p->faulted && comem_sub(p->clock(p->clock_user), p->last_fault_ms) < COMEM_PAGER_TOUCH_MS;
+}
+
 int64_t comem_pager_release_locked(comem_pager *p, int kind, int64_t bytes)
 {
     switch (kind) {
@@ -127,8 +185,14 @@ static int release(void *user, uint64_t holder, int kind, int64_t bytes, const u
         pthread_mutex_unlock(&p->lock);
         return COMEM_OK; /* detaching, or not yet attached: nothing to give through this holder */
     }
-    p->callbacks++;
     p->stats[COMEM_PAGER_STAT_RELEASE_ASKS]++;
+    if (kind == COMEM_RELEASE_IDLE && in_use_locked(p)) {
+        p->stats[COMEM_PAGER_STAT_IDLE_DECLINED]++;
+        pthread_mutex_unlock(&p->lock);
+        comem_debug("pager: idle release ask declined: it faulted less than %d ms ago", COMEM_PAGER_TOUCH_MS);
+        return COMEM_EBUSY; /* the coordinator's news is stale; its idle clock restarts on the receipt */
+    }
+    p->callbacks++;
     int64_t got = comem_pager_release_locked(p, kind, bytes);
     pthread_mutex_unlock(&p->lock);
     comem_pager_report(p);
@@ -208,6 +272,7 @@ int comem_pager_attach(comem_pager *p, comem_client *c, const char *name)
     pthread_mutex_lock(&p->lock);
     p->client = c;
     p->holder = holder;
+    p->touched = false; /* the holder's idle clock starts now; the first fault tells it again */
     size_t n = (size_t)p->n_vbars, k = 0;
     comem_vbar **all = n ? malloc(n * sizeof *all) : NULL;
     for (comem_vbar *v = p->top; v && all; v = v->lower)

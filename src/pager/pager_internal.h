@@ -16,7 +16,10 @@
  *   ├── top ⇄ ... ⇄ bottom [L]   the priority list, doubly linked through
  *   │                   comem_vbar.higher/lower; top is the highest priority
  *   │                   (newest or last prioritized), eviction starts at bottom
- *   └── client, holder [L, written under A too], reporters, callbacks [L]
+ *   ├── client, holder [L, written under A too], reporters, callbacks [L]
+ *   └── activity [L]    faulted, last_fault_ms (the clock at the latest fault),
+ *                       touched, touch_ms (when the coordinator was last told
+ *                       the pager is in use); see "Activity" in pager_client.c
  *
  *   comem_vbar                               one per model
  *   ├── base, size, page_size, nr_pages      fixed at creation
@@ -109,6 +112,7 @@ struct comem_pager {
     int64_t usage_at_poll;
     comem_pager_clock_fn clock;
     void *clock_user;
+    int64_t clock_ms; /* the clock as poll_device last read it (at every deficit: every fault) */
 
     /* [L] the priority list */
     comem_vbar *top, *bottom;
@@ -121,8 +125,14 @@ struct comem_pager {
     /* [L] the attachment (written under attach_mu too) */
     comem_client *client;
     uint64_t holder;
-    int reporters; /* threads sending residency now (see pager_client.c) */
+    int reporters; /* threads sending residency or a touch now (see pager_client.c) */
     int callbacks; /* release callbacks running */
+
+    /* [L] activity: what keeps idle release off a pager that is in use (pager_client.c) */
+    bool faulted;          /* a fault happened since open */
+    int64_t last_fault_ms; /* the clock at the latest fault */
+    bool touched;          /* a touch went out on this attachment */
+    int64_t touch_ms;      /* the clock when it went out */
 };
 
 /* One eviction batch: one backend sync before its first unmap and one after its last. */
@@ -193,6 +203,19 @@ void comem_pager_report(comem_pager *p);
  * included; anything else nothing. Returns the bytes freed. Caller holds the lock.
  */
 int64_t comem_pager_release_locked(comem_pager *p, int kind, int64_t bytes);
+
+/*
+ * A fault's activity, recorded under the lock at every fault, at the time its
+ * deficit read (clock_ms: no second clock read).
+ * Returns true when the coordinator is due to hear of it (attached, and the
+ * last touch is COMEM_PAGER_TOUCH_MS old): *c and *holder are then what to
+ * send it through, and the caller must call comem_pager_touch_send after
+ * dropping the lock (detach waits for it, as for a report).
+ */
+bool comem_pager_activity_locked(comem_pager *p, comem_client **c, uint64_t *holder);
+
+/* Sends the touch that comem_pager_activity_locked found due. Call without the lock. */
+void comem_pager_touch_send(comem_pager *p, comem_client *c, uint64_t holder);
 
 /* Registers / removes v's entry when attached. Caller holds attach_mu, not the lock. */
 void comem_pager_register_vbar(comem_pager *p, comem_vbar *v);

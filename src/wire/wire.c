@@ -18,7 +18,7 @@
  *   DEVICES         (empty)
  *   HOLDER_ADD      u16 device, u8 kind (1..4), u32 flags (COMEM_CAP_MASK),
  *                   text<64> name
- *   HOLDER_REMOVE, ENTRY_REMOVE, ID_REPLY
+ *   HOLDER_REMOVE, ENTRY_REMOVE, ID_REPLY, TOUCH
  *                   u64 id
  *   ENTRY_ADD       u64 holder_id, i64 size, i64 resident, i64 refs (>= 0),
  *                   u32 flags (COMEM_ENTRY_MASK), text<64> name
@@ -449,7 +449,8 @@ static bool walk_body(comem_wire_cur *c, comem_msg *m)
     case COMEM_MSG_HOLDER_ADD: walk_holder_add(c, &m->u.holder_add); break;
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
-    case COMEM_MSG_ID_REPLY: walk_id(c, &m->u.id); break;
+    case COMEM_MSG_ID_REPLY:
+    case COMEM_MSG_TOUCH: walk_id(c, &m->u.id); break;
     case COMEM_MSG_ENTRY_ADD: walk_entry_add(c, &m->u.entry_add); break;
     case COMEM_MSG_CENSUS: walk_census(c, &m->u.census); break;
     case COMEM_MSG_ADMIT: walk_admit(c, &m->u.admit); break;
@@ -503,6 +504,7 @@ static const char *type_name_or_null(uint16_t type)
     case COMEM_MSG_DEVICE_MAP: return "DEVICE_MAP";
     case COMEM_MSG_GOODBYE: return "GOODBYE";
     case COMEM_MSG_BOOKED: return "BOOKED";
+    case COMEM_MSG_TOUCH: return "TOUCH";
     case COMEM_MSG_REPLY: return "REPLY";
     case COMEM_MSG_HELLO_REPLY: return "HELLO_REPLY";
     case COMEM_MSG_DEVICES_REPLY: return "DEVICES_REPLY";
@@ -558,7 +560,8 @@ static size_t body_size(uint16_t type)
     case COMEM_MSG_HOLDER_ADD: return sizeof m->u.holder_add;
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
-    case COMEM_MSG_ID_REPLY: return sizeof m->u.id;
+    case COMEM_MSG_ID_REPLY:
+    case COMEM_MSG_TOUCH: return sizeof m->u.id;
     case COMEM_MSG_ENTRY_ADD: return sizeof m->u.entry_add;
     case COMEM_MSG_CENSUS: return sizeof m->u.census;
     case COMEM_MSG_ADMIT: return sizeof m->u.admit;

@@ -69,6 +69,7 @@ typedef enum comem_msg_type {
     COMEM_MSG_DEVICE_MAP = 31,   /* -> REPLY: this process's device ordinals, by the UUID of each */
     COMEM_MSG_GOODBYE = 32,      /* not replied to: the client ends its session on purpose */
     COMEM_MSG_BOOKED = 33,       /* not replied to: look at the booking area now (docs/booking.md) */
+    COMEM_MSG_TOUCH = 34,        /* not replied to: this holder was in use just now (a pager faulted) */
 
     /* coordinator -> client */
     COMEM_MSG_REPLY = 64,
@@ -175,7 +176,7 @@ typedef struct comem_msg_holder_add {
     char name[COMEM_WIRE_NAME_MAX];
 } comem_msg_holder_add;
 
-typedef struct comem_msg_id { /* HOLDER_REMOVE, ENTRY_REMOVE, ID_REPLY */
+typedef struct comem_msg_id { /* HOLDER_REMOVE, ENTRY_REMOVE, ID_REPLY, TOUCH (the holder's id) */
     uint64_t id;
 } comem_msg_id;
 
@@ -365,7 +366,7 @@ typedef struct comem_msg {
         comem_msg_hello_reply hello_reply;
         comem_msg_devices_reply devices_reply;
         comem_msg_holder_add holder_add;
-        comem_msg_id id; /* HOLDER_REMOVE, ENTRY_REMOVE, ID_REPLY */
+        comem_msg_id id; /* HOLDER_REMOVE, ENTRY_REMOVE, ID_REPLY, TOUCH */
         comem_msg_entry_add entry_add;
         comem_msg_census census;
         comem_msg_admit admit;

@@ -156,8 +156,8 @@ static void mock_answer(mock *m, logged *lg)
         mock_write(m, o);
         return;
     }
-    if (in->type == COMEM_MSG_RECEIPT || m->silent)
-        return;
+    if (in->type == COMEM_MSG_RECEIPT || in->type == COMEM_MSG_TOUCH || m->silent)
+        return; /* not replied to, as by the coordinator */
     if (m->close_on_request) {
         m->close_on_request = false;
         mock_close_conn(m);
@@ -1084,6 +1084,10 @@ static void test_busy_holders(void **state)
     assert_int_equal(r->outcome, COMEM_RECEIPT_DONE); /* a pager releases while busy */
     assert_int_equal(r->freed, 42);
     assert_int_equal(rel_calls(&sb), 1);
+    /* ...but it is not idle: an idle ask that reaches it computing is answered busy, uncalled. */
+    r = ask(g_mock, 7, bc, COMEM_ASK_IDLE, COMEM_GIB, NULL, 0);
+    assert_int_equal(r->outcome, COMEM_RECEIPT_BUSY);
+    assert_int_equal(rel_calls(&sb), 1);
     r = ask(g_mock, 3, cc, COMEM_ASK_RELEASE, COMEM_GIB, NULL, 0);
     assert_int_equal(r->outcome, COMEM_RECEIPT_ERROR); /* no callback */
 
@@ -1101,6 +1105,29 @@ static void test_busy_holders(void **state)
     comem_client_close(c);
     pthread_mutex_destroy(&sa.mu);
     pthread_mutex_destroy(&sb.mu);
+}
+
+/* A touch is one TOUCH frame naming the coordinator's id, never waited on; nothing for an unknown holder. */
+static void test_touch(void **state)
+{
+    (void)state;
+    assert_int_equal(mock_start(g_mock, g_sock), 0);
+    comem_client *c = open_up(COMEM_CLIENT_WORKER, "w");
+    uint64_t hc;
+    uint64_t h = add_holder(c, "pager", 0, NULL, &hc);
+    size_t from = mock_count(g_mock);
+    assert_int_equal(comem_holder_touch(c, h), COMEM_OK);
+    assert_int_equal(comem_holder_touch(c, h), COMEM_OK);
+    const comem_msg *m = expect_at(g_mock, from, COMEM_MSG_TOUCH);
+    assert_int_equal(m->u.id.id, hc);
+    m = expect_at(g_mock, from + 1, COMEM_MSG_TOUCH);
+    assert_int_equal(m->u.id.id, hc);
+    assert_int_equal(comem_holder_touch(c, 424242), COMEM_ENOENT);
+    assert_int_equal(comem_holder_touch(NULL, h), COMEM_EINVAL);
+    /* The link still works: a round trip after the touches is answered as usual. */
+    assert_int_equal(comem_holder_busy(c, h, 1, NULL), COMEM_OK);
+    assert_int_equal(mock_count_type(g_mock, COMEM_MSG_TOUCH, from), 2);
+    comem_client_close(c);
 }
 
 static void test_callback_registers(void **state)
@@ -1839,6 +1866,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_admit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ask_runs_callback_off_the_callers_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_holders, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_touch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_reregisters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending_fail_when_server_dies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeouts, setup, teardown),

@@ -248,12 +248,87 @@ static void test_release_semantics(void **s)
     comem_pager_close(p);
 }
 
+/* ---- an idle ask to a pager that has just faulted ---- */
+
+static _Atomic int64_t g_clock_ms = 100000; /* the pager's clock: moves only when the test moves it */
+
+static int64_t fake_clock(void *user)
+{
+    (void)user;
+    return g_clock_ms;
+}
+
+static int64_t stat_when(comem_pager *p, int which, int64_t at_least)
+{
+    int64_t v = comem_pager_stat(p, which);
+    for (int i = 0; v < at_least && i < 3000; i++) { /* a hang guard only: 60 s */
+        usleep(20 * 1000);
+        v = comem_pager_stat(p, which);
+    }
+    return v;
+}
+
+/*
+ * The pager's own word against stale news: with its clock held still, every
+ * fault was "just now", so however many idle periods the coordinator counts
+ * (its clock runs; the pager's touch went out once and its interval never
+ * passes), each idle ask is declined and nothing is evicted. Once the clock
+ * passes one touch interval after the last fault, the next idle ask empties it.
+ */
+static void test_idle_ask_declined_while_in_use(void **s)
+{
+    (void)s;
+    setenv("COMEM_IDLE_SECONDS", "1", 1);
+    comem_coord *coord = NULL;
+    int rc = comem_coord_start(g_sock, g_spec, &coord);
+    unsetenv("COMEM_IDLE_SECONDS");
+    assert_int_equal(rc, COMEM_OK);
+    comem_client *c = NULL;
+    assert_int_equal(comem_client_open(g_sock, COMEM_CLIENT_WORKER, "pager", -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
+    comem_client_set_timeout(c, 5000);
+    comem_pager *p = NULL;
+    assert_int_equal(comem_pager_open(COMEM_PAGER_SIM, 0, g_spec, &p), COMEM_OK);
+    comem_pager_set_clock(p, fake_clock, NULL);
+    assert_int_equal(comem_pager_attach(p, c, "weights"), COMEM_OK);
+    comem_vbar *v = NULL;
+    assert_int_equal(comem_vbar_create(p, 4 * PS, PS, &v), COMEM_OK);
+    load(v, 0, 4);
+    assert_int_equal(comem_pager_stat(p, COMEM_PAGER_STAT_TOUCHES), 1); /* the first fault; then none */
+
+    assert_true(stat_when(p, COMEM_PAGER_STAT_IDLE_DECLINED, 2) >= 2); /* two idle periods, two asks */
+    assert_int_equal(comem_pager_usage(p), 4 * PS);
+    assert_int_equal(comem_pager_stat(p, COMEM_PAGER_STAT_EVICTIONS), 0);
+    assert_int_equal(comem_pager_stat(p, COMEM_PAGER_STAT_TOUCHES), 1);
+    view w = look(c);
+    assert_int_equal(w.total, 4 * PS);
+
+    g_clock_ms += COMEM_PAGER_TOUCH_MS; /* a touch interval without a fault */
+    int64_t declined = comem_pager_stat(p, COMEM_PAGER_STAT_IDLE_DECLINED);
+    int64_t asks = comem_pager_stat(p, COMEM_PAGER_STAT_RELEASE_ASKS);
+    assert_true(stat_when(p, COMEM_PAGER_STAT_EVICTIONS, 4) == 4);
+    assert_int_equal(comem_pager_usage(p), 0);
+    assert_true(comem_pager_stat(p, COMEM_PAGER_STAT_RELEASE_ASKS) > asks);
+    /* An ask is settled before the next is planned, and the clock has not moved back: no decline since. */
+    assert_int_equal(comem_pager_stat(p, COMEM_PAGER_STAT_IDLE_DECLINED), declined);
+    w = look(c);
+    for (int i = 0; i < 3000 && w.total != 0; i++) { /* the receipt's residency reaches the ledger */
+        usleep(20 * 1000);
+        w = look(c);
+    }
+    assert_int_equal(w.total, 0);
+    assert_int_equal(comem_pager_check(p), COMEM_OK);
+    comem_pager_close(p);
+    comem_client_close(c);
+    comem_coord_stop(coord);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attached_holder),
         cmocka_unit_test(test_release_semantics),
+        cmocka_unit_test(test_idle_ask_declined_while_in_use),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

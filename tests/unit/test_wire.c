@@ -26,7 +26,7 @@ static const uint16_t all_types[] = {
     COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
     COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,    COMEM_MSG_GOODBYE,
-    COMEM_MSG_BOOKED,
+    COMEM_MSG_BOOKED,         COMEM_MSG_TOUCH,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -76,7 +76,8 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         break;
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
-    case COMEM_MSG_ID_REPLY: m->u.id.id = 0x0102030405060708ull + type; break;
+    case COMEM_MSG_ID_REPLY:
+    case COMEM_MSG_TOUCH: m->u.id.id = 0x0102030405060708ull + type; break;
     case COMEM_MSG_ENTRY_ADD:
         m->u.entry_add.holder_id = UINT64_MAX - 1;
         m->u.entry_add.size = INT64_MAX;
@@ -266,7 +267,8 @@ static size_t expected_payload(const comem_msg *m)
     case COMEM_MSG_HOLDER_ADD: return 2 + 1 + 4 + TXT(m->u.holder_add.name);
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
-    case COMEM_MSG_ID_REPLY: return 8;
+    case COMEM_MSG_ID_REPLY:
+    case COMEM_MSG_TOUCH: return 8;
     case COMEM_MSG_ENTRY_ADD: return 8 + 8 + 8 + 8 + 4 + TXT(m->u.entry_add.name);
     case COMEM_MSG_CENSUS: return 8 + 8 + 1 + 8 + 8 + 2 + 32 * (size_t)m->u.census.n;
     case COMEM_MSG_ADMIT: return 2 + 8 + 8 + 8 + 8 + 4 + 2 + 8 * (size_t)m->u.admit.n_keep;
@@ -344,7 +346,8 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         break;
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
-    case COMEM_MSG_ID_REPLY: assert_int_equal(a->u.id.id, b->u.id.id); break;
+    case COMEM_MSG_ID_REPLY:
+    case COMEM_MSG_TOUCH: assert_int_equal(a->u.id.id, b->u.id.id); break;
     case COMEM_MSG_ENTRY_ADD:
         assert_int_equal(a->u.entry_add.holder_id, b->u.entry_add.holder_id);
         assert_true(a->u.entry_add.size == b->u.entry_add.size);
@@ -1315,7 +1318,7 @@ static void test_type_names(void **st)
         "RECEIPT",        "REPLY",       "HELLO_REPLY",   "DEVICES_REPLY", "ID_REPLY",
         "ADMIT_REPLY",    "PRESSURE_REPLY", "PIN_REPLY",  "RESERVE_REPLY", "STATUS_REPLY",
         "ASK",            "RELEASE",     "RELEASE_REPLY", "DEVICE_MAP",    "GOODBYE",
-        "BOOKED",
+        "BOOKED",         "TOUCH",
     };
     assert_int_equal(sizeof names / sizeof names[0], N_TYPES);
     for (size_t t = 0; t < N_TYPES; t++)
