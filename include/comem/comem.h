@@ -315,6 +315,13 @@ COMEM_API int comem_view_unregistered(comem_view *v, int device, int64_t *bytes)
  * sizes itself by the reading (comfy-aimdo) must leave them. Errors as comem_view_read.
  */
 COMEM_API int comem_view_granted(comem_view *v, int device, int64_t *bytes);
+/*
+ * The bytes nobody is promised on device: max(0, free - granted - reserve), from one
+ * snapshot (so free and granted are of the same publication: a grant turning resident
+ * moves both at once). -1 while the coordinator has no reading of the card. What a pager
+ * that sizes itself by the card (comfy-aimdo) may still grow into. Errors as comem_view_read.
+ */
+COMEM_API int comem_view_room(comem_view *v, int device, int64_t *bytes);
 COMEM_API void comem_view_close(comem_view *v);
 
 /* ---- an embedded or standalone coordinator ---- */

@@ -88,6 +88,11 @@ class View:
         """Bytes granted on ``device`` and not yet resident: free on the card's reading, but promised."""
         return self._figure("comem_view_granted", device)
 
+    def room(self, device: int = 0) -> int:
+        """Bytes nobody is promised on ``device``: ``max(0, free - granted - reserve)``, from one snapshot;
+        -1 while the coordinator has no reading of the card."""
+        return self._figure("comem_view_room", device)
+
     def _figure(self, call: str, device: int) -> int:
         dev = errors.device(device)
         if self._handle is None:

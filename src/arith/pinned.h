@@ -68,18 +68,15 @@ int64_t comem_disk_swap_total(const comem_swap_entry *rows, size_t n);
 /* pinned_hostbuf_size(size). */
 int64_t comem_pinned_hostbuf_size(double size, double max_pinned, bool high_ram);
 
-/* Pin subsets of a dynamic model, as bits. The "-fast" pair is 02b2b388's: no 783545f6 tier names it. */
+/* Pin subsets of a dynamic model, as bits (ComfyUI 783545f6's four; the "-fast" pair of 02b2b388 is gone). */
 enum {
     COMEM_PIN_WEIGHTS = 1 << 0,
     COMEM_PIN_PATCHES = 1 << 1,
     COMEM_PIN_WEIGHTS_LOADED = 1 << 2,
     COMEM_PIN_PATCHES_LOADED = 1 << 3,
-    COMEM_PIN_WEIGHTS_FAST = 1 << 4,
-    COMEM_PIN_PATCHES_FAST = 1 << 5,
 };
 #define COMEM_PIN_SET (COMEM_PIN_WEIGHTS | COMEM_PIN_PATCHES)
 #define COMEM_PIN_SET_LOADED (COMEM_PIN_WEIGHTS_LOADED | COMEM_PIN_PATCHES_LOADED)
-#define COMEM_PIN_SET_FAST (COMEM_PIN_WEIGHTS_FAST | COMEM_PIN_PATCHES_FAST)
 
 /* A filter that is either "any" or must match. */
 typedef enum comem_tristate { COMEM_ANY = -1, COMEM_NO = 0, COMEM_YES = 1 } comem_tristate;
@@ -92,9 +89,8 @@ typedef struct comem_pin_tier {
     bool unregister;               /* unregister (keep the RAM) instead of destroying */
 } comem_pin_tier;
 
-/* Room for a ladder: 783545f6's longest has 5 rungs (3 base + not-loaded + active; registration 4); 9 was
-   02b2b388's, kept so callers sized by it stay valid. */
-#define COMEM_PIN_TIERS_MAX 9
+/* Room for a ladder: the longest has 5 rungs (3 base + not loaded + evict_active; registration has 4). */
+#define COMEM_PIN_TIERS_MAX 5
 
 /* pin_eviction_tiers(loaded, evict_active); returns the count. */
 size_t comem_pin_eviction_tiers(bool loaded, bool evict_active, comem_pin_tier *out);

@@ -1,5 +1,6 @@
 /* coord/view.c - the seqlock snapshot: the coordinator writes it, clients read it. */
 #include "coord/view.h"
+#include "base/bytes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -309,6 +310,15 @@ int comem_view_granted(comem_view *v, int device, int64_t *bytes)
     int rc = snapshot(v, device, &x);
     if (rc == COMEM_OK && bytes)
         *bytes = x.granted;
+    return rc;
+}
+
+int comem_view_room(comem_view *v, int device, int64_t *bytes)
+{
+    comem_view_values x;
+    int rc = snapshot(v, device, &x);
+    if (rc == COMEM_OK && bytes)
+        *bytes = x.free < 0 ? -1 : comem_max(0, comem_sub(comem_sub(x.free, x.granted), x.reserve));
     return rc;
 }
 

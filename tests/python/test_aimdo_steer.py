@@ -76,12 +76,14 @@ class TestHeadroomFollowsTheLedger(SteerCase):
         base = s.step()
         r = self.view.read(0)
         # Nothing promised: aimdo may use all the card's free bytes above the reserve (never below its floor).
+        self.assertEqual(self.view.room(0), r.free - r.reserve)
         self.assertEqual(base, max(s.floor, r.capacity - (r.free - r.reserve)))
         self.assertEqual(self.knob(), base)
 
         models = self.other.add_holder("models")
         grant = self.other.admit(2 * GiB, holder=models)
         self.settled(lambda: self.view.granted(0) == 2 * GiB)
+        self.assertEqual(self.view.room(0), r.free - r.reserve - 2 * GiB)
         self.assertEqual(s.step(), base + 2 * GiB)  # the grant is not yet on the card: aimdo must leave it
         self.assertEqual(self.knob(), base + 2 * GiB)
 
@@ -104,8 +106,9 @@ class TestHeadroomFollowsTheLedger(SteerCase):
         self.card_seen()
         self.assertEqual(s.step(), 7 * GiB)
         self.assertEqual(knob.get(), 7 * GiB)
-        self.assertEqual(self.steer.headroom_for(8 * GiB, 0, 6 * GiB, 0, 512 * MiB, 256 * MiB), 2 * GiB + 512 * MiB)
-        self.assertEqual(self.steer.headroom_for(8 * GiB, 1 * GiB, 1 * GiB, 2 * GiB, 0, 256 * MiB), 7 * GiB)
+        self.assertEqual(self.steer.headroom_for(8 * GiB, 0, 6 * GiB - 512 * MiB, 256 * MiB), 2 * GiB + 512 * MiB)
+        self.assertEqual(self.steer.headroom_for(8 * GiB, 1 * GiB, 0, 256 * MiB), 7 * GiB)
+        self.assertEqual(self.steer.headroom_for(8 * GiB, 0, 8 * GiB, 256 * MiB), 256 * MiB)  # the floor holds
 
     def test_the_thread_follows_a_grant_and_stop_restores_the_start(self):
         self.card_seen()

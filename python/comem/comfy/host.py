@@ -116,23 +116,19 @@ class Host(Adapter):
         finally:
             self._depth.n -= 1
 
-    def _wrap_free_memory(self, orig: Callable[..., Any]) -> Callable[..., Any]:
-        inner = super()._wrap_free_memory(orig)
-
+    def _counted(self, orig: Callable[..., Any], inner: Callable[..., Any]) -> Callable[..., Any]:
+        """``inner`` (the adapter's wrapper of ``orig``) with this thread's nesting counted around it."""
         @functools.wraps(orig)
-        def free_memory(*args: Any, **kwargs: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
             with self._entered():
                 return inner(*args, **kwargs)
-        return free_memory
+        return counted
+
+    def _wrap_free_memory(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        return self._counted(orig, super()._wrap_free_memory(orig))
 
     def _wrap_load_models_gpu(self, orig: Callable[..., Any]) -> Callable[..., Any]:
-        inner = super()._wrap_load_models_gpu(orig)
-
-        @functools.wraps(orig)
-        def load_models_gpu(*args: Any, **kwargs: Any) -> Any:
-            with self._entered():
-                return inner(*args, **kwargs)
-        return load_models_gpu
+        return self._counted(orig, super()._wrap_load_models_gpu(orig))
 
     def before_loop(self) -> None:
         """Stand-ins up to date with the ledger; the coordinator's reserve published (outermost call only)."""

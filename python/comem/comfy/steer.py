@@ -8,10 +8,10 @@ Both terms see a grant the coordinator gave process B as free bytes, since B
 has not allocated them yet. The steer keeps aimdo's one run-time knob, the
 process-wide ``simple_vram_headroom``, at::
 
-    capacity - usage - max(0, free - granted - reserve)
+    capacity - usage - room,   room = max(0, free - granted - reserve)
 
-(free, granted and reserve from the coordinator's view; usage is aimdo's own
-count), so aimdo in this process grows at most into what nobody is promised,
+(the room from one snapshot of the coordinator's view, ``View.room``; usage
+is aimdo's own count), so aimdo in this process grows at most into what nobody is promised,
 and evicts its own pages first when others' grants or loads take the room.
 It never sets less than the headroom the process started with (ComfyUI's
 ``--reserve-vram`` or aimdo's default): comem only tightens.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
@@ -77,9 +78,8 @@ class Knob:
             self._lib.set_simple_vram_headroom(ctypes.c_int64(int(nbytes)))
 
 
-def headroom_for(capacity: int, usage: int, free: int, granted: int, reserve: int, floor: int) -> int:
-    """The simple headroom that lets aimdo grow by what nobody is promised, never below ``floor``."""
-    room = max(0, free - granted - reserve)
+def headroom_for(capacity: int, usage: int, room: int, floor: int) -> int:
+    """The simple headroom that lets aimdo grow by ``room`` (what nobody is promised), never below ``floor``."""
     return max(floor, capacity - usage - room)
 
 
@@ -108,6 +108,7 @@ class AimdoSteer:
         self._usage = usage or self._aimdo_usage
         self._poll = poll
         self._tick = tick  # run after every step (the dynamic models' census)
+        self._capacity = {d: view.read(d).capacity for d in self.devices}  # fixed for a card's life
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last: Optional[int] = None  #: the headroom set last
@@ -124,10 +125,10 @@ class AimdoSteer:
         want: Optional[int] = None
         usage = self._usage()
         for d in self.devices:
-            r = self.view.read(d)
-            if r.free < 0 or r.capacity <= 0:
+            room = self.view.room(d)
+            if room < 0 or self._capacity[d] <= 0:
                 continue  # the coordinator has no reading of this card yet
-            h = headroom_for(r.capacity, usage, r.free, self.view.granted(d), r.reserve, self.floor)
+            h = headroom_for(self._capacity[d], usage, room, self.floor)
             want = h if want is None else max(want, h)
         if want is not None and want != self.last:
             self.knob.set(want)
@@ -171,7 +172,6 @@ class AimdoSteer:
 
 def find_aimdo() -> Optional[Any]:
     """comfy_aimdo.control when this process's ComfyUI runs on the real aimdo (dynamic VRAM), else None."""
-    import sys
     control = sys.modules.get("comfy_aimdo.control")
     mem = sys.modules.get("comfy.memory_management")
     if control is None or getattr(control, "lib", None) is None:
