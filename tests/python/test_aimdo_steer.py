@@ -109,6 +109,7 @@ class TestHeadroomFollowsTheLedger(SteerCase):
         self.assertEqual(self.steer.headroom_for(8 * GiB, 0, 6 * GiB - 512 * MiB, 256 * MiB), 2 * GiB + 512 * MiB)
         self.assertEqual(self.steer.headroom_for(8 * GiB, 1 * GiB, 0, 256 * MiB), 7 * GiB)
         self.assertEqual(self.steer.headroom_for(8 * GiB, 0, 8 * GiB, 256 * MiB), 256 * MiB)  # the floor holds
+        self.assertEqual(self.steer.headroom_for(8 * GiB, -(1 << 62), -(1 << 62), 256 * MiB), 8 * GiB)  # bounded
 
     def test_the_thread_follows_a_grant_and_stop_restores_the_start(self):
         self.card_seen()

@@ -79,8 +79,11 @@ class Knob:
 
 
 def headroom_for(capacity: int, usage: int, room: int, floor: int) -> int:
-    """The simple headroom that lets aimdo grow by ``room`` (what nobody is promised), never below ``floor``."""
-    return max(floor, capacity - usage - room)
+    """The simple headroom that lets aimdo grow by ``room`` (what nobody is promised), never below ``floor``.
+
+    At most ``capacity`` (no room at all): the view is a file another process could have written, and
+    no figure in it may ask aimdo for more than the card (0.6.0 refuses a headroom over 2**60)."""
+    return max(floor, min(capacity, capacity - usage - room))
 
 
 class AimdoSteer:
