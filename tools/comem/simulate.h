@@ -38,6 +38,7 @@
 #define SC_MAX_MODELS 8
 #define SC_MAX_STEPS 64
 #define SC_MAX_EXPECT 40
+#define SC_MAX_MARKS 32
 #define SC_NAME 32
 
 /* ---- the scenario ---- */
@@ -80,6 +81,7 @@ typedef struct sc_step {
     int target;    /* release: process index */
     char tname[SC_NAME]; /* release: the target as written */
     int count;     /* inject */
+    bool until_released; /* idle: then on until none of its models is on the card (at most secs more) */
 } sc_step;
 
 typedef struct sc_model {
@@ -120,6 +122,9 @@ typedef struct sc_term {
     int card;  /* 0 unless named */
     bool card_set; /* "card N" was written: event figures count that card's events only */
     double at; /* < 0: the whole run (or its end, for a reading) */
+    int mark_line;   /* > 0: a reading as the step written on that line begins (before) or ends (after) */
+    bool mark_after;
+    int mark;        /* index into scenario.marks once resolved; -1: none */
 } sc_term;
 
 typedef enum sc_op { OP_LT, OP_LE, OP_EQ, OP_NE, OP_GE, OP_GT } sc_op;
@@ -138,6 +143,17 @@ typedef struct sc_card {
     int64_t size, reserved, ctx;
     int semantics;
 } sc_card;
+
+/*
+ * A reading the process itself takes as one of its steps begins or ends:
+ * what happened before that point in its timeline has happened, whatever the
+ * machine's load did to the clock, so an expectation on it asserts an order,
+ * not a speed.
+ */
+typedef struct sc_mark {
+    int proc, step, line;
+    bool after;
+} sc_mark;
 
 typedef struct scenario {
     char file[PATH_MAX];
@@ -159,6 +175,8 @@ typedef struct scenario {
     sc_proc procs[SC_MAX_PROCS];
     int n_expect;
     sc_expect expects[SC_MAX_EXPECT];
+    int n_marks;
+    sc_mark marks[SC_MAX_MARKS];
 } scenario;
 
 /*
@@ -232,6 +250,15 @@ typedef struct sh_proc {
 
 #define SH_MAX_EVENTS 32768
 
+typedef struct run_sample {
+    double t;
+    int64_t used[SC_MAX_CARDS], free[SC_MAX_CARDS], over[SC_MAX_CARDS];
+    int64_t dev[SC_MAX_PROCS];    /* each process's bytes on its card, context included */
+    int64_t pinned[SC_MAX_PROCS]; /* each process's pinned host RAM (staging included) */
+    int64_t foreign[SC_MAX_PROCS]; /* each process's bytes outside any manager */
+    int64_t ram; /* Σ pinned + plain RAM on the machine */
+} run_sample;
+
 typedef struct sh_run {
     int64_t t0_ns; /* CLOCK_MONOTONIC origin; 0 until the run starts */
     double speed;
@@ -241,6 +268,8 @@ typedef struct sh_run {
     _Atomic uint32_t dropped;
     sh_proc p[SC_MAX_PROCS];
     sh_event ev[SH_MAX_EVENTS];
+    _Atomic int32_t mark_taken[SC_MAX_MARKS]; /* set once marks[i] holds its reading */
+    run_sample marks[SC_MAX_MARKS];
 } sh_run;
 
 /* Scenario seconds since the run started. */
@@ -251,6 +280,11 @@ void sh_event_add(sh_run *r, int proc, sh_kind kind, int model, int card, int64_
 void sh_sleep_until(sh_run *r, double t);
 /* Sleeps for scenario seconds. */
 void sh_sleep(sh_run *r, double secs);
+/* Reads every card of s into *x, stamped now (rd: scratch space for one card's reading). */
+struct comem_sim;
+struct comem_device_reading;
+void sh_read_cards(sh_run *r, const scenario *s, struct comem_sim *sim, struct comem_device_reading *rd,
+                   run_sample *x);
 
 /* ---- between agents and the model engine (comfy-env, uncoordinated) ---- */
 
@@ -276,15 +310,6 @@ typedef struct eng_msg {
 
 #define RUN_MAX_SAMPLES 6000
 
-typedef struct run_sample {
-    double t;
-    int64_t used[SC_MAX_CARDS], free[SC_MAX_CARDS], over[SC_MAX_CARDS];
-    int64_t dev[SC_MAX_PROCS];    /* each process's bytes on its card, context included */
-    int64_t pinned[SC_MAX_PROCS]; /* each process's pinned host RAM (staging included) */
-    int64_t foreign[SC_MAX_PROCS]; /* each process's bytes outside any manager */
-    int64_t ram; /* Σ pinned + plain RAM on the machine */
-} run_sample;
-
 typedef struct run_result {
     sc_policy policy;
     int semantics;
@@ -300,6 +325,8 @@ typedef struct run_result {
     double expect_lhs[SC_MAX_EXPECT], expect_rhs[SC_MAX_EXPECT];
     int n_samples;
     run_sample *samples; /* owned */
+    run_sample *marks;   /* owned: SC_MAX_MARKS, the readings of scenario.marks */
+    bool mark_taken[SC_MAX_MARKS];
     int n_events;
     sh_event *events; /* owned, sorted by time */
 } run_result;

@@ -855,6 +855,36 @@ static int64_t cli_release(agent *a, const sc_step *st)
     return freed;
 }
 
+/* Idles at least secs, then, with until_released, on until none of its models is on the card. */
+static void do_idle(agent *a, const sc_step *st)
+{
+    double t_end = now(a) + st->secs;
+    sh_sleep_until(a->sh, t_end);
+    for (double limit = t_end + st->secs; st->until_released && now(a) < limit && !atomic_load(&a->sh->end);) {
+        bool held = false;
+        pthread_mutex_lock(&a->lock);
+        for (int i = 0; i < a->pr->n_models; i++)
+            held |= model_resident(a, i) > 0;
+        pthread_mutex_unlock(&a->lock);
+        if (!held)
+            break;
+        sh_sleep(a->sh, 0.25);
+    }
+}
+
+/* The readings an expectation takes as step k begins or ends (sc_mark), taken here, in order. */
+static void take_marks(agent *a, int k, bool after)
+{
+    static comem_device_reading rd; /* one per process, as the agent is */
+    for (int m = 0; m < a->s->n_marks; m++) {
+        const sc_mark *mk = &a->s->marks[m];
+        if (mk->proc != a->idx || mk->step != k || mk->after != after)
+            continue;
+        sh_read_cards(a->sh, a->s, a->sim, &rd, &a->sh->marks[m]);
+        atomic_store(&a->sh->mark_taken[m], 1);
+    }
+}
+
 static void do_step(agent *a, const sc_step *st)
 {
     switch (st->kind) {
@@ -862,7 +892,7 @@ static void do_step(agent *a, const sc_step *st)
         sh_sleep_until(a->sh, st->secs);
         break;
     case ST_IDLE:
-        sh_sleep(a->sh, st->secs);
+        do_idle(a, st);
         break;
     case ST_LOAD: { /* a loader node: computing while it loads, so nobody asks for what it is loading */
         char prompt[64];
@@ -1002,8 +1032,11 @@ _Noreturn void sim_agent_main(const scenario *s, sc_policy policy, int idx, sh_r
     atomic_store(&sh->p[idx].state, 1);
     ev(&a, EV_START, -1, getpid(), 0);
     open_policy(&a);
-    for (int k = 0; k < a.pr->n_steps && !atomic_load(&sh->end); k++)
+    for (int k = 0; k < a.pr->n_steps && !atomic_load(&sh->end); k++) {
+        take_marks(&a, k, false);
         do_step(&a, &a.pr->steps[k]);
+        take_marks(&a, k, true);
+    }
     atomic_store(&sh->p[idx].state, 2);
     while (!atomic_load(&sh->end))
         sh_sleep(sh, 0.5);

@@ -284,8 +284,12 @@ static bool step_line(parser *p, char **tok, int n)
         st->kind = kw[0] == 'a' ? ST_AT : ST_IDLE;
         if (!need_args(p, kw, 1, n, "a number of seconds") || !parse_secs(p, kw, tok[1], &st->secs))
             return false;
-        if (n > 2)
-            return fail(p, "'%s' takes one number of seconds", kw);
+        st->until_released = st->kind == ST_IDLE && n == 4 && !strcmp(tok[2], "until") && !strcmp(tok[3], "released");
+        if (n > 2 && !st->until_released)
+            return fail(p, "'%s' takes one number of seconds%s", kw,
+                        st->kind == ST_IDLE ? ", optionally followed by 'until released'" : "");
+        if (st->until_released && pr->role == ROLE_APP)
+            return fail(p, "an app holds no models: 'until released' waits for models to leave the card");
     } else if (!strcmp(kw, "load") || !strcmp(kw, "unload")) {
         st->kind = kw[0] == 'l' ? ST_LOAD : ST_UNLOAD;
         if (!need_args(p, kw, 1, n, "a model name"))
@@ -372,6 +376,7 @@ static bool parse_term(parser *p, char **tok, int n, int *i, sc_term *t)
     memset(t, 0, sizeof *t);
     t->proc = -1;
     t->at = -1;
+    t->mark = -1;
     if (*i >= n)
         return fail(p, "an expectation ends too early");
     const char *w = tok[*i];
@@ -391,7 +396,13 @@ static bool parse_term(parser *p, char **tok, int n, int *i, sc_term *t)
                     if (!parse_secs(p, "at", tok[*i + 1], &t->at))
                         return false;
                     *i += 2;
-                } else if (isalpha((unsigned char)a[0]) && !t->pname[0] && strcmp(a, "card") && strcmp(a, "at")) {
+                } else if ((!strcmp(a, "before") || !strcmp(a, "after")) && *i + 2 < n && !strcmp(tok[*i + 1], "line")) {
+                    if (!parse_int(p, a, tok[*i + 2], 1, INT_MAX, &t->mark_line))
+                        return false;
+                    t->mark_after = a[0] == 'a';
+                    *i += 3;
+                } else if (isalpha((unsigned char)a[0]) && !t->pname[0] && strcmp(a, "card") && strcmp(a, "at") &&
+                           strcmp(a, "before") && strcmp(a, "after")) {
                     if (!copy_name(p, "process", a, t->pname))
                         return false;
                     (*i)++;
@@ -399,6 +410,12 @@ static bool parse_term(parser *p, char **tok, int n, int *i, sc_term *t)
                     break;
                 }
             }
+            bool reading = m == M_RESIDENT || m == M_FOREIGN || m == M_USED || m == M_FREE;
+            if ((t->at >= 0 || t->mark_line) && !reading)
+                return fail(p, "'%s' is not a reading at one moment: only resident, foreign, used and free take "
+                               "'at T', 'before line N' or 'after line N'", w);
+            if (t->at >= 0 && t->mark_line)
+                return fail(p, "'%s': either 'at T' or '%s line N', not both", w, t->mark_after ? "after" : "before");
             bool wants_proc = m == M_RESIDENT || m == M_FOREIGN || m == M_UNATTRIBUTED;
             if (wants_proc && !t->pname[0])
                 return fail(p, "'%s' needs a process: %s PROCESS [at T]", w, w);
@@ -618,6 +635,35 @@ static bool statement(parser *p, char **tok, int n, const char *raw)
 }
 
 /* Checks that need the whole file: names, cards, steps that refer to other processes. */
+/* The step written on line t->mark_line: it must be one process's (a replicated one is many). */
+static bool resolve_mark(parser *p, sc_term *t)
+{
+    scenario *s = p->s;
+    int proc = -1, step = -1, found = 0;
+    for (int i = 0; i < s->n_procs; i++)
+        for (int k = 0; k < s->procs[i].n_steps; k++)
+            if (s->procs[i].steps[k].line == t->mark_line && found++ == 0) {
+                proc = i;
+                step = k;
+            }
+    const char *w = t->mark_after ? "after" : "before";
+    if (!found)
+        return fail(p, "%s line %d: no step is written on line %d", w, t->mark_line, t->mark_line);
+    if (found > 1)
+        return fail(p, "%s line %d: that step is %d processes' ('%s' is replicated); a reading needs one", w,
+                    t->mark_line, found, s->procs[proc].name);
+    for (int m = 0; m < s->n_marks; m++)
+        if (s->marks[m].proc == proc && s->marks[m].step == step && s->marks[m].after == t->mark_after) {
+            t->mark = m;
+            return true;
+        }
+    if (s->n_marks >= SC_MAX_MARKS)
+        return fail(p, "more than %d readings before or after a line", SC_MAX_MARKS);
+    t->mark = s->n_marks;
+    s->marks[s->n_marks++] = (sc_mark){.proc = proc, .step = step, .line = t->mark_line, .after = t->mark_after};
+    return true;
+}
+
 static bool resolve(parser *p)
 {
     scenario *s = p->s;
@@ -656,6 +702,9 @@ static bool resolve(parser *p)
         }
         if ((e->lhs.is_metric && e->lhs.card >= s->n_cards) || (e->rhs.is_metric && e->rhs.card >= s->n_cards))
             return fail(p, "card %d: the scenario has %d card(s)", e->lhs.card, s->n_cards);
+        for (int k = 0; k < 3; k++)
+            if (ts[k]->mark_line && !resolve_mark(p, ts[k]))
+                return false;
     }
     return true;
 }

@@ -231,7 +231,7 @@ void sim_compute(const scenario *s, run_result *r)
         if (x->rhs_sign)
             rhs += x->rhs_sign * sim_metric_value(s, r, &x->rhs2);
         bool ok = false;
-        switch (x->op) {
+        switch (isnan(lhs) || isnan(rhs) ? -1 : (int)x->op) { /* NaN: a step the reading waits for never came */
         case OP_LT: ok = lhs < rhs; break;
         case OP_LE: ok = lhs <= rhs; break;
         case OP_EQ: ok = lhs == rhs; break;
@@ -288,6 +288,11 @@ double sim_metric_value(const scenario *s, const run_result *r, const sc_term *t
         (t->metric == M_EVICTIONS || t->metric == M_EVICTED || t->metric == M_RELOADED || t->metric == M_FAILED))
         return per_card(r, t->metric, t->card);
     const run_sample *x = sample_at(r, t->at);
+    if (t->mark >= 0) { /* the process's own reading at that step; a step never reached has none */
+        if (!r->marks || !r->mark_taken[t->mark])
+            return NAN;
+        x = &r->marks[t->mark];
+    }
     switch (t->metric) {
     case M_PEAK:
         return r->per_card_peak[t->card];
@@ -496,6 +501,10 @@ void sim_print_summary(const scenario *s, run_result *const *rs, int n)
 /* A value as a reader expects it: bytes in GiB or MiB, small figures (counts, seconds) as numbers. */
 static const char *figure(double v, char *buf, size_t len)
 {
+    if (isnan(v)) {
+        snprintf(buf, len, "not taken");
+        return buf;
+    }
     if (fabs(v) >= (double)COMEM_MIB)
         return sim_gib(v, buf, len);
     snprintf(buf, len, "%g", v);
@@ -524,6 +533,8 @@ int sim_print_expectations(const scenario *s, run_result *const *rs, int n)
                 char a[32], b[32];
                 printf("      comem: %s is %s, against %s\n", x->text, figure(rs[k]->expect_lhs[e], a, 32),
                        figure(rs[k]->expect_rhs[e], b, 32));
+                if (isnan(rs[k]->expect_lhs[e]) || isnan(rs[k]->expect_rhs[e]))
+                    printf("      a reading it names was not taken: the step it waits for never came\n");
                 if (x->gap)
                     printf("      a known gap, not asserted: %s\n", x->why);
             }
@@ -581,8 +592,10 @@ int sim_write_json(const char *path, const scenario *s, run_result *const *rs, i
             json_object_object_add(x, "text", json_object_new_string(s->expects[e].text));
             json_object_object_add(x, "gap", json_object_new_boolean(s->expects[e].gap));
             json_object_object_add(x, "ok", json_object_new_boolean(r->expect_ok[e]));
-            json_object_object_add(x, "value", json_object_new_double(r->expect_lhs[e]));
-            json_object_object_add(x, "against", json_object_new_double(r->expect_rhs[e]));
+            /* null: a reading whose step never came (NaN is not JSON) */
+            double lhs = r->expect_lhs[e], rhs = r->expect_rhs[e];
+            json_object_object_add(x, "value", isnan(lhs) ? NULL : json_object_new_double(lhs));
+            json_object_object_add(x, "against", isnan(rhs) ? NULL : json_object_new_double(rhs));
             json_object_array_add(ex, x);
         }
         json_object_object_add(o, "expectations", ex);

@@ -62,6 +62,28 @@ void sh_sleep_until(sh_run *r, double t)
 
 void sh_sleep(sh_run *r, double secs) { sh_sleep_until(r, sh_now(r) + secs); }
 
+void sh_read_cards(sh_run *r, const scenario *s, comem_sim *sim, comem_device_reading *rd, run_sample *x)
+{
+    memset(x, 0, sizeof *x);
+    x->t = sh_now(r);
+    for (int c = 0; c < s->n_cards; c++) {
+        if (comem_sim_read(sim, c, rd) != COMEM_OK)
+            continue;
+        x->used[c] = rd->used;
+        x->free[c] = rd->free;
+        x->over[c] = rd->overcommit;
+        for (size_t k = 0; k < rd->n_procs; k++)
+            for (int i = 0; i < s->n_procs; i++)
+                if (s->procs[i].card == c && atomic_load(&r->p[i].pid) == rd->procs[k].pid)
+                    x->dev[i] = rd->procs[k].bytes;
+    }
+    for (int i = 0; i < s->n_procs; i++) {
+        x->pinned[i] = atomic_load(&r->p[i].pinned) + atomic_load(&r->p[i].staging);
+        x->foreign[i] = atomic_load(&r->p[i].foreign[s->procs[i].card]);
+        x->ram += x->pinned[i] + atomic_load(&r->p[i].ram);
+    }
+}
+
 /* ---- the run ---- */
 
 typedef struct run {
@@ -245,25 +267,7 @@ static void sample_loop(run *r)
         double t = sh_now(r->sh);
         reap(r);
         if (t >= next && o->n_samples < RUN_MAX_SAMPLES) {
-            run_sample *x = &o->samples[o->n_samples++];
-            memset(x, 0, sizeof *x);
-            x->t = t;
-            for (int c = 0; c < s->n_cards; c++) {
-                if (comem_sim_read(r->sim, c, rd) != COMEM_OK)
-                    continue;
-                x->used[c] = rd->used;
-                x->free[c] = rd->free;
-                x->over[c] = rd->overcommit;
-                for (size_t k = 0; k < rd->n_procs; k++)
-                    for (int i = 0; i < s->n_procs; i++)
-                        if (s->procs[i].card == c && atomic_load(&r->sh->p[i].pid) == rd->procs[k].pid)
-                            x->dev[i] = rd->procs[k].bytes;
-            }
-            for (int i = 0; i < s->n_procs; i++) {
-                x->pinned[i] = atomic_load(&r->sh->p[i].pinned) + atomic_load(&r->sh->p[i].staging);
-                x->foreign[i] = atomic_load(&r->sh->p[i].foreign[s->procs[i].card]);
-                x->ram += x->pinned[i] + atomic_load(&r->sh->p[i].ram);
-            }
+            sh_read_cards(r->sh, s, r->sim, rd, &o->samples[o->n_samples++]);
             next = t + step;
         }
         bool done = all_done(r, &done_at);
@@ -500,6 +504,11 @@ done:
             out->n_events = (int)n;
             qsort(out->events, n, sizeof *out->events, cmp_ev);
         }
+        out->marks = calloc(SC_MAX_MARKS, sizeof *out->marks);
+        for (int m = 0; out->marks && m < s->n_marks; m++) {
+            out->mark_taken[m] = atomic_load(&r.sh->mark_taken[m]);
+            out->marks[m] = r.sh->marks[m];
+        }
         if (atomic_load(&r.sh->dropped))
             fprintf(stderr, "comem simulate: %u events did not fit the log and were dropped\n",
                     atomic_load(&r.sh->dropped));
@@ -528,6 +537,8 @@ void sim_result_free(run_result *r)
 {
     free(r->samples);
     free(r->events);
+    free(r->marks);
+    r->marks = NULL;
     r->samples = NULL;
     r->events = NULL;
 }
