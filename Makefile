@@ -48,4 +48,4 @@ tsan:
 	$(MAKE) check BUILD=build-tsan SANITIZE=thread CTEST_ARGS="-L threads"
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz build-release

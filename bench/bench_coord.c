@@ -42,6 +42,15 @@
 #include "probe/sim.h"
 #include "wire/wire.h"
 
+/* A bench that cannot make its pipes measures nothing: it says so and stops. */
+static void must_pipe(int fds[2])
+{
+    if (pipe(fds) != 0) {
+        perror("bench_coord: pipe");
+        exit(1);
+    }
+}
+
 #ifndef COMEM_SOURCE_DIR
 #define COMEM_SOURCE_DIR "."
 #endif
@@ -229,7 +238,7 @@ static double bench_admit_raw(const char *sock, pid_t comemd)
     double cpu0 = cpu_seconds(comemd);
     int n = g_quick ? 5000 : 20000;
     int sv[2];
-    pipe(sv);
+    must_pipe(sv);
     pid_t p = fork();
     if (p == 0) {
         pin_cpu(g_client_cpu);
@@ -304,8 +313,8 @@ static admit_result bench_admit(const char *sock, int clients, bool fast)
     if (fast)
         each *= 10; /* a booking takes a fraction of a microsecond: more of them for a steady figure */
     int go[2], res[2];
-    pipe(go);
-    pipe(res);
+    must_pipe(go);
+    must_pipe(res);
     pid_t *pids = calloc((size_t)clients, sizeof *pids);
     for (int k = 0; k < clients; k++) {
         pids[k] = fork();
@@ -398,8 +407,8 @@ static void bench_release(const char *dir)
     snprintf(spec, sizeof spec, "sim:8GiB:reserved=0:ctx=0:path=%s/relcard", dir);
     pid_t d = start_comemd(sock, spec);
     int to_h[2], to_r[2];
-    pipe(to_h);
-    pipe(to_r);
+    must_pipe(to_h);
+    must_pipe(to_r);
     int n = g_quick ? 100 : 300;
     const int64_t load = 7 * COMEM_GIB;
     pid_t hp = fork();
@@ -569,8 +578,8 @@ static void bench_fresh(const char *sock, bool booking)
     }
     int n = g_quick ? 100 : 300;
     int cmd[2], stamp[2];
-    pipe(cmd);
-    pipe(stamp);
+    must_pipe(cmd);
+    must_pipe(stamp);
     pid_t p = fork();
     if (p == 0) {
         pin_cpu(g_client_cpu);
@@ -654,7 +663,7 @@ static void bench_dead(const char *sock)
     int got = 0;
     for (int i = 0; i < n; i++) {
         int ready[2];
-        pipe(ready);
+        must_pipe(ready);
         pid_t p = fork();
         if (p == 0) {
             pin_cpu(g_client_cpu);

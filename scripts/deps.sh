@@ -10,6 +10,7 @@ set -euo pipefail
 
 packages=(
   gcc make cmake ninja-build pkg-config   # the build
+  dpkg-dev                                 # dpkg-buildflags: CI builds Release once with its hardening flags
   libcmocka-dev                            # unit-test framework
   libjson-c-dev                            # JSON for the CLI, vectors and status output
   clang libclang-rt-dev                    # libFuzzer and sanitizer runtimes
