@@ -18,6 +18,14 @@ processes are plain comem clients with torch. Claims, each with its figures:
   (a) another process's admission that does not fit takes bytes from the host's VBAR through the
       ledger (an ask, answered by ComfyUI's model_unload -> partially_unload -> vbar.free_memory);
   (e) NVML's figure for the host equals the ledger's within one CUDA context;
+  (b) worker A, a second ComfyUI 783545f6 process with its own aimdo and a ModelPatcherDynamic
+      under comem's Worker adapter, sits idle with its pages in; the host's load of a plain
+      ModelPatcher that does not fit takes bytes from A (A's VBAR shrinks through the same
+      model_unload -> partially_unload -> vbar.free_memory path, in A);
+  (g) worker B, plain torch under ``comem run --policy enforce`` (the preload), allocates one tensor
+      larger than the card's free bytes: the preload's admission before cuMemAlloc gets the room from
+      A or the host, and the allocation succeeds instead of an out-of-memory error;
+  (d) A SIGKILLed: the ledger drops its session and NVML its process, timed from its reap;
   (f) no out-of-memory error anywhere.
 
 Without a GPU it says so and exits 77. Exits 1 when a claim fails.
@@ -64,6 +72,105 @@ sys.stdin.readline()
 """
 
 
+# Worker A: a ComfyUI 783545f6 process as main.py sets one up with dynamic VRAM, its own aimdo, comem's
+# Worker adapter, a ModelPatcherDynamic of argv[2] GiB. Reports its state as JSON lines; "compute" runs
+# one node, "state" reports, "quit" closes.
+WORKER_A = r"""
+import json, os, sys
+sys.path.insert(0, os.environ["COMFYUI_DIR"])
+import comfy_aimdo.control as control
+control.init(simple_vram_headroom=None, nvml_pressure=True)
+import torch
+import comfy.model_management as mm
+import comfy.model_patcher, comfy.memory_management, comfy.ops
+def say(**kw): print(json.dumps(kw), flush=True)
+if not control.init_devices([(0, 0)]):
+    say(error="comfy-aimdo did not initialise device 0"); sys.exit(1)
+comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
+comfy.memory_management.aimdo_enabled = True
+from comem.comfy import Worker
+w = Worker("worker-a", socket=sys.argv[1], mm=mm)
+dev = mm.get_torch_device()
+width = 4096
+layers = []
+for _ in range(int(float(sys.argv[2]) * (1 << 30) // (width * width * 2))):
+    lin = comfy.ops.disable_weight_init.Linear(width, width, bias=False, dtype=torch.float16)
+    lin.weight = torch.nn.Parameter(torch.full((width, width), 0.001, dtype=torch.float16), requires_grad=False)
+    layers.append(lin)
+model = torch.nn.Sequential(*layers)
+p = comfy.model_patcher.ModelPatcherDynamic(model, load_device=dev, offload_device=torch.device("cpu"))
+x = torch.randn(8, width, dtype=torch.float16, device=dev)
+oom = 0
+def compute():
+    global oom
+    try:
+        with w.node("worker-a"):
+            w.load(p)
+            with torch.no_grad():
+                model(x)
+            torch.cuda.synchronize()
+    except torch.cuda.OutOfMemoryError:
+        oom += 1
+def state(**kw):
+    say(resident=int(p.loaded_size()), size=int(p.model_size()), released=int(w.comfy.models.released),
+        pid=os.getpid(), oom=oom, steer=getattr(w.comfy.steer, "version", None), **kw)
+compute()
+state(ready=True)
+for line in sys.stdin:
+    cmd = line.strip()
+    if cmd == "compute":
+        compute()
+    if cmd == "quit":
+        break
+    state()
+w.close()
+"""
+
+# Worker B: plain torch, run under `comem run --policy enforce` (the preload): one tensor of argv[1] bytes.
+WORKER_B = r"""
+import json, sys, torch
+torch.zeros(1, device="cuda")
+print(json.dumps({"ready": True}), flush=True)
+sys.stdin.readline()
+oom = 0
+try:
+    t = torch.empty(int(sys.argv[1]), dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+except torch.cuda.OutOfMemoryError as e:
+    oom = 1
+print(json.dumps({"oom": oom}), flush=True)
+sys.stdin.readline()
+"""
+
+
+class Lines:
+    """A child that speaks JSON lines: one line in, one line out."""
+
+    def __init__(self, args, env) -> None:
+        self.p = subprocess.Popen(args, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.first = self.read()
+
+    def read(self):
+        line = self.p.stdout.readline()
+        return json.loads(line) if line else {"error": f"exited {self.p.poll()}"}
+
+    def ask(self, cmd: str = ""):
+        self.p.stdin.write(cmd + "\n")
+        self.p.stdin.flush()
+        return self.read()
+
+    def end(self) -> None:
+        if self.p.poll() is None:
+            try:
+                self.ask("quit")
+            except (BrokenPipeError, ValueError):
+                pass
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+
+
 def gib(b: float) -> str:
     return f"{b / GiB:6.2f} GiB"
 
@@ -92,6 +199,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--card-gib", type=float, default=24)
     ap.add_argument("--model-gib", type=float, default=8)
+    ap.add_argument("--worker-gib", type=float, default=6, help="worker A's dynamic model")
     ap.add_argument("--json")
     a = ap.parse_args()
     d = support.comfyui_dir()
@@ -238,7 +346,81 @@ def main() -> int:
                            a_released_bytes=host.models.released - released)
             g.end()
             compute()  # the host computes again: its pages come back as far as the ledger lets them
-            claim("f", True, "no out-of-memory error in the host (a torch OOM would have ended this script)")
+
+            # (b) worker A (its own aimdo) idle with its pages in; the host loads a plain ModelPatcher that
+            #     does not fit beside A and the host's own pages
+            a_env = dict(env, COMFYUI_DIR=d)
+            wa = Lines([sys.executable, "-c", WORKER_A, machine.socket, str(a.worker_gib)], a_env)
+            print(f"worker A: {wa.first}", flush=True)
+            a_before = wa.first.get("resident", 0)
+            figures["a_worker_resident_bytes"] = a_before
+            time.sleep(0.5)
+            r = view.read(0)
+            host_res = patcher.loaded_size()
+            size_b = max(1 * GiB, int((r.free - r.reserve + host_res + a_before // 2 - 1200 * MiB) / 1.1))
+            plain_layers = []
+            for _ in range(max(1, size_b // (width * width * 2))):
+                lin = torch.nn.Linear(width, width, bias=False, dtype=torch.float16)
+                torch.nn.init.constant_(lin.weight, 0.001)
+                lin.weight.requires_grad_(False)
+                plain_layers.append(lin)
+            plain = comfy.model_patcher.ModelPatcher(torch.nn.Sequential(*plain_layers), load_device=dev,
+                                                     offload_device=torch.device("cpu"))
+            a_rel = wa.first.get("released", 0)
+            t = time.monotonic()
+            mm.load_models_gpu([plain])
+            took = time.monotonic() - t
+            sa = wa.ask("state")
+            loaded_b = plain.loaded_size()
+            claim("b", sa.get("resident", a_before) < a_before and sa.get("released", 0) > a_rel and loaded_b > 0
+                  and sa.get("oom") == 0,
+                  f"the host loaded {gib(loaded_b)} of a {gib(plain.model_size())} plain ModelPatcher in {took:.2f} s; "
+                  f"idle worker A's VBAR went {gib(a_before)} -> {gib(sa.get('resident', 0))} (its holder reported "
+                  f"{gib(sa.get('released', 0) - a_rel)} freed); the host's VBAR {gib(host_res)} -> "
+                  f"{gib(patcher.loaded_size())}; card free now {gib(nv_free())}")
+            figures.update(b_loaded_bytes=loaded_b, b_a_before_bytes=a_before, b_a_after_bytes=sa.get("resident", 0),
+                           b_a_released_bytes=sa.get("released", 0) - a_rel)
+
+            # (g) worker B, plain torch under the preload (enforce), allocates more than the card has free
+            comem_bin = os.path.join(os.environ.get("COMEM_BIN_DIR", support.BIN_DIR), "comem")
+            free_g = nv_free()
+            want_g = free_g + 2 * GiB
+            released_before = host.models.released + wa.ask("state").get("released", 0)
+            wb = Lines([comem_bin, "run", "--policy", "enforce", "--socket", machine.socket, "--",
+                        sys.executable, "-c", WORKER_B, str(want_g)], env)
+            t = time.monotonic()
+            gb = wb.ask()
+            took = time.monotonic() - t
+            sa = wa.ask("state")
+            released_after = host.models.released + sa.get("released", 0)
+            claim("g", gb.get("oom") == 0 and released_after > released_before,
+                  f"B allocated {gib(want_g)} with {gib(free_g)} free on the card "
+                  f"{'without' if gb.get('oom') == 0 else 'WITH'} an out-of-memory error, in {took:.2f} s; "
+                  f"A and the host gave back {gib(released_after - released_before)} (A's VBAR now "
+                  f"{gib(sa.get('resident', 0))})")
+            figures.update(g_allocated_bytes=want_g, g_free_before_bytes=free_g,
+                           g_released_bytes=released_after - released_before, g_oom=gb.get("oom", -1))
+            wb.end()
+
+            # (d) A SIGKILLed: from its reap, how long until the ledger and NVML no longer know it
+            pid_a = wa.p.pid
+            wa.p.kill()
+            wa.p.wait()
+            t_reap = time.monotonic()
+            led_ms = nv_ms = None
+            while time.monotonic() - t_reap < 10 and (led_ms is None or nv_ms is None):
+                now = (time.monotonic() - t_reap) * 1000
+                if led_ms is None and not any(p["pid"] == pid_a for p in machine.status()["devices"][0]["processes"]):
+                    led_ms = now
+                if nv_ms is None and nv_used(pid_a) == 0:
+                    nv_ms = now
+            claim("d", led_ms is not None and nv_ms is not None and led_ms <= 5 and nv_ms <= 5,
+                  f"A SIGKILLed: out of the ledger {led_ms if led_ms is None else round(led_ms, 2)} ms and out of "
+                  f"NVML's process list {nv_ms if nv_ms is None else round(nv_ms, 2)} ms after its reap (first "
+                  f"reading each: a reading takes about a millisecond)")
+            figures.update(d_ledger_ms=led_ms, d_nvml_ms=nv_ms)
+            claim("f", True, "no out-of-memory error in the host (a torch OOM would have ended this script); "
+                             f"worker A's: {sa.get('oom')}, B's: {gb.get('oom')}")
             co = machine.status()["coordinator"]
             claim("check", co["violations"] == 0 and co["checks"] > 0,
                   f"comemd --check: {co['checks']} ledger checks, {co['violations']} violations")
