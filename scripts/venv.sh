@@ -3,6 +3,8 @@
 #   .venv/            scripts/requirements-dev.txt (torch, comfy-aimdo 0.4.13, ComfyUI's server needs)
 #   .venv-aimdo-new/  the newest comfy-aimdo, over .venv's packages (a .pth file), for the tests
 #                     that compare comem.aimdo with more than one aimdo release
+#   .venv-a125cd84/   a --target folder with what ComfyUI a125cd84's server pins differently
+#                     (comfyui-workflow-templates 0.1.95), first on that era's ComfyUI PYTHONPATH
 # Run by `make check` (and `make venv`). A second run that finds both up to date (the stamp holds
 # the requirements file's hash) costs a few milliseconds. COMEM_VENV moves the first folder.
 set -euo pipefail
@@ -37,4 +39,15 @@ if [ "$(cat "$newer/.comem-stamp" 2>/dev/null)" != "$want" ]; then
   "$newer/bin/python" -c 'import comfy_aimdo.control' \
     || { echo "venv: $newer is incomplete (see pip's messages above)" >&2; exit 1; }
   echo "$want" > "$newer/.comem-stamp"
+fi
+
+a125=${venv}-a125cd84
+if [ "$(cat "$a125/.comem-stamp" 2>/dev/null)" != "$want" ]; then
+  echo "venv: making $a125 (what ComfyUI a125cd84's server pins differently)" >&2
+  rm -rf "$a125"
+  "$venv/bin/python" -m pip install -q --no-deps --target "$a125" comfyui-workflow-templates==0.1.95 2>&1 \
+    | grep -v "is ignored" >&2 || true
+  [ -d "$a125/comfyui_workflow_templates/templates" ] \
+    || { echo "venv: $a125 is incomplete (see pip's messages above)" >&2; exit 1; }
+  echo "$want" > "$a125/.comem-stamp"
 fi
