@@ -105,6 +105,18 @@ class TestCustomNode(unittest.TestCase):
         from comem.comfy import active
         self.assertIsNone(active())
 
+    def test_install_needs_no_torch(self):
+        # the install links a folder: a Python where torch cannot be imported does it all the same
+        home = tempfile.mkdtemp(prefix="comfyui-notorch-")
+        self.addCleanup(shutil.rmtree, home, True)
+        os.mkdir(os.path.join(home, "custom_nodes"))
+        code = ("import sys, runpy; sys.modules['torch'] = None; "
+                "sys.argv = ['comem.comfy', 'install', sys.argv[1]]; runpy.run_module('comem.comfy', run_name='__main__')")
+        r = subprocess.run([sys.executable, "-c", code, home], env=self.machine.env, capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.islink(os.path.join(home, "custom_nodes", "comem")))
+        self.assertNotIn("torch", r.stderr)
+
     def test_install_refuses_a_folder_that_is_not_comfyui(self):
         r = self.cli("install", tempfile.mkdtemp())
         self.assertEqual(r.returncode, 2)

@@ -32,9 +32,18 @@ if __name__ not in ("comem.comfy",):
     install_from_comfyui()
     __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]
 else:
-    from .adapter import Adapter, active
-    from .host import Host
-    from .standin import Recorder, StandIn
-    from .worker import Worker
+    # Imported on first use (PEP 562): they need torch, and `python3 -m comem.comfy install` does not.
+    _LAZY = {"Adapter": ".adapter", "active": ".adapter", "Host": ".host", "Recorder": ".standin",
+             "StandIn": ".standin", "Worker": ".worker"}
+    __all__ = sorted(_LAZY)
 
-    __all__ = ["Adapter", "Host", "Recorder", "StandIn", "Worker", "active"]
+    def __getattr__(name: str):
+        if name not in _LAZY:
+            raise AttributeError(f"module 'comem.comfy' has no attribute {name!r}")
+        import importlib
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+
+    def __dir__():
+        return sorted(set(globals()) | set(_LAZY))
