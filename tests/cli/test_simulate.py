@@ -151,6 +151,13 @@ expect evictions == 1
         p = run("simulate", path, "--policy", "comem", timeout=60)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
+    def test_scratch_folders_go_where_tmpdir_says(self):
+        good = self.write("good.scn", GOOD)
+        missing = os.path.join(self.dir.name, "no-such-folder")
+        p = run("simulate", good, "--policy", "comem", env=dict(os.environ, TMPDIR=missing), timeout=60)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn(f"cannot make its folder {missing}/comem-sim-", p.stderr)
+
     def test_bad_flags(self):
         good = self.write("good.scn", GOOD)
         for args in (["--policy", "everyone"], ["--semantics", "macos"], ["--speed", "0"], ["--frobnicate"]):

@@ -472,6 +472,15 @@ static void test_idle_seconds_one_parser(void **s)
     assert_int_equal(h_run(flag, NULL, 3000, g_out, sizeof g_out, g_err, sizeof g_err), 2);
     assert_true(line_with(g_err, "--idle-release needs a positive number of seconds, not '0'", line, sizeof line));
     assert_int_not_equal(access(h->sock, F_OK), 0);
+    /* a device it cannot make sense of is a bad setting too: one line naming it, exit 2 */
+    const char *bogus[] = {"comemd", "--socket", h->sock, "--device", "bogus", NULL};
+    assert_int_equal(h_run(bogus, NULL, 3000, g_out, sizeof g_out, g_err, sizeof g_err), 2);
+    assert_true(line_with(g_err, "unknown device 'bogus'", line, sizeof line));
+    int lines = 0;
+    for (const char *c = g_err; *c; c++)
+        lines += *c == '\n';
+    assert_int_equal(lines, 1);
+    assert_int_not_equal(access(h->sock, F_OK), 0);
 }
 
 /* ---- 6. a grant completed after a coordinator restart ---- */

@@ -33,6 +33,7 @@
 #include "cmds.h"
 #include "comem/comem.h"
 #include "probe/sim.h"
+#include "tmpdir.h"
 
 #define GIB COMEM_GIB
 #define MIB COMEM_MIB
@@ -298,9 +299,9 @@ int cmd_demo(int argc, char **argv)
             fprintf(stderr, "comem demo: unexpected argument '%s'\n", argv[0]);
         return help ? 0 : 2;
     }
-    char dir[] = "/tmp/comem-demo-XXXXXX", sock[128], spec[192];
-    if (!mkdtemp(dir)) {
-        perror("comem demo: mkdtemp");
+    char dir[112], sock[128], spec[192];
+    if (cli_mkdtemp(dir, sizeof dir, "comem-demo") != 0) {
+        fprintf(stderr, "comem demo: cannot make its folder %s: %s\n", dir, strerror(errno));
         return 1;
     }
     snprintf(sock, sizeof sock, "%s/comem.sock", dir);

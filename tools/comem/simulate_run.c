@@ -29,6 +29,7 @@
 #include "coord/coord.h"
 #include "probe/sim.h"
 #include "simulate.h"
+#include "tmpdir.h"
 
 /* ---- the shared clock and event log ---- */
 
@@ -90,7 +91,7 @@ typedef struct run {
     const scenario *s;
     sc_policy pol;
     bool verbose;
-    char dir[64], sock[128], spec[256], hostroot[128];
+    char dir[112], sock[128], spec[256], hostroot[128];
     sh_run *sh;
     comem_sim *sim;
     pid_t pids[SC_MAX_PROCS];
@@ -383,9 +384,8 @@ int sim_run(const scenario *s, sc_policy policy, bool verbose, run_result *out)
     run r = {.s = s, .pol = policy, .verbose = verbose, .out = out};
     for (int i = 0; i < SC_MAX_PROCS; i++)
         r.go[i] = r.req[i] = r.cmd[i] = -1;
-    snprintf(r.dir, sizeof r.dir, "/tmp/comem-sim-XXXXXX");
-    if (!mkdtemp(r.dir)) {
-        snprintf(out->error, sizeof out->error, "mkdtemp: %s", strerror(errno));
+    if (cli_mkdtemp(r.dir, sizeof r.dir, "comem-sim") != 0) {
+        snprintf(out->error, sizeof out->error, "cannot make its folder %s: %s", r.dir, strerror(errno));
         return COMEM_EIO;
     }
     snprintf(r.sock, sizeof r.sock, "%s/comem.sock", r.dir);

@@ -151,6 +151,8 @@ int main(int argc, char **argv)
         comem_error("another coordinator already runs on %s", cfg.socket_path[0] ? cfg.socket_path : "the default socket");
         return 1;
     }
+    if (rc == COMEM_EINVAL) /* a setting it was given (--device, the environment): already named in one line */
+        return 2;
     if (rc != COMEM_OK) {
         comem_error("cannot start: %s", comem_status_str(rc));
         return 1;
