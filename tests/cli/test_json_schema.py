@@ -56,7 +56,8 @@ RELEASE_ASK = {"entry": STR, "name": STR, "holder": STR, "process": STR, "pid": 
 RELEASE = {"schema": INT,
            "target": {"holder": STR + "?", "pid": INT + "?", "process": STR + "?", "entry": STR + "?", "all": BOOL,
                       "device": INT + "?"},
-           "asked": INT + "?", "freed": INT, "answered": INT, "not_answering": INT, "asks": [RELEASE_ASK]}
+           "asked": INT + "?", "freed": INT, "answered": INT, "not_answering": INT, "asks": [RELEASE_ASK],
+           "matched": BOOL}
 SIMULATE = {"schema": INT, "scenario": {"id": STR, "title": STR, "file": STR, "semantics": STR, "cards": INT,
                                         "card_bytes": INT, "speed": NUM,
                                         "processes": [{"name": STR, "role": STR, "card": INT}]},
@@ -148,6 +149,14 @@ class Schemas(unittest.TestCase):
             out = json.loads(p.stdout)
             check(self, out, RELEASE)
             self.assertEqual(out["asks"][0]["status"], "busy")
+            # a name the ledger does not hold: one line on stderr, and still a receipt on stdout
+            p = m.comem("release", "--process", "nobody", "--json")
+            self.assertEqual(p.returncode, 1)
+            self.assertEqual(p.stderr.strip().splitlines(), ["comem release: no process 'nobody' in the ledger"])
+            out = json.loads(p.stdout)
+            check(self, out, RELEASE)
+            self.assertEqual((out["matched"], out["asks"], out["freed"], out["target"]["process"]),
+                             (False, [], 0, "nobody"))
 
     def open_grant(self, m):
         """An admission whose grant stays open, from a Python client; None when the binding cannot load here."""

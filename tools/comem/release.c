@@ -202,17 +202,14 @@ int cmd_release(int argc, char **argv)
     char pidtext[24];
     snprintf(pidtext, sizeof pidtext, "%ld", sel.pid);
     const char *name = sel.holder ? sel.holder : sel.process ? sel.process : sel.entry ? sel.entry : pidtext;
-    if (matched == 0 && what) {
-        fprintf(stderr, "comem release: no %s '%s' in the ledger%s\n", what, name,
-                sel.device >= 0 ? " on that device" : "");
-        comem_client_close(c);
-        args_free(v, N_SPECS);
-        return 1;
-    }
     json_object *asks = json_object_new_array();
     int64_t freed_total = 0;
     int answered = 0;
-    for (size_t i = 0; i < n && (want < 0 || freed_total < want); i++) {
+    bool none = matched == 0 && what; /* named something the ledger does not hold: nothing is asked */
+    if (none)
+        fprintf(stderr, "comem release: no %s '%s' in the ledger%s\n", what, name,
+                sel.device >= 0 ? " on that device" : "");
+    for (size_t i = 0; !none && i < n && (want < 0 || freed_total < want); i++) {
         int64_t ask = want < 0 ? -1 : want - freed_total, freed = 0, resident = 0;
         int rc = comem_ask_release(c, ts[i].id, ask, timeout_ms, &freed, &resident);
         if (rc == COMEM_OK || (rc == COMEM_ENOENT && freed > 0)) {
@@ -253,8 +250,11 @@ int cmd_release(int argc, char **argv)
         json_object_object_add(out, "answered", jint(answered));
         json_object_object_add(out, "not_answering", jint(deaf));
         json_object_object_add(out, "asks", asks);
+        json_object_object_add(out, "matched", json_object_new_boolean(!none));
         jprint(out, v[F_PRETTY].set);
         json_object_put(out);
+    } else if (none) {
+        json_object_put(asks);
     } else {
         char b[32];
         printf("released %s from %s%s%s (%d of %zu ask(s) answered", comem_format_bytes(freed_total, b, 32),
@@ -266,5 +266,5 @@ int cmd_release(int argc, char **argv)
     }
     comem_client_close(c);
     args_free(v, N_SPECS);
-    return (n == 0 && deaf == 0) || answered > 0 ? 0 : 1;
+    return !none && ((n == 0 && deaf == 0) || answered > 0) ? 0 : 1;
 }
