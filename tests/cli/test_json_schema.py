@@ -128,7 +128,10 @@ def json_of(p):
 class Schemas(unittest.TestCase):
     def test_status_release_and_metrics_json(self):
         with Machine("sim:8GiB") as m:
-            self.assertEqual(json_of(m.comem("status", "--json"))["schema"], 1)  # nobody joined yet
+            empty = json_of(m.comem("status", "--json"))  # nobody joined yet: the reader is not counted
+            self.assertEqual((empty["schema"], empty["coordinator"]["sessions"]), (1, 0))
+            self.assertEqual([d["processes"] for d in empty["devices"]], [[] for _ in empty["devices"]])
+            self.assertIn(", 0 session(s)", m.comem("status").stdout.splitlines()[0])
             check(self, json_of(m.comem("status", "--json")), STATUS)
             w = m.worker("w1", GiB)
             m.worker("w2", GiB)

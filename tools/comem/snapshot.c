@@ -1,7 +1,10 @@
 /* tools/comem/snapshot.c - probe, join as a tool, read and parse the status snapshot. */
 #include "snapshot.h"
 
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "base/size.h"
 #include "comem/common.h"
@@ -25,6 +28,34 @@ int snapshot_connect(const char *sock, const char *name, int timeout_ms, comem_c
     return COMEM_OK;
 }
 
+/*
+ * The reader is a session too, but nobody asked about it: its own process entry (a tool with
+ * this pid) leaves every device's list, and the session count no longer counts it.
+ */
+static void drop_self(json_object *root)
+{
+    json_object *devs = NULL, *co = NULL, *n = NULL;
+    bool seen = false;
+    if (json_object_object_get_ex(root, "devices", &devs) && json_object_is_type(devs, json_type_array)) {
+        for (size_t d = 0; d < json_object_array_length(devs); d++) {
+            json_object *ps = NULL, *dv = json_object_array_get_idx(devs, d);
+            if (!json_object_object_get_ex(dv, "processes", &ps) || !json_object_is_type(ps, json_type_array))
+                continue;
+            for (size_t i = json_object_array_length(ps); i-- > 0;) {
+                json_object *p = json_object_array_get_idx(ps, i), *pid = NULL, *role = NULL;
+                if (json_object_object_get_ex(p, "pid", &pid) && json_object_get_int64(pid) == (int64_t)getpid() &&
+                    json_object_object_get_ex(p, "role", &role) && !strcmp(json_object_get_string(role), "tool")) {
+                    json_object_array_del_idx(ps, i, 1);
+                    seen = true;
+                }
+            }
+        }
+    }
+    if (seen && json_object_object_get_ex(root, "coordinator", &co) && json_object_object_get_ex(co, "sessions", &n) &&
+        json_object_get_int64(n) > 0)
+        json_object_object_add(co, "sessions", json_object_new_int64(json_object_get_int64(n) - 1));
+}
+
 json_object *snapshot_read(comem_client *c, char *why, size_t len)
 {
     char *text = NULL;
@@ -38,6 +69,8 @@ json_object *snapshot_read(comem_client *c, char *why, size_t len)
     comem_free(text);
     if (!root)
         snprintf(why, len, "the coordinator sent unreadable JSON");
+    else
+        drop_self(root);
     return root;
 }
 

@@ -20,6 +20,7 @@
 #include "cmds.h"
 #include "comem/comem.h"
 #include "jsonout.h"
+#include "snapshot.h"
 
 static const arg_spec k_specs[] = {
     {"socket", ARG_STRING, false},
@@ -140,31 +141,14 @@ int cmd_status(int argc, char **argv)
     }
     int timeout_ms = timeout_s * 1000 > 3600000 ? 3600000 : (int)(timeout_s * 1000);
     comem_client *c = NULL;
-    const char *sock = vals[0].set ? vals[0].str : NULL;
-    /* Ask first whether anyone answers, and why not: the client's own failure says only that. */
-    char why[512];
-    int rc = comem_probe(sock, timeout_ms, why, sizeof why);
-    if (rc == COMEM_OK && (rc = comem_client_open(sock, COMEM_CLIENT_TOOL, "comem-status", -1, COMEM_OPEN_NO_LOCAL,
-                                                  &c)) != COMEM_OK)
-        snprintf(why, sizeof why, "it answered once, then this client could not join (%s)", comem_status_str(rc));
-    if (rc != COMEM_OK) {
-        fprintf(stderr, "comem status: no coordinator answers: %s\n", why);
-        args_free(vals, N_SPECS);
-        return 1;
-    }
-    comem_client_set_timeout(c, timeout_ms);
-    char *text = NULL;
-    rc = comem_status_json(c, &text);
-    comem_client_close(c);
-    if (rc != COMEM_OK || !text) {
-        fprintf(stderr, "comem status: %s\n", comem_status_str(rc));
-        args_free(vals, N_SPECS);
-        return 1;
-    }
-    json_object *root = json_tokener_parse(text);
+    json_object *root = NULL;
+    /* Asks first whether anyone answers, and why not: the client's own failure says only that. */
+    if (snapshot_connect(vals[0].set ? vals[0].str : NULL, "comem-status", timeout_ms, &c, err, sizeof err) == 0)
+        root = snapshot_read(c, err, sizeof err);
+    if (c)
+        comem_client_close(c);
     if (!root) {
-        fprintf(stderr, "comem status: the coordinator sent unreadable JSON\n");
-        comem_free(text);
+        fprintf(stderr, "comem status: %s\n", err);
         args_free(vals, N_SPECS);
         return 1;
     }
@@ -173,7 +157,6 @@ int cmd_status(int argc, char **argv)
     else
         print_table(root);
     json_object_put(root);
-    comem_free(text);
     args_free(vals, N_SPECS);
     return 0;
 }
