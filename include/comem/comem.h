@@ -342,6 +342,12 @@ COMEM_API void comem_coord_stop(comem_coord *coord);
 
 /* The default socket path for this user (creates the private directory). */
 COMEM_API int comem_default_socket(char *buf, size_t len);
+/*
+ * The same, and on failure why (whylen 0: not written): what is wrong with the
+ * runtime directory (COMEM_RUNTIME_DIR, $XDG_RUNTIME_DIR/comem or /tmp/comem-UID)
+ * and how to put it right; the line the log has.
+ */
+COMEM_API int comem_default_socket_why(char *buf, size_t len, char *why, size_t whylen);
 
 #ifdef __cplusplus
 }

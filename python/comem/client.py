@@ -111,8 +111,9 @@ class ReleaseAsk(NamedTuple):
 
 def default_socket() -> str:
     """This user's default coordinator socket (creates its private 0700 directory)."""
-    buf = ctypes.create_string_buffer(4096)
-    check(_L.comem_default_socket(buf, len(buf)), "comem_default_socket")
+    buf, why = ctypes.create_string_buffer(4096), ctypes.create_string_buffer(512)
+    check(_L.comem_default_socket_why(buf, len(buf), why, len(why)), "comem_default_socket",
+          why.value.decode(errors="replace"))
     return buf.value.decode()
 
 
@@ -364,7 +365,11 @@ class Client:
         self._pager_handles: List[int] = []  # their C handles, for the finalizer (which must not hold self)
         self._lock = threading.Lock()
         h = c_void_p()
-        check(_L.comem_client_open(sock, ROLES[role], nm, rb, flags, byref(h)), "comem_client_open")
+        rc = _L.comem_client_open(sock, ROLES[role], nm, rb, flags, byref(h))
+        if rc < 0:  # the status alone names no socket: the probe says who is (not) there and why
+            why = ctypes.create_string_buffer(512)
+            _L.comem_probe(sock, 1000, why, len(why))
+            check(rc, "comem_client_open", why.value.decode(errors="replace"))
         self._handle: Optional[int] = h.value
         # Also at interpreter exit: attached pagers are detached first (they point at this client).
         self._finalizer = weakref.finalize(self, _close_client, h.value, self._pager_handles)

@@ -2,6 +2,7 @@
 #include "base/rundir.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,25 +14,44 @@
 #include "comem/comem.h"
 #include "comem/common.h"
 
-int comem_private_dir(const char *path)
+/* The reason, logged as an error and, where asked for, written to why. */
+static int refuse(int status, char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int refuse(int status, char *why, size_t whylen, const char *fmt, ...)
 {
-    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-        comem_error("cannot create %s: %s", path, strerror(errno));
-        return COMEM_EIO;
-    }
+    char text[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    comem_error("%s", text);
+    if (why && whylen)
+        snprintf(why, whylen, "%s", text);
+    return status;
+}
+
+int comem_private_dir_why(const char *path, char *why, size_t whylen)
+{
+    if (mkdir(path, 0700) != 0 && errno != EEXIST)
+        return refuse(COMEM_EIO, why, whylen, "cannot create %s: %s", path, strerror(errno));
     struct stat st;
-    if (lstat(path, &st) != 0) {
-        comem_error("cannot stat %s: %s", path, strerror(errno));
-        return COMEM_EIO;
-    }
-    if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077) != 0) {
-        comem_error("refusing %s: it must be a directory owned by uid %d with mode 0700", path, (int)getuid());
-        return COMEM_EPERM;
-    }
+    if (lstat(path, &st) != 0)
+        return refuse(COMEM_EIO, why, whylen, "cannot stat %s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return refuse(COMEM_EPERM, why, whylen, "refusing %s: it must be a directory (not a link or a file)", path);
+    if (st.st_uid != getuid())
+        return refuse(COMEM_EPERM, why, whylen, "refusing %s: it belongs to uid %d, not to uid %d", path,
+                      (int)st.st_uid, (int)getuid());
+    if ((st.st_mode & 077) != 0)
+        return refuse(COMEM_EPERM, why, whylen,
+                      "refusing %s: its mode is %04o, and others must not reach the socket in it: chmod 700 %s "
+                      "(or point COMEM_RUNTIME_DIR at a folder made with mkdir -m 700)",
+                      path, (unsigned)(st.st_mode & 07777), path);
     return COMEM_OK;
 }
 
-int comem_runtime_dir(char *buf, size_t len)
+int comem_private_dir(const char *path) { return comem_private_dir_why(path, NULL, 0); }
+
+int comem_runtime_dir_why(char *buf, size_t len, char *why, size_t whylen)
 {
     const char *over = getenv("COMEM_RUNTIME_DIR");
     const char *xdg = getenv("XDG_RUNTIME_DIR");
@@ -43,34 +63,52 @@ int comem_runtime_dir(char *buf, size_t len)
         n = snprintf(buf, len, "%s/comem", xdg);
     else
         n = snprintf(buf, len, "/tmp/comem-%d", (int)getuid());
-    if (n < 0 || (size_t)n >= len)
+    if (n < 0 || (size_t)n >= len) {
+        if (why && whylen)
+            snprintf(why, whylen, "the runtime directory's path is too long for a Unix socket in it");
         return COMEM_ERANGE;
-    return comem_private_dir(buf);
+    }
+    return comem_private_dir_why(buf, why, whylen);
 }
 
-int comem_default_socket(char *buf, size_t len)
+int comem_runtime_dir(char *buf, size_t len) { return comem_runtime_dir_why(buf, len, NULL, 0); }
+
+int comem_default_socket_why(char *buf, size_t len, char *why, size_t whylen)
 {
     if (!buf || len == 0)
         return COMEM_EINVAL;
     char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    int rc = comem_runtime_dir(dir, sizeof dir);
+    int rc = comem_runtime_dir_why(dir, sizeof dir, why, whylen);
     if (rc != COMEM_OK)
         return rc;
     int n = snprintf(buf, len, "%s/comem.sock", dir);
-    if (n < 0 || (size_t)n >= len)
+    if (n < 0 || (size_t)n >= len) {
+        if (why && whylen)
+            snprintf(why, whylen, "%s/comem.sock is too long for a Unix socket", dir);
         return COMEM_ERANGE;
+    }
+    return COMEM_OK;
+}
+
+int comem_default_socket(char *buf, size_t len) { return comem_default_socket_why(buf, len, NULL, 0); }
+
+int comem_socket_resolve_why(const char *arg, char *buf, size_t len, char *why, size_t whylen)
+{
+    const char *env = getenv("COMEM_SOCKET");
+    const char *path = arg && *arg ? arg : env && *env ? env : NULL;
+    if (!path)
+        return comem_default_socket_why(buf, len, why, whylen);
+    /* A Unix socket path must fit sun_path with its NUL; say so rather than truncate. */
+    int n = snprintf(buf, len, "%s", path);
+    if (n < 0 || (size_t)n >= len) {
+        if (why && whylen)
+            snprintf(why, whylen, "the socket path is too long for a Unix socket");
+        return COMEM_ERANGE;
+    }
     return COMEM_OK;
 }
 
 int comem_socket_resolve(const char *arg, char *buf, size_t len)
 {
-    const char *env = getenv("COMEM_SOCKET");
-    const char *path = arg && *arg ? arg : env && *env ? env : NULL;
-    if (!path)
-        return comem_default_socket(buf, len);
-    /* A Unix socket path must fit sun_path with its NUL; say so rather than truncate. */
-    int n = snprintf(buf, len, "%s", path);
-    if (n < 0 || (size_t)n >= len)
-        return COMEM_ERANGE;
-    return COMEM_OK;
+    return comem_socket_resolve_why(arg, buf, len, NULL, 0);
 }

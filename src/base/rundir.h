@@ -23,6 +23,13 @@ int comem_runtime_dir(char *buf, size_t len);
 int comem_private_dir(const char *path);
 
 /*
+ * The same, with the reason a refusal logs also written to why (whylen 0: not
+ * written): what is wrong with the folder and how to put it right.
+ */
+int comem_runtime_dir_why(char *buf, size_t len, char *why, size_t whylen);
+int comem_private_dir_why(const char *path, char *why, size_t whylen);
+
+/*
  * comem_default_socket (public, comem/comem.h) writes the default socket path,
  * <runtime dir>/comem.sock, creating the directory.
  */
@@ -33,5 +40,7 @@ int comem_private_dir(const char *path);
  * socket path must fit sun_path with its NUL: said, never cut short).
  */
 int comem_socket_resolve(const char *arg, char *buf, size_t len);
+/* The same, with why it failed written to why (whylen 0: not written). */
+int comem_socket_resolve_why(const char *arg, char *buf, size_t len, char *why, size_t whylen);
 
 #endif

@@ -102,13 +102,14 @@ __attribute__((format(printf, 4, 5))) static int say(char *why, size_t len, int 
 
 int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whylen)
 {
-    char path[COMEM_CLIENT_PATH_MAX], token[COMEM_TOKEN_MAX + 1], err[200];
+    char path[COMEM_CLIENT_PATH_MAX], token[COMEM_TOKEN_MAX + 1], err[512];
     if (why && whylen)
         why[0] = '\0';
     if (timeout_ms < 0)
         timeout_ms = COMEM_CLIENT_DEFAULT_TIMEOUT_MS;
-    if (comem_socket_resolve(socket_path, path, sizeof path) != COMEM_OK)
-        return say(why, whylen, COMEM_ERANGE, "the socket path is too long for a Unix socket");
+    int rc = comem_socket_resolve_why(socket_path, path, sizeof path, err, sizeof err);
+    if (rc != COMEM_OK)
+        return say(why, whylen, rc, "%s", err);
     if (comem_token_from_env(token, sizeof token, err, sizeof err) != COMEM_OK)
         return say(why, whylen, COMEM_EINVAL, "%s", err);
     struct stat st;
@@ -155,7 +156,6 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
     if (n > 0 && send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
         comem_debug("probe: HELLO not sent whole (%s); reading what was said", strerror(errno));
     int got = n > 0 ? read_frame(fd, buf, sizeof buf, deadline, &h) : 0;
-    int rc;
     if (got < 0) {
         coordinator_state(path, state, sizeof state);
         rc = say(why, whylen, COMEM_ETIMEDOUT, "the coordinator at %s accepted the connection but did not answer within %d ms%s",

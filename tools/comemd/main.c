@@ -57,7 +57,8 @@ static void usage(FILE *f)
             "  --metrics-interval SECONDS  how often (default 5)\n"
             "  --version               print the version\n"
             "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_TOKEN (at most 127 bytes), COMEM_IDLE_SECONDS,\n"
-            "  COMEM_CHECK, COMEM_LOG.\n");
+            "  COMEM_CHECK, COMEM_LOG, COMEM_RUNTIME_DIR (the per-user folder of the default socket: mode 0700,\n"
+            "  yours; default $XDG_RUNTIME_DIR/comem, else /tmp/comem-UID).\n");
 }
 
 /* A daemon may hold a connection and a pidfd per session: lift the soft descriptor limit to the hard one. */
