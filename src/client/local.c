@@ -135,15 +135,21 @@ int comem_local_status(comem_client *c, char **json)
     pthread_mutex_lock(&c->lock);
     size_t holders = c->n_holders, entries = c->n_entries;
     pthread_mutex_unlock(&c->lock);
-    size_t cap = 2 * (strlen(c->path) + strlen(c->name)) * 6 + 256;
+    size_t cap = 3 * (strlen(c->path) + strlen(c->name)) * 6 + 512;
     char *buf = malloc(cap);
     if (!buf)
         return COMEM_ENOMEM;
-    size_t at = (size_t)snprintf(buf, cap, "{\"mode\":\"local\",\"connected\":false,\"socket\":");
+    /* The shape `comem status --json` has, with nothing a coordinator would know, then this client. */
+    size_t at = (size_t)snprintf(buf, cap, "{\"schema\":1,\"coordinator\":null,\"counters\":null,\"pins\":null,"
+                                           "\"devices\":[],\"warnings\":[");
+    char warning[COMEM_CLIENT_PATH_MAX + 96];
+    snprintf(warning, sizeof warning, "no coordinator answers at %s: this process decides locally", c->path);
+    at = json_str(buf, cap, at, warning);
+    at += (size_t)snprintf(buf + at, cap - at, "],\"local\":{\"mode\":\"local\",\"connected\":false,\"socket\":");
     at = json_str(buf, cap, at, c->path);
     at += (size_t)snprintf(buf + at, cap - at, ",\"name\":");
     at = json_str(buf, cap, at, c->name);
-    snprintf(buf + at, cap - at, ",\"pid\":%d,\"role\":\"%s\",\"holders\":%zu,\"entries\":%zu}", (int)getpid(),
+    snprintf(buf + at, cap - at, ",\"pid\":%d,\"role\":\"%s\",\"holders\":%zu,\"entries\":%zu}}", (int)getpid(),
              roles[c->role], holders, entries);
     *json = buf;
     return COMEM_OK;

@@ -656,6 +656,11 @@ class TestClient(MachineCase):
             self.assertFalse(c.connected)
             self.assertIsNone(c.session)
             self.assertIn("local", repr(c))
+            st = c.status()  # the shape comem status --json has, with nothing a coordinator would know
+            self.assertEqual(list(st), ["schema", "coordinator", "counters", "pins", "devices", "warnings", "local"])
+            self.assertEqual((st["schema"], st["coordinator"], st["devices"]), (1, None, []))
+            self.assertEqual(st["warnings"], [f"no coordinator answers at {missing}: this process decides locally"])
+            self.assertEqual((st["local"]["name"], st["local"]["pid"]), ("local", os.getpid()))
             h = c.add_holder("models", on_release=lambda a: 0)
             e = h.add_entry("m", GiB)
             g = c.admit(GiB, holder=h)  # decided from this process's own reading of the card
