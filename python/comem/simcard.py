@@ -9,6 +9,8 @@ simulated placement and the tests use it.
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import os
 from ctypes import byref, c_int, c_int64, c_void_p
 from typing import NamedTuple, Optional
@@ -17,6 +19,11 @@ from . import _lib, errors
 from .errors import check
 
 _L = _lib.lib
+log = logging.getLogger("comem")
+
+
+def _served_path(spec: str) -> str:
+    return spec.split(":path=", 1)[1] if ":path=" in spec else ""
 
 
 class CardReading(NamedTuple):
@@ -28,16 +35,45 @@ class CardReading(NamedTuple):
     scope: str
 
 
-class SimCard:
-    """A handle on a simulated card file (spec None: ``COMEM_DEVICE`` if it names one, else ``sim:24GiB``)."""
+def coordinator_card(socket: Optional[str] = None) -> Optional[str]:
+    """The spec of the simulated card the coordinator at socket (None: the usual one) serves, or None.
 
-    def __init__(self, spec: Optional[str] = None) -> None:
+    None when no coordinator answers there or it serves real cards.
+    """
+    from .client import Client, _opt_path
+    why = ctypes.create_string_buffer(512)
+    if _L.comem_probe(_opt_path(socket), 1000, why, len(why)) != 0:
+        return None
+    try:
+        with Client("simcard", role="tool", socket=socket, require_coordinator=True) as c:
+            spec = c.status().get("coordinator", {}).get("card_spec")
+    except errors.Error:
+        return None
+    return spec if isinstance(spec, str) and spec.startswith("sim") else None
+
+
+class SimCard:
+    """A handle on a simulated card file.
+
+    spec None: ``COMEM_DEVICE`` if it names a simulated card, else the card the coordinator (at
+    ``socket``, None: the usual one) serves, else ``sim:24GiB``. A card that is not the one a
+    running coordinator serves gets one warning: its allocations are invisible to that coordinator.
+    """
+
+    def __init__(self, spec: Optional[str] = None, socket: Optional[str] = None) -> None:
         if spec is not None and not isinstance(spec, str):
             raise TypeError(f"spec must be a str like 'sim:24GiB' or None, not {type(spec).__name__}")
+        served = coordinator_card(socket)
+        if spec is None and not os.environ.get("COMEM_DEVICE", "").startswith("sim"):
+            spec = served
         h = c_void_p()
         check(_L.comem_simcard_open(spec.encode() if spec else None, byref(h)), "comem_simcard_open", spec or "")
         self._handle: Optional[int] = h.value
         self.spec = spec
+        if served is not None and served != spec and _served_path(served) != self.path:
+            log.warning("comem: this simulated card (%s) is not the one the coordinator serves (%s): what is "
+                        "allocated here is invisible to it; open SimCard() without a spec to share its card",
+                        self.path, served)
 
     def _h(self) -> int:
         if self._handle is None:

@@ -284,6 +284,8 @@ char *coord_status_json(comem_coord_srv *s)
     add_i(co, "pid", getpid());
     add_s(co, "socket", s->cfg.socket_path);
     add_s(co, "source", s->src ? s->src->name : "?");
+    /* a client's SimCard() opens this to share the coordinator's simulated card (null on real cards) */
+    json_object_object_add(co, "card_spec", s->src && s->src->spec ? json_object_new_string(s->src->spec) : NULL);
     json_object_object_add(co, "uptime_s", json_object_new_double(coord_now_s(s)));
     add_i(co, "sessions", (int64_t)s->ledger.sessions.used);
     add_b(co, "checking", s->ledger.checking);

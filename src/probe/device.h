@@ -69,6 +69,7 @@ typedef struct comem_device_source_ops {
 struct comem_device_source {
     const comem_device_source_ops *ops;
     const char *name; /* "nvml", "cuda", "sim" */
+    const char *spec; /* a device spec that opens these same cards ("sim:...:path=FILE"); NULL where none */
 };
 
 static inline int comem_device_count(comem_device_source *s, int *n) { return s->ops->count(s, n); }

@@ -53,6 +53,7 @@ typedef struct sim_shared {
 
 typedef struct sim_view {
     comem_device_source base;
+    char spec[PATH_MAX + 160]; /* base.spec: the canonical settings and the resolved file */
     comem_sim *sim;
     bool local; /* cuMemGetInfo-style view */
     bool owns;  /* closing the source closes the sim */
@@ -736,7 +737,10 @@ static const comem_device_source_ops k_view_ops = {view_count, view_read, view_c
 
 static comem_device_source *view(comem_sim *sim, sim_view *v, bool local)
 {
-    v->base = (comem_device_source){&k_view_ops, "sim"};
+    char canon[128];
+    comem_sim_spec_format(&sim->spec, canon, sizeof canon);
+    snprintf(v->spec, sizeof v->spec, "%s:path=%s", canon, sim->spec.path);
+    v->base = (comem_device_source){&k_view_ops, "sim", v->spec};
     v->sim = sim;
     v->local = local;
     return &v->base;

@@ -152,6 +152,24 @@ class TestSimCard(MachineCase):
         with comem.SimCard() as default:  # COMEM_DEVICE names the machine's card
             self.assertEqual(default.path, card.path)
 
+    def test_without_a_spec_the_card_is_the_coordinators(self):
+        # COMEM_DEVICE unset: SimCard() opens the card comemd serves, not a default of its own
+        saved = os.environ.pop("COMEM_DEVICE")
+        self.addCleanup(os.environ.__setitem__, "COMEM_DEVICE", saved)
+        served = comem.simcard.coordinator_card(self.m.socket)
+        self.assertEqual(served.split(":path=")[1], os.path.join(self.m.dir, "card"))
+        with comem.SimCard(socket=self.m.socket) as card:
+            self.assertEqual((card.path, card.read().total), (os.path.join(self.m.dir, "card"), CAPACITY))
+        # one that disagrees is told so, once, naming both
+        other = os.path.join(self.m.dir, "other-card")
+        with self.assertLogs("comem", "WARNING") as logs:
+            with comem.SimCard(f"sim:2GiB:path={other}", socket=self.m.socket):
+                pass
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn(other, logs.output[0])
+        self.assertIn(served, logs.output[0])
+        self.assertIsNone(comem.simcard.coordinator_card(os.path.join(self.m.dir, "nobody.sock")))
+
     def test_alloc_free_touch_release(self):
         card = self.open_card()
         card.alloc(GiB)

@@ -39,8 +39,9 @@ class DeviceMap:
         self.simulated = (not torch.cuda.is_available()) if simulated is None else simulated
         self.card: Optional[SimCard] = None
         self._by_uuid: Dict[str, int] = {}
-        if self.simulated:
-            self.card = card if card is not None else SimCard()
+        if self.simulated:  # the coordinator's own simulated card, where its status names it
+            served = ((status or {}).get("coordinator") or {}).get("card_spec")
+            self.card = card if card is not None else SimCard(served if isinstance(served, str) else None)
         elif status is not None:
             for d in status.get("devices", []):
                 self._by_uuid[str(d.get("uuid", "")).lower()] = int(d["index"])
