@@ -159,7 +159,13 @@ static json_object *device_json(comem_coord_srv *s, int d)
         add_i(p, "pid", ss->pid);
         add_s(p, "name", ss->name);
         add_s(p, "role", role_name(ss->role));
-        add_b(p, "busy", ss->busy);
+        /* busy: the process says so, or one of its holders does (a node computing with one model) */
+        bool busy = ss->busy;
+        for (size_t k = 0; k < comem_slab_slots(&s->ledger.holders) && !busy; k++) {
+            const ledger_holder *h = comem_slab_at(&s->ledger.holders, k, NULL);
+            busy = h && h->session == sid && h->busy;
+        }
+        add_b(p, "busy", busy);
         if (ss->prompt[0])
             add_s(p, "prompt", ss->prompt);
         else
