@@ -4,12 +4,29 @@ import os
 import subprocess
 import unittest
 
-from comem_cli import BIN_DIR, Machine, run
+import re
+
+from comem_cli import BIN_DIR, SOURCE_DIR, Machine, run
 
 COMMANDS = ["status", "watch", "metrics", "release", "devices", "calc", "simulate", "demo", "run"]
 
 
 class Conventions(unittest.TestCase):
+    def test_the_manuals_name_every_metric_and_variable(self):
+        # what `comem metrics` can print and what the programs read from the environment, in comem(1)/comemd(8)
+        def read(*parts):
+            with open(os.path.join(SOURCE_DIR, *parts)) as f:
+                return f.read()
+        man = read("docs", "man", "comem.1") + read("docs", "man", "comemd.8")
+        metrics = set(re.findall(r'"(comem_[a-z_]+_total)"', read("tools", "comem", "prom.c")))
+        self.assertGreater(len(metrics), 5)
+        self.assertEqual(sorted(m for m in metrics if m not in man), [])
+        code = "".join(read("tools", d, f) for d in ("comem", "comemd", "preload")
+                       for f in sorted(os.listdir(os.path.join(SOURCE_DIR, "tools", d))) if f.endswith(".c"))
+        variables = set(re.findall(r'getenv\("(COMEM_[A-Z_]+)"\)', code))
+        self.assertIn("COMEM_PRELOAD_POLICY", variables)
+        self.assertEqual(sorted(v for v in variables if v not in man), [])
+
     def test_version_on_both_binaries(self):
         v = run("--version")
         self.assertEqual(v.returncode, 0)
