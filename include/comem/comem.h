@@ -217,7 +217,7 @@ COMEM_API void comem_admit_details(comem_client *c, int64_t *need, int64_t *free
 #define COMEM_ADMIT_FREE_BEFORE 3 /* true free before asking anyone */
 #define COMEM_ADMIT_FREE_AFTER 4  /* true free after the receipts */
 #define COMEM_ADMIT_FREED 5       /* bytes others reported freed for it */
-#define COMEM_ADMIT_ASKED 6       /* holders asked */
+#define COMEM_ADMIT_ASKED 6       /* asks sent (a holder asked in two rounds counts twice) */
 #define COMEM_ADMIT_BUSY 7        /* holders that answered busy */
 #define COMEM_ADMIT_NFIGURES 8
 COMEM_API int comem_admit_figures(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,

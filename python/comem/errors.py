@@ -110,7 +110,9 @@ class Refused(Error):
         if self.need:
             detail += f" of {self.need} needed"
         if self.n_asked:
-            detail += f"; asked {self.n_asked} holder(s), {self.n_busy} busy, {self.freed} bytes freed"
+            holders = len(set(self.asked)) or self.n_asked
+            detail += (f"; {self.n_asked} ask(s) to {holders} holder(s), {self.n_busy} busy, "
+                       f"{self.freed} bytes freed")
         super().__init__(ENOSPC, call, detail)
 
 

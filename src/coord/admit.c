@@ -135,6 +135,19 @@ static void note_asked(job *j, uint64_t holder)
     j->n_asked++;
 }
 
+/* Distinct holders among the asks remembered: one holder asked in three rounds is one holder. */
+static int holders_asked(const job *j)
+{
+    int n = j->n_asked < COMEM_WIRE_MAX_ASKED ? j->n_asked : COMEM_WIRE_MAX_ASKED, distinct = 0;
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        for (int k = 0; k < i && !seen; k++)
+            seen = j->asked[k] == j->asked[i];
+        distinct += !seen;
+    }
+    return distinct;
+}
+
 static void job_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed);
 
 /* Plans (coord/plan.c) and sends the asks for an admission; returns the asks sent. */
@@ -215,8 +228,8 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
         comem_format_bytes(j->freed, fr, 32);
     }
     if (j->kind == JOB_PRESSURE) {
-        comem_info("pressure: '%s' asked %s on device %d; asked %d holder(s) (%d busy), got %s back",
-                   session_name(s, j->session), need, j->device, j->n_asked, j->n_busy, fr);
+        comem_info("pressure: '%s' asked %s on device %d; %d ask(s) to %d holder(s) (%d busy), got %s back",
+                   session_name(s, j->session), need, j->device, j->n_asked, holders_asked(j), j->n_busy, fr);
         comem_msg m = {.type = COMEM_MSG_PRESSURE_REPLY, .request_id = j->request_id};
         m.u.pressure_reply.freed = j->freed;
         m.u.pressure_reply.free_after = avail;
@@ -259,8 +272,9 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
         char sb[32] = "";
         if (!r->granted)
             comem_format_bytes(r->short_by, sb, 32);
-        comem_info("admission: '%s' needs %s on device %d, free %s; asked %d holder(s) (%d busy), got %s; %s%s%s",
-                   session_name(s, j->session), need, j->device, fb, j->n_asked, j->n_busy, fr,
+        comem_info("admission: '%s' needs %s on device %d, free %s; %d ask(s) to %d holder(s) (%d busy), got %s; "
+                   "%s%s%s",
+                   session_name(s, j->session), need, j->device, fb, j->n_asked, holders_asked(j), j->n_busy, fr,
                    r->granted ? "granted" : "refused, short by ", sb,
                    s->meas[j->device].valid ? "" : " (the device cannot be read now)");
         coord_send(s, c, &m);

@@ -152,7 +152,9 @@ class TestErrors(unittest.TestCase):
         self.assertEqual((r.status, r.short_by, r.need, r.asked, r.n_asked, r.n_busy, r.freed),
                          (errors.ENOSPC, 5, 10, ["a"], 1, 1, 2))
         self.assertEqual(str(r), "comem_admit: not enough memory (short by 5 bytes of 10 needed; "
-                                 "asked 1 holder(s), 1 busy, 2 bytes freed)")
+                                 "1 ask(s) to 1 holder(s), 1 busy, 2 bytes freed)")
+        r = comem.Refused("comem_admit", 5, need=10, asked=["a", "a", "a"], n_asked=3)
+        self.assertIn("3 ask(s) to 1 holder(s)", str(r))  # one holder asked in three rounds
         self.assertEqual(comem.Busy().status, errors.EBUSY)
         self.assertTrue(os.path.exists(comem.library_path))
 
@@ -860,7 +862,7 @@ class TestAdmission(MachineCase):
         self.assertEqual(r.asked, [hid])  # whom it asked: the one holder (n_asked counts each round's ask)
         self.assertEqual(r.n_busy, 0)
         self.assertEqual(len(holder.ask("asks")["asks"]), r.n_asked)
-        self.assertIn(f"asked {r.n_asked} holder(s)", str(r))
+        self.assertIn(f"{r.n_asked} ask(s) to 1 holder(s)", str(r))  # one holder, however many rounds
         self.assertEqual(self.entry("holder", "big")["resident"], 6 * GiB)
         self.assertEqual(self.grants(), [])
 
