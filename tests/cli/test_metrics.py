@@ -146,6 +146,28 @@ class MetricsFile(unittest.TestCase):
         self.assertEqual(m.daemon.wait(timeout=10), 0)
         self.assertEqual(one(prom_parse.parse(read(path)), "comem_up"), 0)  # stopped: down, not stale figures
 
+    def test_the_file_is_private_and_nothing_planted_is_followed(self):
+        m = Machine("sim:8GiB", metrics_interval=0.1)
+        self.addCleanup(m.close)
+        path = m.metrics_path
+        m.wait_for(lambda: os.path.exists(path), "the metrics file")
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o640)  # not every user's to read
+        # a link planted at the path: comemd leaves it (and what it points to) alone, and says so
+        victim = os.path.join(m.dir.name, "victim")
+        with open(victim, "w") as f:
+            f.write("precious\n")
+        os.unlink(path)
+        os.symlink(victim, path)
+        time.sleep(0.5)  # several intervals
+        self.assertTrue(os.path.islink(path))
+        self.assertEqual(read(victim), "precious\n")
+        self.assertEqual(sorted(os.listdir(os.path.dirname(path))), ["comem.prom"])  # no temporary left
+        os.unlink(path)  # gone: written again
+        m.wait_for(lambda: os.path.isfile(path) and not os.path.islink(path), "the metrics file again")
+        m.daemon.terminate()
+        m.daemon.wait(timeout=10)
+        self.assertIn("not this user's regular file", m.daemon.stderr.read())
+
     def test_bad_interval(self):
         with Machine("sim:8GiB") as m:
             d = subprocess.run([os.path.join(os.path.dirname(m.daemon.args[0]), "comemd"), "--metrics", "x.prom",

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "jsonout.h"
@@ -279,13 +280,20 @@ char *comem_prom_down(void)
 
 int comem_prom_write_atomic(const char *path, const char *text)
 {
+    /* What is at path must be ours to replace: not another user's file, not a link, not a folder. */
+    struct stat st;
+    if (lstat(path, &st) == 0 && (!S_ISREG(st.st_mode) || st.st_uid != getuid())) {
+        errno = S_ISREG(st.st_mode) ? EPERM : EEXIST;
+        return -1;
+    }
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 32);
     if (!tmp)
         return -1;
-    /* Same directory, so the rename cannot cross filesystems; a name the collector ignores (not *.prom). */
-    snprintf(tmp, plen + 32, "%s.%d.tmp", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* Same directory, so the rename cannot cross filesystems; a name the collector ignores (not *.prom).
+       mkstemps creates it new (O_EXCL: nothing planted there, a link included, is followed), mode 0600. */
+    snprintf(tmp, plen + 32, "%s.XXXXXX.tmp", path);
+    int fd = mkstemps(tmp, 4);
     if (fd < 0) {
         free(tmp);
         return -1;
@@ -299,7 +307,9 @@ int comem_prom_write_atomic(const char *path, const char *text)
             break;
         off += (size_t)w;
     }
-    int rc = off == n && fsync(fd) == 0 ? 0 : -1;
+    /* 0640: the collector reads it through the file's group (a setgid textfile folder gives it the
+       collector's); other users do not see every process's name. */
+    int rc = off == n && fchmod(fd, 0640) == 0 && fsync(fd) == 0 ? 0 : -1;
     int saved = errno;
     close(fd);
     if (rc == 0 && rename(tmp, path) != 0) {

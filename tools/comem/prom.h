@@ -17,8 +17,11 @@ char *comem_prom_text(json_object *status);
 char *comem_prom_down(void);
 
 /*
- * Writes text to path atomically: a temporary file in the same directory, fsync'ed,
- * then renamed over path, so a reader sees the old file or the new one, never half.
+ * Writes text to path atomically: a new temporary file in the same directory (created
+ * exclusively, so a link planted there is never followed), mode 0640, fsync'ed, then
+ * renamed over path, so a reader sees the old file or the new one, never half. A path
+ * that holds something not this user's regular file (a link, a folder, another user's
+ * file) is left alone: -1 with errno EEXIST (not a regular file) or EPERM (not ours).
  * 0, or -1 with errno set.
  */
 int comem_prom_write_atomic(const char *path, const char *text);

@@ -26,8 +26,12 @@ struct metrics_writer {
 static void write_file(metrics_writer *m, const char *text, bool *failing)
 {
     if (comem_prom_write_atomic(m->path, text) != 0) {
+        bool foreign = errno == EEXIST || errno == EPERM;
         if (!*failing)
-            comem_warn("metrics: cannot write %s: %s (trying again every %.1f s)", m->path, strerror(errno),
+            comem_warn("metrics: cannot write %s: %s (trying again every %.1f s)", m->path,
+                       foreign ? "something is there that is not this user's regular file (a link, a folder or "
+                                 "another user's file); it is left alone"
+                               : strerror(errno),
                        m->interval_s);
         *failing = true;
     } else if (*failing) {
