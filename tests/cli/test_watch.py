@@ -86,6 +86,17 @@ class WatchPiped(unittest.TestCase):
             self.assertNotIn("(q quits)", p.stdout)
             self.assertRegex(p.stdout, r"w1\s+worker\s+idle\s+1\.00 GiB")
 
+    def test_a_reader_that_goes_away_ends_it_quietly(self):
+        # comem watch | head -1: the next frame finds the pipe closed; exit 0, nothing on stderr, not 141
+        with Machine("sim:8GiB") as m:
+            p = subprocess.Popen([COMEM, "watch", "--interval", "0.05"], env=m.env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+            p.stdout.readline()
+            p.stdout.close()  # the reader is gone
+            self.assertEqual(p.wait(timeout=20), 0)
+            self.assertEqual(p.stderr.read(), b"")
+            p.stderr.close()
+
     def test_refusals(self):
         with Machine("sim:8GiB") as m:
             p = m.comem("watch", "--socket", m.socket + ".nobody", "--count", "1")

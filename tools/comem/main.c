@@ -11,6 +11,8 @@
  * `comem run [FLAGS] -- PROGRAM [ARGS]` is the one exception: what follows -- is
  * the program's own, never scanned for --help nor given the global flags.
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +128,9 @@ int main(int argc, char **argv)
             setenv("COMEM_SOCKET", socket, 1);
         return cmd_run(rest, argv + i);
     }
+    /* A reader that went away (comem metrics | head) ends the output quietly: writes fail with EPIPE
+       instead of the signal killing us (exit 141); `run` above keeps the default for its program. */
+    signal(SIGPIPE, SIG_IGN);
     if (strcmp(cmd->name, "demo-worker") != 0) {
         for (int k = i; k < argc; k++) {
             if (is_help(argv[k])) { /* --help anywhere on the line */
@@ -157,5 +162,7 @@ int main(int argc, char **argv)
         args[n++] = "--json";
     int rc = cmd->fn(n, args);
     free(args);
+    if (fflush(stdout) != 0 && errno == EPIPE)
+        return 0; /* nobody is reading any more: nothing to report to */
     return rc;
 }

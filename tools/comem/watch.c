@@ -411,6 +411,8 @@ int cmd_watch(int argc, char **argv)
     int64_t next_status = comem_now_ns() + (int64_t)every * 1000000;
     for (long frame = 0; !g_quit; frame++) {
         draw(&s, &w);
+        if (ferror(s.out)) /* the reader went away (comem watch | head): end quietly */
+            break;
         if (count > 0 && frame + 1 >= count)
             break;
         int64_t due = comem_now_ns() + (int64_t)interval * 1000000;
