@@ -261,6 +261,7 @@ COMEM_API int comem_ask_release(comem_client *c, uint64_t entry, int64_t bytes, 
 
 /* Books `bytes` of pinned RAM against the machine ceiling; COMEM_ENOSPC with *shortfall when over. */
 COMEM_API int comem_pin_acquire(comem_client *c, uint64_t holder, int64_t bytes, int64_t *shortfall);
+/* Gives back pinned RAM; COMEM_ERANGE (nothing changed) for more than the holder (0: the session) pinned. */
 COMEM_API int comem_pin_release(comem_client *c, uint64_t holder, int64_t bytes);
 
 /* ---- reserve and status ---- */

@@ -482,6 +482,8 @@ class Client:
     # ---- node boundaries ----
 
     def _busy(self, holder_id: int, busy: bool, prompt: Optional[str]) -> None:
+        if not isinstance(busy, bool):  # 'yes', 0, None: say so rather than guess
+            raise TypeError(f"busy must be True or False, not {type(busy).__name__} {busy!r}")
         p = errors.name(prompt, "prompt") if prompt is not None else None
         check(_L.comem_holder_busy(self._h(), holder_id, 1 if busy else 0, p), "comem_holder_busy")
 
@@ -584,7 +586,8 @@ class Client:
     def unpin(self, nbytes: int, holder: Optional[Holder] = None) -> None:
         """Gives back pinned host RAM booked with :meth:`pin`."""
         b = errors.size(nbytes, "bytes")
-        check(_L.comem_pin_release(self._h(), self._holder_id(holder), b), "comem_pin_release")
+        check(_L.comem_pin_release(self._h(), self._holder_id(holder), b), "comem_pin_release",
+              f"{b} bytes: more than {'the holder' if holder is not None else 'this client'} pinned")
 
     @contextlib.contextmanager
     def pinned(self, nbytes: int, holder: Optional[Holder] = None) -> Iterator[None]:

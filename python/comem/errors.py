@@ -177,6 +177,7 @@ def timeout_ms(value: Optional[float]) -> int:
         raise TypeError(f"timeout must be a number of seconds or None, not {type(value).__name__}")
     if value != value or value < 0:  # NaN compares unequal to itself
         raise ValueError(f"timeout must be a non-negative number of seconds (got {value})")
-    if value * 1000 >= 2**31 - 1:  # also infinity: the longest wait the C API takes
-        return 2**31 - 1
+    if value * 1000 > 2**31 - 1:  # infinity too: the C API's longest wait is 2^31-1 ms (24.8 days)
+        raise ValueError(f"timeout must be at most {(2**31 - 1) / 1000:.0f} seconds (got {value}); "
+                         "None waits the client's default")
     return int(value * 1000)

@@ -615,7 +615,11 @@ int comem_pin_release(comem_client *c, uint64_t holder, int64_t bytes)
         pthread_mutex_unlock(&c->lock);
         return COMEM_ENOENT;
     }
-    *pins = comem_clamp0(comem_sub(*pins, bytes));
+    if (bytes > *pins) { /* giving back more than it pinned is a caller's mistake, said, not clamped */
+        pthread_mutex_unlock(&c->lock);
+        return COMEM_ERANGE;
+    }
+    *pins = comem_sub(*pins, bytes);
     bool send = false;
     if (live) {
         *synced = comem_clamp0(comem_sub(*synced, bytes));

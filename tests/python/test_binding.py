@@ -122,7 +122,7 @@ BAD_DEVICES = [(16, ValueError), (-1, ValueError), (1 << 40, ValueError), ("0", 
                (True, TypeError)]
 BAD_NAMES = [("", ValueError), ("x" * 64, ValueError), ("a\0b", ValueError), (5, TypeError), (b"x", TypeError)]
 BAD_TIMEOUTS = [(-1, ValueError), (-0.5, ValueError), (float("nan"), ValueError), ("1", TypeError),
-                (True, TypeError)]
+                (True, TypeError), (float("inf"), ValueError), (2**31, ValueError)]
 
 
 class TestErrors(unittest.TestCase):
@@ -331,6 +331,10 @@ class TestArguments(MachineCase):
                     c.pressure(MiB, timeout=value)
                 with self.assertRaises(exc):
                     c.set_timeout(value)
+        for value in ("yes", 1, None):  # busy is a bool, not anything truthy
+            with self.subTest(busy=value):
+                with self.assertRaises(TypeError):
+                    c.set_busy(value)
         with self.assertRaises(ValueError):
             c.add_holder("h", kind="gpu")
         with self.assertRaises(TypeError):
@@ -965,7 +969,7 @@ class TestAdmission(MachineCase):
         self.assertEqual(self.m.status()["devices"][0]["free"], r.free_before + short)
         c.set_timeout(10)
         holder.ask("mode", holder="models", mode="free")
-        c.admit(GiB, timeout=float("inf")).cancel()  # the longest wait there is
+        c.admit(GiB, timeout=(2**31 - 1) / 1000).cancel()  # the longest wait there is (24.8 days)
         self.m.check_ledger(self)
 
     def test_a_holder_moving_gigabytes_is_given_the_time(self):
@@ -1380,6 +1384,11 @@ class TestOtherCalls(MachineCase):
             c.pin(ceiling)
         self.assertEqual(cm.exception.short_by, GiB)
         self.assertEqual(cm.exception.call, "comem_pin_acquire")
+        self.assertEqual(pins(), (GiB, GiB))
+        with self.assertRaises(comem.Error) as cm:  # more than it pinned: said, and nothing changes
+            c.unpin(2**62)
+        self.assertEqual(cm.exception.status, errors.ERANGE)
+        self.assertIn("more than this client pinned", str(cm.exception))
         self.assertEqual(pins(), (GiB, GiB))
         c.unpin(GiB)
         self.assertEqual(pins(), (0, 0))

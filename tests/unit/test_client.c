@@ -963,7 +963,9 @@ static void test_admit(void **state)
     MOCK_SET(g_mock, pin_grant, false);
     assert_int_equal(comem_pin_acquire(c, 0, COMEM_GIB, &shortfall), COMEM_ENOSPC);
     assert_int_equal(shortfall, 777);
-    assert_int_equal(comem_pin_release(c, h, 64 * COMEM_MIB), COMEM_OK);
+    assert_int_equal(comem_pin_release(c, h, 128 * COMEM_MIB), COMEM_ERANGE); /* more than it pinned */
+    assert_int_equal(comem_pin_release(c, h, 64 * COMEM_MIB), COMEM_OK);        /* nothing changed above */
+    assert_int_equal(comem_pin_release(c, h, 1), COMEM_ERANGE);
     assert_int_equal(comem_pin_acquire(c, 424242, 1, NULL), COMEM_ENOENT);
     assert_int_equal(comem_pin_acquire(c, h, -1, NULL), COMEM_EINVAL);
     int64_t reserve = 0, headroom = 0;
