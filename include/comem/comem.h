@@ -341,6 +341,13 @@ typedef struct comem_coord comem_coord;
 COMEM_API int comem_coord_start(const char *socket_path, const char *device_spec, comem_coord **out);
 COMEM_API void comem_coord_stop(comem_coord *coord);
 
+/*
+ * The rule every name follows (process, holder and entry names, prompt ids):
+ * well-formed UTF-8 without control characters. COMEM_OK, or COMEM_EINVAL with
+ * the rule it broke and the byte where in why (whylen 0: not written).
+ */
+COMEM_API int comem_name_check(const char *name, char *why, size_t whylen);
+
 /* The default socket path for this user (creates the private directory). */
 COMEM_API int comem_default_socket(char *buf, size_t len);
 /*

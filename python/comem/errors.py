@@ -12,6 +12,7 @@ negative (``ValueError``); a device index must name a device.
 
 from __future__ import annotations
 
+import ctypes
 import operator
 from typing import Dict, List, Optional, Sequence, Type
 
@@ -160,12 +161,18 @@ def device(value: object) -> int:
 
 
 def name(value: object, what: str = "name") -> bytes:
-    """A name as UTF-8, 1..63 bytes, without NUL."""
+    """A name as UTF-8, 1..63 bytes, following the library's name rule (no control characters)."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    b = value.encode("utf-8")
+    try:
+        b = value.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate
+        raise ValueError(f"{what} is not UTF-8 ({e.reason} at character {e.start}): {value!r}") from None
     if not b or len(b) > NAME_MAX or b"\0" in b:
         raise ValueError(f"{what} must be 1..{NAME_MAX} bytes of UTF-8 without NUL (got {value!r})")
+    why = ctypes.create_string_buffer(96)
+    if _lib.lib.comem_name_check(b, why, len(why)) != 0:
+        raise ValueError(f"{what} {value!r}: {why.value.decode()}")
     return b
 
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/name.h"
 #include "base/rundir.h"
 #include "base/token.h"
 #include "client/client_internal.h"
@@ -143,7 +144,7 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
     *out = NULL;
     if (!name)
         name = "";
-    if (role < COMEM_CLIENT_HOST || role > COMEM_CLIENT_TOOL || strlen(name) >= COMEM_WIRE_NAME_MAX ||
+    if (role < COMEM_CLIENT_HOST || role > COMEM_CLIENT_TOOL || strlen(name) >= COMEM_WIRE_NAME_MAX || comem_name_check(name, NULL, 0) != COMEM_OK ||
         (flags & ~(COMEM_OPEN_EMBED | COMEM_OPEN_NO_LOCAL)))
         return COMEM_EINVAL;
     char token[COMEM_TOKEN_MAX + 1], err[160];

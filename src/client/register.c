@@ -14,12 +14,14 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/name.h"
 #include "client/client_internal.h"
 
 #define ANSWER_FLAGS (COMEM_ANSWERS_RELEASE | COMEM_ANSWERS_IDLE | COMEM_ANSWERS_PINS)
 #define HOLDER_FLAGS (ANSWER_FLAGS | COMEM_RELEASES_WHILE_BUSY)
 
-static bool name_ok(const char *s) { return !s || strlen(s) < COMEM_WIRE_NAME_MAX; }
+/* NULL (no name) or a name the coordinator takes: short enough, and base/name.h's rule. */
+static bool name_ok(const char *s) { return !s || (strlen(s) < COMEM_WIRE_NAME_MAX && comem_name_check(s, NULL, 0) == 0); }
 
 static void put_name(char *dst, const char *src) { snprintf(dst, COMEM_WIRE_NAME_MAX, "%s", src ? src : ""); }
 

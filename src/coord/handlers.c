@@ -5,9 +5,21 @@
 
 #include "base/bytes.h"
 #include "base/log.h"
+#include "base/name.h"
 #include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
+
+/* A name in a request that breaks base/name.h's rule: refused, saying which rule and where. */
+static bool name_refused(comem_coord_srv *s, conn *c, uint32_t rid, const char *what, const char *name)
+{
+    char why[64], text[COMEM_WIRE_TEXT_MAX];
+    if (comem_name_check(name, why, sizeof why) == COMEM_OK)
+        return false;
+    snprintf(text, sizeof text, "%s: %s", what, why);
+    coord_reply(s, c, rid, COMEM_EINVAL, text);
+    return true;
+}
 
 static void reply_id(comem_coord_srv *s, conn *c, uint32_t rid, uint64_t id)
 {
@@ -38,6 +50,8 @@ static void on_devices(comem_coord_srv *s, conn *c, uint32_t rid)
 static void on_holder_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_holder_add *h)
 {
     uint64_t id;
+    if (name_refused(s, c, rid, "holder name", h->name))
+        return;
     int rc = comem_ledger_holder_add(&s->ledger, c->session, h->device, h->kind, h->flags, h->name, coord_now_s(s),
                                      &id);
     if (rc != COMEM_OK) {
@@ -56,6 +70,8 @@ static void on_holder_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem
 static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_entry_add *e)
 {
     uint64_t id;
+    if (name_refused(s, c, rid, "entry name", e->name))
+        return;
     int rc = comem_ledger_entry_add(&s->ledger, c->session, e->holder_id, e->name, e->size, e->resident,
                                     (e->flags & COMEM_ENTRY_DYNAMIC) != 0, comem_now_ns(), &id);
     if (rc != COMEM_OK) {
@@ -115,6 +131,8 @@ static void on_grant_done(comem_coord_srv *s, conn *c, uint32_t rid, const comem
 
 static void on_activity(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_activity *a)
 {
+    if (name_refused(s, c, rid, "prompt", a->prompt))
+        return;
     int rc = comem_ledger_activity(&s->ledger, c->session, a->holder_id, a->busy != 0, a->prompt, coord_now_s(s));
     ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
     if (rc == COMEM_OK && ss && a->holder_id == 0 && !a->busy && !a->prompt[0])

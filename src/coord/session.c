@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/name.h"
 #include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
@@ -71,6 +72,14 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
         coord_reply(s, c, request_id, COMEM_EPROTO, "protocol version not supported");
         c->closing = true;
         return COMEM_EPROTO;
+    }
+    char why[64], text[COMEM_WIRE_TEXT_MAX];
+    if (comem_name_check(h->name, why, sizeof why) != COMEM_OK) { /* never logged or printed raw */
+        comem_warn("refused pid %d: its process name breaks the name rule (%s)", (int)c->pid, why);
+        snprintf(text, sizeof text, "process name: %s", why);
+        coord_reply(s, c, request_id, COMEM_EINVAL, text);
+        c->closing = true;
+        return COMEM_EINVAL;
     }
     if (s->cfg.token[0] && !token_equal(s->cfg.token, h->token)) {
         comem_warn("refused pid %d ('%s'): bad token", (int)c->pid, h->name);

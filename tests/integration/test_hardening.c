@@ -423,6 +423,61 @@ static bool line_with(const char *text, const char *needle, char *line, size_t l
     return true;
 }
 
+/* ---- names: UTF-8 without control characters, refused at the boundary with the rule they broke ---- */
+
+static void test_names_that_break_the_rule_are_refused(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:8GiB");
+    h_start(h, NULL);
+    /* a process name that would set a terminal's title and ring its bell */
+    int fd = raw_connect(h->sock);
+    assert_true(fd >= 0);
+    int status = 0;
+    assert_int_equal(raw_hello(fd, COMEM_ROLE_WORKER, "w\033]0;owned\007", NULL, &status), COMEM_MSG_REPLY);
+    assert_int_equal(status, COMEM_EINVAL);
+    close(fd);
+    /* a holder name that is not UTF-8, an entry name with a line break, a prompt with an escape */
+    fd = raw_session(h, COMEM_ROLE_WORKER, "w");
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_HOLDER_ADD;
+    g_m.u.holder_add.kind = COMEM_HOLDER_MODELS;
+    snprintf(g_m.u.holder_add.name, sizeof g_m.u.holder_add.name, "mod\xc3" "(els");
+    assert_int_equal(raw_call(fd, &g_m, 2, &g_r), COMEM_MSG_REPLY);
+    assert_int_equal(g_r.u.reply.status, COMEM_EINVAL);
+    assert_non_null(strstr(g_r.u.reply.message, "holder name: not UTF-8 at byte 3"));
+    uint64_t holder = raw_holder(fd, 0);
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_ENTRY_ADD;
+    g_m.u.entry_add.holder_id = holder;
+    g_m.u.entry_add.size = MIB;
+    snprintf(g_m.u.entry_add.name, sizeof g_m.u.entry_add.name, "a\nforged log line");
+    assert_int_equal(raw_call(fd, &g_m, 3, &g_r), COMEM_MSG_REPLY);
+    assert_int_equal(g_r.u.reply.status, COMEM_EINVAL);
+    assert_non_null(strstr(g_r.u.reply.message, "entry name: a control character (U+000A) at byte 1"));
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_ACTIVITY;
+    g_m.u.activity.busy = 1;
+    snprintf(g_m.u.activity.prompt, sizeof g_m.u.activity.prompt, "p\033[2J");
+    assert_int_equal(raw_call(fd, &g_m, 4, &g_r), COMEM_MSG_REPLY);
+    assert_int_equal(g_r.u.reply.status, COMEM_EINVAL);
+    /* the session stays served: a good entry is taken, and the status is valid JSON */
+    int st = -1;
+    assert_true(raw_entry(fd, holder, MIB, 0, &st) != 0);
+    close(fd);
+    /* the library refuses the same names before sending them */
+    comem_client *c = NULL;
+    assert_int_equal(comem_client_open(h->sock, COMEM_CLIENT_WORKER, "bad\x7fname", -1, COMEM_OPEN_NO_LOCAL, &c),
+                     COMEM_EINVAL);
+    char why[64];
+    assert_int_equal(comem_name_check("caf\xc3\xa9 \xe2\x9c\x93" "", why, sizeof why), COMEM_OK); /* UTF-8 is fine */
+    assert_int_equal(comem_name_check("\xc0\xaf", why, sizeof why), COMEM_EINVAL); /* overlong "/" */
+    assert_string_equal(why, "not UTF-8 at byte 0");
+    assert_int_equal(comem_name_check("x\xc2\x9b", why, sizeof why), COMEM_EINVAL); /* C1 CSI */
+    assert_string_equal(why, "a control character (U+009B) at byte 1");
+    assert_int_equal(comem_name_check("\xed\xa0\x80", why, sizeof why), COMEM_EINVAL); /* a surrogate */
+}
+
 static void test_long_token_refused_by_comemd_and_client(void **s)
 {
     harness *h = *s;
@@ -995,6 +1050,7 @@ int main(void)
         MP_TEST(test_pipelined_admissions_are_bounded),
         MP_TEST(test_silent_connections_do_not_lock_out),
         MP_TEST(test_stopped_lock_holder_does_not_freeze_the_loop),
+        MP_TEST(test_names_that_break_the_rule_are_refused),
         MP_TEST(test_long_token_refused_by_comemd_and_client),
         MP_TEST(test_idle_seconds_one_parser),
         MP_TEST(test_grant_done_after_restart_keeps_its_bytes),

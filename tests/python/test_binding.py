@@ -120,7 +120,9 @@ BAD_SIZES = [(-1, ValueError), (-(1 << 40), ValueError), (1 << 63, ValueError), 
              ([1], TypeError)]
 BAD_DEVICES = [(16, ValueError), (-1, ValueError), (1 << 40, ValueError), ("0", TypeError), (0.0, TypeError),
                (True, TypeError)]
-BAD_NAMES = [("", ValueError), ("x" * 64, ValueError), ("a\0b", ValueError), (5, TypeError), (b"x", TypeError)]
+BAD_NAMES = [("", ValueError), ("x" * 64, ValueError), ("a\0b", ValueError), (5, TypeError), (b"x", TypeError),
+             ("\x1b]0;title\x07", ValueError), ("two\nlines", ValueError), ("cr\r", ValueError),
+             ("c1\x9b", ValueError), ("\udcff", ValueError)]  # escapes, line breaks, C1, a lone surrogate
 BAD_TIMEOUTS = [(-1, ValueError), (-0.5, ValueError), (float("nan"), ValueError), ("1", TypeError),
                 (True, TypeError), (float("inf"), ValueError), (2**31, ValueError)]
 
