@@ -48,7 +48,11 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     int deadline_ms = ask_deadline_ms(s, h, holder, bytes);
     *a = (ask){.session = h->session, .holder = holder, .kind = kind, .device = h->device, .bytes = bytes,
                .deadline_ns = comem_now_ns() + (int64_t)deadline_ms * 1000000, .done = done,
-               .owner = owner, .report_seq = h->census_seq};
+               .owner = owner, .report_seq = h->census_seq,
+               .held = kind == COMEM_ASK_PINS
+                           ? h->pinned
+                           : comem_add(comem_ledger_session_resident(&s->ledger, h->session, holder, h->device),
+                                       comem_clamp0(h->overhead))};
     comem_msg m = {.type = COMEM_MSG_ASK, .request_id = 0};
     comem_msg_ask *w = &m.u.ask;
     w->ask_id = id;
@@ -143,16 +147,24 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
     ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
     if (h)
         h->unanswered_until_ns = 0; /* it answers again */
+    int64_t freed = r->outcome == COMEM_RECEIPT_DONE ? comem_clamp0(r->freed) : 0;
+    if (freed > a->held) { /* a holder cannot give back more than it held: believed up to that */
+        if (h && h->receipts_over++ == 0)
+            comem_warn("holder '%s' (pid %d) said it freed %lld bytes, more than the %lld it held; counted as %lld "
+                       "(its later receipts are bounded the same way)",
+                       h->name, (int)c->pid, (long long)freed, (long long)a->held, (long long)a->held);
+        freed = a->held;
+    }
     if (r->n > 0) {
         int rc = comem_ledger_census(&s->ledger, c->session, a->holder, 0, 0, 0, 0, r->items, r->n, comem_now_ns(), NULL);
         if (rc != COMEM_OK)
             comem_warn("receipt residency from pid %d refused: %s", (int)c->pid, comem_status_str(rc));
     }
     int64_t generic_bytes;
-    if (h && r->outcome == COMEM_RECEIPT_DONE && r->freed > 0 && a->kind == COMEM_ASK_RELEASE &&
+    if (h && freed > 0 && a->kind == COMEM_ASK_RELEASE &&
         h->census_seq == a->report_seq && coord_generic_holder(&s->ledger, a->holder, h, &generic_bytes))
-        h->overhead = comem_clamp0(comem_sub(generic_bytes, r->freed)); /* no report since the ask: the receipt */
-    settle(s, r->ask_id, a, r->outcome, r->outcome == COMEM_RECEIPT_DONE ? r->freed : 0);
+        h->overhead = comem_clamp0(comem_sub(generic_bytes, freed)); /* no report since the ask: the receipt */
+    settle(s, r->ask_id, a, r->outcome, freed);
 }
 
 void coord_asks_tick(comem_coord_srv *s, int64_t now_ns)

@@ -142,6 +142,7 @@ typedef struct ask {
     uint64_t entry;
     int64_t entry_before; /* the entry's residency when asked: what comes back if its process ends */
     uint64_t report_seq;  /* the holder's census sequence when asked: a newer report supersedes the receipt */
+    int64_t held;         /* what the ledger says the holder held when asked: a receipt can free no more */
 } ask;
 
 /* Overcommit on a WDDM card (coord/spill.c): the current excess and its last start. */

@@ -98,6 +98,7 @@ typedef struct ledger_holder {
     double idle_since; /* seconds on the coordinator's clock */
     char last_prompt[COMEM_LEDGER_NAME_MAX];
     int64_t unanswered_until_ns; /* it let an ask pass its deadline: not asked again before this */
+    uint32_t receipts_over; /* receipts that claimed more than it held (counted as what it held) */
 } ledger_holder;
 
 typedef struct ledger_entry {

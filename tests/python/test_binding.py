@@ -853,6 +853,26 @@ class TestAdmission(MachineCase):
         g.cancel()
         self.m.check_ledger(self)
 
+    def test_a_receipt_frees_no_more_than_its_holder_held(self):
+        # a holder that frees nothing and says it freed 1 TiB: counted as the 6 GiB it held, and flagged
+        holder = self.child("holder")
+        holder.ask("hold", holder="models", entry="big", mib=6144, mode="lie")
+        free = FREE0 - CONTEXT - 6 * GiB
+        c = self.client()
+        with self.assertRaises(comem.Refused) as cm:  # the card did not move: re-measured, refused
+            c.admit(GiB)
+        r = cm.exception
+        self.assertEqual((r.free_before, r.free_after), (free, free))
+        self.assertGreater(r.n_asked, 0)
+        self.assertEqual(r.freed, r.n_asked * 6 * GiB)  # each receipt counted as what it held, not 1 TiB
+        st = self.m.status()
+        h = next(h for h in self.process("holder")["holders"] if h["name"] == "models")
+        self.assertEqual(h["receipts_over"], len(holder.ask("asks")["asks"]))
+        self.assertEqual(h["receipts_over"], r.n_asked)
+        self.assertEqual(st["counters"]["bytes_freed"], r.n_asked * 6 * GiB)
+        self.assertIn("more than the", self.m.comemd_log())
+        self.m.check_ledger(self)
+
     def test_refused_after_asking(self):
         holder = self.child("holder")
         holder.ask("hold", holder="models", entry="big", mib=6144, mode="zero")

@@ -9,6 +9,7 @@ Commands (one JSON line each; see _driver.py):
       holder's release callback answers (in "free" and "slow", a "pins" ask unpins what it asks for):
         "free"   frees what it was asked (up to what it holds) and reports the new residency
         "zero"   frees nothing (answers 0 bytes)
+        "lie"    frees nothing and answers 2**40 bytes freed
         "busy"   raises comem.Busy
         "raise"  raises RuntimeError (the binding logs it and answers 0 bytes)
         "slow"   waits for go(), then frees like "free"
@@ -67,6 +68,8 @@ def on_release(ask):
         raise RuntimeError("this holder's callback fails on purpose")
     if mode == "zero":
         return 0
+    if mode == "lie":
+        return 1 << 40
     if mode == "slow":
         go_event.wait(60)
     if ask.holder.name in raw_pools:
