@@ -51,6 +51,17 @@ install(CODE "
     set(_bindir \"\${CMAKE_INSTALL_PREFIX}/\${_bindir}\")
   endif()
   set(COMEM_COMEMD_PATH \"\${_bindir}/comemd\")
+  # man: pages are found only on man's search path (/usr, /usr/local); elsewhere the unit names the
+  # installed pages by file, so systemd-analyze verify and systemctl help find them as they are.
+  set(_mandir \"${CMAKE_INSTALL_MANDIR}\")
+  if(NOT IS_ABSOLUTE \"\${_mandir}\")
+    set(_mandir \"\${CMAKE_INSTALL_PREFIX}/\${_mandir}\")
+  endif()
+  if(\"\${CMAKE_INSTALL_PREFIX}\" STREQUAL \"/usr\" OR \"\${CMAKE_INSTALL_PREFIX}\" STREQUAL \"/usr/local\")
+    set(COMEM_UNIT_DOCS \"man:comemd(8) man:comem(1)\")
+  else()
+    set(COMEM_UNIT_DOCS \"file://\${_mandir}/man8/comemd.8 file://\${_mandir}/man1/comem.1\")
+  endif()
   configure_file(\"${CMAKE_SOURCE_DIR}/docs/comemd.service.in\" \"${CMAKE_BINARY_DIR}/comemd.service\" @ONLY)
 ")
 install(FILES ${CMAKE_BINARY_DIR}/comemd.service DESTINATION ${COMEM_SYSTEMD_USER_DIR})
