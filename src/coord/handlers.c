@@ -302,7 +302,8 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
         coord_release(s, c, rid, &m->u.release);
         break;
     case COMEM_MSG_GOODBYE:
-        c->goodbye = true; /* EOF follows */
+        c->goodbye = true; /* a clean end, not a death; EOF follows, and nothing more is served */
+        coord_session_end(s, c, "goodbye");
         break;
     case COMEM_MSG_BOOKED:
         break; /* the wake-up is the point: this turn's end reconciles the area */

@@ -242,6 +242,10 @@ static void consume(comem_coord_srv *s, conn *c)
             break;
         }
         off += COMEM_WIRE_HEADER_SIZE + h.length;
+        if (c->goodbye) { /* the session ended when it said so: nothing after that is served */
+            protocol_error(s, c, h.request_id, "a request after GOODBYE");
+            break;
+        }
         if (!c->session && s->msg.type != COMEM_MSG_HELLO) {
             protocol_error(s, c, h.request_id, "the first frame must be HELLO");
             break;

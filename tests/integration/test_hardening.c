@@ -478,6 +478,38 @@ static void test_names_that_break_the_rule_are_refused(void **s)
     assert_int_equal(comem_name_check("\xed\xa0\x80", why, sizeof why), COMEM_EINVAL); /* a surrogate */
 }
 
+/* ---- GOODBYE ends the session: nothing after it is served ---- */
+
+static void test_nothing_is_served_after_goodbye(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:8GiB");
+    h_start(h, NULL);
+    int fd = raw_session(h, COMEM_ROLE_WORKER, "leaver");
+    uint64_t holder = raw_holder(fd, 0);
+    assert_true(holder != 0);
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_GOODBYE;
+    assert_true(raw_send(fd, &g_m));
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_HOLDER_ADD;
+    g_m.u.holder_add.kind = COMEM_HOLDER_MODELS;
+    snprintf(g_m.u.holder_add.name, sizeof g_m.u.holder_add.name, "late");
+    assert_int_equal(raw_call(fd, &g_m, 9, &g_r), COMEM_MSG_REPLY);
+    assert_int_equal(g_r.u.reply.status, COMEM_EPROTO);
+    assert_non_null(strstr(g_r.u.reply.message, "after GOODBYE"));
+    close(fd);
+    /* its session is gone, its holder with it, and a clean end is not a death */
+    comem_client *c = NULL;
+    assert_int_equal(comem_client_open(h->sock, COMEM_CLIENT_TOOL, "look", -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
+    char *json = NULL;
+    assert_int_equal(comem_status_json(c, &json), COMEM_OK);
+    assert_null(strstr(json, "leaver"));
+    assert_non_null(strstr(json, "\"sessions_died\":0"));
+    comem_free(json);
+    comem_client_close(c);
+}
+
 static void test_long_token_refused_by_comemd_and_client(void **s)
 {
     harness *h = *s;
@@ -1062,6 +1094,7 @@ int main(void)
         MP_TEST(test_silent_connections_do_not_lock_out),
         MP_TEST(test_stopped_lock_holder_does_not_freeze_the_loop),
         MP_TEST(test_names_that_break_the_rule_are_refused),
+        MP_TEST(test_nothing_is_served_after_goodbye),
         MP_TEST(test_long_token_refused_by_comemd_and_client),
         MP_TEST(test_idle_seconds_one_parser),
         MP_TEST(test_grant_done_after_restart_keeps_its_bytes),

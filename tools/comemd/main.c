@@ -27,13 +27,16 @@
 #define COMEM_VERSION "0.1.0"
 #endif
 
-static comem_coord_srv *g_srv;
+static comem_coord_srv *volatile g_srv;
+static volatile sig_atomic_t g_stop_asked; /* a signal before the coordinator existed */
 
 static void on_signal(int sig)
 {
     (void)sig;
-    if (g_srv)
-        comem_coord_request_stop(g_srv); /* an eventfd write: async-signal-safe */
+    g_stop_asked = 1;
+    comem_coord_srv *srv = g_srv;
+    if (srv)
+        comem_coord_request_stop(srv); /* an eventfd write: async-signal-safe */
 }
 
 static void usage(FILE *f)
@@ -147,7 +150,18 @@ int main(int argc, char **argv)
         }
     }
     raise_fd_limit();
-    int rc = comem_coord_create(&cfg, &g_srv);
+    /* Before the socket exists: a SIGTERM the moment it listens still removes it (a service manager,
+       or a test, that stops a daemon it just saw answer). */
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    comem_coord_srv *srv = NULL;
+    int rc = comem_coord_create(&cfg, &srv);
+    g_srv = srv;
+    if (rc == COMEM_OK && g_stop_asked)
+        comem_coord_request_stop(srv); /* asked while it was starting: run returns at once, cleaning up */
     if (rc == COMEM_EEXIST) {
         comem_error("another coordinator already runs on %s", cfg.socket_path[0] ? cfg.socket_path : "the default socket");
         return 1;
@@ -158,20 +172,17 @@ int main(int argc, char **argv)
         comem_error("cannot start: %s", comem_status_str(rc));
         return 1;
     }
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    metrics_writer *mw = metrics_path ? metrics_writer_start(comem_coord_socket(g_srv), metrics_path, metrics_interval)
+    metrics_writer *mw = metrics_path ? metrics_writer_start(comem_coord_socket(srv), metrics_path, metrics_interval)
                                       : NULL;
     if (metrics_path && !mw) {
-        comem_coord_destroy(g_srv);
+        g_srv = NULL; /* no signal reaches a destroyed coordinator */
+        comem_coord_destroy(srv);
         return 1;
     }
-    rc = comem_coord_run(g_srv);
+    rc = comem_coord_run(srv);
     metrics_writer_stop(mw); /* before the coordinator goes: its last snapshot, then comem_up 0 */
     comem_info("coordinator: shutting down");
-    comem_coord_destroy(g_srv);
+    g_srv = NULL; /* no signal reaches a destroyed coordinator */
+    comem_coord_destroy(srv);
     return rc == COMEM_OK ? 0 : 1;
 }
