@@ -25,6 +25,17 @@ static int index_of_uuid(const comem_coord_srv *s, const char *uuid)
     return -1;
 }
 
+/* True when the session has a holder on coordinator device d. */
+static bool holds_on(const comem_coord_srv *s, uint64_t session, int d)
+{
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
+        const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, NULL);
+        if (h && h->session == session && h->device == d)
+            return true;
+    }
+    return false;
+}
+
 void coord_device_map(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_device_map *m)
 {
     const ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
@@ -40,6 +51,15 @@ void coord_device_map(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg
                      (unsigned)it->ordinal);
             comem_warn("'%s' (pid %d) names a card the coordinator does not read: its device %u is %s", who,
                        (int)c->pid, (unsigned)it->ordinal, it->uuid);
+            continue;
+        }
+        int was = coord_device_in(c, it->ordinal); /* the card this ordinal names now */
+        if (was != d && holds_on(s, c->session, was)) {
+            /* its holders stay where they were registered: moving the name under them would book new
+               bytes on one card for entries on another */
+            rc = COMEM_EBUSY;
+            snprintf(why, sizeof why, "its device %u already names card %d, where it has holders; not remapped",
+                     (unsigned)it->ordinal, was);
             continue;
         }
         c->devmap[it->ordinal] = (uint8_t)(d + 1);

@@ -510,6 +510,41 @@ static void test_nothing_is_served_after_goodbye(void **s)
     comem_client_close(c);
 }
 
+/* ---- a device map cannot move an ordinal out from under the holders registered on it ---- */
+
+static void test_a_device_map_does_not_move_registered_holders(void **s)
+{
+    harness *h = *s;
+    h_init(h, "sim:2x8GiB");
+    h_start(h, NULL);
+    int fd = raw_session(h, COMEM_ROLE_WORKER, "mapper");
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_DEVICES;
+    assert_int_equal(raw_call(fd, &g_m, 2, &g_r), COMEM_MSG_DEVICES_REPLY);
+    assert_int_equal(g_r.u.devices_reply.n, 2);
+    char uuid0[COMEM_WIRE_TEXT_MAX], uuid1[COMEM_WIRE_TEXT_MAX];
+    snprintf(uuid0, sizeof uuid0, "%s", g_r.u.devices_reply.devices[0].uuid);
+    snprintf(uuid1, sizeof uuid1, "%s", g_r.u.devices_reply.devices[1].uuid);
+    assert_true(raw_holder(fd, 0) != 0); /* on its device 0: card 0 */
+    /* its device 0 named card 1 now: refused, its holder stays on card 0 */
+    memset(&g_m, 0, sizeof g_m);
+    g_m.type = COMEM_MSG_DEVICE_MAP;
+    g_m.u.device_map.n = 1;
+    g_m.u.device_map.items[0].ordinal = 0;
+    snprintf(g_m.u.device_map.items[0].uuid, sizeof g_m.u.device_map.items[0].uuid, "%s", uuid1);
+    assert_int_equal(raw_call(fd, &g_m, 3, &g_r), COMEM_MSG_REPLY);
+    assert_int_equal(g_r.u.reply.status, COMEM_EBUSY);
+    assert_non_null(strstr(g_r.u.reply.message, "where it has holders"));
+    /* the same card again, and an ordinal with nothing on it, are taken */
+    snprintf(g_m.u.device_map.items[0].uuid, sizeof g_m.u.device_map.items[0].uuid, "%s", uuid0);
+    assert_int_equal(raw_call(fd, &g_m, 4, &g_r), COMEM_MSG_REPLY);
+    assert_int_equal(g_r.u.reply.status, COMEM_OK);
+    g_m.u.device_map.items[0].ordinal = 1;
+    assert_int_equal(raw_call(fd, &g_m, 5, &g_r), COMEM_MSG_REPLY);
+    assert_int_equal(g_r.u.reply.status, COMEM_OK);
+    close(fd);
+}
+
 static void test_long_token_refused_by_comemd_and_client(void **s)
 {
     harness *h = *s;
@@ -1095,6 +1130,7 @@ int main(void)
         MP_TEST(test_stopped_lock_holder_does_not_freeze_the_loop),
         MP_TEST(test_names_that_break_the_rule_are_refused),
         MP_TEST(test_nothing_is_served_after_goodbye),
+        MP_TEST(test_a_device_map_does_not_move_registered_holders),
         MP_TEST(test_long_token_refused_by_comemd_and_client),
         MP_TEST(test_idle_seconds_one_parser),
         MP_TEST(test_grant_done_after_restart_keeps_its_bytes),
