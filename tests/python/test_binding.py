@@ -33,6 +33,7 @@ CAPACITY = 8 * GiB
 DRIVER_RESERVED = 256 * MiB
 CONTEXT = 300 * MiB                  # the card's per-process context cost
 FREE0 = CAPACITY - DRIVER_RESERVED   # what NVML reads as free on the idle card
+HELD = 2 * GiB                       # TestCallbacks: what each holder says is resident of its 4 GiB entry
 RESERVE = 400 * MiB                  # comemd's default reserve (ComfyUI's EXTRA_RESERVED_VRAM on Linux)
 FLOOR = 300 * MiB                    # COMEM_CONTEXT_FLOOR: added for a requester with no context yet
 PAGER_HEADROOM = 256 * MiB           # the pager headroom the coordinator forwards by default
@@ -1152,8 +1153,10 @@ class TestCallbacks(MachineCase):
     def setUp(self):
         super().setUp()
         self.filler = self.child("filler")
-        self.filler.ask("fill", mib=6144)  # the card is short for everything below
-        self.free = FREE0 - CONTEXT - 6 * GiB
+        # the card is short for everything below; what the holders below say they hold fits beside the
+        # filler once the coordinator has measured it (the ledger refuses residency the card cannot have)
+        self.filler.ask("fill", mib=5120)
+        self.free = FREE0 - CONTEXT - 5 * GiB
         self.short = need(GiB) - self.free  # what an admission of 1 GiB asks for
         self.requester = self.client("requester")
         self.holding = self.client("holding")
@@ -1177,7 +1180,7 @@ class TestCallbacks(MachineCase):
         def register():  # the holder is made on a thread of its own
             made["thread"] = threading.get_ident()
             made["holder"] = self.holding.add_holder("models", on_release=on_release)
-            made["entry"] = made["holder"].add_entry("m", 4 * GiB, 4 * GiB)
+            made["entry"] = made["holder"].add_entry("m", 4 * GiB, HELD)
 
         t = threading.Thread(target=register)
         t.start()
@@ -1202,13 +1205,13 @@ class TestCallbacks(MachineCase):
         self.assertEqual(len(first.plan), 1)
         self.assertIs(first.plan[0][0], e)
         self.assertEqual(first.plan[0][1], self.short)
-        self.assertEqual(e.resident, 4 * GiB - r.freed)
-        self.assertEqual(self.entry("holding", "m")["resident"], 4 * GiB - r.freed)
+        self.assertEqual(e.resident, HELD - r.freed)
+        self.assertEqual(self.entry("holding", "m")["resident"], HELD - r.freed)
         self.m.check_ledger(self)
 
     def test_busy_raised_by_the_only_holder_is_a_refusal(self):
         h = self.holding.add_holder("models", on_release=lambda a: (_ for _ in ()).throw(comem.Busy()))
-        h.add_entry("m", 4 * GiB, 4 * GiB)
+        h.add_entry("m", 4 * GiB, HELD)
         hid = self.holder_id("holding", "models")
         r = self.admit()
         self.assertIsInstance(r, comem.Refused)
@@ -1228,7 +1231,7 @@ class TestCallbacks(MachineCase):
             return 256 * MiB
 
         h = self.holding.add_holder("flaky", on_release=on_release)
-        h.add_entry("m", 4 * GiB, 4 * GiB)
+        h.add_entry("m", 4 * GiB, HELD)
         hid = self.holder_id("holding", "flaky")
         with self.assertLogs("comem", "ERROR") as logs:
             r = self.admit()
@@ -1270,7 +1273,7 @@ class TestCallbacks(MachineCase):
         fn = make()
         ref = weakref.ref(fn)
         h = self.holding.add_holder("models", on_release=fn)
-        h.add_entry("m", 4 * GiB, 4 * GiB)
+        h.add_entry("m", 4 * GiB, HELD)
         del fn
         gc.collect()
         self.assertIsNotNone(ref())
@@ -1280,7 +1283,7 @@ class TestCallbacks(MachineCase):
         # lambdas too
         h2 = self.holding.add_holder("lam", on_release=lambda a, box=[]: box.append(a) or 0)
         lref = weakref.ref(h2.callback)
-        h2.add_entry("l", GiB, GiB)
+        h2.add_entry("l", GiB, 256 * MiB)
         gc.collect()
         self.assertIsNotNone(lref())
         # Removed, the holder is not asked any more, and once dropped its callable goes with it.
@@ -1308,7 +1311,7 @@ class TestCallbacks(MachineCase):
 
         ladder = Ladder()
         h = self.holding.add_holder("ladder", on_release=ladder)
-        h.add_entry("m", 4 * GiB, 4 * GiB)
+        h.add_entry("m", 4 * GiB, HELD)
         self.assertIs(h.callback, ladder)
         self.assertEqual(self.process("holding")["holders"][0]["answers"], ["release", "idle"])
         r = self.admit()
@@ -1322,7 +1325,7 @@ class TestCallbacks(MachineCase):
             return GiB
 
         h = self.holding.add_holder("models", on_release=on_release)
-        h.add_entry("m", 4 * GiB, 4 * GiB)
+        h.add_entry("m", 4 * GiB, HELD)
         with self.assertLogs("comem", "ERROR") as logs:
             r = self.admit()
         self.assertEqual(r.freed, 0)
