@@ -141,9 +141,10 @@ class MetricsFile(unittest.TestCase):
                    "the file to show the admission")
         fams = prom_parse.parse(read(path))
         self.assertEqual(one(fams, "comem_session_resident_bytes", process="w1"), GiB)
-        self.assertEqual(os.listdir(os.path.dirname(path)), ["comem.prom"])  # no temporary file left
         m.daemon.terminate()
         self.assertEqual(m.daemon.wait(timeout=10), 0)
+        # stopped (not while it writes, every 0.1 s): no temporary file left beside the file
+        self.assertEqual(os.listdir(os.path.dirname(path)), ["comem.prom"])
         self.assertEqual(one(prom_parse.parse(read(path)), "comem_up"), 0)  # stopped: down, not stale figures
 
     def test_the_file_is_private_and_nothing_planted_is_followed(self):
@@ -161,11 +162,11 @@ class MetricsFile(unittest.TestCase):
         time.sleep(0.5)  # several intervals
         self.assertTrue(os.path.islink(path))
         self.assertEqual(read(victim), "precious\n")
-        self.assertEqual(sorted(os.listdir(os.path.dirname(path))), ["comem.prom"])  # no temporary left
         os.unlink(path)  # gone: written again
         m.wait_for(lambda: os.path.isfile(path) and not os.path.islink(path), "the metrics file again")
         m.daemon.terminate()
         m.daemon.wait(timeout=10)
+        self.assertEqual(sorted(os.listdir(os.path.dirname(path))), ["comem.prom"])  # no temporary left
         self.assertIn("not this user's regular file", m.daemon.stderr.read())
 
     def test_bad_interval(self):
