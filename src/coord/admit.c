@@ -222,14 +222,16 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
 {
     conn *c = j->requester;
     char need[32] = "", fb[32] = "", fr[32] = "";
+    int holders = 0;
     if (comem_log_enabled(COMEM_LOG_INFO)) { /* formatting costs more than the decision itself */
         comem_format_bytes(j->need, need, 32);
         comem_format_bytes(j->free_before, fb, 32);
         comem_format_bytes(j->freed, fr, 32);
+        holders = holders_asked(j);
     }
     if (j->kind == JOB_PRESSURE) {
         comem_info("pressure: '%s' asked %s on device %d; %d ask(s) to %d holder(s) (%d busy), got %s back",
-                   session_name(s, j->session), need, j->device, j->n_asked, holders_asked(j), j->n_busy, fr);
+                   session_name(s, j->session), need, j->device, j->n_asked, holders, j->n_busy, fr);
         comem_msg m = {.type = COMEM_MSG_PRESSURE_REPLY, .request_id = j->request_id};
         m.u.pressure_reply.freed = j->freed;
         m.u.pressure_reply.free_after = avail;
@@ -274,7 +276,7 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
             comem_format_bytes(r->short_by, sb, 32);
         comem_info("admission: '%s' needs %s on device %d, free %s; %d ask(s) to %d holder(s) (%d busy), got %s; "
                    "%s%s%s",
-                   session_name(s, j->session), need, j->device, fb, j->n_asked, holders_asked(j), j->n_busy, fr,
+                   session_name(s, j->session), need, j->device, fb, j->n_asked, holders, j->n_busy, fr,
                    r->granted ? "granted" : "refused, short by ", sb,
                    s->meas[j->device].valid ? "" : " (the device cannot be read now)");
         coord_send(s, c, &m);

@@ -160,11 +160,18 @@ static json_object *device_json(comem_coord_srv *s, int d)
         add_i(p, "pid", ss->pid);
         add_s(p, "name", ss->name);
         add_s(p, "role", role_name(ss->role));
-        /* busy: the process says so, or one of its holders does (a node computing with one model) */
+        /* One pass over the holders: this device's for the list, and whether any of the process's (on
+           any device) computes, which makes the process busy (a node computing with one model). */
         bool busy = ss->busy;
-        for (size_t k = 0; k < comem_slab_slots(&s->ledger.holders) && !busy; k++) {
-            const ledger_holder *h = comem_slab_at(&s->ledger.holders, k, NULL);
-            busy = h && h->session == sid && h->busy;
+        json_object *hs = json_object_new_array();
+        for (size_t k = 0; k < comem_slab_slots(&s->ledger.holders); k++) {
+            uint64_t hid;
+            const ledger_holder *h = comem_slab_at(&s->ledger.holders, k, &hid);
+            if (!h || h->session != sid)
+                continue;
+            busy |= h->busy;
+            if (h->device == d)
+                json_object_array_add(hs, holder_json(s, hid, h, d));
         }
         add_b(p, "busy", busy);
         if (ss->prompt[0])
@@ -174,13 +181,6 @@ static json_object *device_json(comem_coord_srv *s, int d)
         add_i(p, "context_floor", ss->floor[d]);
         add_i(p, "resident", comem_ledger_session_resident(&s->ledger, sid, 0, d));
         add_i(p, "pinned", ss->pinned);
-        json_object *hs = json_object_new_array();
-        for (size_t k = 0; k < comem_slab_slots(&s->ledger.holders); k++) {
-            uint64_t hid;
-            const ledger_holder *h = comem_slab_at(&s->ledger.holders, k, &hid);
-            if (h && h->session == sid && h->device == d)
-                json_object_array_add(hs, holder_json(s, hid, h, d));
-        }
         json_object_object_add(p, "holders", hs);
         const conn *pc = coord_conn_of(s, sid);
         add_known(p, "ordinal", pc != NULL, pc ? coord_device_out(pc, d) : 0); /* as the process numbers it */
