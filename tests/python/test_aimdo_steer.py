@@ -137,6 +137,50 @@ class TestHeadroomFollowsTheLedger(SteerCase):
         self.assertEqual(self.knob(), self.start_headroom)
 
 
+class TestBusyProcessGives(SteerCase):
+    """An ask while a node computes: the knob makes aimdo's next fault evict exactly what was asked."""
+
+    def test_give_sets_the_deficit_aimdo_evicts_then_holds_and_lets_go(self):
+        import threading
+        usage = [5 * GiB]
+        s = self.steer.AimdoSteer(self.view, self.control, [0], usage=lambda: usage[0])
+        self.card_seen()
+        base = s.step()
+        capacity = self.view.read(0).capacity
+        faults = []
+
+        def computing_thread() -> None:
+            # aimdo's rule at a fault (docs/aimdo-versions.md): evict usage + headroom - capacity, if positive.
+            self.assertTrue(wait_for(lambda: self.knob() != base, 10))
+            deficit = usage[0] + self.knob() - capacity
+            faults.append(deficit)
+            usage[0] -= max(0, deficit)
+
+        t = threading.Thread(target=computing_thread)
+        t.start()
+        freed = s.give(1 * GiB, wait_s=30)
+        t.join()
+        self.assertEqual(faults, [1 * GiB])  # what aimdo's next fault evicts is what was asked
+        self.assertEqual(freed, 1 * GiB)
+        self.assertEqual(s.given, 1 * GiB)
+        self.assertEqual(usage[0], 4 * GiB)
+        # Held: aimdo may not fault the given bytes back before the view counts them as granted.
+        self.assertEqual(s.step(), capacity - 4 * GiB)
+        self.assertEqual(self.knob(), capacity - 4 * GiB)
+        self.assertTrue(wait_for(lambda: s.step() == base, 10), "the give was never let go")
+
+    def test_a_give_that_nothing_answers_returns_what_fell_and_stop_ends_it(self):
+        usage = [3 * GiB]
+        s = self.steer.AimdoSteer(self.view, self.control, [0], usage=lambda: usage[0])
+        self.card_seen()
+        s.step()
+        calls = []
+        # The node ends before aimdo faults: the give stops at once and reports nothing freed.
+        self.assertEqual(s.give(512 * MiB, wait_s=30, stop=lambda: calls.append(1) or True), 0)
+        self.assertEqual(len(calls), 1)
+        self.assertEqual(s.given, 0)
+
+
 class TestAdapterSteersAimdo(SteerCase):
     """The ComfyUI adapter starts the steer itself and stops it when it is uninstalled."""
 
@@ -149,6 +193,15 @@ class TestAdapterSteersAimdo(SteerCase):
         host.install()
         self.addCleanup(host.close)
         self.assertIsNotNone(host.steer)
+        self.assertIs(host.models.steer, host.steer)
+        # Its holders are asked while a node computes (aimdo gives unpinned pages then).
+        with host.lock:
+            host.models.sync()
+        host.models.holder(0)
+        me = [h for dev in host.client.status()["devices"] for p in dev["processes"]
+              if p["pid"] == os.getpid() and p["name"] == "comfyui" for h in p["holders"] if h["kind"] == "models"]
+        self.assertEqual(len(me), 1, me)
+        self.assertIn("while-busy", me[0]["answers"])
         self.settled(lambda: host.steer.last is not None)
         base = host.steer.last
         models = self.other.add_holder("models")

@@ -103,6 +103,10 @@ class Adapter:
         self.installed = False
         self._aimdo = aimdo
         self.steer: Optional[steer.AimdoSteer] = None
+        # Holders are registered before steering starts: those of a process whose aimdo will be steered are
+        # asked while a node computes (aimdo then gives its unpinned pages; models.py).
+        self.models.answers_while_busy = client.connected and steer.steerable(
+            aimdo if aimdo is not None else steer.find_aimdo())
         self._view: Any = None
 
     # ---- install / uninstall ----
@@ -152,6 +156,7 @@ class Adapter:
         self._saved.clear()
         ComfyModels.originals.clear()
         if self.steer is not None:
+            self.models.steer = None
             self.steer.stop()
             self.steer = None
         if self._view is not None:
@@ -190,6 +195,7 @@ class Adapter:
             log.warning("comem: comfy-aimdo is not steered (the coordinator's view: %s)", e)
             return
         self.steer = steer.start_for(self._view, [main], control, tick=self.models.census_dynamic)
+        self.models.steer = self.steer
 
     # ---- what the host adds ----
 
@@ -203,7 +209,8 @@ class Adapter:
 
     @contextlib.contextmanager
     def computing(self, prompt: Optional[str] = None) -> Iterator[None]:
-        """A node computes: busy (never asked), holding the model lock; census when it ends."""
+        """A node computes: busy, holding the model lock (asked only for what aimdo can give meanwhile);
+        census when it ends."""
         with self.lock:
             self.client.set_busy(True, _prompt(prompt))
             try:

@@ -5,8 +5,12 @@ Release asks from other processes are answered through ComfyUI's own path:
 ComfyUI does, a detached model leaving the list as ``free_memory`` would have
 it leave), then ``soft_empty_cache()``; the receipt carries the bytes ComfyUI's
 accounting says came off the card. Asks arrive on the library's callback
-thread; they run only when the process's model lock is free (never while a
-node computes or ComfyUI is loading), else they are answered busy.
+thread; they run ComfyUI's path only when the process's model lock is free
+(never while a node computes or ComfyUI is loading). While it is held, a
+process on the real aimdo still gives its dynamic models' unpinned pages
+(``steer.AimdoSteer.give``: aimdo evicts them itself at the computing thread's
+next fault), so its holders are asked while busy; anything else is answered
+busy.
 
 Loading is hooked: before ``LoadedModel.model_load`` moves bytes, the bytes it
 will add are admitted by the coordinator, so this process never loads past
@@ -37,6 +41,7 @@ from .devices import CardMirror, DeviceMap
 log = logging.getLogger("comem.comfy")
 
 LOCK_WAIT_S = 0.05  # how long a release ask waits for the model lock before it says busy
+GIVE_WAIT_S = 1.0   # how long a busy process's aimdo has to evict what it was asked (under the ask's deadline)
 
 _tls = threading.local()
 
@@ -75,6 +80,9 @@ class ComfyModels:
         self._holders: Dict[int, Holder] = {}
         self._tracked: Dict[int, _Tracked] = {}  # id(LoadedModel) -> its entry
         self.released = 0  #: bytes given back to other processes' asks so far
+        self.released_busy = 0  #: of which given while a node computed (aimdo's unpinned pages)
+        self.steer: Any = None  #: this process's AimdoSteer, when its aimdo is steered (set by the adapter)
+        self.answers_while_busy = False  #: register holders that are asked while busy (set before the first)
 
     # ---- holders and entries ----
 
@@ -83,7 +91,7 @@ class ComfyModels:
         h = self._holders.get(index)
         if h is None:
             h = self.client.add_holder(self.holder_name, device=index, kind="models", on_release=self._on_release,
-                                       answers=("release", "idle"))
+                                       answers=("release", "idle"), releases_while_busy=self.answers_while_busy)
             self._holders[index] = h
         return h
 
@@ -200,11 +208,20 @@ class ComfyModels:
             self.mm.soft_empty_cache()
         return freed
 
+    def dynamic_resident(self, index: int) -> int:
+        """Bytes aimdo holds for this process's dynamic models on comem device ``index`` (no lock taken)."""
+        total = 0
+        for t in list(self._tracked.values()):
+            lm = t.ref()
+            if t.index == index and lm is not None and lm.model is not None and is_dynamic(lm):
+                total += max(0, int(lm.model_loaded_memory()))
+        return total
+
     def _on_release(self, ask: ReleaseAsk) -> int:
         if ask.kind == "pins":
             return 0
         if not self.lock.acquire(timeout=LOCK_WAIT_S):
-            raise errors.Busy(detail="ComfyUI is loading or computing")
+            return self._give_while_busy(ask)
         try:
             freed = self.release(ask.holder.device, None if ask.kind == "idle" else ask.bytes, ask.plan)
             self.sync()
@@ -212,6 +229,40 @@ class ComfyModels:
             self.lock.release()
         self.released += freed
         log.info("comem: gave back %.2f GiB of ComfyUI's models to another process", freed / (1 << 30))
+        return freed
+
+    def _give_while_busy(self, ask: ReleaseAsk) -> int:
+        """A node computes (the model lock is held): aimdo evicts the dynamic models' unpinned pages on
+        the computing thread; when the node ends first, ComfyUI's path frees the rest."""
+        index = ask.holder.device
+        steer = self.steer
+        if ask.kind != "bytes" or steer is None or self.dynamic_resident(index) <= 0:
+            raise errors.Busy(detail="ComfyUI is loading or computing")
+        before = self.dynamic_resident(index)
+        locked = []
+        def node_ended() -> bool:
+            if self.lock.acquire(timeout=0):
+                locked.append(True)
+                return True
+            return False
+        steer.give(min(ask.bytes, before), GIVE_WAIT_S, stop=node_ended)
+        freed_busy = max(0, before - self.dynamic_resident(index))
+        freed = freed_busy
+        if locked:
+            try:
+                if freed < ask.bytes:
+                    freed += self.release(index, ask.bytes - freed, [])
+                self.sync()
+            finally:
+                self.lock.release()
+        else:
+            self.census_dynamic()
+        if freed <= 0:
+            raise errors.Busy(detail="ComfyUI is computing and aimdo had no unpinned page to give")
+        self.released += freed
+        self.released_busy += freed_busy
+        log.info("comem: gave back %.2f GiB of ComfyUI's dynamic models to another process while a node computed",
+                 freed / (1 << 30))
         return freed
 
     # ---- admission, hooked into LoadedModel.model_load ----

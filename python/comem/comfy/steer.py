@@ -16,6 +16,14 @@ and evicts its own pages first when others' grants or loads take the room.
 It never sets less than the headroom the process started with (ComfyUI's
 ``--reserve-vram`` or aimdo's default): comem only tightens.
 
+A process that computes cannot call into its own VBARs from another thread
+(aimdo takes no lock), so an ask that reaches it while a node computes is
+answered by :meth:`AimdoSteer.give`: the headroom is raised until aimdo's own
+usage target is ``usage - n``; aimdo's next fault or hooked allocation, on the
+computing thread, evicts unpinned pages down to it (lowest priority first;
+pages in use are pinned and stay), and nothing refaults above it until the
+give ends.
+
 Which aimdo releases can be steered, and how, is data (``KNOWN``; see
 docs/aimdo-versions.md): 0.4.13 has the setter only in its C library, 0.6.0
 also in Python with a getter. Any other version gets one warning naming it and
@@ -28,6 +36,7 @@ import ctypes
 import logging
 import sys
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional
 
 from .. import errors
@@ -35,6 +44,7 @@ from .. import errors
 log = logging.getLogger("comem.comfy")
 
 POLL_S = 0.01  # how often the view is read: the window in which a new grant is not yet aimdo's headroom
+GIVE_HOLD_S = 0.5  # a give keeps aimdo from refaulting what it gave this long after, until the grant is in the view
 
 #: comfy-aimdo releases whose headroom comem can set at run time, and where the knob is.
 KNOWN: Dict[str, str] = {"0.4.13": "library", "0.6.0": "python"}
@@ -52,6 +62,12 @@ def aimdo_version(control: Any) -> Optional[str]:
         return str(v.__version__)
     except Exception:
         return None
+
+
+def steerable(control: Any) -> bool:
+    """True when ``control`` is a loaded comfy-aimdo of a release comem knows how to steer."""
+    return control is not None and getattr(control, "lib", None) is not None \
+        and KNOWN.get(aimdo_version(control) or "") is not None
 
 
 class Knob:
@@ -116,6 +132,10 @@ class AimdoSteer:
         self._thread: Optional[threading.Thread] = None
         self.last: Optional[int] = None  #: the headroom set last
         self.steps = 0                   #: how many readings changed it
+        self.given = 0                   #: bytes aimdo evicted here for :meth:`give` so far
+        self._set_lock = threading.Lock()  # the steer thread and a give both set the knob
+        self._target: Optional[int] = None  # aimdo usage a give holds this process to, while it lasts
+        self._target_until = 0.0            # monotonic time the held target ends after a give returned
 
     def _aimdo_usage(self) -> int:
         try:
@@ -125,19 +145,60 @@ class AimdoSteer:
 
     def step(self) -> Optional[int]:
         """Reads the view once and sets the headroom it calls for; returns it (None: no reading yet)."""
-        want: Optional[int] = None
-        usage = self._usage()
-        for d in self.devices:
-            room = self.view.room(d)
-            if room < 0 or self._capacity[d] <= 0:
-                continue  # the coordinator has no reading of this card yet
-            h = headroom_for(self._capacity[d], usage, room, self.floor)
-            want = h if want is None else max(want, h)
-        if want is not None and want != self.last:
-            self.knob.set(want)
-            self.last = want
-            self.steps += 1
-        return want
+        with self._set_lock:
+            usage = self._usage()
+            want: Optional[int] = None
+            for d in self.devices:
+                room = self.view.room(d)
+                if room < 0 or self._capacity[d] <= 0:
+                    continue  # the coordinator has no reading of this card yet
+                h = headroom_for(self._capacity[d], usage, room, self.floor)
+                want = h if want is None else max(want, h)
+            target = self._held_target()
+            if target is not None:
+                g = self._give_headroom(target)
+                want = g if want is None else max(want, g)
+            if want is not None and want != self.last:
+                self.knob.set(want)
+                self.last = want
+                self.steps += 1
+            return want
+
+    def _held_target(self) -> Optional[int]:
+        if self._target is not None and self._target_until and time.monotonic() >= self._target_until:
+            self._target = None
+        return self._target
+
+    def _give_headroom(self, target: int) -> int:
+        """The headroom at which aimdo's deficit is ``usage - target`` on every device it manages here."""
+        return max(self.floor, max(self._capacity[d] - max(0, target) for d in self.devices))
+
+    def give(self, nbytes: int, wait_s: float, stop: Optional[Callable[[], bool]] = None) -> int:
+        """Has aimdo evict ``nbytes`` of its own unpinned pages at its next faults, on the thread that
+        computes; waits until its usage fell that far, ``stop()`` is true or ``wait_s`` passed, and
+        returns the bytes its usage fell. The target is held ``GIVE_HOLD_S`` longer so that aimdo does not
+        fault the bytes back before the coordinator's view counts them as granted to the asker."""
+        start = self._usage()
+        with self._set_lock:
+            self._target, self._target_until = start - max(0, int(nbytes)), 0.0
+            h = self._give_headroom(self._target)
+            if self.last is None or h > self.last:
+                self.knob.set(h)
+                self.last = h
+        deadline = time.monotonic() + max(0.0, wait_s)
+        try:
+            while self._usage() > self._target:
+                if (stop is not None and stop()) or time.monotonic() >= deadline:
+                    break
+                time.sleep(POLL_S)
+        finally:
+            now = self._usage()
+            with self._set_lock:
+                self._target = min(self._target, now)
+                self._target_until = time.monotonic() + GIVE_HOLD_S
+        freed = max(0, start - now)
+        self.given += freed
+        return freed
 
     def start(self) -> "AimdoSteer":
         """Steps now, then every ``poll`` seconds until :meth:`stop`."""

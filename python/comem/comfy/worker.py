@@ -80,7 +80,8 @@ class Worker:
 
     @contextlib.contextmanager
     def node(self, prompt: Optional[str] = None) -> Iterator[None]:
-        """``with worker.node(prompt):`` the work of one node: busy, never asked meanwhile; a census after."""
+        """``with worker.node(prompt):`` the work of one node: busy (asked only for what aimdo can give
+        meanwhile); a census after."""
         with contextlib.ExitStack() as stack:
             if self.comfy is not None:
                 stack.enter_context(self.comfy.computing(prompt))
