@@ -22,6 +22,11 @@ processes are plain comem clients with torch. Claims, each with its figures:
       under comem's Worker adapter, sits idle with its pages in; the host's load of a plain
       ModelPatcher that does not fit takes bytes from A (A's VBAR shrinks through the same
       model_unload -> partially_unload -> vbar.free_memory path, in A);
+  (c) worker A computes (one node, pass after pass) with its pages in, and another process's admission
+      needs half of them: A's holder is asked while busy, its aimdo evicts unpinned pages at A's next
+      faults (the steer raises its headroom: aimdo's calls are not thread-safe, so no other thread calls
+      into its VBARs), the admission is granted while A still computes, and A computes on without an
+      out-of-memory error;
   (g) worker B, plain torch under ``comem run --policy enforce`` (the preload), allocates one tensor
       larger than the card's free bytes: the preload's admission before cuMemAlloc gets the room from
       A or the host, and the allocation succeeds instead of an out-of-memory error;
@@ -113,13 +118,38 @@ def compute():
         oom += 1
 def state(**kw):
     say(resident=int(p.loaded_size()), size=int(p.model_size()), released=int(w.comfy.models.released),
-        pid=os.getpid(), oom=oom, steer=getattr(w.comfy.steer, "version", None), **kw)
+        released_busy=int(w.comfy.models.released_busy), pid=os.getpid(), oom=oom,
+        steer=getattr(w.comfy.steer, "version", None), **kw)
+def busy(seconds):
+    # one node that computes for `seconds`: a state line once its pages are in, then pass after pass
+    global oom
+    import time
+    passes, end = 0, time.monotonic() + seconds
+    try:
+        with w.node("worker-a busy"):
+            w.load(p)
+            with torch.no_grad():
+                model(x)
+                torch.cuda.synchronize()
+                passes += 1
+                state(computing=True)
+                while time.monotonic() < end:
+                    model(x)
+                    torch.cuda.synchronize()
+                    passes += 1
+    except torch.cuda.OutOfMemoryError:
+        oom += 1
+    return passes, time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
 compute()
 state(ready=True)
 for line in sys.stdin:
     cmd = line.strip()
     if cmd == "compute":
         compute()
+    if cmd.startswith("busy "):
+        passes, ended = busy(float(cmd.split()[1]))
+        state(passes=passes, ended_at=ended)
+        continue
     if cmd == "quit":
         break
     state()
@@ -401,6 +431,40 @@ def main() -> int:
             figures.update(g_allocated_bytes=want_g, g_free_before_bytes=free_g,
                            g_released_bytes=released_after - released_before, g_oom=gb.get("oom", -1))
             wb.end()
+
+            # (c) busy A gives unpinned pages: the host lets go of its own models first, so that the bytes the
+            #     admission needs can only come from A
+            with host.lock:
+                host.models.release(0, None, [])
+                host.models.sync()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and abs(view.read(0).free - nv_free()) > 256 * MiB:
+                time.sleep(0.05)
+            busy_s = 8.0
+            start = wa.ask(f"busy {busy_s}")
+            a_res = start.get("resident", 0)
+            a_rel, a_rel_busy = start.get("released", 0), start.get("released_busy", 0)
+            r = view.read(0)
+            want_c = max(1 * GiB, int((r.free - r.reserve + a_res // 2 - 1200 * MiB) / 1.1))
+            t = time.monotonic()
+            g = Grantee(env, "taker-c", want_c)
+            took = time.monotonic() - t
+            granted_at = time.monotonic()
+            ok = "granted" in g.first
+            nxt = g.next() if ok else {}
+            end = wa.read()  # the node's last state, once its time is up
+            given = end.get("released_busy", 0) - a_rel_busy
+            claim("c", ok and granted_at < end.get("ended_at", 0) and given > 0 and end.get("resident", a_res) < a_res
+                  and end.get("oom") == 0 and nxt.get("oom") == 0 and end.get("passes", 0) > 1,
+                  f"{'granted' if ok else 'refused'} {gib(want_c)} in {took:.2f} s while A computed "
+                  f"({end.get('passes')} passes in {busy_s:.0f} s); A's VBAR {gib(a_res)} -> "
+                  f"{gib(end.get('resident', 0))}, {gib(given)} given while busy (all its gifts: "
+                  f"{gib(end.get('released', 0) - a_rel)}); A's OOMs {end.get('oom')}, the taker allocated "
+                  f"{'without' if nxt.get('oom') == 0 else 'WITH'} an OOM")
+            figures.update(c_granted_bytes=want_c if ok else 0, c_a_before_bytes=a_res,
+                           c_a_after_bytes=end.get("resident", 0), c_given_busy_bytes=given,
+                           c_passes=end.get("passes", 0), c_grant_s=round(took, 3))
+            g.end()
 
             # (d) A SIGKILLed: from its reap, how long until the ledger and NVML no longer know it
             pid_a = wa.p.pid
