@@ -214,6 +214,41 @@ class TestAdapterSteersAimdo(SteerCase):
         self.assertEqual(self.knob(), self.start_headroom)
 
 
+class TestSteeringStartsWhenACoordinatorComes(SteerCase):
+    def test_a_host_installed_before_its_coordinator_steers_from_its_first_node_after(self):
+        support.need_comfyui(self)
+        mm = support.import_comfy()
+        from comem.comfy import Host
+        self.view.close()
+        self.machine.stop()
+        host = Host(mm, socket=self.machine.socket, embed=False, card=self.card, name="comfyui", aimdo=self.control)
+        host.install()
+        self.addCleanup(host.close)
+        self.assertFalse(host.client.connected)
+        self.assertIsNone(host.steer)  # nothing to steer from: ComfyUI runs on aimdo's own budget
+        with host.computing("before"):
+            pass
+        self.assertIsNone(host.steer)
+        self.machine.start()
+        self.assertTrue(wait_for(lambda: host.client.connected, 30), "the host never connected")
+        with host.computing("after"):  # the first node boundary with a coordinator starts the steer
+            pass
+        self.assertIsNotNone(host.steer)
+        self.assertIs(host.models.steer, host.steer)
+        self.view = self.comem.View(self.machine.socket)
+        self.addCleanup(self.view.close)
+        self.card_seen()
+        self.settled(lambda: host.steer.last is not None)
+        base = host.steer.last
+        other = self.comem.Client("other-2", role="worker", socket=self.machine.socket, require_coordinator=True)
+        self.addCleanup(other.close)
+        grant = other.admit(1 * GiB, holder=other.add_holder("models"))
+        self.settled(lambda: self.knob() == base + 1 * GiB)
+        grant.cancel()
+        host.uninstall()
+        self.assertEqual(self.knob(), self.start_headroom)
+
+
 def support_version() -> str:
     from importlib.metadata import version
     return version("comfy-aimdo")

@@ -105,8 +105,9 @@ class Adapter:
         self.steer: Optional[steer.AimdoSteer] = None
         # Holders are registered before steering starts: those of a process whose aimdo will be steered are
         # asked while a node computes (aimdo then gives its unpinned pages; models.py).
-        self.models.answers_while_busy = client.connected and steer.steerable(
-            aimdo if aimdo is not None else steer.find_aimdo())
+        self._steerable = steer.steerable(aimdo if aimdo is not None else steer.find_aimdo())
+        self.models.answers_while_busy = self._steerable
+        self._steer_tried = False  # steering was attempted with a coordinator connected (once is enough)
         self._view: Any = None
 
     # ---- install / uninstall ----
@@ -159,6 +160,7 @@ class Adapter:
             self.models.steer = None
             self.steer.stop()
             self.steer = None
+        self._steer_tried = False
         if self._view is not None:
             self._view.close()
             self._view = None
@@ -181,10 +183,16 @@ class Adapter:
         self.close()
 
     def _start_steering(self) -> None:
-        """Steers this process's comfy-aimdo from the coordinator's view (nothing to do without either)."""
+        """Steers this process's comfy-aimdo from the coordinator's view (nothing to do without either).
+
+        Tried at install and again at every node boundary and load until a coordinator has answered
+        (the client connects to one that starts later by itself), then never again."""
+        if not self.installed or self.steer is not None or self._steer_tried or not self._steerable:
+            return
         control = self._aimdo if self._aimdo is not None else steer.find_aimdo()
         if control is None or not self.client.connected:
             return
+        self._steer_tried = True
         main = self.devices.index(self.mm.get_torch_device())
         if main is None:
             return
@@ -212,6 +220,7 @@ class Adapter:
         """A node computes: busy, holding the model lock (asked only for what aimdo can give meanwhile);
         census when it ends."""
         with self.lock:
+            self._start_steering()
             self.client.set_busy(True, _prompt(prompt))
             try:
                 yield
@@ -249,6 +258,7 @@ class Adapter:
         @functools.wraps(orig)
         def load_models_gpu(models: Any, memory_required: float = 0, *args: Any, **kwargs: Any) -> Any:
             with self.lock:
+                self._start_steering()
                 self.before_loop()
                 set_memory_required(memory_required)
                 try:
