@@ -25,11 +25,13 @@ GiB = 1 << 30
 
 
 def attributed(c) -> int:
-    for p in c.status()["devices"][0]["processes"]:
-        if p["pid"] == os.getpid():
-            # the preload reports what it counted as its raw holder's overhead (bytes outside entries)
-            return sum((h.get("overhead") or 0) + h.get("resident", 0) for h in p["holders"] if h.get("kind") == "raw")
-    return 0
+    """What the preload's raw holders report for this process: bytes it counted outside entries.
+
+    Summed over every session of this pid: the preload's connection and this script's probe client
+    are two sessions of one process, in whichever order the coordinator lists them."""
+    return sum((h.get("overhead") or 0) + sum(e.get("resident", 0) for e in h.get("entries", []))
+               for p in c.status()["devices"][0]["processes"] if p["pid"] == os.getpid()
+               for h in p["holders"] if h.get("kind") == "raw")
 
 
 def main() -> int:
