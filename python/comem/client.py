@@ -364,6 +364,7 @@ class Client:
         self._pagers: List[Any] = []  # pagers attached through this client: detached before it closes
         self._pager_handles: List[int] = []  # their C handles, for the finalizer (which must not hold self)
         self._lock = threading.Lock()
+        self._marked_busy = False  # the last whole-process mark this client sent (set_busy / node)
         h = c_void_p()
         rc = _L.comem_client_open(sock, ROLES[role], nm, rb, flags, byref(h))
         if rc < 0:  # the status alone names no socket: the probe says who is (not) there and why
@@ -486,6 +487,13 @@ class Client:
             raise TypeError(f"busy must be True or False, not {type(busy).__name__} {busy!r}")
         p = errors.name(prompt, "prompt") if prompt is not None else None
         check(_L.comem_holder_busy(self._h(), holder_id, 1 if busy else 0, p), "comem_holder_busy")
+        if holder_id == 0:
+            self._marked_busy = busy
+
+    @property
+    def busy(self) -> bool:
+        """True while this client has marked its whole process busy (between set_busy(True) and False)."""
+        return self._marked_busy
 
     @contextlib.contextmanager
     def _node(self, holder_id: int, prompt: Optional[str], live: Callable[[], None]) -> Iterator[None]:

@@ -214,6 +214,34 @@ class TestAdapterSteersAimdo(SteerCase):
         self.assertEqual(self.knob(), self.start_headroom)
 
 
+class TestHostWithDynamicVramWorkerWithout(SteerCase):
+    def test_a_steered_host_reaches_a_worker_without_aimdo(self):
+        support.need_comfyui(self, "783545f6")
+        mm = support.import_comfy()
+        from comem.comfy import Host
+        host = Host(mm, socket=self.machine.socket, embed=False, card=self.card, name="comfyui", aimdo=self.control)
+        self.card_seen()
+        host.install()
+        self.addCleanup(host.close)
+        self.assertIsNotNone(host.steer)
+        w = self.machine.child("comfy_worker.py", "plain")  # ComfyUI without dynamic VRAM: no aimdo there
+        self.assertIsNone(w.ready["steer"])
+        self.assertEqual(w.ask("load", name="m", mib=1024, parts=4)["loaded"], 1 * GiB)
+        self.settled(lambda: self.view.read(0).free == self.card.read(0).free)
+        self.settled(lambda: host.steer.last is not None)
+        # The worker's model is taken off the room aimdo may grow into here, like any other process's bytes.
+        r = self.view.read(0)
+        self.settled(lambda: self.knob() == max(host.steer.floor, r.capacity - (r.free - r.reserve)))
+        # The host's own loop reaches the worker (a stand-in) through ComfyUI's path in the worker.
+        dev = mm.get_torch_device()
+        mm.free_memory(self.card.read(0, local=True).free + 300 * MiB, dev)
+        self.assertLess(w.ask("loaded", name="m")["loaded"], 1 * GiB)
+        mm.unload_all_models()
+        self.assertEqual(w.ask("loaded", name="m")["loaded"], 0)
+        host.uninstall()
+        self.assertEqual(self.knob(), self.start_headroom)
+
+
 class TestSteeringStartsWhenACoordinatorComes(SteerCase):
     def test_a_host_installed_before_its_coordinator_steers_from_its_first_node_after(self):
         support.need_comfyui(self)

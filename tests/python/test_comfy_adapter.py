@@ -114,6 +114,17 @@ class AdapterCase(unittest.TestCase):
         self.assertNotIn("refused", out)
         return w
 
+    def partially_unloaded(self, layers_mib, nbytes):
+        """What ComfyUI's own ModelPatcher keeps loaded of a model of these layers after partially_unload(nbytes)."""
+        import torch
+        p = make_patcher(self.mm, layers_mib)
+        p.patch_model(device_to=self.dev, lowvram_model_memory=0, load_weights=True)  # model_load's full load
+        self.assertEqual(p.loaded_size(), sum(layers_mib) * MiB)
+        p.partially_unload(torch.device("cpu"), nbytes)
+        left = p.loaded_size()
+        p.detach()
+        return left
+
 
 class TestComfyLoopReachesWorkers(AdapterCase):
 
@@ -238,17 +249,6 @@ class TestHostModelsAnswerWorkers(AdapterCase):
 
 class TestComfyWorker(AdapterCase):
 
-    def partially_unloaded(self, layers_mib, nbytes):
-        """What ComfyUI's own ModelPatcher keeps loaded of a model of these layers after partially_unload(nbytes)."""
-        import torch
-        p = make_patcher(self.mm, layers_mib)
-        p.patch_model(device_to=self.dev, lowvram_model_memory=0, load_weights=True)  # model_load's full load
-        self.assertEqual(p.loaded_size(), sum(layers_mib) * MiB)
-        p.partially_unload(torch.device("cpu"), nbytes)
-        left = p.loaded_size()
-        p.detach()
-        return left
-
     def test_a_comfyui_worker_frees_through_its_own_model_unload(self):
         w = self.machine.child("comfy_worker.py", "pack")
         self.assertEqual(w.ready["device"], "cpu:0")
@@ -274,6 +274,48 @@ class TestComfyWorker(AdapterCase):
         self.assertFalse(after["in_list"])  # detached in the worker: gone from its list, as ComfyUI does
         self.assertEqual(w.ask("card")["allocated"], 0)
         self.assert_surface()
+        self.assert_consistent()
+
+
+class TestEraMixes(AdapterCase):
+    """A worker set up with dynamic VRAM (the real comfy-aimdo, steered) under this host, which runs without."""
+
+    def holder_answers(self, name: str) -> list:
+        p = self.machine.process(name)
+        return [h["answers"] for h in (p or {}).get("holders", []) if h["name"] == "comfyui"]  # ComfyModels
+
+    def test_a_dynamic_vram_worker_under_a_host_without_it(self):
+        support.need_comfyui(self, "783545f6")
+        try:
+            import comfy_aimdo  # noqa: F401
+        except ImportError as e:
+            self.skipTest(f"comfy_aimdo is not installed ({e})")
+        from importlib.metadata import version
+        w = self.machine.child("comfy_worker.py", "dyn", env={"COMEM_TEST_WORKER_AIMDO": "1"})
+        self.assertEqual(w.ready["steer"], version("comfy-aimdo"))  # the worker steers its own aimdo
+        self.assertIsNone(self.host.steer)  # the host has none to steer
+        out = w.ask("load", name="m", mib=1024, parts=4)
+        self.assertEqual(out["loaded"], 1 * GiB)
+        self.assertEqual(self.holder_answers("dyn"), [["release", "idle", "while-busy"]])
+        self.host.models.holder(0)  # registered on first use: the host has no model yet
+        self.assertEqual(self.holder_answers("comfyui"), [["release", "idle"]])
+        # Idle: the host's own loop reaches the worker's plain ModelPatcher through ComfyUI's path.
+        free = self.card_free()
+        self.mm.free_memory(free + 300 * MiB, self.dev)
+        expected = self.partially_unloaded([256] * 4, 300 * MiB)
+        self.assertEqual(w.ask("loaded", name="m")["loaded"], expected)
+        self.assertEqual(self.ledger_resident("dyn"), expected)
+        # Marked busy: asked (its holders answer while busy) but it has no dynamic pages to give, so it
+        # answers busy and keeps its bytes; the ask is counted busy.
+        busy_before = self.machine.status()["counters"]["asks_busy"]
+        w.ask("busy", on=True)
+        self.assertTrue(wait_for(lambda: (self.machine.process("dyn") or {}).get("busy"), 10))
+        self.mm.free_memory(self.card_free() + 200 * MiB, self.dev)
+        self.assertEqual(w.ask("loaded", name="m")["loaded"], expected)
+        self.assertGreater(self.machine.status()["counters"]["asks_busy"], busy_before)
+        w.ask("busy", on=False)
+        self.mm.unload_all_models()
+        self.assertEqual(w.ask("loaded", name="m")["loaded"], 0)
         self.assert_consistent()
 
 

@@ -220,6 +220,8 @@ class ComfyModels:
     def _on_release(self, ask: ReleaseAsk) -> int:
         if ask.kind == "pins":
             return 0
+        if self.answers_while_busy and self.client.busy:
+            return self._give_while_busy(ask)  # asked only because its holders answer while busy
         if not self.lock.acquire(timeout=LOCK_WAIT_S):
             return self._give_while_busy(ask)
         try:
@@ -232,8 +234,9 @@ class ComfyModels:
         return freed
 
     def _give_while_busy(self, ask: ReleaseAsk) -> int:
-        """A node computes (the model lock is held): aimdo evicts the dynamic models' unpinned pages on
-        the computing thread; when the node ends first, ComfyUI's path frees the rest."""
+        """A node computes (the process is marked busy or the model lock is held): aimdo evicts the dynamic
+        models' unpinned pages on the computing thread; when the node ends first, ComfyUI's path frees
+        the rest."""
         index = ask.holder.device
         steer = self.steer
         if ask.kind != "bytes" or steer is None or self.dynamic_resident(index) <= 0:
@@ -241,6 +244,8 @@ class ComfyModels:
         before = self.dynamic_resident(index)
         locked = []
         def node_ended() -> bool:
+            if self.client.busy:  # still marked busy (a node's mark is cleared before its lock is let go)
+                return False
             if self.lock.acquire(timeout=0):
                 locked.append(True)
                 return True

@@ -1,6 +1,9 @@
 """A worker process running ComfyUI's real model manager (COMFYUI_DIR) with comem.comfy.Worker.
 
 argv: NAME. Commands: load(name, mib, parts), loaded(name), card(), node(seconds), busy(on), unload(name).
+With COMEM_TEST_WORKER_AIMDO=1 it is set up as ComfyUI 783545f6's main.py sets up dynamic VRAM: the real
+comfy_aimdo initialised before torch (no device on this machine: its usage counts 0) and
+``comfy.memory_management.aimdo_enabled``; its models stay plain ModelPatchers.
 """
 
 import os
@@ -12,6 +15,10 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import support  # noqa: E402
 
+AIMDO = os.environ.get("COMEM_TEST_WORKER_AIMDO") == "1"
+if AIMDO:
+    import comfy_aimdo.control  # noqa: E402
+    comfy_aimdo.control.init()  # main.py's order: before torch
 mm = support.import_comfy()
 import comfy.model_patcher  # noqa: E402
 import torch  # noqa: E402
@@ -20,6 +27,9 @@ from comem.comfy import Worker  # noqa: E402
 from _driver import serve  # noqa: E402
 
 MiB = 1 << 20
+if AIMDO:
+    import comfy.memory_management  # 783545f6 (a125cd84 has none)
+    comfy.memory_management.aimdo_enabled = True
 w = Worker(sys.argv[1], mm=mm)
 patchers = {}
 
@@ -66,4 +76,5 @@ def unload(name):
 
 
 serve({"load": load, "loaded": loaded, "card": card, "node": node, "busy": busy, "unload": unload},
-      {"pid": os.getpid(), "session": w.client.session, "device": str(mm.get_torch_device())})
+      {"pid": os.getpid(), "session": w.client.session, "device": str(mm.get_torch_device()),
+       "steer": getattr(w.comfy.steer, "version", None)})
