@@ -98,6 +98,15 @@ COMEM_API int comem_client_map_device(comem_client *c, int ordinal, const char *
 /* The default timeout (ms) for calls that take timeout_ms < 0. Default 10000. */
 COMEM_API void comem_client_set_timeout(comem_client *c, int timeout_ms);
 
+/*
+ * The reason the coordinator gave for the last call this thread made that it
+ * refused ("the device cannot hold that much"), the text the library also
+ * logs: copied into buf (NUL-terminated, cut to len) and forgotten, so one
+ * refusal is told once. Returns its length, 0 when there is none. Like errno,
+ * read it right after the call that failed.
+ */
+COMEM_API size_t comem_take_reason(char *buf, size_t len);
+
 /* ---- holders and entries ---- */
 
 /* Holder kinds. */

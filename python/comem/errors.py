@@ -129,9 +129,21 @@ def error(status: int, call: str, detail: str = "") -> Error:
     return cls(status, call, detail)
 
 
+def take_reason() -> str:
+    """The coordinator's reason for this thread's last refused call (what the log says), once; else ''."""
+    buf = ctypes.create_string_buffer(512)
+    n = _lib.lib.comem_take_reason(buf, len(buf))
+    return buf.value.decode("utf-8", "replace") if n else ""
+
+
 def check(status: int, call: str, detail: str = "") -> int:
-    """Returns status when it is not negative, else raises the matching Error."""
+    """Returns status when it is not negative, else raises the matching Error, with the coordinator's
+    reason for a refusal after the detail: ``comem_entry_add: out of range (m: the device cannot hold that
+    much)``."""
     if status < 0:
+        why = take_reason()
+        if why:
+            detail = f"{detail}: {why}" if detail else why
         raise error(status, call, detail)
     return status
 

@@ -80,8 +80,10 @@ static int reply_status(const client_reply *rep, uint16_t want)
 {
     if (rep->type == want)
         return COMEM_OK;
-    if (rep->type == COMEM_MSG_REPLY && rep->u.reply.status != COMEM_OK)
+    if (rep->type == COMEM_MSG_REPLY && rep->u.reply.status != COMEM_OK) {
+        comem_client_set_reason(rep->u.reply.message);
         return rep->u.reply.status;
+    }
     comem_error("the coordinator answered with %s where %s was due", comem_wire_type_name(rep->type),
                 comem_wire_type_name(want));
     return COMEM_EPROTO;
@@ -369,7 +371,11 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
                 return COMEM_OK; /* lost again: the resync replays the residency */
             if (rc != COMEM_OK || rep.type == 0)
                 return rc;
-            return rep.type == COMEM_MSG_REPLY ? rep.u.reply.status : reply_status(&rep, COMEM_MSG_REPLY);
+            if (rep.type != COMEM_MSG_REPLY)
+                return reply_status(&rep, COMEM_MSG_REPLY);
+            if (rep.u.reply.status != COMEM_OK)
+                comem_client_set_reason(rep.u.reply.message);
+            return rep.u.reply.status;
         }
         if (c->link != LINK_DOWN) {
             c->need_sync = true;

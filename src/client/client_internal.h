@@ -318,6 +318,10 @@ struct comem_client {
 /* The effective timeout: timeout_ms when >= 0, else the client's default. */
 int comem_client_timeout(comem_client *c, int timeout_ms);
 
+/* client/reason.c: what the coordinator said when it refused this thread's last call (comem_take_reason). */
+#define COMEM_REASON_MAX COMEM_WIRE_TEXT_MAX
+void comem_client_set_reason(const char *why);
+
 /* Wakes the service thread (close, or work for the resync). */
 void comem_client_wake(comem_client *c);
 

@@ -66,6 +66,7 @@ static int finish_update(comem_client *c, client_req *r, comem_msg *m /* NULL: s
             return COMEM_OK;
         comem_warn("the coordinator refused %s: %s (%s)", what, comem_status_str(rep.u.reply.status),
                    rep.u.reply.message);
+        comem_client_set_reason(rep.u.reply.message);
         return rep.u.reply.status;
     }
     return COMEM_OK;
@@ -88,6 +89,7 @@ static int finish_add(comem_client *c, client_req *r, comem_msg *m, bool holder,
         rc = rep.type == COMEM_MSG_REPLY && rep.u.reply.status != COMEM_OK ? rep.u.reply.status : COMEM_EPROTO;
         comem_warn("the coordinator refused %s '%s': %s (%s)", holder ? "holder" : "entry", name,
                    comem_status_str(rc), rep.type == COMEM_MSG_REPLY ? rep.u.reply.message : "unexpected reply");
+        comem_client_set_reason(rep.type == COMEM_MSG_REPLY ? rep.u.reply.message : "unexpected reply");
     }
     pthread_mutex_lock(&c->lock);
     if (holder)

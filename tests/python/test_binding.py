@@ -496,6 +496,20 @@ class TestClient(MachineCase):
         self.assertEqual(host.reserve(), comem.Reserve(512 * MiB, PAGER_HEADROOM))
         self.assertEqual(w.reserve(0), comem.Reserve(512 * MiB, PAGER_HEADROOM))
 
+    def test_a_refusal_carries_the_coordinators_reason_once(self):
+        c = self.client("w")
+        h = c.add_holder("models")
+        with self.assertRaises(comem.Error) as cm:
+            h.add_entry("m", 9 * GiB, 9 * GiB)  # more resident than the 8 GiB card
+        self.assertEqual(cm.exception.status, errors.ERANGE)
+        self.assertEqual(str(cm.exception), "comem_entry_add: out of range (m: the device cannot hold that much)")
+        self.assertEqual(errors.take_reason(), "")  # told once: a later failure has only its own words
+        with self.assertRaises(comem.NotFound) as cm:
+            errors.check(errors.ENOENT, "comem_entry_remove")
+        self.assertEqual(str(cm.exception), "comem_entry_remove: not found")
+        # The entry that fits is taken.
+        self.assertEqual(h.add_entry("m", 1 * GiB, 1 * GiB).resident, 1 * GiB)
+
     def test_reserve_default(self):
         c = self.client()
         r = c.reserve()

@@ -852,8 +852,17 @@ static void test_holders_entries_census(void **state)
     /* A refused add returns the coordinator's status and gives no id. */
     MOCK_SET(g_mock, refuse_adds, COMEM_ERANGE);
     x = 5;
+    char why[128];
+    assert_int_equal(comem_take_reason(why, sizeof why), 0); /* nothing refused yet on this thread */
     assert_int_equal(comem_entry_add(c, h, "huge", 1, 0, 0, &x), COMEM_ERANGE);
+    /* The coordinator's words travel with the status, once. */
+    assert_int_equal(comem_take_reason(why, sizeof why), strlen("refused by the script"));
+    assert_string_equal(why, "refused by the script");
+    assert_int_equal(comem_take_reason(why, sizeof why), 0);
+    assert_string_equal(why, "");
     assert_int_equal(comem_holder_add(c, "no", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &x), COMEM_ERANGE);
+    assert_int_equal(comem_take_reason(why, 8), strlen("refused by the script")); /* cut to the buffer */
+    assert_string_equal(why, "refused");
     assert_int_equal(x, 5);
     MOCK_SET(g_mock, refuse_adds, 0);
 
