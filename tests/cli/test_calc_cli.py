@@ -1,5 +1,6 @@
 """`comem calc` as a user meets it: units, round-tripping numbers, and refusals."""
 import json
+import re
 import unittest
 
 from comem_cli import run, run_json
@@ -141,3 +142,77 @@ class ComfyVersions(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# One call per rule, with values that take the rule's interesting branch.
+EXPLAINED = {
+    "reserve": ["--windows", "--total-vram", "24GiB"],
+    "admission": ["--weights", "4GiB", "--memory-required", "1GiB", "--free", "3GiB"],
+    "lowvram": ["--free", "6GiB", "--loaded", "1GiB", "--mmr", "2GiB"],
+    "evict": ["--required", "3GiB", "--free", "1GiB", "--entry", "size=2GiB,loaded=2GiB,refs=1",
+              "--entry", "size=1GiB,loaded=512MiB,refs=2"],
+    "pinned-max": ["--ram", "64GiB", "--swap", "8GiB", "--size", "1GiB"],
+    "pin-budget": ["--size", "1GiB", "--available", "3GiB", "--headroom", "6GiB"],
+    "pin-registerable": ["--total-pinned", "10GiB", "--size", "1GiB", "--max-pinned", "10GiB"],
+    "cache-headroom": ["--total-ram-mib", "65536"],
+    "charge": ["--residency", "2GiB", "--process-local"],
+    "total-reserve": ["--base", "400MiB", "--charge", "1GiB", "--charge", "2GiB", "--device-total", "8GiB"],
+    "next-reserve": ["--current", "2GiB", "--proposed", "1GiB"],
+    "ask-target": ["--weights", "4GiB", "--min-inference", "1GiB", "--extra-reserved", "400MiB",
+                   "--want-inference", "1GiB"],
+    "pager-headroom": ["--published", "2GiB", "--base", "400MiB"],
+    "requester-reserve": ["--published", "2GiB", "--own-charge", "512MiB"],
+    "cast-forward": ["--largest-tensor", "64MiB", "--streams", "2"],
+}
+
+
+def numbers(result):
+    """Every figure calc's JSON answer carries, as its JSON text (booleans and lists of indices left out)."""
+    out = []
+    for k, v in result.items():
+        if k in ("schema", "order", "unloaded") or isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, (int, float)):
+            out.append((k, json.dumps(v)))
+        elif isinstance(v, list):
+            out += [(f"{k}.asked", json.dumps(a["asked"])) for a in v if isinstance(a, dict)]
+    return out
+
+
+class Explain(unittest.TestCase):
+    def test_every_rule_has_an_explanation(self):
+        listed = re.findall(r"^  (\S+) ", run("calc", "--help").stdout, re.M)
+        self.assertEqual(sorted(listed), sorted(EXPLAINED))
+
+    def test_each_names_its_source_and_ends_in_calcs_own_figures(self):
+        for rule, args in EXPLAINED.items():
+            with self.subTest(rule=rule):
+                result = run_json("calc", rule, *args)
+                p = run("calc", rule, *args, "--explain")
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual(p.stderr, "")
+                lines = p.stdout.splitlines()
+                self.assertTrue(lines[0].startswith(f"{rule}: "), lines[0])
+                follows = [x for x in lines if x.startswith("follows: ")]
+                self.assertEqual(len(follows), 1, p.stdout)
+                # the function it follows, and which release: a ComfyUI snapshot or a comfy-env commit
+                self.assertRegex(follows[0], r"\((ComfyUI (783545f6|a125cd84)|comfy-env [0-9a-f]{7})")
+                self.assertTrue(any(x.startswith("formula: ") for x in lines), p.stdout)
+                values = "\n".join(lines[next(i for i, x in enumerate(lines) if x.startswith("values: ")):])
+                for key, text in numbers(result):
+                    self.assertRegex(values, rf"(?<![\d.]){re.escape(text)}(?![\d.])",
+                                     f"{rule}: {key}={text} is not in the values it explains")
+
+    def test_the_era_changes_the_words_with_the_rule(self):
+        now = run("calc", "lowvram", "--free", "6GiB", "--mmr", "2GiB", "--explain").stdout
+        old = run("calc", "lowvram", "--free", "6GiB", "--mmr", "2GiB", "--comfyui", "a125cd84", "--explain").stdout
+        self.assertIn("ComfyUI 783545f6", now)
+        self.assertIn("ComfyUI a125cd84", old)
+        self.assertIn("128 MiB", old)
+        self.assertNotIn("128 MiB", now)
+
+    def test_explain_is_text_so_not_with_pretty(self):
+        p = run("calc", "reserve", "--pretty", "--explain")
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(p.stdout, "")
+        self.assertIn("do not go together", p.stderr)

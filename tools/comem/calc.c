@@ -4,6 +4,7 @@
  * Each rule maps its flags onto one arith/ function and prints that function's
  * result. Sizes are bytes (fractions allowed) or binary units; numbers print so
  * that they read back as the same double. Bad input: one line on stderr, exit 2.
+ * --explain prints the rule in words instead (calc_explain.c).
  */
 #include <json-c/json.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "calc_explain.h"
 #include "arith/admission.h"
 #include "arith/cross_reserve.h"
 #include "arith/comfy_a125cd84.h"
@@ -538,7 +540,7 @@ static const rule k_rules[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: comem calc RULE [--flag VALUE]... [--pretty]\n\nrules:\n");
+    fprintf(f, "usage: comem calc RULE [--flag VALUE]... [--pretty | --explain]\n\nrules:\n");
     for (size_t i = 0; i < sizeof k_rules / sizeof k_rules[0]; i++) {
         fprintf(f, "  %-18s %s\n   ", k_rules[i].name, k_rules[i].summary);
         for (size_t j = 0; j < k_rules[i].n; j++) {
@@ -552,7 +554,36 @@ static void usage(FILE *f)
     fprintf(f, "\nSIZE: bytes (fractions allowed) or a number with B, KiB, MiB, GiB or TiB.\n"
                "--comfyui: current (the default; today the same as 783545f6, ComfyUI 2026-08-22), 783545f6,\n"
                "or a125cd84 (2025-10-12: free_memory stops once covered, the lowvram budget has a 128 MiB\n"
-               "floor). The pinned-RAM rules are 783545f6's (a125cd84 has none).\n");
+               "floor). The pinned-RAM rules are 783545f6's (a125cd84 has none).\n"
+               "--explain: text instead of JSON: the ComfyUI (or comfy-env) function the rule follows, its\n"
+               "version, the formula, and the formula with these values put in, ending in the result.\n");
+}
+
+/* The flags as given, by name: numbers, true for a flag, text, or arrays for the repeatable ones. */
+static json_object *inputs_json(const rule_ctx *c)
+{
+    json_object *o = json_object_new_object();
+    for (size_t i = 0; i < c->n; i++) {
+        const arg_spec *s = &c->specs[i];
+        const arg_value *v = &c->vals[i];
+        if (!v->set)
+            continue;
+        json_object *x = NULL;
+        if (s->kind == ARG_FLAG) {
+            x = json_object_new_boolean(1);
+        } else if (s->kind == ARG_STRING) {
+            x = json_object_new_string(v->str);
+        } else if (s->kind == ARG_SIZE_LIST || s->kind == ARG_STRING_LIST) {
+            x = json_object_new_array();
+            for (size_t k = 0; k < v->count; k++)
+                json_object_array_add(x, s->kind == ARG_SIZE_LIST ? json_object_new_double(v->nums[k])
+                                                                   : json_object_new_string(v->strs[k]));
+        } else {
+            x = json_object_new_double(v->num);
+        }
+        json_object_object_add(o, s->name, x);
+    }
+    return o;
 }
 
 int cmd_calc(int argc, char **argv)
@@ -569,16 +600,23 @@ int cmd_calc(int argc, char **argv)
         fprintf(stderr, "comem calc: unknown rule '%s' (see comem calc --help)\n", argv[0]);
         return 2;
     }
-    /* --pretty is common to every rule; take it out before the rule's own flags. */
-    int pretty = 0, m = 0;
+    /* --pretty and --explain are common to every rule; take them out before the rule's own flags. */
+    int pretty = 0, explain = 0, m = 0;
     char **rest = calloc((size_t)argc, sizeof *rest);
     if (!rest)
         return 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--pretty"))
             pretty = 1;
+        else if (!strcmp(argv[i], "--explain"))
+            explain = 1;
         else
             rest[m++] = argv[i];
+    }
+    if (pretty && explain) {
+        fprintf(stderr, "comem calc %s: --pretty and --explain do not go together (--explain prints text)\n", r->name);
+        free(rest);
+        return 2;
     }
     arg_value vals[16]; /* every rule declares fewer flags than this */
     if (r->n > sizeof vals / sizeof vals[0])
@@ -596,6 +634,12 @@ int cmd_calc(int argc, char **argv)
     json_object_object_add(out, "rule", json_object_new_string(r->name));
     if (r->fn(&ctx, out) != 0) {
         fprintf(stderr, "comem calc %s: %s\n", r->name, err);
+    } else if (explain) {
+        json_object *given = inputs_json(&ctx);
+        arg_value *era = args_get(r->specs, r->n, vals, "comfyui");
+        bool a125 = era && era->set && !strcmp(era->str, "a125cd84");
+        rc = calc_explain(stdout, r->name, r->summary, given, out, a125) == 0 ? 0 : 1;
+        json_object_put(given);
     } else {
         jprint(out, pretty);
         rc = 0;
