@@ -106,37 +106,27 @@ model = torch.nn.Sequential(*layers)
 p = comfy.model_patcher.ModelPatcherDynamic(model, load_device=dev, offload_device=torch.device("cpu"))
 x = torch.randn(8, width, dtype=torch.float16, device=dev)
 oom = 0
-def compute():
-    global oom
-    try:
-        with w.node("worker-a"):
-            w.load(p)
-            with torch.no_grad():
-                model(x)
-            torch.cuda.synchronize()
-    except torch.cuda.OutOfMemoryError:
-        oom += 1
 def state(**kw):
     say(resident=int(p.loaded_size()), size=int(p.model_size()), released=int(w.comfy.models.released),
         released_busy=int(w.comfy.models.released_busy), pid=os.getpid(), oom=oom,
         steer=getattr(w.comfy.steer, "version", None), **kw)
-def busy(seconds):
-    # one node that computes for `seconds`: a state line once its pages are in, then pass after pass
+def compute(seconds=0.0, report=False):
+    # one node: a pass, then (report) a state line once its pages are in, then passes until `seconds` passed
     global oom
     import time
     passes, end = 0, time.monotonic() + seconds
     try:
-        with w.node("worker-a busy"):
+        with w.node("worker-a"):
             w.load(p)
             with torch.no_grad():
-                model(x)
-                torch.cuda.synchronize()
-                passes += 1
-                state(computing=True)
-                while time.monotonic() < end:
+                while True:
                     model(x)
                     torch.cuda.synchronize()
                     passes += 1
+                    if report and passes == 1:
+                        state(computing=True)
+                    if time.monotonic() >= end:
+                        break
     except torch.cuda.OutOfMemoryError:
         oom += 1
     return passes, time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
@@ -147,7 +137,7 @@ for line in sys.stdin:
     if cmd == "compute":
         compute()
     if cmd.startswith("busy "):
-        passes, ended = busy(float(cmd.split()[1]))
+        passes, ended = compute(float(cmd.split()[1]), report=True)
         state(passes=passes, ended_at=ended)
         continue
     if cmd == "quit":

@@ -66,6 +66,18 @@ class SteerCase(unittest.TestCase):
         """The headroom inside aimdo's library now."""
         return self._knob.get()
 
+    def steered_host(self):
+        """ComfyUI's host adapter over the real aimdo, installed once the view has the card; its steer runs."""
+        support.need_comfyui(self)
+        from comem.comfy import Host
+        host = Host(support.import_comfy(), socket=self.machine.socket, embed=False, card=self.card, name="comfyui",
+                    aimdo=self.control)
+        self.card_seen()
+        host.install()
+        self.addCleanup(host.close)
+        self.assertIsNotNone(host.steer)
+        return host
+
 
 class TestHeadroomFollowsTheLedger(SteerCase):
     def test_another_process_grant_is_headroom_here_until_it_is_freed(self):
@@ -185,14 +197,7 @@ class TestAdapterSteersAimdo(SteerCase):
     """The ComfyUI adapter starts the steer itself and stops it when it is uninstalled."""
 
     def test_the_host_adapter_keeps_a_worker_grant_from_its_aimdo(self):
-        support.need_comfyui(self)
-        mm = support.import_comfy()
-        from comem.comfy import Host
-        host = Host(mm, socket=self.machine.socket, embed=False, card=self.card, name="comfyui", aimdo=self.control)
-        self.card_seen()
-        host.install()
-        self.addCleanup(host.close)
-        self.assertIsNotNone(host.steer)
+        host = self.steered_host()
         self.assertIs(host.models.steer, host.steer)
         # Its holders are asked while a node computes (aimdo gives unpinned pages then).
         with host.lock:
@@ -217,13 +222,8 @@ class TestAdapterSteersAimdo(SteerCase):
 class TestHostWithDynamicVramWorkerWithout(SteerCase):
     def test_a_steered_host_reaches_a_worker_without_aimdo(self):
         support.need_comfyui(self, "783545f6")
-        mm = support.import_comfy()
-        from comem.comfy import Host
-        host = Host(mm, socket=self.machine.socket, embed=False, card=self.card, name="comfyui", aimdo=self.control)
-        self.card_seen()
-        host.install()
-        self.addCleanup(host.close)
-        self.assertIsNotNone(host.steer)
+        host = self.steered_host()
+        mm = host.mm
         w = self.machine.child("comfy_worker.py", "plain")  # ComfyUI without dynamic VRAM: no aimdo there
         self.assertIsNone(w.ready["steer"])
         self.assertEqual(w.ask("load", name="m", mib=1024, parts=4)["loaded"], 1 * GiB)
