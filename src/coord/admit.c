@@ -287,6 +287,24 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
     job_free(s, jid, j);
 }
 
+/*
+ * The card's room for an admission, bounded by the ledger's books: a grant is
+ * booked only while everything the ledger names plus the grant fits the
+ * device's capacity, and on a unified device (UMA) the books carry the
+ * machine's pinned RAM, which no card reading shows. Where the books are the
+ * tighter bound, the room is lowered so that need - room is their shortfall:
+ * that is what the holders are asked for and what a refusal's short_by says
+ * (else a card with room would refuse short by 0 and nobody would be asked).
+ */
+static int64_t book_room(const comem_coord_srv *s, const job *j, int64_t avail)
+{
+    if (j->kind != JOB_ADMIT || j->weights <= 0)
+        return avail;
+    int64_t books = comem_sub(s->ledger.devices[j->device].capacity, comem_ledger_attributed(&s->ledger, j->device));
+    int64_t short_in_books = comem_sub(j->weights, books);
+    return short_in_books > 0 ? comem_min(avail, comem_sub(j->need, short_in_books)) : avail;
+}
+
 /* Advances a job at the head of its queue. True when it finished. */
 static bool step(comem_coord_srv *s, uint64_t jid)
 {
@@ -295,8 +313,12 @@ static bool step(comem_coord_srv *s, uint64_t jid)
     int64_t avail = coord_available(s, j->device, j->round > 0);
     if (j->round == 0)
         j->free_before = avail;
-    if (j->kind == JOB_ADMIT) /* a context measured since the last round changes the target */
+    if (j->kind == JOB_ADMIT) { /* a context measured since the last round changes the target */
         j->need = need_of(s, j->session, j->device, j->weights, j->working);
+        avail = book_room(s, j, avail);
+        if (j->round == 0)
+            j->free_before = avail;
+    }
     if (j->kind == JOB_PRESSURE) {
         if (j->round == 0 && plan_pressure(s, jid, j) > 0) {
             j->state = JOB_ASKING;
