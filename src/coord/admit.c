@@ -305,6 +305,27 @@ static int64_t book_room(const comem_coord_srv *s, const job *j, int64_t avail)
     return short_in_books > 0 ? comem_min(avail, comem_sub(j->need, short_in_books)) : avail;
 }
 
+/*
+ * Everything other processes hold on the job's device that an ask could bring
+ * back: their entries' residency and their generic holders' overhead (what the
+ * release plan draws on; the requester's own models are its own to unload).
+ */
+static int64_t releasable_by_others(const comem_coord_srv *s, const job *j)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.entries); i++) {
+        const ledger_entry *e = comem_slab_at(&s->ledger.entries, i, NULL);
+        if (e && e->device == j->device && e->session != j->session)
+            sum = comem_add(sum, e->resident);
+    }
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
+        const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, NULL);
+        if (h && h->device == j->device && h->session != j->session && h->overhead > 0)
+            sum = comem_add(sum, h->overhead);
+    }
+    return sum;
+}
+
 /* Advances a job at the head of its queue. True when it finished. */
 static bool step(comem_coord_srv *s, uint64_t jid)
 {
@@ -329,6 +350,14 @@ static bool step(comem_coord_srv *s, uint64_t jid)
     }
     if (avail >= j->need) {
         finish(s, jid, j, true, avail);
+        return true;
+    }
+    if (j->kind == JOB_ADMIT && j->round == 0 && comem_add(avail, releasable_by_others(s, j)) < j->need) {
+        /* It cannot fit even if every other process gave back all it holds: say so now rather than
+           empty them first (ComfyUI's own loop would unload them and then load what fits). */
+        comem_info("admission: '%s' needs more than the card has free plus all other processes hold; "
+                   "refused without asking anyone", session_name(s, j->session));
+        finish(s, jid, j, false, avail);
         return true;
     }
     if (j->round >= COORD_MAX_ROUNDS || comem_now_ns() >= j->deadline_ns || plan_admit(s, jid, j, avail) == 0) {

@@ -868,6 +868,28 @@ class TestAdmission(MachineCase):
         g.cancel()
         self.m.check_ledger(self)
 
+    def test_an_admission_that_can_never_fit_is_refused_without_emptying_anyone(self):
+        # Issue 20 item 18: more than the card has free plus all that others hold: nobody is asked.
+        holder = self.child("holder")
+        holder.ask("hold", holder="models", entry="big", mib=2048)
+        free = FREE0 - CONTEXT - 2 * GiB
+        c = self.client()
+        weights = 6 * GiB  # need(6 GiB) > free + 2 GiB
+        self.assertGreater(need(weights), free + 2 * GiB)
+        with self.assertRaises(comem.Refused) as cm:
+            c.admit(weights)
+        r = cm.exception
+        self.assertEqual((r.n_asked, r.asked, r.freed), (0, [], 0))
+        self.assertEqual(r.short_by, need(weights) - free)
+        self.assertEqual(holder.ask("asks")["asks"], [])
+        self.assertEqual(self.entry("holder", "big")["resident"], 2 * GiB)  # kept
+        # One that others' bytes can make fit still asks them.
+        g = c.admit(int((free + 1 * GiB - need(0)) / 1.1))
+        self.assertEqual(g.n_asked, 1)
+        self.assertGreater(g.freed, 0)
+        g.cancel()
+        self.m.check_ledger(self)
+
     def test_a_receipt_frees_no_more_than_its_holder_held(self):
         # a holder that frees nothing and says it freed 1 TiB: counted as the 6 GiB it held, and flagged
         holder = self.child("holder")
@@ -971,9 +993,11 @@ class TestAdmission(MachineCase):
         self.assertEqual((few.refs, many.refs, many.resident), (2, 5, 2 * GiB))
         self.assertTrue(wait_for(lambda: (self.entry("few", "f").get("refs"), self.entry("many", "m").get("refs"))
                                  == (2, 5)))
-        # Short by 3 GiB: the plan takes all of the first entry and part of the second; both answer 0.
-        weights = int((FREE0 + 3 * GiB - need(0)) / 1.1)
+        # Short by 3 GiB: the plan takes all of the first entry and part of the second; both answer 0. The
+        # entries are booked, not on the card, so the shortfall is the ledger's books' (capacity less what
+        # the ledger names: the entries and the processes' context floors).
         c = self.client()
+        weights = CAPACITY - self.m.status()["devices"][0]["attributed"] + 3 * GiB
         with self.assertRaises(comem.Refused) as cm:
             c.admit(weights)
         self.assertEqual(cm.exception.asked[:2], [hf, hm])
