@@ -61,6 +61,7 @@ static void client_free(comem_client *c)
         comem_coord_stop(c->coord);
     comem_local_close(c);
     comem_fast_free(c);
+    comem_conn_drop_area(c);
     comem_tab_free(c);
     if (c->wake_fd >= 0)
         close(c->wake_fd);
@@ -86,6 +87,7 @@ static comem_client *client_alloc(void)
     pthread_mutex_init(&c->write_lock, NULL);
     pthread_mutex_init(&c->dev_lock, NULL);
     c->fd = c->wfd = -1;
+    c->area_fd = -1;
     atomic_init(&c->timeout_ms, COMEM_CLIENT_DEFAULT_TIMEOUT_MS);
     atomic_init(&c->next_req, 1u);
     atomic_init(&c->stopping, false);

@@ -286,6 +286,7 @@ struct comem_client {
     pthread_t thread;
     bool thread_started;
     int wake_fd; /* eventfd: close and need_sync wake the service thread */
+    int area_fd; /* the booking area that rode on the last HELLO_REPLY, until mapped (-1: none) */
     int fd;
     uint8_t *rbuf;
     size_t rlen, rpos;
@@ -498,9 +499,12 @@ bool comem_on_callback_thread(const comem_client *c);
  */
 int comem_resync(comem_client *c);
 
+/* Closes a booking area received and not mapped (a failed HELLO, a new one coming). */
+void comem_conn_drop_area(comem_client *c);
+
 /* ---- fast.c: the booking area ---- */
 
-/* After HELLO on connection gen: maps the coordinator's booking area and finds session's slot, if it has one. */
+/* After HELLO on connection gen: maps the session's booking area that came with the reply (c->area_fd), if any. */
 void comem_fast_attach(comem_client *c, uint64_t gen, uint64_t session);
 /* The connection ended: no more bookings in its area (the mapping stays until close). */
 void comem_fast_detach(comem_client *c);

@@ -152,6 +152,37 @@ static int took_bytes(comem_client *c, ssize_t r)
     return errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
 }
 
+/*
+ * A read that also takes a descriptor riding on the bytes (SCM_RIGHTS): the coordinator sends this
+ * session's booking area with its HELLO_REPLY. The first one is kept in c->area_fd, any other closed.
+ */
+static ssize_t read_taking_fd(comem_client *c, int fd, uint8_t *buf, size_t len)
+{
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    if (r < 0)
+        return r;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int got;
+            memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof got);
+            if (c->area_fd < 0)
+                c->area_fd = got;
+            else
+                close(got);
+        }
+    }
+    return r;
+}
+
 int comem_conn_read(comem_client *c, int fd, int timeout_ms)
 {
     compact(c);
@@ -170,7 +201,7 @@ int comem_conn_read(comem_client *c, int fd, int timeout_ms)
     if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
         return 0;
     /* A frame is at most COMEM_WIRE_MAX_FRAME and the buffer holds one, so there is room. */
-    ssize_t r = read(fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen);
+    ssize_t r = read_taking_fd(c, fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen);
     return took_bytes(c, r);
 }
 
@@ -232,6 +263,7 @@ int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, 
     *refused = false;
     why[0] = '\0';
     c->rlen = c->rpos = 0;
+    comem_conn_drop_area(c); /* only what rides on this HELLO_REPLY is this session's */
     comem_msg m;
     memset(&m, 0, sizeof m);
     m.type = COMEM_MSG_HELLO;
@@ -301,4 +333,11 @@ int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, 
     }
     *session = r->u.hello_reply.session_id;
     return COMEM_OK;
+}
+
+void comem_conn_drop_area(comem_client *c)
+{
+    if (c->area_fd >= 0)
+        close(c->area_fd);
+    c->area_fd = -1;
 }

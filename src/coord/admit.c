@@ -259,6 +259,8 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
             return;
         }
         r->granted = rc == COMEM_OK;
+        if (r->granted)
+            coord_book_wants(s, j->session, j->device); /* it admits here: its next ones may fit a stock */
         r->grant_id = gid;
         r->bytes = r->granted ? j->weights : 0;
         r->need = j->need;
@@ -300,7 +302,9 @@ static int64_t book_room(const comem_coord_srv *s, const job *j, int64_t avail)
 {
     if (j->kind != JOB_ADMIT || j->weights <= 0)
         return avail;
-    int64_t books = comem_sub(s->ledger.devices[j->device].capacity, comem_ledger_attributed(&s->ledger, j->device));
+    int64_t books = comem_sub(comem_sub(s->ledger.devices[j->device].capacity,
+                                        comem_ledger_attributed(&s->ledger, j->device)),
+                              coord_fast_inflight(s, j->device)); /* stocks are booked for their sessions */
     int64_t short_in_books = comem_sub(j->weights, books);
     return short_in_books > 0 ? comem_min(avail, comem_sub(j->need, short_in_books)) : avail;
 }

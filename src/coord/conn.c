@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "comem/common.h"
@@ -48,10 +49,33 @@ static void want_out(comem_coord_srv *s, conn *c, bool on)
     c->want_out = on;
 }
 
+/* Sends what is queued with the session's booking area riding on its first byte (SCM_RIGHTS). */
+static ssize_t send_with_fd(conn *c)
+{
+    struct iovec iov = {.iov_base = c->out, .iov_len = c->out_len};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &c->pass_fd, sizeof(int));
+    ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    if (n > 0) { /* it went with those bytes: the client holds the only other copy now */
+        close(c->pass_fd);
+        c->pass_fd = -1;
+    }
+    return n;
+}
+
 bool coord_flush(comem_coord_srv *s, conn *c)
 {
     while (c->out_len > 0) {
-        ssize_t n = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL);
+        ssize_t n = c->pass_fd >= 0 ? send_with_fd(c) : send(c->fd, c->out, c->out_len, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

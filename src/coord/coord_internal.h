@@ -76,6 +76,7 @@ typedef struct conn {
     size_t out_len, out_cap;
     ep_tag tag, pid_tag;
     int slot;
+    int pass_fd;         /* the session's booking area, to send with the first bytes (SCM_RIGHTS); -1 none */
     int64_t accepted_ns; /* a connection without HELLO is closed hello_timeout_ms after this */
     int jobs;     /* admissions and pressure requests of this connection's session in flight */
     int releases; /* RELEASE requests of this connection's session waiting for a receipt */
@@ -171,12 +172,13 @@ typedef struct measurement {
 
 /* What the coordinator knows of one booking record, beside what the area says (never trusted). */
 typedef struct book_priv {
-    uint32_t seq;    /* the record's seq when it was reconciled */
-    bool live;       /* reconciled by this coordinator (GRANTED by it) */
-    bool in_charged; /* the ledger refused it: its bytes are still in `charged` */
+    uint32_t seq;      /* the record's seq when it was reconciled */
+    bool live;         /* reconciled by this coordinator (GRANTED by it) */
     int dev;
     int64_t bytes;
-    uint64_t gid;    /* its ledger grant, 0 none */
+    uint64_t holder;   /* the session's own holder it named, else 0 */
+    int64_t booked_ns; /* the grant's expiry counts from it */
+    uint64_t gid;      /* its ledger grant; 0: the ledger refused it, its bytes are still charged */
 } book_priv;
 
 /* What the view showed a device from: any of it moving republishes the view at the turn's end. */
@@ -186,23 +188,29 @@ typedef struct view_mark {
     uint64_t turns;
 } view_mark;
 
-/* The booking area (coord/book.c). */
+/* One session's booking area, as the coordinator holds it (coord/book.c); the area's words are its word. */
+typedef struct book_sess {
+    book_area *a;                              /* NULL: none (a tool, or none could be made) */
+    bool off;                                  /* it wrote nonsense: its fast path is closed for its life */
+    uint32_t seen;                             /* its `posted` when last looked at */
+    int64_t stock[COMEM_MAX_DEVICES];          /* held out of everyone's room for its bookings: the truth */
+    int64_t limit[COMEM_MAX_DEVICES];          /* what was published (BOOK_CLOSED, or the stock) */
+    int64_t margin[COMEM_MAX_DEVICES];         /* the reserve and context floor its target keeps */
+    int64_t sub[COMEM_MAX_DEVICES];            /* reconciled bytes to take out of `charged` after publishing */
+    int64_t wants_until_ns[COMEM_MAX_DEVICES]; /* it admitted on the device lately: it keeps a stock there */
+    book_priv priv[BOOK_RECORDS];
+} book_sess;
+
+/* The booking areas (coord/book.c). */
 typedef struct coord_book {
-    book_area *a;      /* NULL: none */
-    int fd;
-    bool off;          /* no fast path: never opened, or turned off after nonsense */
-    bool recount;      /* a process died inside a booking, or something was odd: count `charged` again */
-    int strikes;
-    int64_t recount_since_ns; /* a recount has waited since then for records in transition */
-    uint64_t reconciled; /* bookings turned into ledger grants or finished (status) */
-    char link[PATH_MAX + 8];
-    char target[64];
-    int64_t limit[COMEM_MAX_DEVICES]; /* what was published */
-    int64_t sub[COMEM_MAX_DEVICES];   /* reconciled bytes to take out of `charged` after the next publish */
-    uint32_t seen[BOOK_SLOTS];        /* each slot's `posted` when last looked at */
-    uint32_t seen_booked[BOOK_SLOTS]; /* ... and its `booked` */
-    int64_t active_until_ns;          /* bookings seen lately: the loop looks every millisecond */
-    book_priv priv[BOOK_SLOTS][BOOK_RECORDS];
+    bool off;                  /* COMEM_NO_FAST: no areas, every admission through the socket */
+    bool warned;               /* an area could not be made (said once) */
+    uint64_t reconciled;       /* bookings turned into ledger grants or finished (status) */
+    uint64_t strikes;          /* sessions whose area was turned off for nonsense */
+    int64_t active_until_ns;   /* bookings seen lately: the loop looks every 250 us */
+    int n_live;
+    int live[COORD_MAX_CONNS]; /* the slots that have an area */
+    book_sess sess[COORD_MAX_CONNS];
 } coord_book;
 /*
  * What happened since the coordinator started, counted where it happens (admit.c,
@@ -358,27 +366,33 @@ int64_t coord_ledger_room(const comem_coord_srv *s, int device);
 /* Republishes the shared-memory view of device (figures that changed in the ledger). */
 void coord_publish_view(comem_coord_srv *s, int device);
 
-/* ---- book.c: the booking area (coord/book.h) ---- */
-int coord_book_open(comem_coord_srv *s);
-void coord_book_close(comem_coord_srv *s);
-/* A session said HELLO: its slot is cleared and given to it. */
-void coord_book_session_start(comem_coord_srv *s, conn *c);
-/* A session ends: what it booked and the ledger does not hold goes back (before the ledger drops its grants). */
+/* ---- book.c: the booking areas (coord/book.h) ---- */
+/* Reads COMEM_NO_FAST; areas are made per session. */
+void coord_book_open(comem_coord_srv *s);
+/* At HELLO, before the reply: a host's or worker's area, its fd left in c->pass_fd to ride on the reply. */
+void coord_book_session_start(comem_coord_srv *s, conn *c, int role);
+/* A session ends: its area and its stock go (before the ledger drops its grants). */
 void coord_book_session_end(comem_coord_srv *s, conn *c);
-/* Closes device's limit (the coordinator is about to decide an admission there itself). */
+/* The coordinator decides on device itself: every stock there is taken back (to what may be charged). */
 void coord_book_close_device(comem_coord_srv *s, int device);
-/* Bytes booked in the area and not yet in the ledger (decisions subtract them). */
+/* A session was granted an admission on device: it keeps a stock there for a while. */
+void coord_book_wants(comem_coord_srv *s, uint64_t session, int device);
+/* Bytes held out of the room as stocks (decisions subtract them). */
 int64_t coord_fast_inflight(const comem_coord_srv *s, int device);
+/* Bytes booked in areas and not yet in the ledger (what sessions say, bounded by their stocks). */
+int64_t coord_fast_booked(comem_coord_srv *s, int device);
+/* The largest limit published on device (BOOK_CLOSED: none open). */
+int64_t coord_fast_limit(const comem_coord_srv *s, int device);
 /* Turns what clients booked since last looked into ledger grants (before a reading: floors subtract grants). */
 void coord_book_reconcile(comem_coord_srv *s);
-/* End of a loop turn: reconciles new bookings, counts again when due, publishes the limits. */
+/* End of a loop turn: reconciles new bookings, refills and takes back stocks, publishes the limits. */
 void coord_book_sync(comem_coord_srv *s);
 /*
  * GRANT_DONE naming a booking (grant id BOOK_REF_BIT | record << 32 | seq): the booking turns into
  * residency in entry like a grant. Returns the reply's status (COMEM_ENOENT: no such booking now).
  */
 int coord_book_grant_done(comem_coord_srv *s, conn *c, uint64_t ref, uint64_t entry, int64_t used);
-/* Bookings were seen lately (or a recount waits): the loop should look again within a millisecond. */
+/* Bookings flow: the loop should look often. */
 bool coord_book_active(const comem_coord_srv *s);
 
 /* ---- reserve.c ---- */

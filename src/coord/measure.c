@@ -255,6 +255,7 @@ int coord_measure(comem_coord_srv *s, int device)
 int64_t coord_available(comem_coord_srv *s, int device, bool fresh)
 {
     measurement *m = &s->meas[device];
+    coord_book_reconcile(s); /* a grant cancelled in shared memory is room now, not at the turn's end */
     int64_t age = comem_now_ns() - m->taken_ns;
     bool changed = m->stale || m->changes != s->ledger.devices[device].changes;
     if (fresh || !m->valid || changed || age > (int64_t)s->cfg.reading_max_age_ms * 1000000)

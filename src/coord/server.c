@@ -139,7 +139,6 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
     s->cfg = *cfg;
     s->epfd = s->listen_fd = s->wake_fd = s->timer_fd = s->lock_fd = -1;
     s->view.fd = -1;
-    s->book.fd = -1;
     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     s->host_base = cfg->reserve_base >= 0 ? cfg->reserve_base : -1;
     s->started_ns = s->last_tick_ns = comem_now_ns();
@@ -156,7 +155,7 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
     if (rc == COMEM_OK)
         rc = comem_view_writer_open(&s->view, s->cfg.socket_path, s->ledger.n_devices);
     if (rc == COMEM_OK)
-        rc = coord_book_open(s);
+        coord_book_open(s);
     if (rc == COMEM_OK)
         rc = coord_socket_bind(s);
     if (rc == COMEM_OK) {
@@ -269,7 +268,6 @@ void comem_coord_destroy(comem_coord_srv *s)
         if (j)
             free(j->keep);
     }
-    coord_book_close(s);
     comem_view_writer_close(&s->view);
     comem_device_close(s->src);
     comem_ledger_fini(&s->ledger);

@@ -109,7 +109,7 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     }
     if (h->role == COMEM_ROLE_HOST && h->reserve_base >= 0)
         offer_base(s, id, h);
-    coord_book_session_start(s, c); /* before the reply: the client looks for its slot after it */
+    coord_book_session_start(s, c, h->role); /* its area rides on the reply */
     comem_info("session %llx: %s '%s' pid %d joined", (unsigned long long)id,
                h->role == COMEM_ROLE_HOST ? "host" : h->role == COMEM_ROLE_WORKER ? "worker" : "tool", h->name,
                (int)c->pid);

@@ -247,9 +247,11 @@ static json_object *device_json(comem_coord_srv *s, int d)
         add_null(spill, "process");
     add_known(spill, "pushed_by", sp->events > 0, sp->pushed_by);
     json_object_object_add(o, "spill", spill);
-    /* The booking area: bytes booked there the ledger does not hold yet, and the room it offers. */
-    add_i(o, "booked", coord_fast_inflight(s, d));
-    add_i(o, "booking_limit", s->book.a && !s->book.off ? s->book.limit[d] : -1);
+    /* The booking areas: bytes booked there the ledger does not hold yet, the stocks held for them,
+       and the most any one session may book now. */
+    add_i(o, "booked", coord_fast_booked(s, d));
+    add_i(o, "stock", coord_fast_inflight(s, d));
+    add_i(o, "booking_limit", coord_fast_limit(s, d));
     return o;
 }
 
@@ -300,9 +302,9 @@ char *coord_status_json(comem_coord_srv *s)
     add_i(co, "violations", (int64_t)s->ledger.violations);
     add_i(co, "asks_in_flight", (int64_t)s->asks.used);
     add_i(co, "requests_in_flight", (int64_t)s->jobs.used); /* admissions and pressure requests */
-    add_s(co, "booking_area", !s->book.a ? "none" : s->book.off ? "off" : s->book.recount ? "counting" : "on");
+    add_s(co, "booking_area", s->book.off ? "off" : "on");
     add_i(co, "bookings_reconciled", (int64_t)s->book.reconciled);
-    add_i(co, "booking_strikes", s->book.strikes);
+    add_i(co, "booking_strikes", (int64_t)s->book.strikes);
     json_object_object_add(root, "coordinator", co);
     json_object_object_add(root, "counters", counters_json(&s->counters));
     json_object *pins = json_object_new_object();

@@ -30,7 +30,7 @@ DEVICE = {"index": INT, "uuid": STR, "name": STR, "scope": STR, "process_scope":
           "unified": BOOL, "contexts": INT, "overhead": INT, "unregistered": INT,
           "spill": {"overcommit": INT, "events": INT, "peak": INT + "?", "pid": INT + "?", "process": STR + "?",
                     "pushed_by": INT + "?"},
-          "booked": INT, "booking_limit": INT}
+          "booked": INT, "stock": INT, "booking_limit": INT}
 STATUS = {
     "schema": INT,
     "coordinator": {"pid": INT, "socket": STR, "source": STR, "card_spec": STR + "?", "uptime_s": NUM, "sessions": INT, "checking": BOOL,

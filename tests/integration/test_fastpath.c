@@ -5,9 +5,11 @@
  * An admission that fits is booked with no round trip (it succeeds while the
  * coordinator is stopped); racing processes never share bytes (each granted
  * load is allocated on the simulated card, which refuses an overcommit); a
- * process SIGKILLed between its charge and its record, or between its record
- * and the coordinator's look, leaks nothing; a process scribbling over the
- * whole area neither crashes the coordinator nor overbooks the ledger.
+ * process SIGKILLed or stopped inside a booking leaks nothing and stalls
+ * nobody else's fast path. Hostile processes (issue 20 items 1-6) write
+ * whatever they like into the only area they have, their own: no other
+ * session's admission, grant or count moves, and the ledger never holds more
+ * than the card.
  */
 #include "unit/cmocka_all.h"
 
@@ -39,17 +41,25 @@ static int64_t now_ms(void)
     return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-/* Maps the coordinator's booking area read-write, as any process of this user can. */
-static book_area *map_area(const harness *h)
+/*
+ * This process's own booking area, found where any process finds its own mappings: the memfd the
+ * coordinator sent with the HELLO_REPLY shows in /proc/self/maps as "/memfd:comem-stock". A
+ * process that wants to cheat can do no more than this; nothing names another session's area.
+ */
+static book_area *own_area(void)
 {
-    char link[300];
-    comem_book_path(h->sock, link, sizeof link);
-    int fd = open(link, O_RDWR);
-    if (fd < 0)
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
         return NULL;
-    book_area *a = mmap(NULL, sizeof *a, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    return a == MAP_FAILED ? NULL : a;
+    char line[512];
+    book_area *a = NULL;
+    while (!a && fgets(line, sizeof line, f)) {
+        unsigned long lo;
+        if (strstr(line, "comem-stock") && sscanf(line, "%lx-", &lo) == 1)
+            a = (book_area *)(uintptr_t)lo;
+    }
+    fclose(f);
+    return a;
 }
 
 static bool status_has(const harness *h, const char *needle)
@@ -60,16 +70,23 @@ static bool status_has(const harness *h, const char *needle)
     return yes;
 }
 
-/* One admission and its cancel through the coordinator, so the limit is open (it opens on activity). */
-static void warm(comem_client *c, uint64_t holder)
+/* Admissions and their cancels through the coordinator, so this session holds a stock (one follows an
+   admission). In a child: no cmocka assertion there, the answer is returned. */
+static int try_warm(comem_client *c, uint64_t holder)
 {
     for (int i = 0; i < 3; i++) {
         uint64_t g;
-        assert_int_equal(comem_admit(c, 0, holder, 64 * MIB, 0, 0, NULL, 0, 5000, &g, NULL), COMEM_OK);
-        assert_int_equal(comem_grant_done(c, g, 0, 0), COMEM_OK);
+        int rc = comem_admit(c, 0, holder, 64 * MIB, 0, 0, NULL, 0, 5000, &g, NULL);
+        if (rc == COMEM_OK)
+            rc = comem_grant_done(c, g, 0, 0);
+        if (rc != COMEM_OK)
+            return rc;
         usleep(5000);
     }
+    return COMEM_OK;
 }
+
+static void warm(comem_client *c, uint64_t holder) { assert_int_equal(try_warm(c, holder), COMEM_OK); }
 
 static void test_fits_without_round_trip(void **state)
 {
@@ -194,7 +211,7 @@ static void test_racing_processes_never_share_bytes(void **state)
     }
 }
 
-/* ---- a process killed inside a booking ---- */
+/* ---- a process stopped or killed inside a booking (issue 20 item 5) ---- */
 
 typedef struct victim {
     const harness *h;
@@ -212,7 +229,7 @@ static int victim_main(void *arg)
     if (comem_client_open(v->h->sock, COMEM_CLIENT_WORKER, "victim", -1, COMEM_OPEN_NO_LOCAL, &c) ||
         comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder))
         return 1;
-    /* The first admission goes to the coordinator (the limit opens with activity); the stall hook
+    /* The first admission goes to the coordinator (a stock follows an admission); the stall hook
        only stops a booking in shared memory. Keep asking until one is booked there: it stops. */
     ch_put(v->ready, 1);
     for (int i = 0; i < 2000; i++) {
@@ -223,12 +240,30 @@ static int victim_main(void *arg)
     return 4; /* never booked in shared memory */
 }
 
+/* An honest process admits with comemd stopped: only its own stock can answer that. */
+static int books_while_comemd_is_stopped(const harness *h, const char *name)
+{
+    comem_client *c;
+    uint64_t holder, g;
+    assert_int_equal(comem_client_open(h->sock, COMEM_CLIENT_WORKER, name, -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
+    assert_int_equal(comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder), COMEM_OK);
+    int rc = COMEM_ETIMEDOUT;
+    for (int attempt = 0; attempt < 20 && rc != COMEM_OK; attempt++) {
+        warm(c, holder);
+        kill(h->comemd, SIGSTOP);
+        rc = comem_admit(c, 0, holder, 512 * MIB, 0, 0, NULL, 0, 300, &g, NULL);
+        kill(h->comemd, SIGCONT);
+    }
+    if (rc == COMEM_OK)
+        assert_int_equal(comem_grant_done(c, g, 0, 0), COMEM_OK);
+    comem_client_close(c);
+    return rc;
+}
+
 static void killed_inside(harness *h, const char *stall)
 {
     h_init(h, SPEC);
     h_start(h, NULL);
-    book_area *a = map_area(h);
-    assert_non_null(a);
     chan down, up;
     ch_open(&down, &up);
     static victim v;
@@ -236,112 +271,361 @@ static void killed_inside(harness *h, const char *stall)
     pid_t p = h_child(victim_main, &v);
     int64_t one;
     assert_true(ch_get(up.rd, &one, 20000));
-    /* It stops with 6 GiB charged (and, for "booked", recorded): nothing else books now. */
+    /* It stops with 6 GiB charged in its own area (and, for "booked", recorded). */
     int64_t t0 = now_ms();
-    while (atomic_load(&a->dev[0].charged) < v.bytes && now_ms() - t0 < 10000)
-        usleep(500);
-    if (atomic_load(&a->dev[0].charged) < v.bytes)
-        print_message("charged %lld, granted %lld\n", (long long)atomic_load(&a->dev[0].charged),
-                      (long long)h_status_num(h, "devices.0.granted"));
-    assert_true(atomic_load(&a->dev[0].charged) >= v.bytes);
-    usleep(20000); /* for "booked": the record is written right after the charge */
+    while (h_status_num(h, "devices.0.booked") < v.bytes && h_status_num(h, "devices.0.granted") < v.bytes &&
+           now_ms() - t0 < 10000)
+        usleep(2000);
+    assert_true(h_status_num(h, "devices.0.booked") >= v.bytes || h_status_num(h, "devices.0.granted") >= v.bytes);
+    /* Stopped inside a booking, it stalls nobody: another process books in its own area. */
+    assert_int_equal(books_while_comemd_is_stopped(h, "bystander"), COMEM_OK);
+    assert_true(status_has(h, "\"booking_area\":\"on\""));
     kill(p, SIGKILL);
     h_wait(p);
-    /* The session's end hands the booking back (counting `charged` again when it was half done). */
+    /* Its session's end takes its stock and bookings with it: all the room is there again. */
     t0 = now_ms();
-    while ((atomic_load(&a->dev[0].charged) != 0 || !status_has(h, "\"booking_area\":\"on\"")) &&
-           now_ms() - t0 < 5000)
+    while ((h_status_num(h, "devices.0.booked") || h_status_num(h, "devices.0.granted")) && now_ms() - t0 < 5000)
         usleep(2000);
-    assert_int_equal(atomic_load(&a->dev[0].charged), 0);
-    assert_true(status_has(h, "\"booking_area\":\"on\""));
+    assert_int_equal(h_status_num(h, "devices.0.booked"), 0);
     assert_int_equal(h_status_num(h, "devices.0.granted"), 0);
-    /* All the room is there again: 10 GiB fit a 16 GiB card only if the 6 GiB came back. */
     comem_client *c;
     uint64_t holder, g;
     assert_int_equal(comem_client_open(h->sock, COMEM_CLIENT_WORKER, "after", -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
     assert_int_equal(comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder), COMEM_OK);
     assert_int_equal(comem_admit(c, 0, holder, 10 * GIB, 0, 0, NULL, 0, 5000, &g, NULL), COMEM_OK);
     assert_int_equal(comem_grant_done(c, g, 0, 0), COMEM_OK);
-    assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
     comem_client_close(c);
-    munmap(a, sizeof *a);
+    /* And the fast path is still on for everyone after the kill. */
+    assert_int_equal(books_while_comemd_is_stopped(h, "later"), COMEM_OK);
+    assert_int_equal(h_status_num(h, "coordinator.booking_strikes"), 0);
+    assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
 }
 
 static void test_killed_between_charge_and_record(void **state) { killed_inside(*state, "charged"); }
 static void test_killed_between_record_and_report(void **state) { killed_inside(*state, "booked"); }
 
-/* ---- scribbling ---- */
+/* ---- hostile processes: each can reach its own area and nothing else (issue 20 items 1-4) ---- */
 
-static void test_scribbled_area_is_survived(void **state)
+enum hostile_act {
+    HOSTILE_FILL_CHARGED = 1, /* item 1: its `charged` := the card's capacity */
+    HOSTILE_DONE_EVERYWHERE,  /* item 2: DONE written into every record */
+    HOSTILE_RAISE_LIMIT,      /* item 3: the limit raised and `charged` zeroed in a loop while it books */
+    HOSTILE_FORGE_RECORDS,    /* item 4: records forged as BOOKED, the margin and the count rewritten */
+    HOSTILE_SCRIBBLE,         /* random words over the whole area while it admits */
+};
+
+typedef struct hostile {
+    const harness *h;
+    int act;
+    int out; /* writes: 1 when it has done its worst */
+    int64_t granted_fast; /* out: bytes it loaded that the card took (HOSTILE_RAISE_LIMIT) */
+} hostile;
+
+static void scribble(book_area *a, uint64_t *seed)
+{
+    uint8_t *bytes = (uint8_t *)a + offsetof(book_area, looking_until_ns);
+    size_t len = sizeof *a - offsetof(book_area, looking_until_ns);
+    for (int k = 0; k < 4096; k++) {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        size_t at = (size_t)(*seed % (len / 8)) * 8;
+        memcpy(bytes + at, seed, 8);
+    }
+}
+
+static int hostile_main(void *arg)
+{
+    hostile *x = arg;
+    comem_client *c;
+    uint64_t holder, g;
+    if (comem_client_open(x->h->sock, COMEM_CLIENT_WORKER, "hostile", -1, COMEM_OPEN_NO_LOCAL, &c) ||
+        comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder))
+        return 1;
+    if (try_warm(c, holder) != COMEM_OK) /* it has a stock now: the most a cheat can spend */
+        return 2;
+    book_area *a = own_area();
+    if (!a)
+        return 2;
+    ch_put(x->out, 0); /* ready: doing its worst next */
+    uint64_t seed = 0x9e3779b97f4a7c15ULL;
+    int64_t t0 = now_ms();
+    switch (x->act) {
+    case HOSTILE_FILL_CHARGED:
+        atomic_store(&a->dev[0].charged, 16 * GIB);
+        atomic_fetch_add(&a->posted, 1);
+        break;
+    case HOSTILE_DONE_EVERYWHERE:
+        for (int i = 0; i < BOOK_RECORDS; i++) {
+            atomic_store(&a->rec[i].seq, 1);
+            atomic_store(&a->rec[i].state, BOOK_DONE);
+        }
+        atomic_fetch_add(&a->posted, 1);
+        break;
+    case HOSTILE_RAISE_LIMIT:
+        /* Books what it likes while lying to itself (and gives each grant back, so the honest
+           racers fill the card meanwhile). */
+        while (now_ms() - t0 < 1500) {
+            atomic_store(&a->dev[0].limit, INT64_MAX / 4);
+            atomic_store(&a->dev[0].charged, 0);
+            atomic_store(&a->confirmed_ns, INT64_MAX / 2);
+            if (comem_admit(c, 0, holder, 512 * MIB, 0, 0, NULL, 0, 2000, &g, NULL) == COMEM_OK) {
+                x->granted_fast += 512 * MIB;
+                comem_grant_done(c, g, 0, 0);
+            }
+        }
+        break;
+    case HOSTILE_FORGE_RECORDS:
+        for (int i = 0; i < BOOK_RECORDS; i++) {
+            atomic_store(&a->rec[i].device, 0);
+            atomic_store(&a->rec[i].bytes, 4 * GIB);
+            atomic_store(&a->rec[i].holder, 1); /* somebody's holder id, perhaps */
+            atomic_store(&a->rec[i].state, BOOK_BOOKED);
+        }
+        atomic_store(&a->dev[0].reserve, 0);
+        atomic_store(&a->booked, 16000000u);
+        atomic_fetch_add(&a->posted, 1);
+        break;
+    case HOSTILE_SCRIBBLE:
+        while (now_ms() - t0 < 1500) {
+            scribble(a, &seed);
+            atomic_fetch_add(&a->posted, 1);
+            if (comem_admit(c, 0, holder, 64 * MIB, 0, 0, NULL, 0, 2000, &g, NULL) == COMEM_OK)
+                comem_grant_done(c, g, 0, 0);
+        }
+        break;
+    }
+    ch_put(x->out, 1 + (x->granted_fast >> 20));
+    pause();
+    return 0;
+}
+
+/* An honest process that loads 4 GiB and then answers whether a 6 GiB admission needed anybody. */
+typedef struct honest {
+    const harness *h;
+    int out;
+    int in;
+} honest;
+
+static int honest_main(void *arg)
+{
+    honest *o = arg;
+    comem_client *c;
+    uint64_t holder, e;
+    comem_sim *sim = h_sim(o->h);
+    if (!sim || comem_client_open(o->h->sock, COMEM_CLIENT_WORKER, "honest", -1, COMEM_OPEN_NO_LOCAL, &c) ||
+        comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder))
+        return 1;
+    if (try_warm(c, holder) != COMEM_OK)
+        return 1;
+    /* A grant it holds across the attack: nobody may cancel it or take its bytes. */
+    int64_t fig[COMEM_ADMIT_NFIGURES];
+    if (comem_admit_figures(c, 0, holder, 4 * GIB, 0, 0, NULL, 0, 5000, fig) != COMEM_OK)
+        return 2;
+    ch_put(o->out, 1);
+    int64_t go;
+    if (!ch_get(o->in, &go, 30000))
+        return 3;
+    if (comem_sim_alloc(sim, 0, 4 * GIB) != COMEM_OK)
+        return 4; /* its granted bytes were not on the card any more */
+    if (comem_entry_add(c, holder, "model", 4 * GIB, 0, 0, &e) ||
+        comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], e, 4 * GIB))
+        return 5;
+    /* A second load that fits what is free, with nobody to ask: granted, nobody asked. */
+    if (comem_admit_figures(c, 0, holder, 4 * GIB, 0, 0, NULL, 0, 5000, fig) != COMEM_OK)
+        return 6;
+    if (fig[COMEM_ADMIT_ASKED] != 0)
+        return 7;
+    comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], 0, 0);
+    ch_put(o->out, 2);
+    pause();
+    return 0;
+}
+
+static void hostile_beside_honest(harness *h, int act)
+{
+    h_init(h, SPEC);
+    h_start(h, NULL);
+    chan to_honest, up;
+    ch_open(&to_honest, &up);
+    static honest o;
+    o = (honest){h, up.wr, to_honest.rd};
+    pid_t po = h_child(honest_main, &o);
+    int64_t v;
+    assert_true(ch_get(up.rd, &v, 30000));
+    int64_t t0 = now_ms();
+    while (h_status_num(h, "devices.0.granted") < 4 * GIB && now_ms() - t0 < 5000)
+        usleep(2000);
+    assert_true(h_status_num(h, "devices.0.granted") >= 4 * GIB); /* the honest grant is in the ledger */
+    int64_t admissions = h_status_num(h, "counters.admissions");
+    chan hdown, hup;
+    ch_open(&hdown, &hup);
+    static hostile x;
+    x = (hostile){h, act, hup.wr, 0};
+    pid_t px = h_child(hostile_main, &x);
+    assert_true(ch_get(hup.rd, &v, 30000)); /* ready */
+    assert_true(ch_get(hup.rd, &v, 30000)); /* done */
+    usleep(50000); /* a few of the coordinator's turns look at what it wrote */
+    /* The honest grant is untouched, and the honest process loads into it and admits again. */
+    assert_true(h_status_num(h, "devices.0.granted") >= 4 * GIB);
+    ch_put(to_honest.wr, 1);
+    assert_true(ch_get(up.rd, &v, 30000));
+    assert_int_equal(v, 2);
+    assert_int_equal(h_process_resident(h, "honest"), 4 * GIB);
+    if (act == HOSTILE_FORGE_RECORDS) /* a forged count moves no counter but its own */
+        assert_true(h_status_num(h, "counters.admissions") < admissions + 1000);
+    /* Whatever it wrote, the ledger holds no more than the card. */
+    assert_true(h_status_num(h, "devices.0.granted") + h_status_num(h, "devices.0.resident") <= 16 * GIB);
+    assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
+    char why[128];
+    assert_int_equal(comem_probe(h->sock, 2000, why, sizeof why), COMEM_OK);
+    /* Everyone else's fast path is still on. */
+    assert_int_equal(books_while_comemd_is_stopped(h, "bystander"), COMEM_OK);
+    print_message("hostile act %d: %lld strike(s)\n", act, (long long)h_status_num(h, "coordinator.booking_strikes"));
+    kill(px, SIGKILL);
+    h_wait(px);
+    kill(po, SIGKILL);
+    h_wait(po);
+}
+
+static void test_hostile_fills_its_charged(void **state)
+{
+    harness *h = *state;
+    hostile_beside_honest(h, HOSTILE_FILL_CHARGED);
+    /* Nobody was asked to release for it: idle holders keep what they hold. */
+    assert_int_equal(h_status_num(h, "counters.asks"), 0);
+}
+
+static void test_hostile_marks_records_done(void **state)
+{
+    harness *h = *state;
+    hostile_beside_honest(h, HOSTILE_DONE_EVERYWHERE);
+    assert_true(h_status_num(h, "coordinator.booking_strikes") >= 1);
+}
+
+static void test_hostile_forges_records(void **state)
+{
+    harness *h = *state;
+    hostile_beside_honest(h, HOSTILE_FORGE_RECORDS);
+    assert_true(h_status_num(h, "coordinator.booking_strikes") >= 1);
+}
+
+static void test_hostile_scribbles_its_area(void **state) { hostile_beside_honest(*state, HOSTILE_SCRIBBLE); }
+
+/* ---- item 3: a cheat raising its limit while honest processes race ---- */
+
+static void test_raised_limit_never_overbooks(void **state)
 {
     harness *h = *state;
     h_init(h, SPEC);
     h_start(h, NULL);
-    book_area *a = map_area(h);
-    assert_non_null(a);
+    enum { N = 6 };
+    chan down, up, hdown, hup;
+    ch_open(&down, &up);
+    ch_open(&hdown, &hup);
+    static hostile x;
+    x = (hostile){h, HOSTILE_RAISE_LIMIT, hup.wr, 0};
+    pid_t px = h_child(hostile_main, &x);
+    int64_t v;
+    assert_true(ch_get(hup.rd, &v, 30000)); /* it holds a stock and starts cheating: the racers start */
+    static racer rs[N];
+    pid_t pids[N];
+    for (int i = 0; i < N; i++) {
+        rs[i] = (racer){h, up.wr};
+        pids[i] = h_child(racer_main, &rs[i]);
+    }
+    int64_t over = 0, granted = 0;
+    for (int i = 0; i < N; i++) {
+        assert_true(ch_get(up.rd, &v, 60000));
+        granted += v & 0xffffffff;
+        over += v >> 32;
+    }
+    assert_true(ch_get(hup.rd, &v, 60000));
+    print_message("%lld honest loads, %lld overcommitted; the cheat was told of %lld MiB; %lld strike(s)\n",
+                  (long long)granted, (long long)over, (long long)(v - 1),
+                  (long long)h_status_num(h, "coordinator.booking_strikes"));
+    /* No honest grant was short on the card, and the ledger never held more than the card. */
+    assert_int_equal(over, 0);
+    assert_true(granted >= 20); /* the card really filled up */
+    assert_true(h_status_num(h, "coordinator.booking_strikes") >= 1); /* its lie was seen */
+    assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
+    assert_true(h_status_num(h, "devices.0.granted") + h_status_num(h, "devices.0.resident") <= 16 * GIB);
+    for (int i = 0; i < N; i++) {
+        kill(pids[i], SIGKILL);
+        h_wait(pids[i]);
+    }
+    kill(px, SIGKILL);
+    h_wait(px);
+}
+
+/* ---- item 6: room cancelled in shared memory is room for the next process at once ---- */
+
+typedef struct canceller {
+    const harness *h;
+    int in, out;
+} canceller;
+
+static int canceller_main(void *arg)
+{
+    canceller *k = arg;
     comem_client *c;
     uint64_t holder, g;
-    assert_int_equal(comem_client_open(h->sock, COMEM_CLIENT_WORKER, "honest", -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
-    assert_int_equal(comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder), COMEM_OK);
-    warm(c, holder);
-    /* Garbage everywhere (past the header a client checks when it maps the area), while the
-       honest client keeps admitting. */
-    uint64_t seed = 0x9e3779b97f4a7c15ULL;
-    int64_t t0 = now_ms();
-    uint8_t *bytes = (uint8_t *)a + offsetof(book_area, dev);
-    size_t len = sizeof *a - offsetof(book_area, dev);
-    int honest_ok = 0;
-    while (now_ms() - t0 < 1500) {
-        for (int k = 0; k < 4096; k++) {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            size_t at = (size_t)(seed % (len / 8)) * 8;
-            memcpy(bytes + at, &seed, 8);
-        }
-        atomic_store(&a->dev[0].limit, INT64_MAX / 4); /* the juiciest lie */
-        atomic_store(&a->dev[0].charged, -(int64_t)GIB * 1000);
-        if (comem_admit(c, 0, holder, 64 * MIB, 0, 0, NULL, 0, 2000, &g, NULL) == COMEM_OK) {
-            honest_ok++;
-            comem_grant_done(c, g, 0, 0);
-        }
+    if (comem_client_open(k->h->sock, COMEM_CLIENT_WORKER, "canceller", -1, COMEM_OPEN_NO_LOCAL, &c) ||
+        comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder))
+        return 1;
+    int64_t round;
+    while (ch_get(k->in, &round, 30000) && round > 0) {
+        if (try_warm(c, holder) != COMEM_OK)
+            return 2;
+        int rc = comem_admit(c, 0, holder, 8 * GIB, 0, 0, NULL, 0, 5000, &g, NULL);
+        if (rc == COMEM_OK)
+            rc = comem_grant_done(c, g, 0, 0);
+        ch_put(k->out, rc == COMEM_OK ? 1 : 100 + (int64_t)-rc);
     }
-    /* Alive, the ledger sound, and the fast path closed or off until it is sane again. */
-    char why[128];
-    assert_int_equal(comem_probe(h->sock, 2000, why, sizeof why), COMEM_OK);
-    assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
-    assert_true(h_status_num(h, "coordinator.booking_strikes") > 0);
-    t0 = now_ms();
-    while (!status_has(h, "\"booking_area\":\"off\"") && !status_has(h, "\"booking_area\":\"on\"") &&
-           now_ms() - t0 < 8000)
-        usleep(10000);
-    /* Whatever the area says now, the ledger decides: 10 GiB fit, 10 GiB more do not. */
-    uint64_t g1, g2;
-    assert_int_equal(comem_admit(c, 0, holder, 10 * GIB, 0, 0, NULL, 0, 5000, &g1, NULL), COMEM_OK);
-    assert_int_equal(comem_admit(c, 0, holder, 10 * GIB, 0, 0, NULL, 0, 5000, &g2, NULL), COMEM_ENOSPC);
-    assert_int_equal(comem_grant_done(c, g1, 0, 0), COMEM_OK);
-    assert_true(h_status_num(h, "devices.0.granted") <= 10 * GIB);
-    assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
-    print_message("%d honest admissions during the scribbling; area %s, %lld strikes\n", honest_ok,
-                  status_has(h, "\"booking_area\":\"off\"") ? "off" : "on",
-                  (long long)h_status_num(h, "coordinator.booking_strikes"));
-    comem_client_close(c);
-    munmap(a, sizeof *a);
+    return 0;
 }
 
-/* ---- a booking after a quiet spell reaches the view at once ---- */
-
-static int64_t mono_ns(void)
+static void test_cancelled_booking_is_room_at_once(void **state)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+    harness *h = *state;
+    h_init(h, SPEC);
+    h_start(h, NULL);
+    chan down, up;
+    ch_open(&down, &up);
+    static canceller k;
+    k = (canceller){h, down.rd, up.wr};
+    pid_t p = h_child(canceller_main, &k);
+    comem_client *c;
+    uint64_t holder;
+    assert_int_equal(comem_client_open(h->sock, COMEM_CLIENT_WORKER, "next", -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
+    assert_int_equal(comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder), COMEM_OK);
+    int refused = 0;
+    for (int round = 1; round <= 60; round++) {
+        ch_put(down.wr, round);
+        int64_t v;
+        assert_true(ch_get(up.rd, &v, 30000));
+        assert_int_equal(v, 1); /* it booked 8 GiB and cancelled it */
+        /* At once, another process wants 12 GiB of the 16: it fits only if the 8 came back. */
+        int64_t fig[COMEM_ADMIT_NFIGURES];
+        int rc = comem_admit_figures(c, 0, holder, 12 * GIB, 0, 0, NULL, 0, 5000, fig);
+        if (rc != COMEM_OK)
+            refused++;
+        else
+            assert_int_equal(comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], 0, 0), COMEM_OK);
+    }
+    ch_put(down.wr, 0);
+    h_wait(p);
+    assert_int_equal(refused, 0);
+    assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
+    comem_client_close(c);
 }
+
+/* ---- a booking after a quiet spell reaches the view ---- */
 
 /*
- * Bookings made when the coordinator has stopped looking at the area often (100 ms after the last
- * one) but the limit is still open: each client's booking wakes it (BOOKED), so the view's granted
- * figure shows the booking within milliseconds, not at the coordinator's next 20 ms tick.
+ * Bookings made when the coordinator has stopped looking at the areas often (100 ms after the last
+ * one) but the stock is still there: each client's booking wakes it (BOOKED), so the booking
+ * reaches the view's granted figure without a tick. How soon is printed, not asserted (bench/).
  */
 static void test_booking_after_a_quiet_spell_reaches_the_view(void **state)
 {
@@ -355,52 +639,34 @@ static void test_booking_after_a_quiet_spell_reaches_the_view(void **state)
     comem_view_shared *view = mmap(NULL, sizeof *view, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     assert_true(view != MAP_FAILED);
-    book_area *a = map_area(h);
-    assert_non_null(a);
     comem_client *c;
     uint64_t holder, g;
     assert_int_equal(comem_client_open(h->sock, COMEM_CLIENT_WORKER, "quiet", -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
     assert_int_equal(comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder), COMEM_OK);
+    book_area *a = own_area();
+    assert_non_null(a);
     int booked = 0;
-    int64_t worst_ns = 0, took_ns[12];
+    int64_t worst_ns = 0;
     for (int i = 0; i < 12; i++) {
         warm(c, holder);
-        /* Past the coordinator's active spell, inside the limit's 20 ms of freshness. */
-        int64_t until = atomic_load(&a->looking_until_ns);
-        while (mono_ns() < until + 2000000)
-            usleep(200);
-        uint32_t before = 0;
-        for (int k = 0; k < BOOK_SLOTS; k++)
-            before += atomic_load(&a->slot[k].booked);
-        int64_t t0 = mono_ns();
+        uint32_t before = atomic_load(&a->booked);
+        int64_t t0 = now_ms();
         assert_int_equal(comem_admit(c, 0, holder, 512 * MIB, 0, 0, NULL, 0, 5000, &g, NULL), COMEM_OK);
-        uint32_t after = 0;
-        for (int k = 0; k < BOOK_SLOTS; k++)
-            after += atomic_load(&a->slot[k].booked);
-        while (atomic_load(&view->dev[0].granted) < 512 * MIB && mono_ns() - t0 < 2000000000LL)
+        bool fast = atomic_load(&a->booked) != before;
+        while (atomic_load(&view->dev[0].granted) < 512 * MIB && now_ms() - t0 < 5000)
             usleep(50);
-        int64_t took = mono_ns() - t0;
         assert_true(atomic_load(&view->dev[0].granted) >= 512 * MIB);
-        if (after != before) { /* it was booked in shared memory (else the coordinator decided it) */
-            took_ns[booked++] = took;
-            worst_ns = took > worst_ns ? took : worst_ns;
+        if (fast) {
+            booked++;
+            worst_ns = comem_max(worst_ns, (now_ms() - t0) * 1000000);
         }
         assert_int_equal(comem_grant_done(c, g, 0, 0), COMEM_OK);
     }
-    for (int i = 1; i < booked; i++) /* sorted, for the median */
-        for (int j = i; j > 0 && took_ns[j - 1] > took_ns[j]; j--) {
-            int64_t t = took_ns[j];
-            took_ns[j] = took_ns[j - 1];
-            took_ns[j - 1] = t;
-        }
-    print_message("quiet bookings: %d of 12 booked in shared memory; in the view after %.3f ms (median), %.3f ms "
-                  "(slowest)\n", booked, booked ? (double)took_ns[booked / 2] / 1e6 : 0.0, (double)worst_ns / 1e6);
+    print_message("quiet bookings: %d of 12 booked in shared memory; in the view after at most %.0f ms\n", booked,
+                  (double)worst_ns / 1e6);
     assert_true(booked >= 3); /* the case this test is about happened */
-    /* Without BOOKED the wait is the coordinator's next 20 ms tick: the slowest of 12 near 20 ms. */
-    assert_true(worst_ns < 12000000);
     assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
     comem_client_close(c);
-    munmap(a, sizeof *a);
     munmap(view, sizeof *view);
 }
 
@@ -419,7 +685,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_racing_processes_never_share_bytes, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_killed_between_charge_and_record, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_killed_between_record_and_report, setup, h_teardown),
-        cmocka_unit_test_setup_teardown(test_scribbled_area_is_survived, setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_fills_its_charged, setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_marks_records_done, setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_forges_records, setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_scribbles_its_area, setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_raised_limit_never_overbooks, setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_cancelled_booking_is_room_at_once, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_booking_after_a_quiet_spell_reaches_the_view, setup, h_teardown),
     };
     const char *only = getenv("FP_ONLY"); /* FP_ONLY=racing runs the one test whose name has it */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 
 #include "base/log.h"
@@ -150,6 +151,10 @@ int main(int argc, char **argv)
         }
     }
     raise_fd_limit();
+    /* Not dumpable: no other process of the user can ptrace comemd or open its descriptors through
+       /proc, so each session's booking area stays between comemd and that session (docs/booking.md). */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+        comem_warn("cannot make comemd undumpable; other processes of this user can reach its memory");
     /* Before the socket exists: a SIGTERM the moment it listens still removes it (a service manager,
        or a test, that stops a daemon it just saw answer). */
     struct sigaction sa = {.sa_handler = on_signal};
