@@ -18,12 +18,19 @@
  * entries whose ids the seeds name): whatever the items say (an entry listed
  * many times, extreme counts, sizes and sequences) the ledger must keep its
  * invariants, attributing no more than the card holds; a break abort()s.
+ *
+ * Every name a decoded HELLO, HOLDER_ADD, ENTRY_ADD or ACTIVITY carries goes
+ * through the name rule (base/name.h) as the coordinator applies it: a name
+ * it passes holds no control character and no byte that is not UTF-8's, and
+ * the reason it gives for a refusal is printable ASCII that never echoes the
+ * name.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
+#include "base/name.h"
 #include "comem/common.h"
 #include "ledger/ledger.h"
 #include "wire/wire.h"
@@ -77,6 +84,36 @@ static void check_ledger(const comem_msg *m)
     if (comem_ledger_check(&l, why, sizeof why) != COMEM_OK || comem_ledger_attributed(&l, 0) > d.capacity)
         abort();
     comem_ledger_fini(&l);
+}
+
+/* The name rule against a name off the wire: its promises, checked independently. */
+static void check_name(const char *name)
+{
+    char why[128];
+    memset(why, 0x55, sizeof why);
+    int rc = comem_name_check(name, why, sizeof why);
+    if (rc == COMEM_OK) {
+        for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+            if (*p < 0x20 || *p == 0x7f || *p == 0xc0 || *p == 0xc1 || *p >= 0xf5 || (*p == 0xc2 && p[1] < 0xa0))
+                abort(); /* a control character (C0, DEL, C1) or a byte UTF-8 never uses got through */
+        return;
+    }
+    if (rc != COMEM_EINVAL || !memchr(why, 0, sizeof why))
+        abort();
+    for (const char *p = why; *p; p++)
+        if (*p < 0x20 || *p > 0x7e)
+            abort(); /* the reason is plain text: nothing of the name rides in it */
+}
+
+static void check_names(const comem_msg *m)
+{
+    switch (m->type) {
+    case COMEM_MSG_HELLO: check_name(m->u.hello.name); break;
+    case COMEM_MSG_HOLDER_ADD: check_name(m->u.holder_add.name); break;
+    case COMEM_MSG_ENTRY_ADD: check_name(m->u.entry_add.name); break;
+    case COMEM_MSG_ACTIVITY: check_name(m->u.activity.prompt); break;
+    default: break;
+    }
 }
 
 /* Large: kept off the stack. */
@@ -151,6 +188,7 @@ static size_t one_frame(const uint8_t *data, size_t size)
         check_round_trip(data, frame); /* before free: status text points into payload */
         check_exact_length(&h, payload);
         check_ledger(&g_first);
+        check_names(&g_first);
     } else if (rc != COMEM_EPROTO) {
         abort();
     }

@@ -10,7 +10,9 @@
  * coordinator (issue 9): residency lists naming one entry many times (and
  * the pattern whose deltas cancel out), full lists, extreme counts, sizes
  * and sequences, the longest token, and a stream of pipelined admissions
- * with keep lists. Their entry ids are those of the fuzz target's ledger
+ * with keep lists; names that break the name rule (escape sequences, a line
+ * break, invalid and overlong UTF-8, a C1 control) in each frame that carries
+ * one. Their entry ids are those of the fuzz target's ledger
  * (generation 1, slots 0..3), so they reach its checks.
  */
 #include <errno.h>
@@ -231,8 +233,19 @@ static void sample(comem_msg *m, uint16_t type)
 #define ENTRY(i) ((1ull << 32) | (uint64_t)((i) + 1)) /* the fuzz target's entries, i in 0..3 */
 
 /* The hostile and extreme seeds, by number; false past the last. */
+static const char *g_patch; /* bytes the encoder would refuse, put in place of a run of '@' after encoding */
+
+/* A name field filled with as many '@' as the patch has bytes. */
+static void placeholder(char *field, const char *patch)
+{
+    g_patch = patch;
+    memset(field, '@', strlen(patch));
+    field[strlen(patch)] = '\0';
+}
+
 static bool extreme(comem_msg *m, int k, const char **name)
 {
+    g_patch = NULL;
     memset(m, 0, sizeof *m);
     m->request_id = 7;
     comem_msg_census *cs = &m->u.census;
@@ -346,6 +359,32 @@ static bool extreme(comem_msg *m, int k, const char **name)
         m->u.release.bytes = INT64_MIN;
         m->u.release.timeout_ms = UINT32_MAX;
         return true;
+    case 11: /* a screen cleared and a pane title set from a process name (issue 20 item 14) */
+        *name = "hello-name-escapes";
+        m->type = COMEM_MSG_HELLO;
+        m->u.hello.proto_version = COMEM_WIRE_VERSION;
+        m->u.hello.role = COMEM_ROLE_WORKER;
+        placeholder(m->u.hello.name, "w\x1b[2J\x1b]2;pwned\x07\r\nfake log line");
+        return true;
+    case 12: /* invalid UTF-8 in a holder's name (issue 20 item 13) */
+        *name = "holder-name-not-utf8";
+        m->type = COMEM_MSG_HOLDER_ADD;
+        m->u.holder_add.kind = COMEM_HOLDER_MODELS;
+        placeholder(m->u.holder_add.name, "models\xc3\x28\xff");
+        return true;
+    case 13: /* an overlong slash and a C1 CSI in an entry's name */
+        *name = "entry-name-overlong-c1";
+        m->type = COMEM_MSG_ENTRY_ADD;
+        m->u.entry_add.holder_id = ENTRY(0);
+        m->u.entry_add.size = 1 << 30;
+        placeholder(m->u.entry_add.name, "\xc0\xaf..\xc2\x9b" "2J");
+        return true;
+    case 14: /* a surrogate and a code point past U+10FFFF in a prompt id */
+        *name = "activity-prompt-surrogate";
+        m->type = COMEM_MSG_ACTIVITY;
+        m->u.activity.busy = 1;
+        placeholder(m->u.activity.prompt, "p\xed\xa0\x80\xf4\x90\x80\x80");
+        return true;
     default: return false;
     }
 }
@@ -412,6 +451,16 @@ int main(int argc, char **argv)
         if (n < 0) {
             fprintf(stderr, "fuzz_wire_corpus: cannot encode %s: status %d\n", what, n);
             return 1;
+        }
+        if (g_patch) { /* the hostile name goes in where the encoder saw a harmless one */
+            size_t plen = strlen(g_patch);
+            char run[COMEM_WIRE_NAME_MAX];
+            memset(run, '@', plen);
+            for (size_t at = 0; at + plen <= (size_t)n; at++)
+                if (!memcmp(g_buf + at, run, plen)) {
+                    memcpy(g_buf + at, g_patch, plen);
+                    break;
+                }
         }
         if (write_file(argv[1], name, g_buf, (size_t)n) != 0)
             return 1;
