@@ -25,6 +25,14 @@
 #define GIB COMEM_GIB
 #define MIB COMEM_MIB
 
+/* ThreadSanitizer cannot start threads in the child of a multi-threaded fork: there the child
+   checks only what it must not do with its parent's client, and opens none of its own. */
+#if defined(__SANITIZE_THREAD__)
+#define OWN_CLIENT_IN_CHILD 0
+#else
+#define OWN_CLIENT_IN_CHILD 1
+#endif
+
 /* What the child reports, in this order. */
 enum {
     R_SET_RESIDENT,
@@ -68,6 +76,11 @@ static void child(comem_client *c, uint64_t holder, uint64_t entry, uint64_t gra
     ch_put(up, comem_client_connected(c));
     ch_put(up, (int64_t)comem_client_session(c));
     comem_client_close(c); /* the child's copy: the parent's session must not end */
+    if (!OWN_CLIENT_IN_CHILD) {
+        for (int i = R_OWN_OPEN; i < N_REPORTS; i++)
+            ch_put(up, INT64_MIN);
+        _exit(0);
+    }
 
     comem_client *own = NULL;
     int rc = comem_client_open(NULL, COMEM_CLIENT_WORKER, "child", -1, COMEM_OPEN_NO_LOCAL, &own);
@@ -143,9 +156,11 @@ static void test_forked_child_never_acts_in_the_parents_session(void **s)
     assert_int_equal(r[R_STATUS], COMEM_EFORKED);
     assert_int_equal(r[R_CONNECTED], 0);
     assert_int_equal(r[R_SESSION], 0);
-    assert_int_equal(r[R_OWN_OPEN], COMEM_OK);
-    assert_int_equal(r[R_OWN_SESSION_DIFFERS], 1);
-    assert_int_equal(r[R_OWN_ENTRY], COMEM_OK);
+    if (OWN_CLIENT_IN_CHILD) {
+        assert_int_equal(r[R_OWN_OPEN], COMEM_OK);
+        assert_int_equal(r[R_OWN_SESSION_DIFFERS], 1);
+        assert_int_equal(r[R_OWN_ENTRY], COMEM_OK);
+    }
     assert_int_equal(get(a.up.rd), -1); /* the child has exited */
 
     /* The parent's session is as it left it: one session, its entry 1 GiB resident, its grant open. */

@@ -2,7 +2,7 @@
  * tests/integration/test_sim_pidns.c - a client in another pid namespace on the simulated card.
  *
  * comemd runs over a simulated card; a client process runs in a pid namespace
- * of its own (pid 2 there), as `unshare --pid --fork` makes one, and keeps
+ * of its own (pid 2 there, or the next free one), as `unshare --pid --fork` makes one, and keeps
  * the host's /proc. Checked, in order: its 2 GiB on the card survive another
  * process's operation on the card (which reaps the slots of dead processes),
  * the card and the coordinator attribute them to its pid as the host numbers
@@ -74,7 +74,7 @@ static int enter_pid_namespace(void)
     return write_proc("/proc/self/gid_map", map) ? 0 : (errno ? errno : EPERM);
 }
 
-/* The client, pid 2 of the namespace: 2 GiB on the card and in the ledger; then what it is told. */
+/* The client, the namespace's second process: 2 GiB on the card and in the ledger; then what it is told. */
 static int inner_client(nsargs *a)
 {
     comem_client *c = NULL;
@@ -178,7 +178,8 @@ static void test_client_in_another_pid_namespace(void **s)
         h_wait(helper);
         skip();
     }
-    assert_int_equal(ns_pid, 2); /* it numbers itself in its own namespace */
+    /* It numbers itself in its own namespace: 2, or the next (a sanitizer's thread may take 2). */
+    assert_true(ns_pid >= 2 && ns_pid < 10);
 
     /* The coordinator numbers it as the host does (SO_PEERCRED): the pid its card bytes go by. */
     int64_t host_pid = 0, others = 0;
