@@ -19,6 +19,15 @@
  * types, callbacks that take a user pointer, no structs passed by value.
  * Identifiers returned here (holders, entries, grants) are this client's own
  * and stay valid across reconnects. All functions are thread-safe.
+ *
+ * A client serves the process that opened it. A child forked after
+ * comem_client_open has a copy but none of its threads, and the coordinator
+ * knows the connection as the parent's session: every call the child makes on
+ * it returns COMEM_EFORKED (comem_take_reason: "this client was opened by pid
+ * P; a forked child (pid Q) must open its own"; comem_client_connected and
+ * comem_client_session answer 0), nothing reaches the coordinator, and
+ * comem_client_close in the child only lets go of the child's copy. The child
+ * opens its own client. The parent's session, entries and grants are untouched.
  */
 #ifndef COMEM_COMEM_H
 #define COMEM_COMEM_H
@@ -69,7 +78,11 @@ COMEM_API int comem_client_open(const char *socket_path, int role, const char *n
  */
 COMEM_API int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whylen);
 
-/* Unregisters everything, stops its threads (and an embedded coordinator), frees. */
+/*
+ * Unregisters everything, stops its threads (and an embedded coordinator), frees.
+ * In a forked child: closes the child's copies of the client's descriptors and
+ * nothing else (no word to the coordinator, no thread joined).
+ */
 COMEM_API void comem_client_close(comem_client *c);
 
 /* 1 when talking to a coordinator now, 0 in local-only mode. */

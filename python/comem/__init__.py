@@ -23,7 +23,8 @@ from ._lib import path as library_path
 from .client import (ANSWERS, KINDS, ROLES, Client, Entry, Grant, Holder, Released, ReleaseAsk, Reserve,
                      default_socket)
 from .coordinator import Coordinator
-from .errors import (Busy, Closed, Error, NoDevice, NotFound, PermissionDenied, Refused, TimedOut, status_str)
+from .errors import (Busy, Closed, Error, Forked, NoDevice, NotFound, PermissionDenied, Refused, TimedOut,
+                     status_str)
 from .pager import Pager, VBar
 from .simcard import CardReading, SimCard
 from .view import View, ViewReading, ViewState
@@ -31,7 +32,7 @@ from .view import View, ViewReading, ViewState
 __version__ = "0.1.0"
 
 __all__ = [
-    "ANSWERS", "KINDS", "ROLES", "Busy", "CardReading", "Client", "Closed", "Coordinator", "Entry", "Error", "Grant",
-    "Holder", "NoDevice", "NotFound", "Pager", "PermissionDenied", "Refused", "Released", "ReleaseAsk", "Reserve",
+    "ANSWERS", "KINDS", "ROLES", "Busy", "CardReading", "Client", "Closed", "Coordinator", "Entry", "Error", "Forked",
+    "Grant", "Holder", "NoDevice", "NotFound", "Pager", "PermissionDenied", "Refused", "Released", "ReleaseAsk", "Reserve",
     "SimCard", "TimedOut", "VBar", "View", "ViewReading", "ViewState", "default_socket", "library_path", "status_str",
 ]

@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import json
 import logging
+import os
 import threading
 import weakref
 from ctypes import byref, c_int64, c_uint64, c_void_p
@@ -344,6 +345,11 @@ class Client:
     embed: start a coordinator thread in this process when none answers.
     require_coordinator: fail (:class:`comem.Closed`) instead of deciding locally without one.
     timeout: the default wait for calls, in seconds (None: 10 s).
+
+    A client serves the process that opened it. In a child forked after that (``os.fork``, a
+    ``multiprocessing`` pool with the fork start method) every call on it raises
+    :class:`comem.Forked` and :meth:`close` only lets go of the child's copy: the child opens a
+    client of its own, and nothing it does reaches the parent's session.
     """
 
     def __init__(self, name: str, role: str = "worker", socket: Optional[str] = None,
@@ -365,6 +371,7 @@ class Client:
         self._pager_handles: List[int] = []  # their C handles, for the finalizer (which must not hold self)
         self._lock = threading.Lock()
         self._marked_busy = False  # the last whole-process mark this client sent (set_busy / node)
+        self._pid = os.getpid()  # the process it serves (a forked child is another)
         h = c_void_p()
         rc = _L.comem_client_open(sock, ROLES[role], nm, rb, flags, byref(h))
         if rc < 0:  # the status alone names no socket: the probe says who is (not) there and why
@@ -373,7 +380,7 @@ class Client:
             check(rc, "comem_client_open", why.value.decode(errors="replace"))
         self._handle: Optional[int] = h.value
         # Also at interpreter exit: attached pagers are detached first (they point at this client).
-        self._finalizer = weakref.finalize(self, _close_client, h.value, self._pager_handles)
+        self._finalizer = weakref.finalize(self, _close_client, h.value, self._pager_handles, self._pid)
         if tmo is not None:
             _L.comem_client_set_timeout(h.value, tmo)
 
@@ -382,6 +389,10 @@ class Client:
     def _h(self) -> int:
         if self._handle is None:
             raise errors.Closed(errors.ECLOSED, "client", f"client '{self.name}' is closed")
+        if os.getpid() != self._pid:
+            raise errors.Forked(errors.EFORKED, "client",
+                                f"client '{self.name}' was opened by pid {self._pid}; a forked child "
+                                f"(pid {os.getpid()}) must open its own comem.Client", opener=self._pid)
         return self._handle
 
     @property
@@ -390,10 +401,14 @@ class Client:
         return self._handle is None
 
     def close(self) -> None:
-        """Unregisters everything, stops the library's threads (and an embedded coordinator)."""
+        """Unregisters everything, stops the library's threads (and an embedded coordinator).
+
+        In a forked child it only lets go of the child's copy: the parent's session, holders and
+        grants stay as they are, and the parent's own client keeps working.
+        """
         if self._handle is None:
             return
-        if _in_callback(self):
+        if _in_callback(self) and os.getpid() == self._pid:
             raise RuntimeError("a client cannot be closed from its own release callback")
         for p in list(self._pagers):  # detached by the finalizer below, first thing
             p._client = None
@@ -640,10 +655,15 @@ class Client:
         return f"<comem.Client {self.name!r} {self.role} ({state})>"
 
 
-def _close_client(handle: int, pager_handles: List[int]) -> None:
-    """Detaches the pagers attached through the client (their C side points at it), then closes it."""
-    for ph in list(pager_handles):
-        _L.comem_pager_detach(ph)
+def _close_client(handle: int, pager_handles: List[int], opener: int) -> None:
+    """Detaches the pagers attached through the client (their C side points at it), then closes it.
+
+    In a forked child (not the opener) the pagers are the parent's business: only the client's copy
+    is let go of, which the library does without a word to the coordinator.
+    """
+    if os.getpid() == opener:
+        for ph in list(pager_handles):
+            _L.comem_pager_detach(ph)
     pager_handles.clear()
     _L.comem_client_close(handle)
 

@@ -34,6 +34,7 @@ ENOTSUP = -12
 EDRIVER = -13
 EEXIST = -14
 ERANGE = -15
+EFORKED = -16
 
 MAX_DEVICES = 16  # COMEM_MAX_DEVICES (comem/common.h)
 MAX_KEEP = 512    # COMEM_WIRE_MAX_ITEMS
@@ -86,6 +87,19 @@ class NoDevice(Error):
     """No such device, or its driver or library is absent."""
 
 
+class Forked(Error):
+    """A forked child called a client its parent opened: it must open its own.
+
+    The child has a copy of the client but none of the library's threads, and the coordinator
+    knows the connection as the parent's session, so nothing the child does may reach it.
+    ``opener`` is the pid that opened the client (0 when the library said it, not the binding).
+    """
+
+    def __init__(self, status: int = EFORKED, call: str = "client", detail: str = "", opener: int = 0) -> None:
+        self.opener = int(opener)
+        super().__init__(status, call, detail)
+
+
 class Refused(Error):
     """An admission (or a pin) was refused: not enough memory could be found.
 
@@ -119,7 +133,7 @@ class Refused(Error):
 
 _BY_STATUS: Dict[int, Type[Error]] = {
     EBUSY: Busy, ENOENT: NotFound, ECLOSED: Closed, ETIMEDOUT: TimedOut, EPERM: PermissionDenied,
-    ENODEV: NoDevice,
+    ENODEV: NoDevice, EFORKED: Forked,
 }
 
 

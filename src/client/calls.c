@@ -180,7 +180,10 @@ static int admit(comem_client *c, int device, uint64_t holder, int64_t weights, 
                  int64_t *short_by, client_admission *fig)
 {
     fig->decided = false;
-    if (!c || device < 0 || device >= COMEM_MAX_DEVICES || weights < 0 || inference < 0 || cast_forward < 0 ||
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (device < 0 || device >= COMEM_MAX_DEVICES || weights < 0 || inference < 0 || cast_forward < 0 ||
         n_keep > COMEM_WIRE_MAX_ITEMS || (n_keep && !keep))
         return COMEM_EINVAL;
     bool done;
@@ -314,7 +317,10 @@ int comem_admit_figures(comem_client *c, int device, uint64_t holder, int64_t we
 
 int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t used)
 {
-    if (!c || used < 0)
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (used < 0)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);
@@ -429,7 +435,10 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
 
 int comem_pressure(comem_client *c, int device, int64_t bytes, int timeout_ms, int64_t *freed)
 {
-    if (!c || device < 0 || device >= COMEM_MAX_DEVICES || bytes < 0)
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (device < 0 || device >= COMEM_MAX_DEVICES || bytes < 0)
         return COMEM_EINVAL;
     int timeout = comem_client_timeout(c, timeout_ms);
     comem_msg m;
@@ -473,7 +482,10 @@ int comem_ask_release(comem_client *c, uint64_t entry, int64_t bytes, int timeou
         *freed = 0;
     if (resident)
         *resident = 0;
-    if (!c || entry == 0)
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (entry == 0)
         return COMEM_EINVAL;
     int timeout = comem_client_timeout(c, timeout_ms);
     comem_msg m;
@@ -514,7 +526,7 @@ int comem_ask_release(comem_client *c, uint64_t entry, int64_t bytes, int timeou
 
 uint64_t comem_client_session(comem_client *c)
 {
-    if (!c)
+    if (comem_client_owned(c) != COMEM_OK)
         return 0;
     pthread_mutex_lock(&c->lock);
     uint64_t id = c->link != LINK_DOWN ? c->session_id : 0;
@@ -545,7 +557,10 @@ static bool pin_counters(comem_client *c, uint64_t holder, int64_t **pins, int64
 
 int comem_pin_acquire(comem_client *c, uint64_t holder, int64_t bytes, int64_t *shortfall)
 {
-    if (!c || bytes < 0)
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (bytes < 0)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);
@@ -616,7 +631,10 @@ int comem_pin_acquire(comem_client *c, uint64_t holder, int64_t bytes, int64_t *
 
 int comem_pin_release(comem_client *c, uint64_t holder, int64_t bytes)
 {
-    if (!c || bytes < 0)
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (bytes < 0)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);
@@ -656,7 +674,10 @@ int comem_pin_release(comem_client *c, uint64_t holder, int64_t bytes)
 
 int comem_reserve(comem_client *c, int device, int64_t *reserve, int64_t *pager_headroom)
 {
-    if (!c || device < 0 || device >= COMEM_MAX_DEVICES)
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (device < 0 || device >= COMEM_MAX_DEVICES)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);
@@ -693,7 +714,10 @@ int comem_reserve(comem_client *c, int device, int64_t *reserve, int64_t *pager_
 
 int comem_status_json(comem_client *c, char **json)
 {
-    if (!c || !json)
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (!json)
         return COMEM_EINVAL;
     *json = NULL;
     comem_msg m;

@@ -2,7 +2,8 @@
  * client/client.c - a client's life: open (find the socket, connect or start
  * an embedded coordinator, say HELLO, else work locally and say so once),
  * the state calls, and close (stop the service thread, free, stop the
- * embedded coordinator this client started).
+ * embedded coordinator this client started; in a forked child, only let go
+ * of the child's descriptors: client/fork.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,8 @@ static comem_client *client_alloc(void)
     pthread_mutex_init(&c->dev_lock, NULL);
     c->fd = c->wfd = -1;
     c->area_fd = -1;
+    c->opener = comem_client_this_process();
+    atomic_init(&c->fork_told, false);
     atomic_init(&c->timeout_ms, COMEM_CLIENT_DEFAULT_TIMEOUT_MS);
     atomic_init(&c->next_req, 1u);
     atomic_init(&c->stopping, false);
@@ -217,10 +220,35 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
     return COMEM_OK;
 }
 
+/*
+ * A forked child's copy: its threads and the session are the parent's. Only the
+ * child's own descriptors for the wake-up and the wait go; nothing is said to
+ * the coordinator (a GOODBYE would end the parent's session), no thread is
+ * joined, no lock is taken (one the parent's threads held at the fork stays
+ * held here), and the copied memory stays. The socket is not closed: whether
+ * the number in c->fd is still the connection's cannot be told without the
+ * parent's locks; it closes at exec (close-on-exec) or exit and carries
+ * nothing meanwhile.
+ */
+static void close_forked_copy(comem_client *c)
+{
+    comem_debug("closing a client opened by pid %d in forked pid %d: the parent's session is left alone",
+                (int)c->opener, (int)comem_client_this_process());
+    if (c->wake_fd >= 0)
+        close(c->wake_fd);
+    if (c->epfd >= 0)
+        close(c->epfd);
+    c->wake_fd = c->epfd = -1;
+}
+
 void comem_client_close(comem_client *c)
 {
     if (!c)
         return;
+    if (c->opener != comem_client_this_process()) {
+        close_forked_copy(c);
+        return;
+    }
     if (comem_on_service_thread(c) || comem_on_callback_thread(c)) {
         /* Joining a thread from itself would never return. */
         comem_error("comem_client_close called from a release callback; ignored");
@@ -244,7 +272,7 @@ void comem_client_close(comem_client *c)
 
 int comem_client_connected(comem_client *c)
 {
-    if (!c)
+    if (comem_client_owned(c) != COMEM_OK)
         return 0;
     pthread_mutex_lock(&c->lock);
     int up = c->link == LINK_UP;
@@ -254,6 +282,6 @@ int comem_client_connected(comem_client *c)
 
 void comem_client_set_timeout(comem_client *c, int timeout_ms)
 {
-    if (c)
+    if (comem_client_owned(c) == COMEM_OK)
         atomic_store(&c->timeout_ms, timeout_ms >= 0 ? timeout_ms : COMEM_CLIENT_DEFAULT_TIMEOUT_MS);
 }

@@ -248,6 +248,8 @@ struct comem_client {
     int64_t reserve_base;
     unsigned flags;
     comem_coord *coord; /* the embedded coordinator this client started, or NULL */
+    int32_t opener;     /* the process that opened it: the only one it serves (client/fork.c) */
+    atomic_bool fork_told; /* a forked child's first call logged why it was refused */
 
     pthread_mutex_t lock;
     client_link link;
@@ -313,6 +315,19 @@ struct comem_client {
     bool dev_tried;
     int dev_rc;
 };
+
+/* ---- fork.c ---- */
+
+/*
+ * COMEM_OK when the calling process opened c; COMEM_EINVAL for NULL; else
+ * COMEM_EFORKED (a forked child), with the reason set and logged once. Public
+ * calls check it first, before any lock: a lock a parent's thread held at the
+ * fork stays held in the child, and none of the parent's threads are there.
+ */
+int comem_client_owned(comem_client *c);
+
+/* The calling process's pid, as fork.c keeps it (current in a forked child too). */
+int32_t comem_client_this_process(void);
 
 /* ---- client.c ---- */
 

@@ -103,7 +103,10 @@ static int finish_add(comem_client *c, client_req *r, comem_msg *m, bool holder,
 int comem_holder_add(comem_client *c, const char *name, int device, int kind, unsigned flags, comem_release_fn fn,
                      void *user, uint64_t *holder)
 {
-    if (!c || !holder || !name_ok(name) || device < 0 || device >= COMEM_MAX_DEVICES ||
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (!holder || !name_ok(name) || device < 0 || device >= COMEM_MAX_DEVICES ||
         kind < COMEM_KIND_MODELS || kind > COMEM_KIND_RAW || (flags & ~HOLDER_FLAGS) ||
         ((flags & ANSWER_FLAGS) && !fn))
         return COMEM_EINVAL;
@@ -151,8 +154,9 @@ int comem_holder_add(comem_client *c, const char *name, int device, int kind, un
 
 int comem_holder_remove(comem_client *c, uint64_t holder)
 {
-    if (!c)
-        return COMEM_EINVAL;
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
     comem_msg m;
     memset(&m, 0, sizeof m);
     client_req r = {0};
@@ -176,7 +180,10 @@ int comem_holder_remove(comem_client *c, uint64_t holder)
 
 int comem_holder_busy(comem_client *c, uint64_t holder, int busy, const char *prompt)
 {
-    if (!c || !name_ok(prompt))
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (!name_ok(prompt))
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);
@@ -226,8 +233,9 @@ int comem_holder_busy(comem_client *c, uint64_t holder, int busy, const char *pr
 
 int comem_holder_touch(comem_client *c, uint64_t holder)
 {
-    if (!c)
-        return COMEM_EINVAL;
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
     comem_msg m;
     memset(&m, 0, sizeof m);
     m.type = COMEM_MSG_TOUCH;
@@ -252,7 +260,10 @@ int comem_holder_touch(comem_client *c, uint64_t holder)
 int comem_entry_add(comem_client *c, uint64_t holder, const char *name, int64_t size, int64_t resident,
                     unsigned flags, uint64_t *entry)
 {
-    if (!c || !entry || !name_ok(name) || size < 0 || resident < 0 || resident > size ||
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (!entry || !name_ok(name) || size < 0 || resident < 0 || resident > size ||
         (flags & ~COMEM_ENTRY_PAGED))
         return COMEM_EINVAL;
     comem_msg m;
@@ -308,8 +319,9 @@ int comem_entry_add(comem_client *c, uint64_t holder, const char *name, int64_t 
 
 int comem_entry_remove(comem_client *c, uint64_t entry)
 {
-    if (!c)
-        return COMEM_EINVAL;
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
     comem_msg m;
     memset(&m, 0, sizeof m);
     client_req r = {0};
@@ -332,6 +344,9 @@ int comem_entry_remove(comem_client *c, uint64_t entry)
 
 int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident)
 {
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
     if (resident < 0)
         return COMEM_EINVAL;
     return comem_entry_census(c, entry, resident, -1);
@@ -339,7 +354,10 @@ int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident)
 
 int comem_entry_census(comem_client *c, uint64_t entry, int64_t resident, int64_t refs)
 {
-    if (!c || resident < -1 || refs < -1)
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (resident < -1 || refs < -1)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);
@@ -378,7 +396,10 @@ int comem_entry_census(comem_client *c, uint64_t entry, int64_t resident, int64_
 
 int comem_holder_report(comem_client *c, uint64_t holder, int64_t pinned, int64_t overhead)
 {
-    if (!c || pinned < -1 || overhead < -1)
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (pinned < -1 || overhead < -1)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);
@@ -427,7 +448,10 @@ bool comem_devmap_build(const comem_client *c, comem_msg_device_map *m)
 
 int comem_client_map_device(comem_client *c, int ordinal, const char *uuid)
 {
-    if (!c || ordinal < 0 || ordinal >= COMEM_MAX_DEVICES || !uuid || !uuid[0] || strlen(uuid) >= COMEM_WIRE_TEXT_MAX)
+    int owned = comem_client_owned(c);
+    if (owned != COMEM_OK)
+        return owned;
+    if (ordinal < 0 || ordinal >= COMEM_MAX_DEVICES || !uuid || !uuid[0] || strlen(uuid) >= COMEM_WIRE_TEXT_MAX)
         return COMEM_EINVAL;
     comem_msg m;
     memset(&m, 0, sizeof m);

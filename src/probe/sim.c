@@ -1,4 +1,19 @@
-/* probe/sim.c - the simulated card: a shared file, a robust lock, per-process slots. */
+/*
+ * probe/sim.c - the simulated card: a shared file, a robust lock, per-process slots.
+ *
+ * WHO A SLOT BELONGS TO. A process is recorded by its pid as the /proc it reads
+ * numbers it (readlink /proc/self), that /proc's device, and its start time. In a
+ * pid namespace of its own (unshare --pid) getpid() numbers a process in that
+ * namespace, a number other processes cannot look up (pid 2 there is kthreadd
+ * here), while a /proc mounted by an outer namespace numbers it as that
+ * namespace does, as the coordinator's SO_PEERCRED does. A slot recorded through
+ * the reader's /proc is judged by /proc/<pid>/stat (gone, a zombie, or another
+ * start time: reaped) and listed under its pid. A slot recorded through another
+ * /proc (a namespace that mounted its own) is judged the same way when its pid
+ * and start time are found here too; otherwise its numbers mean nothing here:
+ * it is left alone (only readers of its own /proc reap it) and its bytes count
+ * as used without being listed under a pid.
+ */
 #include "probe/sim.h"
 
 #include <errno.h>
@@ -19,7 +34,7 @@
 #include "comem/common.h"
 
 #define SIM_MAGIC 0x4d49534d454d4f43ULL /* "COMEMSIM" */
-#define SIM_VERSION 2u /* 2: host bytes per slot (uma) */
+#define SIM_VERSION 3u /* 2: host bytes per slot (uma); 3: the /proc a slot's pid is numbered in */
 
 typedef struct sim_card {
     int64_t capacity;
@@ -29,11 +44,12 @@ typedef struct sim_card {
     int32_t pad;
 } sim_card;
 
-/* One process. pid 0 marks a free slot. */
+/* One process (WHO A SLOT BELONGS TO, above). pid 0 marks a free slot. */
 typedef struct sim_slot {
-    int32_t pid;
+    int32_t pid;          /* as the /proc of proc_dev numbers it */
     uint32_t has_context; /* bit c: a context exists on card c */
     uint64_t start_time;  /* to tell a reused pid from the original */
+    uint64_t proc_dev;    /* the device of the /proc the process read its pid from */
     int64_t context[COMEM_SIM_MAX_CARDS];
     int64_t allocated[COMEM_SIM_MAX_CARDS];
     int64_t host[COMEM_SIM_MAX_CARDS]; /* host RAM against card c: its pool under uma, else only counted */
@@ -63,8 +79,10 @@ struct comem_sim {
     sim_shared *sh;
     int fd;
     comem_sim_spec spec; /* spec.path is the resolved file */
-    int32_t pid;         /* the process this handle belongs to */
-    uint64_t start_time;
+    int32_t self;        /* getpid() of the process this handle belongs to (a forked child is another) */
+    int32_t pid;         /* that process as its slot records it: pid in /proc's numbering, */
+    uint64_t proc_dev;   /* /proc's device, */
+    uint64_t start_time; /* and start time */
     int slot; /* this process's slot, or -1 before its first allocation */
     char uuid_base[40];
     sim_view device_view, local_view;
@@ -72,11 +90,11 @@ struct comem_sim {
 
 /* ---- processes ---- */
 
-/* Reads state and start time from /proc/<pid>/stat; false when the process is gone. */
-static bool proc_stat(int32_t pid, char *state, uint64_t *start)
+/* Reads state and start time from /proc/<which>/stat; false when the process is gone. */
+static bool stat_file(const char *which, char *state, uint64_t *start)
 {
     char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    snprintf(path, sizeof path, "/proc/%s/stat", which);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
@@ -99,6 +117,36 @@ static bool proc_stat(int32_t pid, char *state, uint64_t *start)
     return true;
 }
 
+static bool proc_stat(int32_t pid, char *state, uint64_t *start)
+{
+    char which[16];
+    snprintf(which, sizeof which, "%d", (int)pid);
+    return stat_file(which, state, start);
+}
+
+/* This process as its slot records it (WHO A SLOT BELONGS TO); getpid() and 0s where /proc cannot say. */
+static void self_identity(int32_t *pid, uint64_t *proc_dev, uint64_t *start)
+{
+    char buf[24], state;
+    struct stat st;
+    ssize_t n = readlink("/proc/self", buf, sizeof buf - 1);
+    long v = 0;
+    if (n > 0) {
+        buf[n] = '\0';
+        char *end;
+        v = strtol(buf, &end, 10);
+        if (*end != '\0' || v <= 0 || v > INT32_MAX)
+            v = 0;
+    }
+    *pid = v > 0 ? (int32_t)v : (int32_t)getpid();
+    *proc_dev = v > 0 && stat("/proc/self", &st) == 0 ? (uint64_t)st.st_dev : 0;
+    if (v <= 0 || !stat_file("self", &state, start))
+        *start = 0;
+}
+
+/* Whether the slot's pid is numbered by the /proc of device proc_dev. */
+static bool same_proc(const sim_slot *s, uint64_t proc_dev) { return s->proc_dev == proc_dev; }
+
 static bool proc_alive(int32_t pid, uint64_t start_time)
 {
     char state;
@@ -109,14 +157,36 @@ static bool proc_alive(int32_t pid, uint64_t start_time)
     return state != 'Z' && state != 'X' && start == start_time;
 }
 
-/* Frees the slots of processes that are gone. Caller holds the lock. */
-static void reap(sim_shared *sh, int32_t self)
+/* Whether the slot is this process's. */
+static bool is_self(const comem_sim *sim, const sim_slot *s)
+{
+    return s->pid == sim->pid && s->start_time == sim->start_time && same_proc(s, sim->proc_dev);
+}
+
+/*
+ * Whether the slot's pid means its process to this process: recorded through this
+ * /proc, or found alive here under the same pid and start time.
+ */
+static bool numbered_here(const comem_sim *sim, const sim_slot *s)
+{
+    return same_proc(s, sim->proc_dev) || proc_alive(s->pid, s->start_time);
+}
+
+/*
+ * The pid a slot records for the process a caller names: its own getpid() is its
+ * own slot's (numbered otherwise in a pid namespace of its own); any other pid is
+ * taken in this /proc's numbering.
+ */
+static int32_t card_pid(const comem_sim *sim, int32_t pid) { return pid == sim->self ? sim->pid : pid; }
+
+/* Frees the slots of processes that are gone, of those this process can judge. Caller holds the lock. */
+static void reap(const comem_sim *sim, sim_shared *sh)
 {
     for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++) {
         sim_slot *s = &sh->slots[i];
-        if (s->pid == 0 || s->pid == self)
+        if (s->pid == 0 || is_self(sim, s))
             continue;
-        if (!proc_alive(s->pid, s->start_time)) {
+        if (!proc_alive(s->pid, s->start_time) && same_proc(s, sim->proc_dev)) {
             comem_debug("sim: process %d is gone; released its context and allocations", (int)s->pid);
             memset(s, 0, sizeof *s);
         }
@@ -193,7 +263,7 @@ static int lock_within(comem_sim *sim, int64_t wait_ns)
         return COMEM_EIO;
     }
     __atomic_store_n(&sim->sh->owner, sim->pid, __ATOMIC_RELAXED);
-    reap(sim->sh, sim->pid);
+    reap(sim, sim->sh);
     return COMEM_OK;
 }
 
@@ -208,8 +278,8 @@ static void unlock(comem_sim *sim)
 /* A forked child inherits the parent's handle; it must not act as the parent. */
 static int check_owner(comem_sim *sim)
 {
-    if (getpid() != sim->pid) {
-        comem_error("sim: this handle belongs to process %d; open the card again after fork", (int)sim->pid);
+    if (getpid() != sim->self) {
+        comem_error("sim: this handle belongs to process %d; open the card again after fork", (int)sim->self);
         return COMEM_EINVAL;
     }
     return COMEM_OK;
@@ -219,11 +289,11 @@ static int check_owner(comem_sim *sim)
 static sim_slot *own_slot(comem_sim *sim, bool claim)
 {
     sim_shared *sh = sim->sh;
-    if (sim->slot >= 0 && sh->slots[sim->slot].pid == sim->pid && sh->slots[sim->slot].start_time == sim->start_time)
+    if (sim->slot >= 0 && is_self(sim, &sh->slots[sim->slot]))
         return &sh->slots[sim->slot];
     int free_slot = -1;
     for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++) {
-        if (sh->slots[i].pid == sim->pid && sh->slots[i].start_time == sim->start_time) {
+        if (is_self(sim, &sh->slots[i])) {
             sim->slot = i;
             return &sh->slots[i];
         }
@@ -235,6 +305,7 @@ static sim_slot *own_slot(comem_sim *sim, bool claim)
     sim_slot *s = &sh->slots[free_slot];
     memset(s, 0, sizeof *s);
     s->start_time = sim->start_time;
+    s->proc_dev = sim->proc_dev;
     s->pid = sim->pid; /* last: a slot with a pid is a claimed slot */
     sim->slot = free_slot;
     return s;
@@ -453,14 +524,12 @@ int comem_sim_open(const comem_sim_spec *spec, comem_sim **out)
         close(fd);
         return COMEM_ENOMEM;
     }
-    char state;
     sim->sh = sh;
     sim->fd = fd;
     sim->spec = s;
-    sim->pid = (int32_t)getpid();
+    sim->self = (int32_t)getpid();
+    self_identity(&sim->pid, &sim->proc_dev, &sim->start_time);
     sim->slot = -1;
-    if (!proc_stat(sim->pid, &state, &sim->start_time))
-        sim->start_time = 0;
     uint64_t h1 = fnv1a(s.path, 0xcbf29ce484222325ULL), h2 = fnv1a(s.path, 0x84222325cbf29ce4ULL);
     snprintf(sim->uuid_base, sizeof sim->uuid_base, "SIM-%08x-%04x-%04x-%04x-%08x", (unsigned)(h1 >> 32),
              (unsigned)(h1 >> 16) & 0xffff, (unsigned)h1 & 0xffff, (unsigned)(h2 >> 48), (unsigned)(h2 >> 16));
@@ -603,8 +672,9 @@ int comem_sim_host_usage(comem_sim *sim, int card, int32_t pid, int64_t *host)
     if (rc != COMEM_OK || (rc = lock(sim)) != COMEM_OK)
         return rc;
     *host = 0;
+    pid = card_pid(sim, pid);
     for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++)
-        if (sim->sh->slots[i].pid == pid)
+        if (sim->sh->slots[i].pid == pid && numbered_here(sim, &sim->sh->slots[i]))
             *host = sim->sh->slots[i].host[card];
     unlock(sim);
     return COMEM_OK;
@@ -654,7 +724,7 @@ int comem_sim_read(comem_sim *sim, int card, comem_device_reading *out)
     out->n_procs = 0;
     for (int i = 0; i < COMEM_SIM_MAX_PROCS && out->n_procs < COMEM_MAX_DEVICE_PROCS; i++) {
         const sim_slot *s = &sim->sh->slots[i];
-        if (s->pid != 0 && (s->has_context & (1u << card)))
+        if (s->pid != 0 && (s->has_context & (1u << card)) && numbered_here(sim, s))
             out->procs[out->n_procs++] = (comem_proc_use){s->pid, slot_used(s, card)};
     }
     unlock(sim);
@@ -690,9 +760,10 @@ int comem_sim_usage(comem_sim *sim, int card, int32_t pid, int64_t *context, int
     if (rc != COMEM_OK || (rc = lock_within(sim, SIM_READ_WAIT_NS)) != COMEM_OK)
         return rc;
     *context = *allocated = 0;
+    pid = card_pid(sim, pid);
     for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++) {
         const sim_slot *s = &sim->sh->slots[i];
-        if (s->pid == pid) {
+        if (s->pid == pid && numbered_here(sim, s)) {
             *context = s->context[card];
             *allocated = s->allocated[card];
         }

@@ -25,7 +25,8 @@
  *
  *   header   magic, version, robust process-shared mutex (and its holder's
  *            pid, so a waiter can tell a stopped holder), card configs
- *   procs[]  one slot per process: pid, start time, and per card its context
+ *   procs[]  one slot per process: pid (as the /proc the process reads numbers
+ *            it, and that /proc's device), start time, and per card its context
  *            bytes, allocated bytes and host bytes (RAM drawn on that card's
  *            pool under uma; only counted elsewhere). The slots are the only source of truth;
  *            every total is derived from them under the lock.
@@ -33,7 +34,12 @@
  * Every operation takes the lock and first reaps slots whose process is gone
  * (no such pid, a zombie, or a pid reused by a process with another start
  * time), releasing its context and allocations the way the driver does at
- * exit. A process killed while holding the lock leaves a robust mutex that the
+ * exit. A process in a pid namespace of its own is recorded by its pid in the
+ * numbering of the /proc it reads (an outer namespace's, unless it mounted its
+ * own), so processes outside it judge and attribute it by the pid they, and
+ * the coordinator's SO_PEERCRED, know it by; a slot recorded through another
+ * /proc whose pid is not found here is never reaped from here (sim.c: WHO A
+ * SLOT BELONGS TO). A process killed while holding the lock leaves a robust mutex that the
  * next locker recovers (EOWNERDEAD): its half-written slot belongs to a dead
  * process and is reaped at once.
  */
@@ -109,7 +115,7 @@ int comem_sim_release_self(comem_sim *sim);
 int comem_sim_host_alloc(comem_sim *sim, int card, int64_t bytes);
 /* Frees host bytes this process allocated against card; more than it holds is COMEM_EINVAL. */
 int comem_sim_host_free(comem_sim *sim, int card, int64_t bytes);
-/* One process's host bytes counted against card (0 when none). */
+/* One process's host bytes counted against card (0 when none); pid as comem_sim_usage takes it. */
 int comem_sim_host_usage(comem_sim *sim, int card, int32_t pid, int64_t *host);
 
 /*
@@ -120,7 +126,11 @@ int comem_sim_host_usage(comem_sim *sim, int card, int32_t pid, int64_t *host);
 int comem_sim_read(comem_sim *sim, int card, comem_device_reading *out);
 /* The cuMemGetInfo-style reading for the calling process (process-local under wddm). */
 int comem_sim_read_local(comem_sim *sim, int card, comem_device_reading *out);
-/* One process's context and allocated bytes on card (0, 0 when it holds nothing). */
+/*
+ * One process's context and allocated bytes on card (0, 0 when it holds
+ * nothing). pid is as this process's /proc numbers it; the caller's own
+ * getpid() names its own slot, in a pid namespace of its own too.
+ */
 int comem_sim_usage(comem_sim *sim, int card, int32_t pid, int64_t *context, int64_t *allocated);
 /* How many times a lock left by a dead process was recovered (for tests). */
 uint64_t comem_sim_recoveries(comem_sim *sim);
