@@ -32,7 +32,8 @@
  *   refused       answered no with the shortfall (busy at the grant bound); freed
  *
  *   from        to          when                                          by
- *   (request)   QUEUED      a valid ADMIT, within the bounds              coord_admit, new_job
+ *   (request)   QUEUED      a valid ADMIT, within the bounds; not decided coord_admit, new_job
+ *                           at once, it is acknowledged (ADMIT_QUEUED)
  *   QUEUED      PLANNING    it reaches the head of the FIFO                pump -> step
  *   QUEUED      granted     behind a job that waits on asks, it fits the   pump -> decide_fitting
  *                           room beyond what receipts freed for the jobs   -> finish
@@ -489,6 +490,10 @@ void coord_admit(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_admi
     }
     queue_push(s, a->device, id);
     pump(s, a->device);
+    if (job_get(s, id)) { /* not decided at once: it waits for receipts, or behind a job that does */
+        comem_msg m = {.type = COMEM_MSG_ADMIT_QUEUED, .request_id = rid};
+        coord_send(s, c, &m);
+    }
 }
 
 void coord_pressure(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pressure *p)
