@@ -401,8 +401,8 @@ static void decide_fitting(comem_coord_srv *s, int dev)
         if (room < j->need)
             continue;
         j->free_before = room;
-        comem_info("admission: '%s' fits without asking anyone; decided while '%s' waits on its asks",
-                   session_name(s, j->session), session_name(s, head->session));
+        comem_debug("admission: '%s' fits without asking anyone; decided while '%s' waits on its asks",
+                    session_name(s, j->session), session_name(s, head->session));
         finish(s, id, j, true, room);
     }
 }

@@ -162,8 +162,8 @@ static void mark_answering(comem_coord_srv *s, conn *c)
             h->unanswered_until_ns = 0;
     }
     c->unanswered = false;
-    comem_info("'%s' (pid %d) answers release asks again; its holders may be asked",
-               comem_ledger_session(&s->ledger, c->session)->name, (int)c->pid);
+    const ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
+    comem_info("'%s' (pid %d) answers release asks again; its holders may be asked", ss ? ss->name : "?", (int)c->pid);
 }
 
 void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
