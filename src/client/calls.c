@@ -174,12 +174,17 @@ static int admit_fast(comem_client *c, int device, uint64_t holder, int64_t weig
     return COMEM_OK;
 }
 
-/* comem_admit with its figures written to *fig (fig->decided false when it failed before deciding). */
+/*
+ * comem_admit with its figures written to *fig (fig->decided false when it failed before deciding). With
+ * ack_ms > 0, a coordinator that neither answers nor acknowledges the ADMIT within ack_ms is not waited
+ * for further: COMEM_ETIMEDOUT, *unanswered true (comem_req_finish_acked).
+ */
 static int admit(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
-                 int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, uint64_t *grant,
-                 int64_t *short_by, client_admission *fig)
+                 int64_t cast_forward, const uint64_t *keep, size_t n_keep, int ack_ms, int timeout_ms,
+                 uint64_t *grant, int64_t *short_by, client_admission *fig, bool *unanswered)
 {
     fig->decided = false;
+    *unanswered = false;
     int owned = comem_client_owned(c);
     if (owned != COMEM_OK)
         return owned;
@@ -238,7 +243,7 @@ static int admit(comem_client *c, int device, uint64_t holder, int64_t weights, 
     }
 
     client_reply rep;
-    rc = comem_req_finish(c, &r, m, timeout, &rep, NULL);
+    rc = comem_req_finish_acked(c, &r, m, ack_ms, timeout, &rep, unanswered);
     free(m);
     if (rc != COMEM_OK)
         return rc;
@@ -286,7 +291,18 @@ int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, i
                 int64_t *short_by)
 {
     client_admission fig;
-    int rc = admit(c, device, holder, weights, inference, cast_forward, keep, n_keep, timeout_ms, grant, short_by, &fig);
+    bool unanswered;
+    int rc = admit(c, device, holder, weights, inference, cast_forward, keep, n_keep, 0, timeout_ms, grant, short_by,
+                   &fig, &unanswered);
+    remember(c, &fig);
+    return rc;
+}
+
+int comem_admit_acked(comem_client *c, int device, uint64_t holder, int64_t weights, int ack_ms, int timeout_ms,
+                      uint64_t *grant, int64_t *short_by, bool *unanswered)
+{
+    client_admission fig;
+    int rc = admit(c, device, holder, weights, 0, 0, NULL, 0, ack_ms, timeout_ms, grant, short_by, &fig, unanswered);
     remember(c, &fig);
     return rc;
 }
@@ -297,8 +313,9 @@ int comem_admit_figures(comem_client *c, int device, uint64_t holder, int64_t we
     uint64_t grant = 0;
     int64_t short_by = 0;
     client_admission fig;
-    int rc = admit(c, device, holder, weights, inference, cast_forward, keep, n_keep, timeout_ms, &grant, &short_by,
-                   &fig);
+    bool unanswered;
+    int rc = admit(c, device, holder, weights, inference, cast_forward, keep, n_keep, 0, timeout_ms, &grant, &short_by,
+                   &fig, &unanswered);
     remember(c, &fig);
     if (figures) {
         if (!fig.decided)

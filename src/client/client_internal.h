@@ -211,6 +211,7 @@ typedef struct client_pending {
     uint64_t snap; /* ENTRY_ADD: the entry's seq when the frame was built */
     bool waiting;
     bool done;
+    bool acked; /* an ADMIT_QUEUED named it: the coordinator has it and will answer */
     int status; /* when done: COMEM_OK (reply holds the frame) or a failure */
     client_reply reply;
     char *text; /* PEND_STATUS */
@@ -446,6 +447,14 @@ int comem_req_send(comem_client *c, client_req *r, comem_msg *m);
  * the mirror in the same critical section, so a late id is given back).
  */
 int comem_req_finish(comem_client *c, client_req *r, comem_msg *m, int timeout_ms, client_reply *out, char **text);
+/*
+ * comem_req_finish for an ADMIT whose coordinator must show it is there: when
+ * neither the reply nor its acknowledgement (ADMIT_QUEUED) has come within
+ * ack_ms, COMEM_ETIMEDOUT with *unanswered true; once acknowledged, the wait
+ * is the whole timeout_ms. ack_ms <= 0: no such bound.
+ */
+int comem_req_finish_acked(comem_client *c, client_req *r, comem_msg *m, int ack_ms, int timeout_ms, client_reply *out,
+                           bool *unanswered);
 
 /* Abandons a begun request that will not be sent (under c->lock). */
 void comem_req_abort(comem_client *c, client_req *r);
@@ -538,6 +547,17 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
                      client_grant *g, client_admission *fig);
 /* Cancels a booked grant without a round trip (a load goes to the coordinator as GRANT_DONE of BOOK_REF). */
 void comem_fast_cancel(client_fast *f, const client_grant *g);
+
+/* ---- calls.c ---- */
+
+/*
+ * comem_admit of `weights` for holder (no working memory, no keep list) for a caller that must not wait
+ * on a coordinator that does not answer (the preload, tools/preload/): when it neither answers nor
+ * acknowledges the ADMIT (ADMIT_QUEUED: it is asking other processes) within ack_ms, COMEM_ETIMEDOUT
+ * with *unanswered true; acknowledged, it waits up to timeout_ms (< 0: the client's default).
+ */
+int comem_admit_acked(comem_client *c, int device, uint64_t holder, int64_t weights, int ack_ms, int timeout_ms,
+                      uint64_t *grant, int64_t *short_by, bool *unanswered);
 
 /* ---- local.c ---- */
 

@@ -128,11 +128,25 @@ static bool lead_begin(comem_client *c, const client_req *r)
 }
 
 /*
+ * When a waiter stops waiting (CLOCK_MONOTONIC ns): the deadline, or the
+ * acknowledgement's (ack_deadline, 0: none) while no ADMIT_QUEUED has come.
+ */
+static int64_t wait_until(comem_client *c, const client_pending *p, int64_t deadline, int64_t ack_deadline)
+{
+    if (!ack_deadline)
+        return deadline;
+    pthread_mutex_lock(&c->lock);
+    bool acked = p->acked;
+    pthread_mutex_unlock(&c->lock);
+    return acked || ack_deadline > deadline ? deadline : ack_deadline;
+}
+
+/*
  * The leader reads and dispatches until its own reply is there, the deadline passes or the stream fails.
  * Its first wait is a poll, not a recv that would find nothing: the request went out just now. That empty
  * recv cost about 2.5 us per call across CPUs on the VM (docs/measurements.md, issue 11).
  */
-static void lead(comem_client *c, client_pending *p, int64_t deadline)
+static void lead(comem_client *c, client_pending *p, int64_t deadline, int64_t ack_deadline)
 {
     bool sent_now = true;
     for (;;) {
@@ -151,7 +165,7 @@ static void lead(comem_client *c, client_pending *p, int64_t deadline)
                 continue;
         }
         sent_now = false;
-        int wait = comem_ms_until(deadline);
+        int wait = comem_ms_until(wait_until(c, p, deadline, ack_deadline));
         if (wait == 0)
             return;
         struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
@@ -167,17 +181,22 @@ static void lead_end(comem_client *c)
     pthread_mutex_unlock(&c->read_lock);
 }
 
-int comem_req_finish(comem_client *c, client_req *r, comem_msg *m, int timeout_ms, client_reply *out, char **text)
+/* comem_req_finish, and comem_req_finish_acked with ack_ms > 0. */
+static int finish(comem_client *c, client_req *r, comem_msg *m, int ack_ms, int timeout_ms, client_reply *out,
+                  char **text, bool *unanswered)
 {
     if (out)
         memset(out, 0, sizeof *out);
+    if (unanswered)
+        *unanswered = false;
     int64_t deadline = comem_now_ns() + (int64_t)timeout_ms * 1000000;
+    int64_t ack_deadline = ack_ms > 0 ? comem_now_ns() + (int64_t)ack_ms * 1000000 : 0;
     bool leading = lead_begin(c, r);
     int rc = m ? comem_req_send(c, r, m) : COMEM_OK;
     client_pending *p = r->p;
     if (leading) {
         if (rc == COMEM_OK)
-            lead(c, p, deadline);
+            lead(c, p, deadline, ack_deadline);
         lead_end(c);
     }
     if (!p)
@@ -201,16 +220,21 @@ int comem_req_finish(comem_client *c, client_req *r, comem_msg *m, int timeout_m
         rc = comem_service_pump_until(c, &p->done, deadline);
         pthread_mutex_lock(&c->lock);
     } else {
-        struct timespec ts = to_timespec(deadline);
         rc = COMEM_OK;
         while (!p->done) {
+            /* Until acknowledged, the wait ends at the acknowledgement's deadline; an ADMIT_QUEUED
+               signals, and the wait then runs to the whole deadline. */
+            bool bounded = ack_deadline && !p->acked && ack_deadline < deadline;
+            struct timespec ts = to_timespec(bounded ? ack_deadline : deadline);
             int w = pthread_cond_timedwait(&p->cond, &c->lock, &ts);
-            if (w == ETIMEDOUT && !p->done) {
+            if (w == ETIMEDOUT && !p->done && (!p->acked || comem_now_ns() >= deadline)) {
                 rc = COMEM_ETIMEDOUT;
                 break;
             }
         }
     }
+    if (unanswered)
+        *unanswered = !p->done && ack_deadline && !p->acked;
     if (!p->done) {
         if (!comem_on_service_thread(c) && (p->kind == PEND_HOLDER_ADD || p->kind == PEND_ENTRY_ADD)) {
             /* The coordinator may still book it. Forget the object now, in the same
@@ -242,6 +266,17 @@ int comem_req_finish(comem_client *c, client_req *r, comem_msg *m, int timeout_m
     free_pending(p);
     r->p = NULL;
     return rc;
+}
+
+int comem_req_finish(comem_client *c, client_req *r, comem_msg *m, int timeout_ms, client_reply *out, char **text)
+{
+    return finish(c, r, m, 0, timeout_ms, out, text, NULL);
+}
+
+int comem_req_finish_acked(comem_client *c, client_req *r, comem_msg *m, int ack_ms, int timeout_ms, client_reply *out,
+                           bool *unanswered)
+{
+    return finish(c, r, m, ack_ms, timeout_ms, out, NULL, unanswered);
 }
 
 /* Copies the body a caller may read. */
@@ -370,6 +405,12 @@ bool comem_pending_complete(comem_client *c, const comem_msg *m, pend_kind *orph
         p = p->next;
     if (!p || p->done)
         return false;
+    if (m->type == COMEM_MSG_ADMIT_QUEUED) { /* not the answer: it says the answer will come */
+        p->acked = true;
+        if (p->waiting)
+            pthread_cond_signal(&p->cond);
+        return true;
+    }
     if (p->kind == PEND_STATUS && m->type == COMEM_MSG_STATUS_REPLY) {
         int rc = add_chunk(p, &m->u.status_reply);
         if (rc == 0)

@@ -77,7 +77,8 @@ static int dispatch(comem_client *c)
         comem_callbacks_queue(c, &m->u.ask); /* run off this thread: replies must keep flowing */
         return COMEM_OK;
     }
-    if (m->type < COMEM_MSG_REPLY || (m->type > COMEM_MSG_STATUS_REPLY && m->type != COMEM_MSG_RELEASE_REPLY)) {
+    if (m->type < COMEM_MSG_REPLY ||
+        (m->type > COMEM_MSG_STATUS_REPLY && m->type != COMEM_MSG_RELEASE_REPLY && m->type != COMEM_MSG_ADMIT_QUEUED)) {
         comem_error("the coordinator sent a %s frame, which only clients send; reconnecting",
                     comem_wire_type_name(m->type));
         return COMEM_EPROTO;

@@ -13,9 +13,13 @@
  * the shortfall. A holder that answers busy is left out and the plan is made
  * again, at most COORD_MAX_ROUNDS times.
  *
- * Jobs on one device run one at a time (a FIFO per device): the grant of one is
- * booked in the ledger before the next plans, so two requests are never told
- * yes for the same bytes.
+ * Jobs on one device plan one at a time (a FIFO per device): the grant of one
+ * is booked in the ledger before the next plans, so two requests are never told
+ * yes for the same bytes. While the head waits on its asks, an admission behind
+ * it that fits without asking anybody is decided at once (decide_fitting): it
+ * may take only the room beyond what receipts have freed for the jobs ahead of
+ * it, which stays theirs. One that needs asks keeps its place: first come,
+ * first served, where a stuck holder would otherwise stall the whole card.
  *
  * AN ADMISSION JOB (job.state): every state, every transition and the function
  * that makes it. A pressure job walks the same path with one round of asks to
@@ -28,8 +32,12 @@
  *   refused       answered no with the shortfall (busy at the grant bound); freed
  *
  *   from        to          when                                          by
- *   (request)   QUEUED      a valid ADMIT, within the bounds              coord_admit, new_job
+ *   (request)   QUEUED      a valid ADMIT, within the bounds; not decided coord_admit, new_job
+ *                           at once, it is acknowledged (ADMIT_QUEUED)
  *   QUEUED      PLANNING    it reaches the head of the FIFO                pump -> step
+ *   QUEUED      granted     behind a job that waits on asks, it fits the   pump -> decide_fitting
+ *                           room beyond what receipts freed for the jobs   -> finish
+ *                           ahead, nobody asked
  *   PLANNING    granted     true free covers the target                    step -> finish
  *   PLANNING    ASKING      the plan sent at least one ask                 step -> plan_admit
  *   PLANNING    refused     COORD_MAX_ROUNDS planned, the deadline passed, step -> finish
@@ -372,15 +380,47 @@ static bool step(comem_coord_srv *s, uint64_t jid)
     return false;
 }
 
+/*
+ * Behind a head that waits on its asks: grants, in FIFO order, each queued
+ * admission that fits without asking anybody. The room it may take is the
+ * card's less what receipts freed for the jobs ahead of it (theirs, not yet
+ * booked: no later admission takes bytes a release freed for an earlier one).
+ * Those that do not fit keep their place and plan their asks at the head.
+ */
+static void decide_fitting(comem_coord_srv *s, int dev)
+{
+    job *head = job_get(s, s->queue_head[dev]);
+    if (!head)
+        return;
+    int64_t theirs = comem_clamp0(head->freed);
+    for (uint64_t id = head->next, next; id; id = next) {
+        job *j = job_get(s, id);
+        next = j->next;
+        if (j->kind != JOB_ADMIT || j->state != JOB_QUEUED) {
+            theirs = comem_add(theirs, comem_clamp0(j->freed));
+            continue;
+        }
+        j->need = need_of(s, j->session, dev, j->weights, j->working);
+        int64_t room = comem_sub(book_room(s, j, coord_available(s, dev, false)), theirs);
+        if (room < j->need)
+            continue;
+        j->free_before = room;
+        comem_debug("admission: '%s' fits without asking anyone; decided while '%s' waits on its asks",
+                    session_name(s, j->session), session_name(s, head->session));
+        finish(s, id, j, true, room);
+    }
+}
+
 static void pump(comem_coord_srv *s, int dev)
 {
     while (s->queue_head[dev]) {
         job *j = job_get(s, s->queue_head[dev]);
         if (j->state == JOB_ASKING)
-            return;
+            break;
         if (!step(s, s->queue_head[dev]))
-            return;
+            break;
     }
+    decide_fitting(s, dev);
 }
 
 /*
@@ -454,6 +494,10 @@ void coord_admit(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_admi
     }
     queue_push(s, a->device, id);
     pump(s, a->device);
+    if (job_get(s, id)) { /* not decided at once: it waits for receipts, or behind a job that does */
+        comem_msg m = {.type = COMEM_MSG_ADMIT_QUEUED, .request_id = rid};
+        coord_send(s, c, &m);
+    }
 }
 
 void coord_pressure(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pressure *p)
@@ -529,6 +573,8 @@ void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns)
             int64_t avail = coord_available(s, d, true);
             finish(s, id, j, j->kind == JOB_ADMIT && avail >= j->need, avail);
             pump(s, d);
+        } else if (j) {
+            decide_fitting(s, d); /* room may have come free without a receipt (a process ended) */
         }
     }
 }

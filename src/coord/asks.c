@@ -8,8 +8,13 @@
  * card's own pressure, a RELEASE request; pin asks have none: the holder
  * reports its unpinning itself). This file knows no owner. A holder that has
  * not answered by the deadline is treated as busy: its owner moves on
- * without it.
+ * without it. Its process answers asks on one callback thread, so every holder
+ * of that process is then left out of plans (unanswered_until_ns at its most)
+ * until the process sends a receipt again, late ones included: however long it
+ * stays stopped or stuck, no later request waits on it.
  */
+#include <stdint.h>
+
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/size.h"
@@ -135,8 +140,35 @@ static void settle(comem_coord_srv *s, uint64_t id, ask *a, uint8_t outcome, int
         coord_publish_reserve(s, copy.device, true); /* a receipt is the evidence a shrink needs */
 }
 
+/* A holder of c's process let an ask pass its deadline: none of its holders is asked until it answers. */
+static void mark_unanswered(comem_coord_srv *s, conn *c)
+{
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
+        ledger_holder *h = comem_slab_at(&s->ledger.holders, i, NULL);
+        if (h && h->session == c->session)
+            h->unanswered_until_ns = INT64_MAX;
+    }
+    c->unanswered = true;
+}
+
+/* c's process sent a receipt: it answers again, and its holders may be asked. */
+static void mark_answering(comem_coord_srv *s, conn *c)
+{
+    if (!c->unanswered)
+        return;
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
+        ledger_holder *h = comem_slab_at(&s->ledger.holders, i, NULL);
+        if (h && h->session == c->session)
+            h->unanswered_until_ns = 0;
+    }
+    c->unanswered = false;
+    const ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
+    comem_info("'%s' (pid %d) answers release asks again; its holders may be asked", ss ? ss->name : "?", (int)c->pid);
+}
+
 void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
 {
+    mark_answering(s, c); /* a late receipt too: the process runs its callbacks again */
     ask *a = comem_slab_get(&s->asks, r->ask_id);
     if (!a || a->session != c->session) {
         comem_debug("receipt for an unknown or settled ask %llx from pid %d", (unsigned long long)r->ask_id,
@@ -145,8 +177,6 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
     }
     coord_card_changed(s, a->device); /* whatever it freed, the card shows it now */
     ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
-    if (h)
-        h->unanswered_until_ns = 0; /* it answers again */
     int64_t freed = r->outcome == COMEM_RECEIPT_DONE ? comem_clamp0(r->freed) : 0;
     if (freed > a->held) { /* a holder cannot give back more than it held: believed up to that */
         if (h && h->receipts_over++ == 0)
@@ -173,11 +203,13 @@ void coord_asks_tick(comem_coord_srv *s, int64_t now_ns)
         uint64_t id;
         ask *a = comem_slab_at(&s->asks, i, &id);
         if (a && now_ns >= a->deadline_ns) {
-            ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
-            comem_info("holder '%s' did not answer its ask in time; counted as busy, and not asked again for %d s",
-                       h ? h->name : "?", COORD_UNANSWERED_SKIP_MS / 1000);
-            if (h)
-                h->unanswered_until_ns = comem_add(now_ns, (int64_t)COORD_UNANSWERED_SKIP_MS * 1000000);
+            const ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
+            conn *c = coord_conn_of(s, a->session);
+            comem_info("holder '%s' (pid %d) did not answer its ask in time; counted as busy, and its process is "
+                       "not asked again until it answers",
+                       h ? h->name : "?", c ? (int)c->pid : 0);
+            if (c)
+                mark_unanswered(s, c);
             settle(s, id, a, COMEM_RECEIPT_BUSY, 0);
         }
     }

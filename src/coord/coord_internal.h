@@ -48,7 +48,6 @@
 #define COORD_MAX_JOBS 4096          /* ... and in all */
 #define COORD_SESSION_RELEASES 64    /* RELEASE requests in flight per session */
 #define COORD_MAX_ASKS 8192          /* asks waiting for receipts, in all */
-#define COORD_UNANSWERED_SKIP_MS 5000 /* a holder that let an ask's deadline pass is not asked for this long */
 #define COORD_READ_RETRY_MS 1000     /* a device that could not be read is not read again for this long */
 
 #define COORD_STR_(x) #x
@@ -80,6 +79,7 @@ typedef struct conn {
     int64_t accepted_ns; /* a connection without HELLO is closed hello_timeout_ms after this */
     int jobs;     /* admissions and pressure requests of this connection's session in flight */
     int releases; /* RELEASE requests of this connection's session waiting for a receipt */
+    bool unanswered; /* an ask passed its deadline: its holders are not asked until a receipt comes (asks.c) */
     uint8_t devmap[COMEM_MAX_DEVICES]; /* this process's ordinal -> the coordinator's index + 1 (0: unmapped) */
 } conn;
 

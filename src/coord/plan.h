@@ -42,9 +42,9 @@ typedef struct coord_planned {
 /*
  * May holder h be asked for a sized release now? It answers sized asks, is
  * not computing unless it releases while busy (comem_may_release_now, the rule
- * its own client answers by), and has not let an ask pass its deadline within
- * COORD_UNANSWERED_SKIP_MS (h->unanswered_until_ns): waiting on it again would
- * stall whoever asks. Admissions, pressure rounds and RELEASE requests all ask
+ * its own client answers by), and its process has not let an ask pass its
+ * deadline without answering since (h->unanswered_until_ns, coord/asks.c):
+ * waiting on it again would stall whoever asks. Admissions, pressure rounds and RELEASE requests all ask
  * by this one test.
  */
 bool coord_may_ask(const ledger_holder *h, int64_t now_ns);

@@ -37,7 +37,7 @@
  *                   list<residency, 512> items
  *   RELEASE         u64 entry_id, i64 bytes, u32 timeout_ms
  *   DEVICE_MAP      list<devmap, 16> items
- *   GOODBYE, BOOKED (empty)
+ *   GOODBYE, BOOKED, ADMIT_QUEUED (empty)
  *   REPLY           i32 status, text<128> message
  *   HELLO_REPLY     u64 session_id, u32 coord_pid, u16 proto_version,
  *                   u16 n_devices (<= 16)
@@ -445,7 +445,8 @@ static bool walk_body(comem_wire_cur *c, comem_msg *m)
     case COMEM_MSG_HELLO: walk_hello(c, &m->u.hello); break;
     case COMEM_MSG_DEVICES:
     case COMEM_MSG_GOODBYE:
-    case COMEM_MSG_BOOKED: break; /* no body */
+    case COMEM_MSG_BOOKED:
+    case COMEM_MSG_ADMIT_QUEUED: break; /* no body */
     case COMEM_MSG_HOLDER_ADD: walk_holder_add(c, &m->u.holder_add); break;
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
@@ -516,6 +517,7 @@ static const char *type_name_or_null(uint16_t type)
     case COMEM_MSG_STATUS_REPLY: return "STATUS_REPLY";
     case COMEM_MSG_ASK: return "ASK";
     case COMEM_MSG_RELEASE_REPLY: return "RELEASE_REPLY";
+    case COMEM_MSG_ADMIT_QUEUED: return "ADMIT_QUEUED";
     }
     return NULL;
 }

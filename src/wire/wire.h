@@ -82,7 +82,9 @@ typedef enum comem_msg_type {
     COMEM_MSG_RESERVE_REPLY = 71,
     COMEM_MSG_STATUS_REPLY = 72,
     COMEM_MSG_ASK = 73, /* unsolicited: request_id 0 */
-    COMEM_MSG_RELEASE_REPLY = 74
+    COMEM_MSG_RELEASE_REPLY = 74,
+    COMEM_MSG_ADMIT_QUEUED = 75 /* no body: the ADMIT with this request_id waits for asks (or behind a job
+                                   that does); its ADMIT_REPLY follows */
 } comem_msg_type;
 
 typedef enum comem_role {

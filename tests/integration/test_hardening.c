@@ -35,7 +35,7 @@
 
 static comem_msg g_m, g_r; /* large: kept off the stack */
 
-/* Sends m with request id rid and waits for the frame answering it (asks are skipped). */
+/* Sends m with request id rid and waits for the frame answering it (asks and acknowledgements are skipped). */
 static int raw_call(int fd, comem_msg *m, uint32_t rid, comem_msg *reply)
 {
     m->request_id = rid;
@@ -45,9 +45,20 @@ static int raw_call(int fd, comem_msg *m, uint32_t rid, comem_msg *reply)
         int r = raw_recv(fd, reply, 5000);
         if (r != 1)
             return -1;
-        if (reply->request_id == rid)
+        if (reply->request_id == rid && reply->type != COMEM_MSG_ADMIT_QUEUED)
             return reply->type;
     }
+}
+
+/* Counts one answer to a pipelined admission: refused busy, acknowledged (queued), or other. */
+static void count_answer(const comem_msg *r, int *busy, int *queued, int *other)
+{
+    if (r->type == COMEM_MSG_REPLY && r->u.reply.status == COMEM_EBUSY)
+        (*busy)++;
+    else if (r->type == COMEM_MSG_ADMIT_QUEUED)
+        (*queued)++;
+    else
+        (*other)++;
 }
 
 /* A raw session: HELLO as role/name; returns the socket. */
@@ -238,20 +249,21 @@ static void test_pipelined_admissions_are_bounded(void **s)
     g_m.u.admit.n_keep = COMEM_WIRE_MAX_ITEMS;
     for (int i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
         g_m.u.admit.keep[i] = 0x7fff000000000000ull + (uint64_t)i; /* ids nobody has */
-    int busy = 0, other = 0;
+    int busy = 0, queued = 0, other = 0;
     for (uint32_t i = 0; i < FLOOD; i++) {
         g_m.request_id = 100 + i;
         assert_true(raw_send(fd, &g_m));
         while (raw_recv(fd, &g_r, 0) == 1) /* whatever is answered already */
-            (g_r.type == COMEM_MSG_REPLY && g_r.u.reply.status == COMEM_EBUSY) ? busy++ : other++;
+            count_answer(&g_r, &busy, &queued, &other);
     }
-    /* Beyond the bound each one is refused at once, saying why. */
-    while (busy + other < FLOOD - 64 && raw_recv(fd, &g_r, 3000) == 1)
-        (g_r.type == COMEM_MSG_REPLY && g_r.u.reply.status == COMEM_EBUSY) ? busy++ : other++;
+    /* Beyond the bound each one is refused at once, saying why; those within it are acknowledged. */
+    while ((busy + other < FLOOD - 64 || queued < 64) && raw_recv(fd, &g_r, 3000) == 1)
+        count_answer(&g_r, &busy, &queued, &other);
     int64_t peak = rss_of(h->comemd);
     print_message("comemd RSS: %lld KiB before, %lld KiB after %d pipelined admissions (%d refused busy, %d other; last %d/%d)\n",
                   (long long)before / 1024, (long long)peak / 1024, FLOOD, busy, other, g_r.type, g_r.u.reply.status);
     assert_true(busy >= FLOOD - 64);
+    assert_int_equal(queued, 64); /* each waits on the mute holder, or behind the one that does */
     assert_true(peak - before < 32 * MIB);
 
     /* The session ends: what it queued is freed, and the coordinator still answers. */

@@ -7,7 +7,9 @@ card's, so the preload charges CUDA device 0 to the coordinator's device 0 and s
 """
 
 import os
+import signal
 import subprocess
+import time
 import unittest
 
 import support
@@ -134,6 +136,43 @@ class TestPreload(unittest.TestCase):
         self.assertEqual(a.do("free", 0), [CUDA_SUCCESS])
         self.assertEqual(a.stderr().count("no coordinator answers"), 1, a.stderr())
         self.assertIsNone(self.m.process("cuda_app"))
+
+    def test_a_stopped_coordinator_is_not_waited_for(self):
+        # Issue 20 item 19: with comemd stopped, each allocation of 64 MiB or more waited the client's
+        # whole timeout (10 s). Now it is decided here, while comemd is still stopped, and said once.
+        a = self.app(COMEM_NO_FAST="1")  # every admission goes to the coordinator, none to the booking area
+        self.assertEqual(a.do("alloc", 2), [0, CUDA_SUCCESS])  # connected; small, so not asked
+        os.kill(self.m.comemd.pid, signal.SIGSTOP)
+        try:
+            self.assertEqual(a.do("alloc", 100), [1, CUDA_SUCCESS])
+            self.assertEqual(a.do("alloc", 100), [2, CUDA_SUCCESS])
+            said = a.stderr()
+        finally:
+            os.kill(self.m.comemd.pid, signal.SIGCONT)
+        self.assertEqual(said.count("did not answer or acknowledge an admission within 200 ms"), 1, said)
+        self.assertEqual(a.do("alloc", 100), [3, CUDA_SUCCESS])  # it answers again: asked as before
+        self.assertTrue(wait_for(lambda: self.held() == 302 * MiB), self.m.status())
+        self.assertTrue(wait_for(lambda: self.m.status()["devices"][0]["grants"] == []))  # late grants given back
+        self.assertEqual(a.stderr().count("did not answer"), 1, a.stderr())
+        self.m.check_ledger(self)
+
+    def test_a_coordinator_asking_another_process_is_waited_for(self):
+        # Its admission needs a release from another process: the coordinator acknowledges it at once
+        # and the preload waits for the answer, far past the acknowledgement's bound.
+        holder = self.m.child("binding_holder.py", "holder")
+        holder.ask("hold", holder="models", entry="big", mib=6144, mode="slow")  # 6 of the 8 GiB card
+        a = self.app(COMEM_NO_FAST="1", COMEM_PRELOAD_ACK_MS="50")
+        a.proc.stdin.write("alloc 3000\n")
+        a.proc.stdin.flush()
+        self.assertTrue(wait_for(lambda: len(holder.ask("asks")["asks"]) == 1))  # the coordinator asks it
+        time.sleep(0.5)  # ten times the bound: the allocation still waits on the ask
+        holder.ask("go")
+        self.assertEqual([int(x) for x in a.read().split()], [0, CUDA_SUCCESS])
+        self.assertNotIn("did not answer", a.stderr())
+        self.assertLess(holder.ask("entries")["entries"]["big"], 6 * GiB)  # it freed its share for the admission
+        self.assertTrue(wait_for(lambda: self.held() == 3000 * MiB))
+        self.assertEqual(self.m.status()["devices"][0]["grants"], [])
+        self.m.check_ledger(self)
 
     def test_no_driver_steps_aside(self):
         out = subprocess.run([APP], env=self.env(COMEM_CUDA_LIBRARY=os.path.join(self.m.dir, "no-libcuda.so")),

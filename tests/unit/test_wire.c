@@ -26,7 +26,7 @@ static const uint16_t all_types[] = {
     COMEM_MSG_PRESSURE_REPLY, COMEM_MSG_PIN_REPLY,     COMEM_MSG_RESERVE_REPLY,
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
     COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,    COMEM_MSG_GOODBYE,
-    COMEM_MSG_BOOKED,         COMEM_MSG_TOUCH,
+    COMEM_MSG_BOOKED,         COMEM_MSG_TOUCH,         COMEM_MSG_ADMIT_QUEUED,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -67,7 +67,8 @@ static void sample(comem_msg *m, uint16_t type, shape s)
     }
     case COMEM_MSG_DEVICES:
     case COMEM_MSG_GOODBYE:
-    case COMEM_MSG_BOOKED: break;
+    case COMEM_MSG_BOOKED:
+    case COMEM_MSG_ADMIT_QUEUED: break;
     case COMEM_MSG_HOLDER_ADD:
         m->u.holder_add.device = 0xffff;
         m->u.holder_add.kind = COMEM_HOLDER_RAW;
@@ -263,7 +264,8 @@ static size_t expected_payload(const comem_msg *m)
         return 2 + 1 + 1 + 4 + 4 + 8 + TXT(m->u.hello.name) + TXT(m->u.hello.token);
     case COMEM_MSG_DEVICES:
     case COMEM_MSG_GOODBYE:
-    case COMEM_MSG_BOOKED: return 0;
+    case COMEM_MSG_BOOKED:
+    case COMEM_MSG_ADMIT_QUEUED: return 0;
     case COMEM_MSG_HOLDER_ADD: return 2 + 1 + 4 + TXT(m->u.holder_add.name);
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
@@ -337,7 +339,8 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         break;
     case COMEM_MSG_DEVICES:
     case COMEM_MSG_GOODBYE:
-    case COMEM_MSG_BOOKED: break;
+    case COMEM_MSG_BOOKED:
+    case COMEM_MSG_ADMIT_QUEUED: break;
     case COMEM_MSG_HOLDER_ADD:
         assert_int_equal(a->u.holder_add.device, b->u.holder_add.device);
         assert_int_equal(a->u.holder_add.kind, b->u.holder_add.kind);
@@ -894,7 +897,7 @@ static void test_bad_headers_refused(void **st)
         put_le(g_buf + 4, versions[i], 2);
         assert_int_equal(comem_wire_decode_header(g_buf, sizeof good, &h), COMEM_EPROTO);
     }
-    static const uint16_t types[] = {0, 18, 63, 75, 0x0101, 0xffff};
+    static const uint16_t types[] = {0, 18, 63, 76, 0x0101, 0xffff};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         memcpy(g_buf, good, sizeof good);
         put_le(g_buf + 6, types[i], 2);
@@ -1297,7 +1300,7 @@ static void test_encode_refuses_bad_fields(void **st)
     assert_int_equal(comem_wire_encode(&g_a, g_buf, sizeof g_buf), 16 + 12);
 
     /* Unknown types and bad arguments. */
-    static const uint16_t unknown[] = {0, 18, 63, 75, 0xffff};
+    static const uint16_t unknown[] = {0, 18, 63, 76, 0xffff};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         sample(&g_a, COMEM_MSG_RESERVE, SMALL);
         g_a.type = unknown[i];
@@ -1319,7 +1322,7 @@ static void test_type_names(void **st)
         "RECEIPT",        "REPLY",       "HELLO_REPLY",   "DEVICES_REPLY", "ID_REPLY",
         "ADMIT_REPLY",    "PRESSURE_REPLY", "PIN_REPLY",  "RESERVE_REPLY", "STATUS_REPLY",
         "ASK",            "RELEASE",     "RELEASE_REPLY", "DEVICE_MAP",    "GOODBYE",
-        "BOOKED",         "TOUCH",
+        "BOOKED",         "TOUCH",       "ADMIT_QUEUED",
     };
     assert_int_equal(sizeof names / sizeof names[0], N_TYPES);
     for (size_t t = 0; t < N_TYPES; t++)

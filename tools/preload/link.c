@@ -6,7 +6,11 @@
  * Everything is lazy: the first allocation connects (a program that never
  * allocates on a GPU never talks to the coordinator). Reports go out from a
  * thread of their own, so a CUDA call waits on the coordinator only for an
- * admission, which is the point of asking.
+ * admission, which is the point of asking. And only for one it is working on:
+ * a coordinator that neither answers an admission nor acknowledges it (it
+ * does at once when it must ask other processes first, which takes seconds)
+ * within COMEM_PRELOAD_ACK_MS is stopped or stuck; the allocation goes ahead
+ * unasked, said once.
  */
 #include <json-c/json.h>
 #include <pthread.h>
@@ -21,9 +25,12 @@
 #include "base/size.h"
 #include "comem/comem.h"
 #include "comem/common.h"
+#include "client/client_internal.h" /* comem_admit_acked */
 #include "preload.h"
 
 #define DEFAULT_MIN ((int64_t)64 << 20)
+#define DEFAULT_ACK_MS 200 /* the coordinator acknowledges within one turn of its loop: microseconds */
+#define MAX_ACK_MS 60000
 
 static _Thread_local int t_inside;
 
@@ -64,6 +71,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* the table, the con
 
 static preload_policy g_policy;
 static int64_t g_min = DEFAULT_MIN;
+static int g_ack_ms = DEFAULT_ACK_MS;
 static pthread_once_t g_config_once = PTHREAD_ONCE_INIT;
 
 /* A forked child has the parent's client but none of its threads or its connection: step aside. */
@@ -92,6 +100,17 @@ static void read_config(void)
             g_min = (int64_t)v;
         else
             preload_say_once(&g_min, "COMEM_PRELOAD_MIN: %s; asking before allocations of 64 MiB and more", err);
+    }
+    const char *a = getenv("COMEM_PRELOAD_ACK_MS");
+    if (a && *a) {
+        char *end;
+        long v = strtol(a, &end, 10);
+        if (*end || v < 1 || v > MAX_ACK_MS)
+            preload_say_once(&g_ack_ms, "COMEM_PRELOAD_ACK_MS='%s' is not a number of milliseconds from 1 to %d; "
+                                        "waiting %d ms for the coordinator's acknowledgement", a, MAX_ACK_MS,
+                             DEFAULT_ACK_MS);
+        else
+            g_ack_ms = (int)v;
     }
 }
 
@@ -330,13 +349,24 @@ bool preload_before(int ordinal, size_t bytes, const char *what, preload_ticket 
     bool allow = true;
     if ((int64_t)bytes >= g_min) {
         int64_t short_by = 0;
-        int rc = comem_admit(g_client, d, h, (int64_t)bytes, 0, 0, NULL, 0, -1, &t->grant, &short_by);
+        bool unanswered = false;
+        int rc = comem_admit_acked(g_client, d, h, (int64_t)bytes, g_ack_ms, -1, &t->grant, &short_by, &unanswered);
         char b[32] = "", s[32] = "";
-        if (rc == COMEM_ENOSPC) { /* the figures only a refusal prints */
+        if (rc == COMEM_ENOSPC || unanswered) { /* the figures only a refusal or a local decision prints */
             comem_format_bytes((int64_t)bytes, b, sizeof b);
             comem_format_bytes(short_by, s, sizeof s);
         }
-        if (rc == COMEM_ENOSPC && g_policy == PRELOAD_ENFORCE) {
+        if (unanswered) {
+            /* Stopped (SIGSTOP), stuck or overloaded: deciding here costs this allocation ack_ms, not the
+               client's whole timeout. The driver's own answer is the local decision. */
+            comem_info("preload: %s of %s on device %d: the coordinator did not answer within %d ms; allowed unasked",
+                       what, b, d, g_ack_ms);
+            static int unanswered_said;
+            preload_say_once(&unanswered_said, "the coordinator did not answer or acknowledge an admission within "
+                                               "%d ms (stopped or stuck?): %s of %s goes ahead unasked, decided "
+                                               "locally, as each allocation does while it does not answer "
+                                               "(COMEM_PRELOAD_ACK_MS)", g_ack_ms, what, b);
+        } else if (rc == COMEM_ENOSPC && g_policy == PRELOAD_ENFORCE) {
             comem_info("preload: %s of %s on device %d refused by the coordinator (short by %s): out of memory", what,
                        b, d, s);
             preload_say_once(&g_policy, "%s of %s refused (short by %s): answered CUDA_ERROR_OUT_OF_MEMORY "

@@ -1,0 +1,423 @@
+/*
+ * tests/integration/test_stall.c - one stuck holder does not stall its card (issue 20 item 16).
+ *
+ * comemd runs as its own process over a simulated 16 GiB card; holders and
+ * requesters are forked processes using libcomem, and the stuck holder is
+ * really stopped (SIGSTOP) while asked. Covered, as orders of events:
+ *   - an admission that fits without asking anybody is granted while an
+ *     earlier one waits on the stopped holder's ask (which then goes on with
+ *     the other holders);
+ *   - a holder that let an ask pass its deadline is not asked again while it
+ *     stays stopped, however long that is; once it answers it is asked again;
+ *   - the bytes a receipt freed for a waiting admission stay its own: a later
+ *     admission that would need them waits for its turn.
+ */
+#include "unit/cmocka_all.h"
+
+#include <json-c/json.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/bytes.h"
+#include "comem/comem.h"
+#include "harness.h"
+
+#define GIB COMEM_GIB
+#define MIB COMEM_MIB
+#define SPEC "sim:16GiB:reserved=256MiB:ctx=300MiB"
+#define WAIT_MS 60000 /* a bound that only a broken build reaches; no test asserts a speed */
+
+enum command { CMD_EXIT = 0, CMD_RESIDENT = 1, CMD_ASKS = 2 };
+
+/* ---- a holder process: one model of `load` bytes; asked, it frees what it is asked for ---- */
+
+typedef struct holder_args {
+    const harness *h;
+    const char *name;
+    int64_t load;
+    chan down, up;
+} holder_args;
+
+typedef struct hstate {
+    pthread_mutex_t lock;
+    comem_client *c;
+    comem_sim *sim;
+    uint64_t entry;
+    int64_t resident;
+    int asks;
+} hstate;
+
+static int on_release(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
+                      const int64_t *amounts, size_t n, int64_t *freed)
+{
+    (void)holder;
+    (void)kind;
+    (void)entries;
+    hstate *st = user;
+    pthread_mutex_lock(&st->lock);
+    st->asks++;
+    int64_t want = bytes;
+    for (size_t k = 0; k < n; k++)
+        want = amounts[k];
+    int64_t give = comem_min(st->resident, (want + 64 * MIB - 1) / (64 * MIB) * (64 * MIB));
+    if (give > 0) {
+        comem_sim_free(st->sim, 0, give);
+        st->resident -= give;
+        comem_entry_set_resident(st->c, st->entry, st->resident);
+    }
+    *freed = give;
+    pthread_mutex_unlock(&st->lock);
+    return COMEM_OK;
+}
+
+static int holder_main(void *arg)
+{
+    holder_args *a = arg;
+    hstate st = {0};
+    pthread_mutex_init(&st.lock, NULL);
+    st.sim = h_sim(a->h);
+    if (!st.sim || comem_client_open(a->h->sock, COMEM_CLIENT_WORKER, a->name, -1, COMEM_OPEN_NO_LOCAL, &st.c))
+        return 10;
+    comem_sim_touch(st.sim, 0);
+    uint64_t holder, grant;
+    if (comem_holder_add(st.c, "models", 0, COMEM_KIND_MODELS, COMEM_ANSWERS_RELEASE, on_release, &st, &holder))
+        return 11;
+    if (comem_admit(st.c, 0, holder, a->load, 0, 0, NULL, 0, 10000, &grant, NULL) != COMEM_OK)
+        return 12;
+    pthread_mutex_lock(&st.lock);
+    if (comem_sim_alloc(st.sim, 0, a->load) != COMEM_OK)
+        return 13;
+    st.resident = a->load;
+    comem_entry_add(st.c, holder, "model", a->load, 0, 0, &st.entry);
+    pthread_mutex_unlock(&st.lock);
+    comem_grant_done(st.c, grant, st.entry, a->load);
+    ch_put(a->up.wr, (int64_t)holder);
+    for (;;) {
+        int64_t cmd;
+        if (!ch_get(a->down.rd, &cmd, 120000) || cmd == CMD_EXIT)
+            break;
+        pthread_mutex_lock(&st.lock);
+        int64_t v = cmd == CMD_ASKS ? st.asks : st.resident;
+        pthread_mutex_unlock(&st.lock);
+        ch_put(a->up.wr, v);
+    }
+    comem_client_close(st.c);
+    return 0;
+}
+
+typedef struct holder_proc {
+    holder_args a;
+    pid_t pid;
+    uint64_t id; /* its holder's id: this client's, which is not the coordinator's */
+} holder_proc;
+
+static void spawn_holder(holder_proc *p, const harness *h, const char *name, int64_t load)
+{
+    p->a = (holder_args){h, name, load, {0, 0}, {0, 0}};
+    ch_open(&p->a.down, &p->a.up);
+    p->pid = h_child(holder_main, &p->a);
+    int64_t id;
+    assert_true(ch_get(p->a.up.rd, &id, 20000));
+}
+
+static int64_t ask_holder(holder_proc *p, int64_t cmd)
+{
+    int64_t v = -1;
+    ch_put(p->a.down.wr, cmd);
+    assert_true(ch_get(p->a.up.rd, &v, WAIT_MS));
+    return v;
+}
+
+static void stop_process(pid_t pid)
+{
+    int st;
+    kill(pid, SIGSTOP);
+    assert_int_equal(waitpid(pid, &st, WUNTRACED), pid);
+    assert_true(WIFSTOPPED(st));
+}
+
+/* ---- a requester process: admits what it is told, reports, loads what it was granted ---- */
+
+#define MAX_IDS 4
+typedef struct verdict {
+    int64_t rc, need, free_before, freed, asked, busy, n_ids;
+    int64_t ids[MAX_IDS]; /* the coordinator's ids of the first holders asked */
+} verdict;
+#define VERDICT_VALUES 11
+
+typedef struct requester {
+    const harness *h;
+    const char *name;
+    chan down, up;
+    pid_t pid;
+} requester;
+
+static int requester_main(void *arg)
+{
+    requester *a = arg;
+    comem_sim *sim = h_sim(a->h);
+    comem_client *c = NULL;
+    uint64_t holder;
+    if (!sim || comem_client_open(a->h->sock, COMEM_CLIENT_WORKER, a->name, -1, COMEM_OPEN_NO_LOCAL, &c) ||
+        comem_holder_add(c, "models", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder))
+        return 10;
+    comem_sim_touch(sim, 0);
+    ch_put(a->up.wr, 1); /* ready */
+    int64_t weights;
+    while (ch_get(a->down.rd, &weights, 120000) && weights > 0) {
+        int64_t fig[COMEM_ADMIT_NFIGURES];
+        int rc = comem_admit_figures(c, 0, holder, weights, 0, 0, NULL, 0, 50000, fig);
+        uint64_t ids[MAX_IDS] = {0};
+        size_t n = comem_admit_asked(c, ids, MAX_IDS);
+        if (rc == COMEM_OK) { /* the load is real: the card holds it, the ledger names it */
+            uint64_t entry;
+            if (comem_sim_alloc(sim, 0, weights) != COMEM_OK)
+                rc = -1000; /* granted, but it does not fit: a grant that was a lie */
+            comem_entry_add(c, holder, "model", weights, 0, 0, &entry);
+            comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], entry, weights);
+        }
+        int64_t out[VERDICT_VALUES] = {rc,
+                                       fig[COMEM_ADMIT_NEED],
+                                       fig[COMEM_ADMIT_FREE_BEFORE],
+                                       fig[COMEM_ADMIT_FREED],
+                                       fig[COMEM_ADMIT_ASKED],
+                                       fig[COMEM_ADMIT_BUSY],
+                                       (int64_t)n};
+        for (size_t i = 0; i < n; i++)
+            out[7 + i] = (int64_t)ids[i];
+        for (int i = 0; i < VERDICT_VALUES; i++)
+            ch_put(a->up.wr, out[i]);
+    }
+    comem_client_close(c);
+    return 0;
+}
+
+static void spawn_requester(requester *r, const harness *h, const char *name)
+{
+    r->h = h;
+    r->name = name;
+    ch_open(&r->down, &r->up);
+    r->pid = h_child(requester_main, r);
+    int64_t ready;
+    assert_true(ch_get(r->up.rd, &ready, 20000));
+}
+
+/* Sends the admission; its verdict is read later (read_verdict), so the test can watch the order. */
+static void admit_async(requester *r, int64_t weights) { ch_put(r->down.wr, weights); }
+
+static void read_verdict(requester *r, verdict *v)
+{
+    int64_t *out = &v->rc;
+    memset(v, 0, sizeof *v);
+    for (int i = 0; i < VERDICT_VALUES; i++)
+        assert_true(ch_get(r->up.rd, &out[i], WAIT_MS));
+    print_message("%s: rc %lld, need %.2f GiB, free before %.2f GiB, freed %.2f GiB, %lld asked, %lld busy\n",
+                  r->name, (long long)v->rc, (double)v->need / GIB, (double)v->free_before / GIB,
+                  (double)v->freed / GIB, (long long)v->asked, (long long)v->busy);
+}
+
+/* Which of two requesters answers first (waits up to WAIT_MS); the answer is left to read_verdict. */
+static requester *first_to_answer(requester *a, requester *b)
+{
+    struct pollfd p[2] = {{.fd = a->up.rd, .events = POLLIN}, {.fd = b->up.rd, .events = POLLIN}};
+    assert_true(poll(p, 2, WAIT_MS) > 0);
+    return p[0].revents ? a : b;
+}
+
+static bool has_answered(requester *r)
+{
+    struct pollfd p = {.fd = r->up.rd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+static void finish_requester(requester *r)
+{
+    ch_put(r->down.wr, 0);
+    assert_int_equal(h_wait(r->pid), 0);
+}
+
+static bool asked_holder(const verdict *v, uint64_t coord_id)
+{
+    for (int64_t i = 0; i < v->n_ids && i < MAX_IDS; i++)
+        if ((uint64_t)v->ids[i] == coord_id)
+            return true;
+    return false;
+}
+
+/* The coordinator's id of the first holder of the process named `name` (status JSON, hex). */
+static uint64_t coord_holder_id(const harness *h, const char *name)
+{
+    char *text = h_status(h);
+    json_object *root = text ? json_tokener_parse(text) : NULL;
+    comem_free(text);
+    json_object *devs, *ps;
+    uint64_t id = 0;
+    if (root && json_object_object_get_ex(root, "devices", &devs) &&
+        json_object_object_get_ex(json_object_array_get_idx(devs, 0), "processes", &ps)) {
+        for (size_t i = 0; !id && i < json_object_array_length(ps); i++) {
+            json_object *p = json_object_array_get_idx(ps, i), *n, *hs, *hid;
+            if (json_object_object_get_ex(p, "name", &n) && !strcmp(json_object_get_string(n), name) &&
+                json_object_object_get_ex(p, "holders", &hs) && json_object_array_length(hs) > 0 &&
+                json_object_object_get_ex(json_object_array_get_idx(hs, 0), "id", &hid))
+                id = strtoull(json_object_get_string(hid), NULL, 16);
+        }
+    }
+    json_object_put(root);
+    assert_true(id != 0);
+    return id;
+}
+
+/* Polls until the holder has answered `asks` asks (it runs: only a stopped one never does). */
+static void wait_for_asks(holder_proc *p, int64_t asks)
+{
+    for (int i = 0; i < WAIT_MS / 10 && ask_holder(p, CMD_ASKS) < asks; i++)
+        usleep(10000);
+    assert_int_equal(ask_holder(p, CMD_ASKS), asks);
+}
+
+static void assert_ledger_clean(const harness *h)
+{
+    assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
+    assert_true(h_status_num(h, "coordinator.checks") > 0);
+}
+
+/* ---- tests ---- */
+
+/*
+ * S (newest, so asked first) is stopped; A's admission asks S and waits. B's
+ * 64 MiB admission needs nobody: it is granted while S is still stopped and A
+ * still waits. A then goes on with R once S's ask has passed its deadline.
+ * However long S stays stopped (past the 5 s a holder used to be skipped), C's
+ * admission asks R, not S. Once S runs again and answers its old ask, D's
+ * admission may ask it again.
+ */
+static void test_a_stopped_holder_stalls_nobody(void **s)
+{
+    harness *h = *s;
+    h_init(h, SPEC);
+    h_start(h, NULL);
+    holder_proc r, st;
+    spawn_holder(&r, h, "r", 4 * GIB);
+    spawn_holder(&st, h, "s", 4 * GIB);
+    requester a, b, c, d;
+    spawn_requester(&a, h, "a");
+    spawn_requester(&b, h, "b");
+    spawn_requester(&c, h, "c");
+    spawn_requester(&d, h, "d");
+    uint64_t r_id = coord_holder_id(h, "r"), s_id = coord_holder_id(h, "s");
+
+    stop_process(st.pid);
+    admit_async(&a, 5 * GIB); /* short by about 1.5 GiB: S, the newest, is asked for it */
+    for (int i = 0; i < WAIT_MS / 10 && h_status_num(h, "coordinator.asks_in_flight") < 1; i++)
+        usleep(10000);
+    assert_int_equal(h_status_num(h, "coordinator.asks_in_flight"), 1);
+
+    admit_async(&b, 64 * MIB);
+    verdict vb, va;
+    assert_string_equal(first_to_answer(&a, &b)->name, "b"); /* B did not wait behind A's ask */
+    read_verdict(&b, &vb);
+    assert_int_equal(vb.rc, COMEM_OK);
+    assert_int_equal(vb.asked, 0);
+    assert_false(has_answered(&a)); /* A still waits on S, which is still stopped */
+
+    read_verdict(&a, &va); /* S let the ask pass: A went on with R */
+    assert_int_equal(va.rc, COMEM_OK);
+    assert_int_equal(va.busy, 1);
+    assert_true(asked_holder(&va, s_id) && asked_holder(&va, r_id));
+    assert_int_equal(ask_holder(&r, CMD_ASKS), 1);
+
+    sleep(6); /* past the 5 s a holder that let an ask pass used to be skipped; S is still stopped */
+    admit_async(&c, 4 * GIB); /* more than R has left: S would be asked too, if it could answer */
+    verdict vc;
+    read_verdict(&c, &vc);
+    assert_int_equal(vc.busy, 0);
+    assert_false(asked_holder(&vc, s_id)); /* not asked while it stays stopped */
+    assert_true(asked_holder(&vc, r_id));
+
+    kill(st.pid, SIGCONT);
+    wait_for_asks(&st, 1); /* it answers its old ask now (late: counted by nobody) */
+    admit_async(&d, 4 * GIB + GIB / 2); /* R is empty now: only S can give */
+    verdict vd;
+    read_verdict(&d, &vd);
+    assert_int_equal(vd.rc, COMEM_OK);
+    assert_true(asked_holder(&vd, s_id)); /* it answers again: it may be asked again */
+    assert_int_equal(vd.busy, 0);
+
+    finish_requester(&a);
+    finish_requester(&b);
+    finish_requester(&c);
+    finish_requester(&d);
+    ch_put(r.a.down.wr, CMD_EXIT);
+    ch_put(st.a.down.wr, CMD_EXIT);
+    assert_int_equal(h_wait(r.pid), 0);
+    assert_int_equal(h_wait(st.pid), 0);
+    assert_ledger_clean(h);
+}
+
+/*
+ * A asks R and the stopped S at once; R answers. While A still waits on S, C
+ * asks for what fits only with the bytes R freed for A: C is not answered
+ * before A (first come, first served where it matters), and A is granted.
+ */
+static void test_bytes_freed_for_a_waiting_admission_stay_its_own(void **s)
+{
+    harness *h = *s;
+    h_init(h, SPEC);
+    h_start(h, NULL);
+    holder_proc q, r, st;
+    spawn_holder(&q, h, "q", 4 * GIB);
+    spawn_holder(&r, h, "r", 4 * GIB);
+    spawn_holder(&st, h, "s", 4 * GIB);
+    requester a, c;
+    spawn_requester(&a, h, "a");
+    spawn_requester(&c, h, "c");
+
+    stop_process(st.pid);
+    admit_async(&a, 6 * GIB); /* short by more than S holds: S and R are both asked */
+    wait_for_asks(&r, 1);     /* R answered; A still waits on S */
+    int64_t freed_by_r = 4 * GIB - ask_holder(&r, CMD_RESIDENT);
+    assert_true(freed_by_r >= GIB / 2);
+    admit_async(&c, 3 * GIB / 2); /* fits beside A only by taking what R freed for A */
+    assert_string_equal(first_to_answer(&a, &c)->name, "a");
+    verdict va, vc;
+    read_verdict(&a, &va);
+    assert_int_equal(va.rc, COMEM_OK);
+    assert_true(va.freed >= freed_by_r);
+    read_verdict(&c, &vc); /* its own turn, whatever it is */
+
+    kill(st.pid, SIGCONT);
+    finish_requester(&a);
+    finish_requester(&c);
+    ch_put(q.a.down.wr, CMD_EXIT);
+    ch_put(r.a.down.wr, CMD_EXIT);
+    ch_put(st.a.down.wr, CMD_EXIT);
+    assert_int_equal(h_wait(q.pid), 0);
+    assert_int_equal(h_wait(r.pid), 0);
+    assert_int_equal(h_wait(st.pid), 0);
+    assert_ledger_clean(h);
+}
+
+static harness g_h;
+
+static int setup(void **s)
+{
+    *s = &g_h;
+    return 0;
+}
+
+#define MP_TEST(f) cmocka_unit_test_setup_teardown(f, setup, h_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        MP_TEST(test_a_stopped_holder_stalls_nobody),
+        MP_TEST(test_bytes_freed_for_a_waiting_admission_stay_its_own),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
