@@ -18,7 +18,7 @@
  * yes for the same bytes. While the head waits on its asks, an admission behind
  * it that fits without asking anybody is decided at once (decide_fitting): it
  * may take only the room beyond what receipts have freed for the jobs ahead of
- * it, which stays theirs. One that needs asks keeps its place: first come,
+ * it and what their asks still out asked for, which stays theirs. One that needs asks keeps its place: first come,
  * first served, where a stuck holder would otherwise stall the whole card.
  *
  * AN ADMISSION JOB (job.state): every state, every transition and the function
@@ -383,21 +383,37 @@ static bool step(comem_coord_srv *s, uint64_t jid)
 /*
  * Behind a head that waits on its asks: grants, in FIFO order, each queued
  * admission that fits without asking anybody. The room it may take is the
- * card's less what receipts freed for the jobs ahead of it (theirs, not yet
- * booked: no later admission takes bytes a release freed for an earlier one).
+ * card's less what receipts freed for the jobs ahead of it and what their asks
+ * still out asked for (theirs, not yet booked: no later admission takes bytes a
+ * release freed for an earlier one, even before its receipt is read).
  * Those that do not fit keep their place and plan their asks at the head.
  */
+/*
+ * What job jid's asks still out asked for: a holder may have freed those bytes already (the card
+ * shows them) while its receipt is on its way, and they are that job's as much as what receipts freed.
+ */
+static int64_t asked_out(comem_coord_srv *s, uint64_t jid)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->asks); i++) {
+        const ask *a = comem_slab_at(&s->asks, i, NULL);
+        if (a && a->done == job_ask_done && a->owner == jid)
+            sum = comem_add(sum, comem_clamp0(a->bytes));
+    }
+    return sum;
+}
+
 static void decide_fitting(comem_coord_srv *s, int dev)
 {
     job *head = job_get(s, s->queue_head[dev]);
     if (!head)
         return;
-    int64_t theirs = comem_clamp0(head->freed);
+    int64_t theirs = comem_add(comem_clamp0(head->freed), asked_out(s, s->queue_head[dev]));
     for (uint64_t id = head->next, next; id; id = next) {
         job *j = job_get(s, id);
         next = j->next;
         if (j->kind != JOB_ADMIT || j->state != JOB_QUEUED) {
-            theirs = comem_add(theirs, comem_clamp0(j->freed));
+            theirs = comem_add(theirs, comem_add(comem_clamp0(j->freed), asked_out(s, id)));
             continue;
         }
         j->need = need_of(s, j->session, dev, j->weights, j->working);

@@ -281,6 +281,19 @@ static void wait_for_asks(holder_proc *p, int64_t asks)
     assert_int_equal(ask_holder(p, CMD_ASKS), asks);
 }
 
+/* Whether the status marks the holder of the process named `name` as not answering its asks. */
+static bool holder_unanswered(const harness *h, const char *name)
+{
+    char *t = h_status(h);
+    char key[96];
+    snprintf(key, sizeof key, "\"name\":\"%s\"", name);
+    const char *p = t ? strstr(t, key) : NULL;
+    const char *u = p ? strstr(p, "\"unanswered\":") : NULL;
+    bool yes = u && !strncmp(u + strlen("\"unanswered\":"), "true", 4);
+    comem_free(t);
+    return yes;
+}
+
 static void assert_ledger_clean(const harness *h)
 {
     assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
@@ -342,6 +355,9 @@ static void test_a_stopped_holder_stalls_nobody(void **s)
 
     kill(st.pid, SIGCONT);
     wait_for_asks(&st, 1); /* it answers its old ask now (late: counted by nobody) */
+    for (int i = 0; i < WAIT_MS / 10 && holder_unanswered(h, "s"); i++)
+        usleep(10000); /* the coordinator has read that late receipt (another connection than D's) */
+    assert_false(holder_unanswered(h, "s"));
     admit_async(&d, 4 * GIB + GIB / 2); /* R is empty now: only S can give */
     verdict vd;
     read_verdict(&d, &vd);
