@@ -19,6 +19,7 @@ pages, the torch census figure, a release ladder for torch models),
 :mod:`comem.comfy` (the ComfyUI adapter, also a custom node).
 """
 
+from ._bin import binary_path
 from ._lib import path as library_path
 from .client import (ANSWERS, KINDS, ROLES, Client, Entry, Grant, Holder, Released, ReleaseAsk, Reserve,
                      default_socket)
@@ -34,5 +35,6 @@ __version__ = "0.1.0"
 __all__ = [
     "ANSWERS", "KINDS", "ROLES", "Busy", "CardReading", "Client", "Closed", "Coordinator", "Entry", "Error", "Forked",
     "Grant", "Holder", "NoDevice", "NotFound", "Pager", "PermissionDenied", "Refused", "Released", "ReleaseAsk", "Reserve",
-    "SimCard", "TimedOut", "VBar", "View", "ViewReading", "ViewState", "default_socket", "library_path", "status_str",
+    "SimCard", "TimedOut", "VBar", "View", "ViewReading", "ViewState", "binary_path", "default_socket", "library_path",
+    "status_str",
 ]

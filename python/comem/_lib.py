@@ -1,10 +1,14 @@
 """Finding libcomem.so and declaring the C API to ctypes.
 
-The library is looked for, in order: the file named by ``COMEM_LIB``; next to
-this package (an installed tree that keeps ``libcomem.so`` beside it, or a
-``lib/`` folder above it); the source tree's ``build/lib`` (after ``make``);
-and the dynamic loader's own search path. When none loads, the ImportError
-lists every place that was tried and why it failed.
+The library is looked for, in order: the file named by ``COMEM_LIB``; the
+wheel's own copy, ``comem/_native/lib/libcomem.so.0`` (``pip install``:
+docs/install.md); next to this package (an installed tree that keeps
+``libcomem.so`` beside it, or a ``lib/`` folder above it); the source tree's
+``build/lib`` (after ``make``); and the dynamic loader's own search path. When
+none loads, the ImportError lists every place that was tried and why it failed.
+
+A wheel built on a newer glibc than this system's fails here with
+:class:`GlibcTooOld`, naming the glibc it needs and the one this system has.
 
 Every prototype is declared here once, so a call with a wrong argument type
 fails in Python (``ctypes.ArgumentError``) instead of corrupting memory.
@@ -14,12 +18,21 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from ctypes import (POINTER, Structure, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t, c_uint, c_uint8,
                     c_uint32, c_uint64, c_void_p)
 from typing import List, Tuple
 
+from . import _bin
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _NAME = "libcomem.so"
+_BUNDLED = os.path.join(_bin.NATIVE_DIR, "lib", "libcomem.so.0")
+_WHY_BUNDLED = "bundled in the wheel"
+
+
+class GlibcTooOld(ImportError):
+    """The wheel's libcomem.so.0 needs a newer glibc than this system's (raised by ``import comem``)."""
 
 
 def _candidates() -> List[Tuple[str, str]]:
@@ -28,6 +41,7 @@ def _candidates() -> List[Tuple[str, str]]:
     env = os.environ.get("COMEM_LIB")
     if env:
         out.append((env, "COMEM_LIB"))
+    out.append((_BUNDLED, _WHY_BUNDLED))
     out.append((os.path.join(_HERE, _NAME), "next to the package"))
     up = _HERE
     for _ in range(4):  # <prefix>/lib/python3/dist-packages/comem -> <prefix>/lib
@@ -47,20 +61,38 @@ def _candidates() -> List[Tuple[str, str]]:
     return uniq
 
 
+def _glibc_needed(loader_said: str) -> str:
+    """The newest glibc the wheel needs: its build-info's figure, or a newer one the loader names."""
+    info = _bin.build_info() or {}
+    versions = re.findall(r"GLIBC_([0-9]+(?:\.[0-9]+)+)", loader_said)
+    if info.get("glibc"):
+        versions.append(info["glibc"])
+    if not versions:
+        return "(unknown: the wheel has no build-info.json)"
+    return max(versions, key=_bin._version_key)
+
+
 def _load() -> Tuple[ctypes.CDLL, str]:
     tried = []
     for path, why in _candidates():
         if os.sep in path and not os.path.exists(path):
             tried.append(f"  {path} ({why}): no such file")
             continue
+        if why == _WHY_BUNDLED:
+            # Said before the loader tries: its own error names only the first missing version.
+            short = _bin.glibc_shortfall()
+            if short:
+                raise GlibcTooOld(short)
         try:
             return ctypes.CDLL(path), path
         except OSError as e:
+            if why == _WHY_BUNDLED and "GLIBC_" in str(e):
+                raise GlibcTooOld(_bin.glibc_message(_glibc_needed(str(e)), str(e))) from e
             tried.append(f"  {path} ({why}): {e}")
-            if why == "COMEM_LIB":
-                break  # an explicit choice that fails is not silently replaced
+            if why in ("COMEM_LIB", _WHY_BUNDLED):
+                break  # an explicit choice, or the wheel's own copy, that fails is not silently replaced
     raise ImportError("comem: cannot load libcomem.so; tried:\n" + "\n".join(tried) +
-                      "\nBuild it with `make` in the source tree, or set COMEM_LIB to its path.")
+                      "\nInstall the wheel (docs/install.md), build it with `make` in the source tree, or set COMEM_LIB to its path.")
 
 
 lib, path = _load()
