@@ -1,7 +1,9 @@
-"""A coordinator on a thread of this process (``comem_coord_start``), for hosts and tests.
+"""A coordinator on a thread of this process (``comem_coord_start``), for hosts and tests; and the daemon's.
 
 The daemon ``comemd`` is the usual coordinator; a host can instead run one
 inside itself (``Client(..., embed=True)`` does so when none answers).
+:func:`ensure_running` (from :mod:`comem.autostart`) finds this user's
+``comemd`` or starts one, detached, when none answers.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from ctypes import byref, c_void_p
 from typing import Optional
 
 from . import _lib
+from .autostart import OtherVersion, Running, comemd_path, ensure_running
 from .client import _opt_path
 from .errors import check
 
 _L = _lib.lib
+
+__all__ = ["Coordinator", "OtherVersion", "Running", "comemd_path", "ensure_running"]
 
 
 class Coordinator:

@@ -29,6 +29,8 @@ typedef struct comem_coord_config {
     int hello_timeout_ms;       /* a connection that has not said HELLO by then is closed (5000) */
     bool check;                 /* verify the ledger after every mutation (tests, debug) */
     int64_t reserve_base;       /* the reserve base every host keeps (comemd --reserve); -1: the first host's */
+    char started_by[128];       /* who started comemd (--started-by: the name rule); "" : not said (an operator,
+                                   a service manager, an embedded coordinator) */
 } comem_coord_config;
 
 /*

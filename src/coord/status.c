@@ -297,6 +297,7 @@ char *coord_status_json(comem_coord_srv *s)
     /* a client's SimCard() opens this to share the coordinator's simulated card (null on real cards) */
     json_object_object_add(co, "card_spec", s->src && s->src->spec ? json_object_new_string(s->src->spec) : NULL);
     json_object_object_add(co, "uptime_s", json_object_new_double(coord_now_s(s)));
+    json_object_object_add(co, "started_by", s->cfg.started_by[0] ? json_object_new_string(s->cfg.started_by) : NULL);
     add_i(co, "sessions", (int64_t)s->ledger.sessions.used);
     add_b(co, "checking", s->ledger.checking);
     add_i(co, "checks", (int64_t)s->ledger.checks);

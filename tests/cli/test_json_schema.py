@@ -33,7 +33,8 @@ DEVICE = {"index": INT, "uuid": STR, "name": STR, "scope": STR, "process_scope":
           "booked": INT, "stock": INT, "booking_limit": INT}
 STATUS = {
     "schema": INT,
-    "coordinator": {"pid": INT, "socket": STR, "source": STR, "card_spec": STR + "?", "uptime_s": NUM, "sessions": INT, "checking": BOOL,
+    "coordinator": {"pid": INT, "socket": STR, "source": STR, "card_spec": STR + "?", "uptime_s": NUM,
+                    "started_by": STR + "?", "sessions": INT, "checking": BOOL,
                     "checks": INT, "violations": INT, "asks_in_flight": INT, "requests_in_flight": INT,
                     "booking_area": STR, "bookings_reconciled": INT, "booking_strikes": INT},
     "counters": {"admissions": INT, "refusals": INT, "asks": INT, "asks_busy": INT, "bytes_asked": INT,

@@ -62,6 +62,8 @@ static void print_table(json_object *root)
     if (json_object_get_boolean(jget(co, "checking")))
         printf(", ledger checks %lld, violations %lld", (long long)jget_int(co, "checks", -1), (long long)jget_int(co, "violations", -1));
     printf("\n");
+    if (jget(co, "started_by")) /* null: not said (the service manager, a person, an embedded coordinator) */
+        printf("started by %s\n", jget_str(co, "started_by"));
     json_object *devs = jget(root, "devices");
     json_object *ws = jget(root, "warnings");
     for (size_t w = 0; ws && w < json_object_array_length(ws); w++)

@@ -2,7 +2,8 @@
  * tools/comemd/main.c - the coordinator as a daemon.
  *
  *   comemd [--socket PATH] [--device SPEC] [--idle-release SECONDS] [--hello-timeout SECONDS]
- *          [--reserve SIZE] [--check] [--metrics PATH [--metrics-interval SECONDS]] [--version]
+ *          [--reserve SIZE] [--check] [--metrics PATH [--metrics-interval SECONDS]]
+ *          [--started-by TEXT] [--version]
  *
  * Runs in the foreground (a service manager backgrounds it), logs to stderr,
  * and shuts down cleanly on SIGTERM or SIGINT: every session's connection is
@@ -19,6 +20,7 @@
 #include <sys/resource.h>
 
 #include "base/log.h"
+#include "base/name.h"
 #include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord.h"
@@ -45,7 +47,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: comemd [--socket PATH] [--device auto|nvml|sim[:...]] [--idle-release SECONDS]\n"
             "              [--hello-timeout SECONDS] [--reserve SIZE] [--check]\n"
-            "              [--metrics PATH [--metrics-interval SECONDS]] [--version]\n"
+            "              [--metrics PATH [--metrics-interval SECONDS]] [--started-by TEXT] [--version]\n"
             "  The coordinator for comem clients on this machine. Logs to stderr; stops on SIGTERM.\n"
             "  --socket PATH           where to listen (default: COMEM_SOCKET, else the per-user socket);\n"
             "                          an existing file there is replaced only if it is a stale socket of\n"
@@ -59,6 +61,8 @@ static void usage(FILE *f)
             "  --metrics PATH          keep PATH current with the Prometheus text format (comem metrics),\n"
             "                          rewritten atomically (node_exporter's textfile collector: name it *.prom)\n"
             "  --metrics-interval SECONDS  how often (default 5)\n"
+            "  --started-by TEXT       who started this daemon, shown by comem status (at most 127 bytes of UTF-8,\n"
+            "                          no control characters); a client that starts one passes its name and pid\n"
             "  --version               print the version\n"
             "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_TOKEN (at most 127 bytes), COMEM_IDLE_SECONDS,\n"
             "  COMEM_CHECK, COMEM_LOG, COMEM_RUNTIME_DIR (the per-user folder of the default socket: mode 0700,\n"
@@ -136,6 +140,18 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--started-by") && v) {
+            /* Shown by comem status and logged: the rule every name follows, and a length the field holds. */
+            if (!*v || strlen(v) >= sizeof cfg.started_by) {
+                comem_error("--started-by: 1 to %zu bytes", sizeof cfg.started_by - 1);
+                return 2;
+            }
+            if (comem_name_check(v, err, sizeof err) != COMEM_OK) {
+                comem_error("--started-by: %s", err);
+                return 2;
+            }
+            snprintf(cfg.started_by, sizeof cfg.started_by, "%s", v);
+            i++;
         } else if (!strcmp(a, "--reserve") && v) {
             double bytes;
             if (comem_parse_size(v, &bytes, err, sizeof err) != COMEM_OK || bytes >= 9.2e18) {
@@ -177,6 +193,8 @@ int main(int argc, char **argv)
         comem_error("cannot start: %s", comem_status_str(rc));
         return 1;
     }
+    if (cfg.started_by[0])
+        comem_info("coordinator: started by %s", cfg.started_by);
     metrics_writer *mw = metrics_path ? metrics_writer_start(comem_coord_socket(srv), metrics_path, metrics_interval)
                                       : NULL;
     if (metrics_path && !mw) {

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, Optional
@@ -83,6 +84,33 @@ def mm_module() -> Any:
     """comfy.model_management (imported: the process must already run or have configured ComfyUI)."""
     import comfy.model_management as mm
     return mm
+
+
+def start_coordinator(name: str, role: str, socket: Optional[str] = None) -> Optional[Any]:
+    """The user's coordinator for a ComfyUI host or worker about to open its client: found, or started.
+
+    Unless ``COMEM_AUTOSTART`` switches it off (``0``, ``off``: nothing is probed or started, as before),
+    :func:`comem.coordinator.ensure_running` finds the coordinator at ``socket`` (None: ``COMEM_SOCKET``, else
+    the per-user one) or starts this comem's ``comemd``, detached, told it was started by ``"NAME ROLE (pid
+    N)"``. Returns its :class:`comem.coordinator.Running`, or None where switched off or where it could not be
+    started (said in one warning: the client then decides locally, or a host embeds a coordinator, and joins
+    one when it appears). A coordinator of another comem version raises
+    :class:`comem.coordinator.OtherVersion`, naming both: it is never half-used.
+    """
+    from ..autostart import OtherVersion, enabled, ensure_running
+    if not enabled():
+        return None
+    try:
+        running = ensure_running(socket, started_by=f"{name} {role} (pid {os.getpid()})")
+    except OtherVersion:
+        raise
+    except (errors.Error, OSError, ValueError) as e:
+        log.warning("comem: no coordinator could be started for this %s: %s", role, e)
+        return None
+    if running is not None and running.started:
+        log.info("comem: started the coordinator %s (pid %d) on %s; its log is %s", running.binary, running.pid,
+                 running.socket, running.log)
+    return running
 
 
 class Adapter:

@@ -44,8 +44,10 @@ log = logging.getLogger("comem.comfy")
 class Host(Adapter):
     """comem under the host's ComfyUI (``mm``: comfy.model_management; imported when None).
 
-    socket: the coordinator's socket (None: the default). embed: run a coordinator
-    inside this process when none answers. name: this process in status and logs.
+    socket: the coordinator's socket (None: the default). Unless ``COMEM_AUTOSTART=0``, the user's
+    ``comemd`` is started (detached) when none answers (:func:`comem.comfy.adapter.start_coordinator`);
+    a coordinator of another comem version raises :class:`comem.coordinator.OtherVersion`. embed: run a
+    coordinator inside this process when none answers even so. name: this process in status and logs.
     """
 
     role = "host"
@@ -59,6 +61,8 @@ class Host(Adapter):
         base = int(mm.EXTRA_RESERVED_VRAM)
         self._base = base
         if client is None:
+            from .adapter import start_coordinator
+            start_coordinator(name, "host", socket)  # the user's comemd, started if none runs (COMEM_AUTOSTART)
             client = Client(name, role="host", socket=socket, reserve_base=base, embed=embed)
         super().__init__(client, mm, card=card, simulated=simulated, aimdo=aimdo)
         self.standins = StandIns(client, self.mm, self.devices)

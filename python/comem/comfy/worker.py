@@ -28,12 +28,20 @@ def _is_patcher(model: Any) -> bool:
 
 
 class Worker:
-    """comem in a worker process. ``mm``: comfy.model_management, None to import it if present, False for none."""
+    """comem in a worker process. ``mm``: comfy.model_management, None to import it if present, False for none.
+
+    Without ``client``, it opens one on ``socket`` (None: the default) after finding the user's coordinator
+    or, unless ``COMEM_AUTOSTART=0``, starting ``comemd`` (:func:`comem.comfy.adapter.start_coordinator`).
+    """
 
     def __init__(self, name: str, socket: Optional[str] = None, device: int = 0, mm: Any = None, card: Any = None,
                  client: Optional[Client] = None) -> None:
         import comem.torch as ctorch
-        self.client = client if client is not None else Client(name, role="worker", socket=socket)
+        if client is None:
+            from .adapter import start_coordinator
+            start_coordinator(name, "worker", socket)  # the user's comemd, started if none runs (COMEM_AUTOSTART)
+            client = Client(name, role="worker", socket=socket)
+        self.client = client
         self.device = errors.device(device)
         self.comfy: Optional[Adapter] = None
         if mm is None:

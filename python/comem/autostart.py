@@ -1,0 +1,381 @@
+"""This user's coordinator, found or started: ``comemd``, detached, one only.
+
+:func:`ensure_running` probes the socket (``COMEM_SOCKET``, else the per-user
+one). When a coordinator answers it is used as it is, whoever started it (the
+systemd user unit, a person, another process). When nobody answers (nothing at
+the path, or a stale socket) it starts the ``comemd`` this comem goes with
+(:func:`comemd_path`), detached from the caller, with ``--started-by "NAME
+(pid N)"``, and waits until it answers. ``COMEM_AUTOSTART=0`` switches the
+starting off.
+
+One only: several processes may call this at the same moment (a ComfyUI host
+and its workers starting together), and each may start a ``comemd``; comemd
+takes ``PATH.lock`` before it binds, so one wins and the others exit at once
+(status 1, "another coordinator already runs on PATH" in the log), and every
+caller ends up talking to the one that won. The systemd unit and this never
+fight for the socket for the same reason.
+
+A coordinator of another comem install that speaks another protocol version
+is reported (:class:`OtherVersion`: the socket, its pid and executable, and
+the ``comemd`` this process would have started), never half-used and never
+doubled by a second coordinator on another socket.
+
+The daemon is detached: a session of its own (no terminal's hangup or ^C
+reaches it), run from ``/``, standard input from ``/dev/null``, standard
+output and error appended to ``comemd.log`` in the per-user runtime directory,
+no other descriptor of the caller. It stays the caller's child while the
+caller lives, and a thread of the caller waits for it: a comemd that lost the
+lock is reaped at once, never left a zombie (a container's PID 1 often reaps
+nothing, so a double fork would leave one per loser there); when the caller
+exits the daemon runs on, adopted like any orphan. Its environment is the
+caller's, less ``CUDA_VISIBLE_DEVICES`` (the ledger is the machine's, not one
+process's view of it) and ``LD_PRELOAD`` (``comem run``'s preload must not
+wrap the coordinator itself).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import socket as _socket
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import List, NamedTuple, Optional, Tuple
+
+from . import _lib, errors
+from .client import Client, default_socket
+
+_L = _lib.lib
+
+#: The environment variable that switches the starting off ("0", "off", "false", "no").
+SWITCH = "COMEM_AUTOSTART"
+#: The log the started daemon writes, in the per-user runtime directory.
+LOG_NAME = "comemd.log"
+_LOG_ROTATE = 8 << 20  # a log past this is renamed to comemd.log.1 before the next start
+
+# The frame header (src/wire/wire.h): u32 magic, u16 version, u16 type, u32 request id, u32 length.
+# tests/python/test_autostart.py checks these against wire.h.
+WIRE_MAGIC = 0x4D454D43
+WIRE_VERSION = 2
+_MSG_HELLO = 1
+_HEADER = struct.Struct("<IHHII")
+
+
+class Running(NamedTuple):
+    """The coordinator that answers, as :func:`ensure_running` found or started it."""
+    socket: str                #: its socket path
+    pid: int                   #: its process
+    started_by: Optional[str]  #: what it was told by ``--started-by`` (None: nobody said: the unit, a person)
+    started: bool              #: True when this call started it (its comemd won)
+    binary: Optional[str]      #: the comemd this call started, else None
+    log: Optional[str]         #: where that comemd logs, else None
+
+
+class OtherVersion(errors.Error):
+    """The coordinator at the socket speaks another protocol version: another comem install's ``comemd``.
+
+    ``socket``, ``pid`` (None when unknown), ``executable`` (what could be read of its program; None when
+    nothing could), ``theirs`` (its protocol version, None when it only said it refuses ours), ``ours``
+    and ``would_start`` (the comemd this process would have started; None when none was found).
+    """
+
+    def __init__(self, socket: str, pid: Optional[int], executable: Optional[str], theirs: Optional[int],
+                 would_start: Optional[str]) -> None:
+        self.socket = socket
+        self.pid = pid
+        self.executable = executable
+        self.theirs = theirs
+        self.ours = WIRE_VERSION
+        self.would_start = would_start
+        speaks = f"protocol version {theirs}" if theirs is not None else "another protocol version"
+        who = f"pid {pid}" if pid is not None else "pid unknown"
+        exe = executable or "its executable cannot be read"
+        mine = would_start or "none found (" + "; ".join(search_places()) + ")"
+        super().__init__(errors.EPROTO, "ensure_running",
+                         f"the coordinator at {socket} speaks {speaks}, this comem {WIRE_VERSION}: another "
+                         f"install's comemd ({who}, {exe}); this comem's comemd is {mine}. Stop the other one "
+                         f"(systemctl --user stop comemd, or kill {pid if pid is not None else 'it'}) or give this "
+                         f"process another COMEM_SOCKET; no second coordinator was started")
+
+
+def enabled(autostart: Optional[bool] = None) -> bool:
+    """Whether to start a coordinator when none answers: ``autostart`` when given, else ``COMEM_AUTOSTART``
+    (unset or anything but ``0``, ``off``, ``false``, ``no``: on)."""
+    if autostart is not None:
+        return bool(autostart)
+    return os.environ.get(SWITCH, "").strip().lower() not in ("0", "off", "false", "no")
+
+
+def search_places() -> List[str]:
+    """Where :func:`comemd_path` looks, in order (each a path to a ``comemd``, or ``PATH``)."""
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    places = []
+    bin_dir = os.environ.get("COMEM_BIN_DIR")
+    if bin_dir:
+        places.append(os.path.join(bin_dir, "comemd"))
+    places.append(os.path.join(pkg, "bin", "comemd"))  # a wheel's bundled binaries
+    places.append(os.path.join(os.path.dirname(os.path.dirname(pkg)), "build", "bin", "comemd"))  # the source tree
+    lib_dir = os.path.dirname(os.path.abspath(_lib.path))  # PREFIX/lib/libcomem.so -> PREFIX/bin/comemd
+    places.append(os.path.join(os.path.dirname(lib_dir), "bin", "comemd"))
+    places.append("PATH")
+    return places
+
+
+def comemd_path() -> Optional[str]:
+    """The ``comemd`` to start: the first executable file among :func:`search_places`, else None.
+
+    In order: ``$COMEM_BIN_DIR/comemd``; ``comem/bin/comemd`` inside this package (a wheel's place);
+    the source tree's ``build/bin/comemd``; ``../bin/comemd`` beside the loaded ``libcomem.so`` (an
+    installed prefix); then ``PATH``.
+    """
+    for p in search_places():
+        found = shutil.which("comemd") if p == "PATH" else p
+        if found and os.path.isfile(found) and os.access(found, os.X_OK):
+            return os.path.abspath(found)
+    return None
+
+
+def _resolve(socket: Optional[str]) -> str:
+    if socket is not None and not isinstance(socket, str):
+        raise TypeError(f"socket must be a str path or None, not {type(socket).__name__}")
+    return socket or os.environ.get("COMEM_SOCKET") or default_socket()
+
+
+def _probe(path: str, timeout_ms: int) -> Tuple[int, str]:
+    why = ctypes.create_string_buffer(512)
+    rc = _L.comem_probe(path.encode(), timeout_ms, why, len(why))
+    return rc, why.value.decode(errors="replace")
+
+
+class _Peer(NamedTuple):
+    pid: Optional[int]
+    comem: bool               # it answered with a comem frame header
+    version: Optional[int]    # the protocol version of that header
+
+
+def _look(path: str) -> Optional[_Peer]:
+    """Who listens at ``path``: None when nobody (nothing there, or a stale socket), else its pid (the
+    kernel's word, SO_PEERCRED) and the version of the header it answers a bare HELLO header with (every
+    version answers a frame it cannot take with a REPLY in its own header before it closes)."""
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        try:
+            s.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            return None
+        except OSError:
+            return _Peer(None, False, None)  # someone is there (full, another user's): not ours to replace
+        pid: Optional[int] = None
+        try:
+            cred = s.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
+            pid = struct.unpack("3i", cred)[0] or None
+        except OSError:
+            pass
+        head = b""
+        try:
+            s.sendall(_HEADER.pack(WIRE_MAGIC, WIRE_VERSION, _MSG_HELLO, 1, 0))
+        except OSError:
+            pass  # a coordinator that refused at accept wrote why and closed: read it all the same
+        try:
+            while len(head) < _HEADER.size:
+                got = s.recv(_HEADER.size - len(head))
+                if not got:
+                    break
+                head += got
+        except OSError:
+            pass
+        if len(head) < _HEADER.size:
+            return _Peer(pid, False, None)
+        magic, version = struct.unpack_from("<IH", head)
+        return _Peer(pid, magic == WIRE_MAGIC, version)
+    finally:
+        s.close()
+
+
+def _executable(pid: Optional[int]) -> Optional[str]:
+    """What can be read of a process's program: /proc/PID/exe (unreadable when it is not dumpable, as comemd
+    is), else its argv[0] from /proc/PID/cmdline."""
+    if pid is None:
+        return None
+    try:
+        return "executable " + os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0")[0].decode(errors="replace")
+        if argv0:
+            return f"started as {argv0} (its executable cannot be read: it is not dumpable)"
+    except OSError:
+        pass
+    return None
+
+
+def _open_log(path: str) -> int:
+    """comemd.log in the private runtime directory, opened to append: a regular file of ours, never a link."""
+    try:
+        if os.lstat(path).st_size > _LOG_ROTATE:
+            os.replace(path, path + ".1")
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        os.close(fd)
+        raise errors.PermissionDenied(errors.EPERM, "ensure_running",
+                                      f"refusing {path}: the log must be a regular file of uid {os.getuid()}")
+    return fd
+
+
+def _spawn(binary: str, args: List[str], log: str) -> subprocess.Popen:
+    """Starts ``binary args`` detached (see the module), with a thread that waits for it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "LD_PRELOAD")}
+    fd = _open_log(log)
+    try:
+        proc = subprocess.Popen([binary, *args], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env, cwd="/",
+                                start_new_session=True, close_fds=True)
+    finally:
+        os.close(fd)
+    threading.Thread(target=proc.wait, name=f"comem-comemd-{proc.pid}", daemon=True).start()
+    return proc
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+def _lines_of(log: str, offset: int, pid: int) -> List[str]:
+    """What process ``pid`` wrote to the log since ``offset`` (comemd's lines start "comem[PID] ")."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            text = f.read(1 << 20).decode(errors="replace")
+    except OSError:
+        return []
+    mark = f"comem[{pid}] "
+    return [line for line in text.splitlines() if line.startswith(mark)]
+
+
+def _default_started_by() -> str:
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-m") else "python"
+    return f"{prog} (pid {os.getpid()})"
+
+
+def _check_started_by(text: str) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"started_by must be a str, not {type(text).__name__}")
+    raw = text.encode()
+    why = ctypes.create_string_buffer(64)
+    if not raw or len(raw) > 127 or _L.comem_name_check(raw, why, len(why)) != 0:
+        rule = why.value.decode() if raw and len(raw) <= 127 else "1 to 127 bytes"
+        raise ValueError(f"started_by breaks comemd's rule: {rule} (got {text!r})")
+    return text
+
+
+def _found(path: str, spawned: Optional[int], binary: Optional[str], log: Optional[str]) -> Running:
+    """The coordinator that answers at ``path``, from its own snapshot."""
+    with Client("comem-autostart", role="tool", socket=path, require_coordinator=True) as c:
+        co = c.status()["coordinator"]
+    pid = int(co["pid"])
+    started = spawned is not None and pid == spawned
+    return Running(path, pid, co.get("started_by"), started, binary if started else None, log if started else None)
+
+
+def ensure_running(socket: Optional[str] = None, timeout: float = 10.0, started_by: Optional[str] = None,
+                   device: Optional[str] = None, autostart: Optional[bool] = None) -> Optional[Running]:
+    """The coordinator at ``socket`` (None: ``COMEM_SOCKET``, else the per-user socket), started if none answers.
+
+    A coordinator that answers is used as it is (``started`` False). When nobody answers (nothing at the path,
+    or a stale socket of a coordinator that is gone) and starting is on (``autostart``; None:
+    ``COMEM_AUTOSTART``, on unless ``0``), starts :func:`comemd_path`'s ``comemd --socket PATH --started-by
+    TEXT [--device SPEC]`` detached (see the module) and waits up to ``timeout`` seconds for it to answer.
+    ``started_by`` (default ``"PROGRAM (pid N)"``: the name rule, at most 127 bytes) is what ``comem status``
+    shows; ``device`` (default: ``COMEM_DEVICE``, else auto) the cards it coordinates. When several processes
+    do this at once one comemd wins and all of them get it; ``started`` says whether it was this call's.
+
+    Returns the :class:`Running` coordinator, or None when none answers and starting is off.
+    Raises :class:`OtherVersion` when the coordinator there speaks another protocol version (nothing is
+    started); :class:`comem.Error` with the probe's reason when something is there that answers badly or is
+    not a socket (refused, full, frozen: comemd would refuse the path too); :class:`comem.NotFound` when no
+    comemd is found (the places looked at are named); :class:`comem.Error` (EIO) when the comemd it started
+    exited without anyone answering (its log lines are quoted); :class:`comem.TimedOut` when nobody answered
+    within ``timeout``.
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds (got {timeout!r})")
+    text = _check_started_by(started_by if started_by is not None else _default_started_by())
+    if device is not None and (not isinstance(device, str) or not device):
+        raise TypeError("device must be a non-empty str spec or None")
+    path = _resolve(socket)
+    rc, why = _probe(path, 1000)
+    if rc == errors.OK:
+        return _found(path, None, None, None)
+    peer = _look(path)
+    if peer is not None and ((peer.comem and peer.version != WIRE_VERSION) or
+                             (rc == errors.EPROTO and "protocol version" in why)):
+        raise OtherVersion(path, peer.pid, _executable(peer.pid), peer.version if peer.comem else None,
+                           comemd_path())
+    if peer is not None and peer.comem:
+        # One of ours that did not answer the probe: it came up since (another process started it at the
+        # same moment) or answers slowly. Wait for it; start nothing.
+        return _wait(path, time.monotonic() + timeout, timeout, None, None, None, 0)
+    if peer is not None or rc not in (errors.ENOENT, errors.ECLOSED):
+        raise errors.error(rc, "ensure_running", f"{why}; not starting another coordinator there")
+    if not enabled(autostart):
+        return None
+    binary = comemd_path()
+    if binary is None:
+        raise errors.NotFound(errors.ENOENT, "ensure_running",
+                              "no comemd to start: looked at " + ", ".join(search_places()))
+    log = os.path.join(os.path.dirname(default_socket()), LOG_NAME)  # the private per-user runtime directory
+    try:
+        offset = os.path.getsize(log)
+    except OSError:
+        offset = 0
+    if offset > _LOG_ROTATE:
+        offset = 0  # _open_log rotates it
+    args = ["--socket", path, "--started-by", text] + (["--device", device] if device else [])
+    proc = _spawn(binary, args, log)
+    return _wait(path, time.monotonic() + timeout, timeout, proc, binary, log, offset)
+
+
+def _wait(path: str, deadline: float, timeout: float, proc: Optional[subprocess.Popen], binary: Optional[str],
+          log: Optional[str], offset: int) -> Running:
+    """Probes until a coordinator answers at ``path``; ``proc`` (None: none started) is the comemd this call
+    started, whose exit without anyone answering is an error unless it lost the lock to another."""
+    pid = proc.pid if proc is not None else None
+    lost = proc is None  # nothing of ours to watch, or ours found another holding the socket's lock
+    while True:
+        rc, why = _probe(path, 500)
+        if rc == errors.OK:
+            return _found(path, pid, binary, log)
+        if not lost and proc is not None and log is not None and not _alive(proc.pid):
+            try:
+                proc.wait(5)  # its status, once the thread waiting for it has it
+            except subprocess.TimeoutExpired:
+                pass
+            said = _lines_of(log, offset, proc.pid)
+            lost = any("another coordinator already runs" in line for line in said)
+            if not lost:
+                code = proc.returncode if proc.returncode is not None else "unknown"
+                raise errors.Error(errors.EIO, "ensure_running",
+                                   f"{binary} (pid {proc.pid}) exited (status {code}) and nobody answers at "
+                                   f"{path}: " + (" / ".join(said) if said else f"it wrote nothing; see {log}"))
+        if time.monotonic() > deadline:
+            started = f" of starting {binary} (pid {pid}{', which lost the lock to another' if lost else ''})" \
+                if pid is not None else ""
+            raise errors.TimedOut(errors.ETIMEDOUT, "ensure_running",
+                                  f"nobody answered at {path} within {timeout:g} s{started}: {why}"
+                                  + (f"; see {log}" if log else ""))
+        time.sleep(0.02)

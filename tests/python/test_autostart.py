@@ -1,0 +1,355 @@
+"""The coordinator starts itself: comem.coordinator.ensure_running and the ComfyUI host/worker that call it.
+
+Real processes throughout: the real comemd (COMEM_BIN_DIR) on a simulated card in a private runtime
+directory per test, real child Pythons racing to start it, and a real listening socket playing an older
+comem's coordinator. Every comemd a test leaves is found by its socket in /proc and stopped by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from typing import Callable, Dict, List
+
+import support
+
+import comem
+from comem import autostart
+from comem.coordinator import OtherVersion, ensure_running
+
+COMEMD = os.path.join(support.BIN_DIR, "comemd")
+COMEM = os.path.join(support.BIN_DIR, "comem")
+
+
+def wait_for(cond: Callable[[], bool], seconds: float = 20.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def comemds(sock: str) -> List[int]:
+    """The live comemd processes told to listen on ``sock`` (their command lines name it)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0")]
+            with open(f"/proc/{d}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X") and argv and os.path.basename(argv[0]) == "comemd" and sock in argv:
+            found.append(int(d))
+    return sorted(found)
+
+
+def ppid_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+
+
+# An older comem's coordinator, as a new client meets it: it takes the connection, cannot read our frame
+# header (protocol version 2) and answers in its own (version 1) with a REPLY before it closes.
+OLD_COORDINATOR = r"""
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1])
+s.listen(16)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    c.settimeout(2)
+    try:
+        c.recv(4096)
+    except OSError:
+        pass
+    msg = b"bad frame header"
+    body = struct.pack("<iB", -6, len(msg)) + msg
+    c.sendall(struct.pack("<IHHII", 0x4D454D43, 1, 64, 0, len(body)) + body)
+    c.close()
+"""
+
+# One of several processes released at the same moment: each calls ensure_running and says what it got.
+RACER = r"""
+import json, os, sys, time
+from comem.coordinator import ensure_running
+open(sys.argv[1], "w").close()
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.001)
+r = ensure_running(started_by=sys.argv[3], timeout=60)
+print(json.dumps({"pid": r.pid, "started": r.started, "started_by": r.started_by}), flush=True)
+"""
+
+# A ComfyUI node pack's worker process (plain torch models, no ComfyUI): what its client joined.
+WORKER = r"""
+import json, os, sys
+from comem.comfy import Worker
+w = Worker(sys.argv[1], mm=False)
+out = {"connected": w.client.connected, "pid": os.getpid()}
+if w.client.connected:
+    out["coordinator"] = w.client.status()["coordinator"]
+w.close()
+print(json.dumps(out), flush=True)
+"""
+
+
+class AutostartCase(unittest.TestCase):
+    """A private runtime directory with no coordinator in it; the environment names its socket and card."""
+
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="comem-auto-")
+        os.chmod(self.dir, 0o700)
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.socket = os.path.join(self.dir, "comem.sock")
+        self.spec = f"sim:8GiB:path={os.path.join(self.dir, 'card')}"
+        values = {"COMEM_RUNTIME_DIR": self.dir, "COMEM_SOCKET": self.socket, "COMEM_DEVICE": self.spec,
+                  "COMEM_BIN_DIR": support.BIN_DIR, "COMEM_LOG": "info"}  # the daemon's log lines are read
+        saved = {k: os.environ.get(k) for k in list(values) + [autostart.SWITCH]}
+        self.addCleanup(self._restore, saved)
+        os.environ.update(values)
+        os.environ.pop(autostart.SWITCH, None)  # the suites run with it off (tests/CMakeLists.txt): on here
+        self.env = dict(os.environ)
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [support.PYTHON_DIR, self.env.get("PYTHONPATH")]))
+        self.addCleanup(self.stop_comemds)
+        self.log = os.path.join(self.dir, "comemd.log")
+
+    @staticmethod
+    def _restore(saved: Dict[str, object]) -> None:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = str(v)
+
+    def stop_comemds(self) -> None:
+        """Everything listening (or told to listen) on this test's socket: SIGTERM by pid, then SIGKILL."""
+        pids = comemds(self.socket)
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        if not wait_for(lambda: not comemds(self.socket), 10):
+            for pid in comemds(self.socket):
+                os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not comemds(self.socket), 10)
+
+    def status(self) -> dict:
+        with comem.Client("test-status", role="tool", socket=self.socket, require_coordinator=True) as c:
+            return c.status()["coordinator"]
+
+    def python(self, code: str, *args: str, env: Dict[str, str] = None) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", code, *args], env=env or self.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        self.addCleanup(self._reap, p)
+        return p
+
+    @staticmethod
+    def _reap(p: subprocess.Popen) -> None:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+
+
+class TestEnsureRunning(AutostartCase):
+    def test_starts_one_detached_when_none_runs_and_says_who(self):
+        self.assertEqual(comemds(self.socket), [])
+        me = f"test-autostart (pid {os.getpid()})"
+        r = ensure_running(started_by=me)
+        self.assertTrue(r.started)
+        self.assertEqual((r.socket, r.started_by, r.binary, r.log),
+                         (self.socket, me, os.path.abspath(COMEMD), self.log))
+        self.assertEqual(comemds(self.socket), [r.pid])
+        co = self.status()
+        self.assertEqual((co["pid"], co["started_by"], co["socket"]), (r.pid, me, self.socket))
+        self.assertEqual(co["card_spec"].split(":path=")[1], os.path.join(self.dir, "card"))  # COMEM_DEVICE went along
+        # detached: a session of its own (this process's child while it lives: its waiting thread reaps a
+        # comemd that exits; the worker test sees it outlive its starter), logging to the runtime directory
+        self.assertEqual(ppid_of(r.pid), os.getpid())
+        self.assertEqual(os.getsid(r.pid), r.pid)
+        with open(self.log) as f:
+            self.assertIn(f"comem[{r.pid}] info: coordinator: started by {me}", f.read())
+        self.assertEqual(stat.S_IMODE(os.stat(self.log).st_mode), 0o600)
+        text = subprocess.run([COMEM, "status"], env=self.env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertEqual(text.stdout.splitlines()[1], f"started by {me}")
+        # the default names this program and its pid
+        self.assertTrue(autostart._default_started_by().endswith(f" (pid {os.getpid()})"))
+
+    def test_two_processes_at_once_get_one_coordinator(self):
+        racers = []
+        go = os.path.join(self.dir, "go")
+        for i in range(4):
+            ready = os.path.join(self.dir, f"ready-{i}")
+            racers.append((ready, self.python(RACER, ready, go, f"racer-{i}")))
+        self.assertTrue(wait_for(lambda: all(os.path.exists(r) for r, _ in racers), 60), "the racers never got ready")
+        open(go, "w").close()  # all released at once
+        got = []
+        for _, p in racers:
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+            got.append(json.loads(out))
+        pids = {g["pid"] for g in got}
+        self.assertEqual(len(pids), 1, got)
+        winners = [i for i, g in enumerate(got) if g["started"]]
+        self.assertEqual(len(winners), 1, got)  # exactly one of them started the coordinator they all use
+        pid = pids.pop()
+        self.assertEqual({g["started_by"] for g in got}, {f"racer-{winners[0]}"})
+        self.assertTrue(wait_for(lambda: comemds(self.socket) == [pid]), comemds(self.socket))  # losers gone
+        self.assertEqual(self.status()["started_by"], f"racer-{winners[0]}")
+        with open(self.log) as f:
+            lines = f.read().splitlines()
+        started = [ln for ln in lines if "coordinator: listening on" in ln]
+        self.assertEqual(started, [f"comem[{pid}] info: coordinator: listening on {self.socket}, 1 device(s)"])
+        for ln in lines:  # whoever else was started lost the lock and said so, and nothing worse
+            m = re.match(r"comem\[(\d+)\] error: (.*)", ln)
+            if m:
+                self.assertNotEqual(int(m.group(1)), pid)
+                self.assertEqual(m.group(2), f"another coordinator already runs on {self.socket}")
+
+    def test_switched_off_starts_nothing(self):
+        os.environ[autostart.SWITCH] = "0"
+        self.assertIsNone(ensure_running())
+        self.assertIsNone(ensure_running(autostart=False))  # the argument wins over the environment too
+        os.environ.pop(autostart.SWITCH)
+        self.assertIsNone(ensure_running(autostart=False))
+        self.assertFalse(os.path.lexists(self.socket))
+        self.assertFalse(os.path.exists(self.log))
+        self.assertEqual(comemds(self.socket), [])
+
+    def test_a_running_coordinator_is_reused_not_replaced(self):
+        # as the systemd unit runs it: no --started-by
+        d = subprocess.Popen([COMEMD, "--socket", self.socket], env=self.env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.addCleanup(self._stop, d)
+        self.assertTrue(wait_for(lambda: autostart._probe(self.socket, 500)[0] == 0), "comemd never answered")
+        r = ensure_running(started_by="test-reuse")
+        self.assertEqual((r.pid, r.started, r.started_by, r.binary), (d.pid, False, None, None))
+        self.assertEqual(ensure_running().pid, d.pid)
+        self.assertEqual(comemds(self.socket), [d.pid])
+        self.assertIsNone(self.status()["started_by"])
+        text = subprocess.run([COMEM, "status"], env=self.env, capture_output=True, text=True, timeout=30)
+        self.assertNotIn("started by", text.stdout)
+        self.assertFalse(os.path.exists(self.log))  # nothing was started
+
+    @staticmethod
+    def _stop(p: subprocess.Popen) -> None:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            p.wait(10)
+
+    def test_a_stale_socket_is_replaced(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(self.socket)
+        s.close()  # left behind, as by a coordinator that was killed
+        r = ensure_running(started_by="test-stale")
+        self.assertTrue(r.started)
+        self.assertEqual(self.status()["pid"], r.pid)
+
+    def test_an_older_coordinator_is_reported_with_both_paths_and_not_doubled(self):
+        old = self.python(OLD_COORDINATOR, self.socket)
+        self.assertEqual(old.stdout.readline().strip(), "ready")
+        inode = os.stat(self.socket).st_ino
+        with self.assertRaises(OtherVersion) as cm:
+            ensure_running(started_by="test-old")
+        e = cm.exception
+        self.assertEqual((e.socket, e.pid, e.theirs, e.ours), (self.socket, old.pid, 1, autostart.WIRE_VERSION))
+        self.assertEqual(e.would_start, os.path.abspath(COMEMD))
+        self.assertEqual(e.executable, "executable " + os.path.realpath(sys.executable))  # a dumpable process
+        text = str(e)
+        for part in (self.socket, f"pid {old.pid}", "protocol version 1", os.path.abspath(COMEMD),
+                     "no second coordinator was started"):
+            self.assertIn(part, text)
+        self.assertIsInstance(e, comem.Error)
+        self.assertEqual(comemds(self.socket), [])  # nothing started, here or on another socket
+        self.assertFalse(os.path.exists(self.log))
+        self.assertEqual(os.stat(self.socket).st_ino, inode)
+        self.assertIsNone(old.poll())
+
+    def test_what_the_coordinator_is_told_follows_the_name_rule(self):
+        for bad in ("", "a\x1bb", "line\nbreak", "x" * 128):
+            with self.assertRaises(ValueError):
+                ensure_running(started_by=bad)
+        for bad in ("a\x1bb", "", "x" * 128):
+            p = subprocess.run([COMEMD, "--socket", self.socket, "--started-by", bad], env=self.env,
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 2, bad)
+            self.assertIn("--started-by", p.stderr)
+        self.assertEqual(comemds(self.socket), [])
+        self.assertFalse(os.path.lexists(self.socket))
+
+    def test_a_comemd_that_cannot_start_is_reported_with_its_own_words(self):
+        os.environ["COMEM_DEVICE"] = "nonsense"
+        with self.assertRaises(comem.Error) as cm:
+            ensure_running(started_by="test-bad-device", timeout=30)
+        self.assertNotIsInstance(cm.exception, comem.TimedOut)
+        self.assertIn("exited (status 2) and nobody answers", str(cm.exception))
+        self.assertIn("nonsense", str(cm.exception))
+        self.assertEqual(comemds(self.socket), [])
+
+
+class TestLocator(unittest.TestCase):
+    def test_the_wire_constants_are_wire_h(self):
+        with open(os.path.join(support.SOURCE, "src", "wire", "wire.h")) as f:
+            h = f.read()
+        self.assertEqual(int(re.search(r"#define COMEM_WIRE_VERSION (\d+)", h).group(1)), autostart.WIRE_VERSION)
+        self.assertEqual(int(re.search(r"#define COMEM_WIRE_MAGIC (0x[0-9a-fA-F]+)u", h).group(1), 16),
+                         autostart.WIRE_MAGIC)
+        self.assertEqual(int(re.search(r"COMEM_MSG_HELLO = (\d+)", h).group(1)), autostart._MSG_HELLO)
+
+    def test_comemd_is_looked_for_in_order(self):
+        d = tempfile.mkdtemp(prefix="comem-bin-")
+        self.addCleanup(shutil.rmtree, d, True)
+        saved = os.environ.get("COMEM_BIN_DIR")
+        self.addCleanup(lambda: os.environ.__setitem__("COMEM_BIN_DIR", saved) if saved is not None
+                        else os.environ.pop("COMEM_BIN_DIR", None))
+        os.environ["COMEM_BIN_DIR"] = d
+        places = autostart.search_places()
+        pkg = os.path.dirname(os.path.abspath(autostart.__file__))
+        self.assertEqual(places[:3], [os.path.join(d, "comemd"), os.path.join(pkg, "bin", "comemd"),
+                                      os.path.join(support.SOURCE, "build", "bin", "comemd")])
+        self.assertEqual(places[-1], "PATH")
+        fake = os.path.join(d, "comemd")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\n")
+        self.assertNotEqual(autostart.comemd_path(), fake)  # not executable: the next place
+        os.chmod(fake, 0o755)
+        self.assertEqual(autostart.comemd_path(), fake)
+
+
+class TestComfyProcesses(AutostartCase):
+    def test_a_worker_starts_the_coordinator_unless_switched_off(self):
+        support.need_torch(self)
+        off = dict(self.env, COMEM_AUTOSTART="0")
+        p = self.python(WORKER, "sam3", env=off)
+        out, err = p.communicate(timeout=300)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(json.loads(out)["connected"], False)  # it decided locally, as before
+        self.assertEqual(comemds(self.socket), [])
+        self.assertFalse(os.path.lexists(self.socket))
+
+        p = self.python(WORKER, "sam3")
+        out, err = p.communicate(timeout=300)
+        self.assertEqual(p.returncode, 0, err)
+        got = json.loads(out)
+        self.assertTrue(got["connected"])
+        co = got["coordinator"]
+        self.assertEqual(co["started_by"], f"sam3 worker (pid {got['pid']})")
+        self.assertEqual(comemds(self.socket), [co["pid"]])  # it outlives the worker that started it
+        self.assertEqual(self.status()["started_by"], f"sam3 worker (pid {got['pid']})")
+
+
+if __name__ == "__main__":
+    unittest.main()
