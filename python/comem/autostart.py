@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import socket as _socket
 import stat
 import struct
@@ -47,7 +46,7 @@ import threading
 import time
 from typing import List, NamedTuple, Optional, Tuple
 
-from . import _lib, errors
+from . import _bin, _lib, errors
 from .client import Client, default_socket
 
 _L = _lib.lib
@@ -112,32 +111,29 @@ def enabled(autostart: Optional[bool] = None) -> bool:
 
 
 def search_places() -> List[str]:
-    """Where :func:`comemd_path` looks, in order (each a path to a ``comemd``, or ``PATH``)."""
-    pkg = os.path.dirname(os.path.abspath(__file__))
+    """Where :func:`comemd_path` looks, in order: ``$COMEM_BIN_DIR/comemd`` when set, then the places
+    :func:`comem.binary_path` tries (the wheel's bundled copy, an installed tree, the source tree's
+    build, ``PATH``)."""
     places = []
     bin_dir = os.environ.get("COMEM_BIN_DIR")
     if bin_dir:
         places.append(os.path.join(bin_dir, "comemd"))
-    places.append(os.path.join(pkg, "bin", "comemd"))  # a wheel's bundled binaries
-    places.append(os.path.join(os.path.dirname(os.path.dirname(pkg)), "build", "bin", "comemd"))  # the source tree
-    lib_dir = os.path.dirname(os.path.abspath(_lib.path))  # PREFIX/lib/libcomem.so -> PREFIX/bin/comemd
-    places.append(os.path.join(os.path.dirname(lib_dir), "bin", "comemd"))
-    places.append("PATH")
+    places += [os.path.abspath(p) for p, _ in _bin._candidates("comemd")]
     return places
 
 
 def comemd_path() -> Optional[str]:
-    """The ``comemd`` to start: the first executable file among :func:`search_places`, else None.
-
-    In order: ``$COMEM_BIN_DIR/comemd``; ``comem/bin/comemd`` inside this package (a wheel's place);
-    the source tree's ``build/bin/comemd``; ``../bin/comemd`` beside the loaded ``libcomem.so`` (an
-    installed prefix); then ``PATH``.
-    """
-    for p in search_places():
-        found = shutil.which("comemd") if p == "PATH" else p
-        if found and os.path.isfile(found) and os.access(found, os.X_OK):
-            return os.path.abspath(found)
-    return None
+    """The ``comemd`` to start, else None: ``$COMEM_BIN_DIR/comemd`` when that is an executable file
+    (an explicit choice, taken as it is), else :func:`comem.binary_path` ``("comemd")``."""
+    bin_dir = os.environ.get("COMEM_BIN_DIR")
+    if bin_dir:
+        forced = os.path.join(bin_dir, "comemd")
+        if os.path.isfile(forced) and os.access(forced, os.X_OK):
+            return os.path.abspath(forced)
+    try:
+        return _bin.binary_path("comemd")
+    except FileNotFoundError:
+        return None
 
 
 def _resolve(socket: Optional[str]) -> str:
