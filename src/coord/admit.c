@@ -40,8 +40,15 @@
  *                           ahead, nobody asked
  *   PLANNING    granted     true free covers the target                    step -> finish
  *   PLANNING    ASKING      the plan sent at least one ask                 step -> plan_admit
+ *   PLANNING    WAITING     nobody may be asked now, but a computing       step -> computing_holder
+ *                           holder of another process holds bytes that
+ *                           would be asked at its node boundary
  *   PLANNING    refused     COORD_MAX_ROUNDS planned, the deadline passed, step -> finish
- *                           or nobody may be asked
+ *                           or nobody may be asked, now or at a boundary
+ *   WAITING     PLANNING    a holder's node ended (ACTIVITY idle), or a    coord_jobs_boundary -> pump
+ *                           session ended: plan again, busy ones asked anew
+ *   WAITING     refused     the requester's deadline: the reply counts the coord_jobs_tick -> finish
+ *                           holder busy, the log names whose boundary
  *   ASKING      PLANNING    its last ask settled (receipt, busy, deadline, job_ask_done -> pump: the
  *                           the holder's end)                              next round reads the card again
  *   ASKING      granted or  the requester's deadline comes first: decided  coord_jobs_tick -> finish
@@ -338,6 +345,25 @@ static int64_t releasable_by_others(const comem_coord_srv *s, const job *j)
     return sum;
 }
 
+/*
+ * A holder of another process on the job's device that holds bytes, answers release asks, and is
+ * not asked only because it is computing: the admission may wait for its node boundary. 0: none.
+ */
+static uint64_t computing_holder(comem_coord_srv *s, const job *j)
+{
+    int64_t now = comem_now_ns();
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
+        uint64_t id;
+        const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, &id);
+        if (!h || h->device != j->device || h->session == j->session || !h->busy ||
+            !(h->flags & COMEM_CAP_RELEASE) || now < h->unanswered_until_ns)
+            continue;
+        if (comem_add(comem_ledger_session_resident(&s->ledger, h->session, id, j->device), comem_clamp0(h->overhead)) > 0)
+            return id;
+    }
+    return 0;
+}
+
 /* Advances a job at the head of its queue. True when it finished. */
 static bool step(comem_coord_srv *s, uint64_t jid)
 {
@@ -372,9 +398,23 @@ static bool step(comem_coord_srv *s, uint64_t jid)
         finish(s, jid, j, false, avail);
         return true;
     }
-    if (j->round >= COORD_MAX_ROUNDS || comem_now_ns() >= j->deadline_ns || plan_admit(s, jid, j, avail) == 0) {
+    if (j->round >= COORD_MAX_ROUNDS || comem_now_ns() >= j->deadline_ns) {
         finish(s, jid, j, false, avail);
         return true;
+    }
+    if (plan_admit(s, jid, j, avail) == 0) {
+        /* Nobody to ask now. A computing holder's bytes can be asked at its node boundary: wait for
+           it, within the requester's timeout, rather than refuse (and never ask again). */
+        j->waiting_for = j->kind == JOB_ADMIT ? computing_holder(s, j) : 0;
+        if (!j->waiting_for) {
+            finish(s, jid, j, false, avail);
+            return true;
+        }
+        const ledger_holder *h = comem_ledger_holder(&s->ledger, j->waiting_for);
+        comem_info("admission: '%s' waits for '%s' of '%s' to end its node (it computes; its bytes are asked then)",
+                   session_name(s, j->session), h ? h->name : "?", h ? session_name(s, h->session) : "?");
+        j->state = JOB_WAITING;
+        return false;
     }
     j->state = JOB_ASKING; /* waiting for receipts */
     return false;
@@ -431,7 +471,7 @@ static void pump(comem_coord_srv *s, int dev)
 {
     while (s->queue_head[dev]) {
         job *j = job_get(s, s->queue_head[dev]);
-        if (j->state == JOB_ASKING)
+        if (j->state == JOB_ASKING || j->state == JOB_WAITING)
             break;
         if (!step(s, s->queue_head[dev]))
             break;
@@ -579,14 +619,33 @@ void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session)
     }
 }
 
+void coord_jobs_boundary(comem_coord_srv *s)
+{
+    for (int d = 0; d < s->ledger.n_devices; d++) {
+        job *j = job_get(s, s->queue_head[d]);
+        if (!j || j->state != JOB_WAITING)
+            continue;
+        j->state = JOB_PLANNING;
+        j->waiting_for = 0;
+        j->n_excluded = 0; /* those that said busy may be asked again now */
+        pump(s, d);
+    }
+}
+
 void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns)
 {
     for (int d = 0; d < s->ledger.n_devices; d++) {
         uint64_t id = s->queue_head[d];
         job *j = job_get(s, id);
-        if (j && j->state == JOB_ASKING && now_ns >= j->deadline_ns) {
+        if (j && (j->state == JOB_ASKING || j->state == JOB_WAITING) && now_ns >= j->deadline_ns) {
             /* The requester stops waiting soon: decide with what came back so far. */
             int64_t avail = coord_available(s, d, true);
+            if (j->state == JOB_WAITING) {
+                const ledger_holder *h = comem_ledger_holder(&s->ledger, j->waiting_for);
+                comem_info("admission: '%s' waited for '%s' of '%s' to end its node until its timeout",
+                           session_name(s, j->session), h ? h->name : "?", h ? session_name(s, h->session) : "?");
+                j->n_busy++; /* the reply says a holder was busy: the one it waited for */
+            }
             finish(s, id, j, j->kind == JOB_ADMIT && avail >= j->need, avail);
             pump(s, d);
         } else if (j) {

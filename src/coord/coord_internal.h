@@ -89,7 +89,8 @@ typedef enum job_kind { JOB_ADMIT = 1, JOB_PRESSURE = 2 } job_kind;
 typedef enum job_state {
     JOB_QUEUED = 0, /* in its device's FIFO, behind the running job */
     JOB_PLANNING,   /* at the head: reading true free, planning (within one call of step) */
-    JOB_ASKING      /* at the head, asks_out > 0: waiting for receipts */
+    JOB_ASKING,     /* at the head, asks_out > 0: waiting for receipts */
+    JOB_WAITING     /* at the head, nobody to ask now: waiting for a computing holder's node boundary */
 } job_state;
 
 /* An admission or pressure request, one job in its device's FIFO. */
@@ -106,6 +107,7 @@ typedef struct job {
     int n_asked, n_busy;
     uint64_t asked[COMEM_WIRE_MAX_ASKED]; /* the first holders asked, for the reply */
     int64_t deadline_ns;   /* the requester stops waiting then */
+    uint64_t waiting_for;  /* JOB_WAITING: the computing holder whose node boundary it waits for */
     uint64_t excluded[64]; /* holders that said busy: not asked again by this job */
     int n_excluded;
     uint16_t n_keep;
@@ -420,6 +422,8 @@ void coord_pressure(comem_coord_srv *s, conn *c, uint32_t request_id, const come
 /* A session ended: its jobs are dropped, and jobs waiting on its holders move on. */
 void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session);
 void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns);
+/* A holder reached a node boundary (or a process ended): admissions waiting for one plan again. */
+void coord_jobs_boundary(comem_coord_srv *s);
 
 /* ---- asks.c ---- */
 /*

@@ -138,6 +138,8 @@ static void on_activity(comem_coord_srv *s, conn *c, uint32_t rid, const comem_m
     if (rc == COMEM_OK && ss && a->holder_id == 0 && !a->busy && !a->prompt[0])
         ss->prompt[0] = '\0'; /* idle with no prompt: the prompt is over */
     coord_reply(s, c, rid, rc, NULL);
+    if (rc == COMEM_OK && !a->busy)
+        coord_jobs_boundary(s); /* an admission may wait for this boundary */
 }
 
 /*

@@ -189,4 +189,5 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
         coord_publish_reserve(s, d, true); /* the session's death is the evidence for a shrink */
         coord_measure(s, d);
     }
+    coord_jobs_boundary(s); /* what it held is free: an admission waiting for its node plans again */
 }

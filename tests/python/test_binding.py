@@ -936,11 +936,12 @@ class TestAdmission(MachineCase):
         hid = self.holder_id("holder", "models")
         free = FREE0 - CONTEXT - 5 * GiB
         c = self.client()
-        # A computing holder is not asked: refused without asking anyone.
+        # A computing holder is not asked: the admission waits for its node to end, and when the
+        # requester's timeout comes first it is refused, nobody asked, the holder counted busy.
         holder.ask("busy", on=True)
         with self.assertRaises(comem.Refused) as cm:
-            c.admit(GiB)
-        self.assertEqual((cm.exception.n_asked, cm.exception.short_by), (0, need(GiB) - free))
+            c.admit(GiB, timeout=0.5)
+        self.assertEqual((cm.exception.n_asked, cm.exception.n_busy, cm.exception.short_by), (0, 1, need(GiB) - free))
         self.assertEqual(holder.ask("asks")["asks"], [])
         holder.ask("busy", on=False)
         # One that releases while busy (a pager) is asked all the same.
@@ -953,6 +954,39 @@ class TestAdmission(MachineCase):
         self.assertEqual([a["holder"] for a in holder.ask("asks")["asks"]], ["pages"])
         self.assertEqual(self.entry("holder", "big")["resident"], 5 * GiB)
         self.assertNotEqual(hid, g.asked[0])
+        g.cancel()
+        self.m.check_ledger(self)
+
+    def test_an_admission_waits_for_a_computing_holders_node_boundary(self):
+        # Issue 20 item 17: the bytes it needs are a computing holder's. It is not refused at once:
+        # it waits, and is granted from that holder's bytes once its node ends.
+        holder = self.child("holder")
+        holder.ask("hold", holder="models", entry="big", mib=5120)
+        hid = self.holder_id("holder", "models")
+        c = self.client()
+        holder.ask("busy", on=True)
+        out = {}
+
+        def admit():
+            try:
+                out["grant"] = c.admit(GiB, timeout=30)
+            except Exception as e:  # noqa: BLE001 (whatever it is, the assertions below say so)
+                out["error"] = e
+
+        t = threading.Thread(target=admit)
+        t.start()
+        while self.m.status()["coordinator"]["requests_in_flight"] == 0 and t.is_alive():
+            time.sleep(0.01)  # the admission is with the coordinator, waiting
+        time.sleep(0.2)
+        self.assertTrue(t.is_alive(), out)  # not answered while the holder computes
+        self.assertEqual(holder.ask("asks")["asks"], [])  # and the holder was not asked
+        holder.ask("busy", on=False)  # the node ends
+        t.join(30)
+        self.assertNotIn("error", out)
+        g = out["grant"]
+        self.assertEqual(g.asked, [hid])  # asked at its boundary
+        self.assertGreater(g.freed, 0)
+        self.assertEqual([a["holder"] for a in holder.ask("asks")["asks"]], ["models"])
         g.cancel()
         self.m.check_ledger(self)
 
