@@ -46,6 +46,7 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
         comem_warn("%d asks are waiting for receipts; holder '%s' is not asked", COORD_MAX_ASKS, h->name);
         return 0;
     }
+    int64_t card_before = kind == COMEM_ASK_PINS ? -1 : coord_card_use_at_ask(s, h->device, c->pid);
     uint64_t id;
     ask *a = comem_slab_alloc(&s->asks, &id);
     if (!a)
@@ -53,7 +54,7 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     int deadline_ms = ask_deadline_ms(s, h, holder, bytes);
     *a = (ask){.session = h->session, .holder = holder, .kind = kind, .device = h->device, .bytes = bytes,
                .deadline_ns = comem_now_ns() + (int64_t)deadline_ms * 1000000, .done = done,
-               .owner = owner, .report_seq = h->census_seq,
+               .owner = owner, .report_seq = h->census_seq, .card_before = card_before,
                .held = kind == COMEM_ASK_PINS
                            ? h->pinned
                            : comem_add(comem_ledger_session_resident(&s->ledger, h->session, holder, h->device),
@@ -194,6 +195,8 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
     if (h && freed > 0 && a->kind == COMEM_ASK_RELEASE &&
         h->census_seq == a->report_seq && coord_generic_holder(&s->ledger, a->holder, h, &generic_bytes))
         h->overhead = comem_clamp0(comem_sub(generic_bytes, freed)); /* no report since the ask: the receipt */
+    if (a->kind != COMEM_ASK_PINS)
+        coord_receipt_check(s, a, h, c->pid, freed);
     settle(s, r->ask_id, a, r->outcome, freed);
 }
 

@@ -146,6 +146,7 @@ typedef struct ask {
     int64_t entry_before; /* the entry's residency when asked: what comes back if its process ends */
     uint64_t report_seq;  /* the holder's census sequence when asked: a newer report supersedes the receipt */
     int64_t held;         /* what the ledger says the holder held when asked: a receipt can free no more */
+    int64_t card_before;  /* the card's reading of the holder's process when asked (-1: it does not say) */
 } ask;
 
 /* Overcommit on a WDDM card (coord/spill.c): the current excess and its last start. */
@@ -422,6 +423,13 @@ void coord_pressure(comem_coord_srv *s, conn *c, uint32_t request_id, const come
 /* A session ended: its jobs are dropped, and jobs waiting on its holders move on. */
 void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session);
 void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns);
+/* ---- receipt_check.c: a receipt against the card ---- */
+/* Process pid's use of device as an ask goes out (a reading under 1 ms old serves); -1 when the card
+   does not say (WDDM, no per-process figures). */
+int64_t coord_card_use_at_ask(comem_coord_srv *s, int device, int32_t pid);
+/* Flags h (receipts_contradicted, one warning) when the card did not see the bytes a receipt freed leave. */
+void coord_receipt_check(comem_coord_srv *s, const ask *a, ledger_holder *h, int32_t pid, int64_t freed);
+
 /* A holder reached a node boundary (or a process ended): admissions waiting for one plan again. */
 void coord_jobs_boundary(comem_coord_srv *s);
 

@@ -17,7 +17,7 @@ INT, NUM, STR, BOOL = "int", "num", "str", "bool"
 
 ENTRY = {"id": STR, "name": STR, "size": INT, "resident": INT, "paged": BOOL, "refs": INT}
 HOLDER = {"id": STR, "name": STR, "kind": STR, "answers": [STR], "busy": BOOL, "idle_s": NUM + "?",
-          "pinned": INT + "?", "overhead": INT + "?", "receipts_over": INT, "unanswered": BOOL, "resident": INT, "entries": [ENTRY]}
+          "pinned": INT + "?", "overhead": INT + "?", "receipts_over": INT, "receipts_contradicted": INT, "unanswered": BOOL, "resident": INT, "entries": [ENTRY]}
 PROCESS = {"session": STR, "pid": INT, "name": STR, "role": STR, "busy": BOOL, "prompt": STR + "?",
            "context_floor": INT, "resident": INT, "pinned": INT, "holders": [HOLDER],
            "ordinal": INT + "?", "context": INT, "overhead": INT, "unregistered": INT}

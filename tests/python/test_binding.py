@@ -866,6 +866,8 @@ class TestAdmission(MachineCase):
         self.assertEqual(self.entry("holder", "big")["resident"], 6 * GiB - short)
         dev = self.m.status()["devices"][0]
         self.assertEqual((dev["free"], dev["granted"]), (need(GiB), GiB))
+        h = next(h for h in self.process("holder")["holders"] if h["name"] == "models")
+        self.assertEqual(h["receipts_contradicted"], 0)  # the card saw its bytes leave
         g.cancel()
         self.m.check_ledger(self)
 
@@ -907,6 +909,8 @@ class TestAdmission(MachineCase):
         h = next(h for h in self.process("holder")["holders"] if h["name"] == "models")
         self.assertEqual(h["receipts_over"], len(holder.ask("asks")["asks"]))
         self.assertEqual(h["receipts_over"], r.n_asked)
+        self.assertEqual(h["receipts_contradicted"], r.n_asked)  # and the card kept its 6 GiB each time
+        self.assertIn("the card shows its process's use go from", self.m.comemd_log())
         self.assertEqual(st["counters"]["bytes_freed"], r.n_asked * 6 * GiB)
         self.assertIn("more than the", self.m.comemd_log())
         self.m.check_ledger(self)

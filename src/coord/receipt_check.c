@@ -1,0 +1,59 @@
+/*
+ * coord/receipt_check.c - a receipt held up against the card.
+ *
+ * A holder's receipt says how many bytes it freed; the ledger believes it up
+ * to what the holder held (asks.c). Where the card reports each process's use
+ * (NVML and the simulated card on a device-wide reading), the coordinator
+ * also looks: the process's use when the ask went out, and again when the
+ * receipt came. A receipt whose bytes the card never showed leaving (less
+ * than half of them, with the process's use at the ask at least that large)
+ * is contradicted: counted on the holder (`receipts_contradicted` in status)
+ * and said once in the log. It is a flag, not a correction: the process may
+ * have allocated something else meanwhile, and the ledger's figures stay as
+ * the receipt and the next census make them.
+ */
+#include "base/bytes.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "coord/coord_internal.h"
+
+#define CHECK_MIN_BYTES (64LL << 20) /* smaller receipts are within the card's own noise */
+
+/* Process pid's use of device in the last reading; -1 when the card does not say. */
+static int64_t card_use(const comem_coord_srv *s, int device, int32_t pid)
+{
+    const measurement *m = &s->meas[device];
+    if (!m->valid || !m->r.procs_known || m->r.scope != COMEM_SCOPE_DEVICE_WIDE)
+        return -1;
+    for (size_t i = 0; i < m->r.n_procs; i++)
+        if (m->r.procs[i].pid == pid)
+            return m->r.procs[i].bytes;
+    return 0;
+}
+
+int64_t coord_card_use_at_ask(comem_coord_srv *s, int device, int32_t pid)
+{
+    const measurement *m = &s->meas[device];
+    bool fresh = m->valid && comem_now_ns() - m->taken_ns < 1000000; /* one reading serves a plan's asks */
+    if (!fresh && coord_measure(s, device) != COMEM_OK)
+        return -1;
+    return card_use(s, device, pid);
+}
+
+void coord_receipt_check(comem_coord_srv *s, const ask *a, ledger_holder *h, int32_t pid, int64_t freed)
+{
+    if (!h || freed < CHECK_MIN_BYTES || a->card_before < freed)
+        return; /* small, or bytes the card never showed as this process's (registered elsewhere) */
+    if (coord_measure(s, a->device) != COMEM_OK) /* read after the receipt came, never before */
+        return;
+    int64_t after = card_use(s, a->device, pid);
+    if (after < 0)
+        return;
+    int64_t left = comem_sub(a->card_before, after);
+    if (left >= freed / 2)
+        return;
+    if (h->receipts_contradicted++ == 0)
+        comem_warn("holder '%s' (pid %d) said it freed %lld bytes; the card shows its process's use go from %lld "
+                   "to %lld bytes (its later receipts are checked the same way: receipts_contradicted)",
+                   h->name, (int)pid, (long long)freed, (long long)a->card_before, (long long)after);
+}
