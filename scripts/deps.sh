@@ -4,8 +4,7 @@
 # Run by `make demo`, `make check` and `.ci/run`. Already-installed packages are
 # detected with dpkg-query, so a second run costs a few milliseconds and needs no root.
 # Optional, used by tests when present and skipped (saying so) otherwise: systemd-analyze
-# (package systemd) verifies the installed unit, groff checks the man pages, promtool (package
-# prometheus, a server with ~100 MB of web assets, so not installed here) reads the metrics.
+# (package systemd) verifies the installed unit, groff checks the man pages.
 set -euo pipefail
 
 packages=(
@@ -17,6 +16,12 @@ packages=(
   python3 python3-venv                     # Python binding and CLI tests; scripts/venv.sh makes the
                                            # environment (PyPI's torch, comfy-aimdo, ComfyUI's needs)
   tmux                                     # comem watch's test runs it in a real terminal
+  prometheus                               # a real server scrapes comemd --metrics (test_prometheus), and
+                                           # promtool checks the format (test_metrics): 22.5 MB to fetch,
+                                           # 330 MB installed with its web assets, ~12 s to install here.
+                                           # On a host run by systemd, Debian also starts its own
+                                           # prometheus.service (port 9090): `systemctl disable --now
+                                           # prometheus` if it is not wanted; the test starts its own
 )
 
 missing=()

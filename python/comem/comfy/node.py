@@ -17,6 +17,19 @@ log = logging.getLogger("comem.comfy")
 _host: Optional[Any] = None
 
 
+def announce_binding() -> str:
+    """What a custom node's ``prestartup_script.py`` does: logs where the binding and its library were loaded from.
+
+    Called by both custom node folders (this package's own, linked from a source tree, and the
+    ``comfyui-comem`` folder ComfyUI-Manager and the registry install), before ComfyUI imports its model
+    manager; it touches none of ComfyUI's state. Returns the line it logged.
+    """
+    import comem
+    line = f"comem: binding loaded from {os.path.dirname(comem.__file__)} (library {comem.library_path})"
+    log.info("%s", line)
+    return line
+
+
 def install_from_comfyui() -> Optional[Any]:
     """Installs the host adapter in this ComfyUI process (once; ``COMEM_COMFY=off`` skips it).
 

@@ -12,8 +12,8 @@ _python = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__fil
 if _python not in sys.path:
     sys.path.insert(0, _python)
 try:
-    import comem  # noqa: F401
+    from comem.comfy.node import announce_binding
 
-    logging.info("comem: binding loaded from %s (library %s)", os.path.dirname(comem.__file__), comem.library_path)
+    announce_binding()
 except ImportError as e:
     logging.error("comem: the binding cannot be loaded, so the adapter will not run: %s", e)
