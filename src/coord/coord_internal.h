@@ -362,6 +362,8 @@ typedef struct coord_floor_split {
     int64_t overhead, context, unregistered;
 } coord_floor_split;
 coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, int device);
+/* The same split, given Σ overhead of the session's holders on device (a caller that has it: no scan). */
+coord_floor_split coord_split_floor_given(const comem_coord_srv *s, uint64_t session, int device, int64_t overhead);
 
 /* The room decisions start from, without reading the card: the last reading less grants (and
    grants filled since). coord_available is this less what the booking area holds. */

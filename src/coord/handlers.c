@@ -55,10 +55,10 @@ static void on_holder_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem
     int rc = comem_ledger_holder_add(&s->ledger, c->session, h->device, h->kind, h->flags, h->name, coord_now_s(s),
                                      &id);
     if (rc != COMEM_OK) {
-        coord_reply(s, c, rid, rc,
-                    rc == COMEM_ENODEV   ? "no such device"
-                    : rc == COMEM_ERANGE ? "too many holders (at most " COORD_STR(COMEM_LEDGER_SESSION_HOLDERS) " a process)"
-                                         : "cannot add the holder");
+        char why[COMEM_WIRE_TEXT_MAX];
+        if (rc != COMEM_ERANGE || !comem_ledger_bound_why(&s->ledger, c->session, LEDGER_HOLDERS, why, sizeof why))
+            snprintf(why, sizeof why, "%s", rc == COMEM_ENODEV ? "no such device" : "cannot add the holder");
+        coord_reply(s, c, rid, rc, why);
         return;
     }
     ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
@@ -76,16 +76,12 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
                                     (e->flags & COMEM_ENTRY_DYNAMIC) != 0, comem_now_ns(), &id);
     if (rc != COMEM_OK) {
         const ledger_holder *h = comem_ledger_holder(&s->ledger, e->holder_id);
-        const ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
-        const char *why = rc == COMEM_ENOENT ? "no such holder" : "bad entry";
+        char why[COMEM_WIRE_TEXT_MAX];
+        snprintf(why, sizeof why, "%s", rc == COMEM_ENOENT ? "no such holder" : "bad entry");
         if (rc == COMEM_ERANGE && h && e->size > s->ledger.devices[h->device].entry_max)
-            why = "entry larger than the card, host RAM and swap together";
-        else if (rc == COMEM_ERANGE && ss && ss->n_entries >= COMEM_LEDGER_SESSION_ENTRIES)
-            why = "too many entries (at most " COORD_STR(COMEM_LEDGER_SESSION_ENTRIES) " a process)";
-        else if (rc == COMEM_ERANGE && s->ledger.entries.used >= COMEM_LEDGER_MAX_ENTRIES)
-            why = "the coordinator holds as many entries as it takes (" COORD_STR(COMEM_LEDGER_MAX_ENTRIES) ")";
-        else if (rc == COMEM_ERANGE)
-            why = "the device cannot hold that much";
+            snprintf(why, sizeof why, "entry larger than the card, host RAM and swap together");
+        else if (rc == COMEM_ERANGE && !comem_ledger_bound_why(&s->ledger, c->session, LEDGER_ENTRIES, why, sizeof why))
+            snprintf(why, sizeof why, "the device cannot hold that much");
         coord_reply(s, c, rid, rc, why);
         return;
     }

@@ -21,6 +21,7 @@
  * how long an allocation nobody reported can go unseen.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "arith/cross_reserve.h"
@@ -117,26 +118,12 @@ static int64_t reclaimable(comem_coord_srv *s, int device)
     return sum;
 }
 
-/* Σ resident and granted on device of every session of process pid (an embedding process has several). */
-static int64_t process_held(comem_coord_srv *s, int32_t pid, int device, int *n_sessions)
+/* Σ resident and granted on device of every session of session's process (an embedding process has several). */
+static int64_t process_held(comem_coord_srv *s, uint64_t session, int device, int *n_sessions)
 {
-    int64_t held = 0;
-    *n_sessions = 0;
-    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
-        uint64_t id;
-        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, &id);
-        if (!ss || ss->pid != pid)
-            continue;
-        (*n_sessions)++;
-        held = comem_add(held, comem_ledger_session_resident(&s->ledger, id, 0, device));
-    }
-    for (size_t g = 0; g < comem_slab_slots(&s->ledger.grants); g++) {
-        const ledger_grant *gr = comem_slab_at(&s->ledger.grants, g, NULL);
-        const ledger_session *ss = gr ? comem_ledger_session(&s->ledger, gr->session) : NULL;
-        if (ss && ss->pid == pid && gr->device == device)
-            held = comem_add(held, gr->bytes);
-    }
-    return held;
+    const ledger_process *p = comem_ledger_process_of(&s->ledger, session);
+    *n_sessions = p ? (int)p->sessions : 1;
+    return p ? comem_add(p->resident[device], p->granted[device]) : 0;
 }
 
 /*
@@ -160,7 +147,7 @@ static void update_floors(comem_coord_srv *s, int device, const comem_device_rea
         int64_t floor = 0;
         if (usage > 0) {
             int n = 1;
-            int64_t held = process_held(s, ss->pid, device, &n);
+            int64_t held = process_held(s, id, device, &n);
             floor = comem_clamp0(comem_sub(usage, held)) / (n > 0 ? n : 1);
         }
         if (floor != ss->floor[device])
@@ -170,31 +157,45 @@ static void update_floors(comem_coord_srv *s, int device, const comem_device_rea
 
 coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, int device)
 {
-    coord_floor_split out = {0};
-    const ledger_session *ss = comem_slab_get(&s->ledger.sessions, session);
-    if (!ss)
-        return out;
-    int64_t beyond = ss->floor[device], overhead = 0;
+    int64_t overhead = 0;
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.holders); i++) {
         const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, NULL);
         if (h && h->session == session && h->device == device && h->census_seen)
             overhead = comem_add(overhead, h->overhead);
     }
+    return coord_split_floor_given(s, session, device, overhead);
+}
+
+coord_floor_split coord_split_floor_given(const comem_coord_srv *s, uint64_t session, int device, int64_t overhead)
+{
+    coord_floor_split out = {0};
+    const ledger_session *ss = comem_slab_get(&s->ledger.sessions, session);
+    if (!ss)
+        return out;
+    int64_t beyond = ss->floor[device];
     out.overhead = comem_min(overhead, beyond);
     out.context = comem_min(comem_sub(beyond, out.overhead), COMEM_CONTEXT_FLOOR);
     out.unregistered = comem_sub(comem_sub(beyond, out.overhead), out.context);
     return out;
 }
 
-/* Σ unregistered bytes of every process on device. */
+/* Σ unregistered bytes of every process on device: one pass over the holders, one over the sessions. */
 static int64_t unregistered_on(const comem_coord_srv *s, int device)
 {
-    int64_t sum = 0;
-    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
+    size_t n = comem_slab_slots(&s->ledger.sessions);
+    int64_t *overhead = calloc(n + 1, sizeof *overhead), sum = 0; /* per session slot */
+    for (size_t i = 0; overhead && i < comem_slab_slots(&s->ledger.holders); i++) {
+        const ledger_holder *h = comem_slab_at(&s->ledger.holders, i, NULL);
+        if (h && h->device == device && h->census_seen && comem_slab_get(&s->ledger.sessions, h->session))
+            overhead[comem_slab_slot(h->session)] = comem_add(overhead[comem_slab_slot(h->session)], h->overhead);
+    }
+    for (size_t i = 0; i < n; i++) {
         uint64_t id;
         if (comem_slab_at(&s->ledger.sessions, i, &id))
-            sum = comem_add(sum, coord_split_floor(s, id, device).unregistered);
+            sum = comem_add(sum, (overhead ? coord_split_floor_given(s, id, device, overhead[i])
+                                           : coord_split_floor(s, id, device)).unregistered); /* no memory: scan */
     }
+    free(overhead);
     return sum;
 }
 

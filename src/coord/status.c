@@ -7,7 +7,10 @@
  * cannot name is "unattributed". What a joined process holds beyond its entries
  * and grants is split (coord_split_floor): its holders' reported bytes
  * ("overhead"), its context ("context_floor") and the rest ("unregistered").
- * Ids are hex strings (they are 64-bit).
+ * Ids are hex strings (they are 64-bit). Its cost is linear in what it
+ * prints: one pass over each of the ledger's tables builds an index (each
+ * session's holders, each holder's entries, each session's connection), and
+ * the snapshot then walks only what it lists.
  * The shape is versioned ("schema") and docs/json.md lists every key: each is
  * always present, null where the coordinator does not know the value.
  */
@@ -60,7 +63,79 @@ static const char *kind_name(uint8_t k)
     return k <= 4 ? names[k] : "?";
 }
 
-static json_object *holder_json(comem_coord_srv *s, uint64_t hid, const ledger_holder *h, int device)
+/*
+ * Who owns what, as chains of slots in slot order (the order the snapshot has
+ * always listed them in): slot + 1, 0 ends a chain. Built once per snapshot.
+ */
+typedef struct status_index {
+    uint32_t *first_holder, *next_holder; /* per session slot, per holder slot */
+    uint32_t *first_entry, *next_entry;   /* per holder slot, per entry slot */
+    const conn **conn_of;                 /* per session slot: its live connection, or NULL */
+    int32_t *pids;                        /* every session's pid, sorted (other_processes) */
+    size_t n_pids;
+} status_index;
+
+static void index_free(status_index *x)
+{
+    free(x->first_holder);
+    free(x->next_holder);
+    free(x->first_entry);
+    free(x->next_entry);
+    free(x->conn_of);
+    free(x->pids);
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool index_build(comem_coord_srv *s, status_index *x)
+{
+    const comem_ledger *l = &s->ledger;
+    size_t ns = comem_slab_slots(&l->sessions), nh = comem_slab_slots(&l->holders), ne = comem_slab_slots(&l->entries);
+    *x = (status_index){
+        .first_holder = calloc(ns + 1, sizeof(uint32_t)), .next_holder = calloc(nh + 1, sizeof(uint32_t)),
+        .first_entry = calloc(nh + 1, sizeof(uint32_t)), .next_entry = calloc(ne + 1, sizeof(uint32_t)),
+        .conn_of = calloc(ns + 1, sizeof(conn *)), .pids = calloc(ns + 1, sizeof(int32_t)),
+    };
+    if (!x->first_holder || !x->next_holder || !x->first_entry || !x->next_entry || !x->conn_of || !x->pids) {
+        index_free(x);
+        return false;
+    }
+    for (size_t i = nh; i-- > 0;) { /* backwards, pushing on the front: each chain in slot order */
+        const ledger_holder *h = comem_slab_at(&l->holders, i, NULL);
+        if (!h || !comem_slab_get(&l->sessions, h->session))
+            continue;
+        size_t owner = comem_slab_slot(h->session);
+        x->next_holder[i] = x->first_holder[owner];
+        x->first_holder[owner] = (uint32_t)i + 1;
+    }
+    for (size_t i = ne; i-- > 0;) {
+        const ledger_entry *e = comem_slab_at(&l->entries, i, NULL);
+        if (!e || !comem_slab_get(&l->holders, e->holder))
+            continue;
+        size_t owner = comem_slab_slot(e->holder);
+        x->next_entry[i] = x->first_entry[owner];
+        x->first_entry[owner] = (uint32_t)i + 1;
+    }
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        const conn *c = s->conns[i];
+        if (c && c->session && !c->closing && comem_slab_get(&l->sessions, c->session))
+            x->conn_of[comem_slab_slot(c->session)] = c;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        const ledger_session *ss = comem_slab_at(&l->sessions, i, NULL);
+        if (ss)
+            x->pids[x->n_pids++] = ss->pid;
+    }
+    qsort(x->pids, x->n_pids, sizeof *x->pids, cmp_pid);
+    return true;
+}
+
+static json_object *holder_json(comem_coord_srv *s, const status_index *ix, uint64_t hid, const ledger_holder *h,
+                                int device)
 {
     json_object *o = json_object_new_object();
     json_object_object_add(o, "id", jid(hid));
@@ -88,10 +163,10 @@ static json_object *holder_json(comem_coord_srv *s, uint64_t hid, const ledger_h
     add_b(o, "unanswered", h->unanswered_until_ns > comem_now_ns()); /* let an ask pass: not asked until it answers */
     json_object *es = json_object_new_array();
     int64_t resident = 0;
-    for (size_t i = 0; i < comem_slab_slots(&s->ledger.entries); i++) {
+    for (uint32_t i = ix->first_entry[comem_slab_slot(hid)]; i; i = ix->next_entry[i - 1]) {
         uint64_t eid;
-        const ledger_entry *e = comem_slab_at(&s->ledger.entries, i, &eid);
-        if (!e || e->holder != hid || e->device != device)
+        const ledger_entry *e = comem_slab_at(&s->ledger.entries, i - 1, &eid);
+        if (e->device != device)
             continue;
         json_object *x = json_object_new_object();
         json_object_object_add(x, "id", jid(eid));
@@ -108,7 +183,7 @@ static json_object *holder_json(comem_coord_srv *s, uint64_t hid, const ledger_h
     return o;
 }
 
-static json_object *device_json(comem_coord_srv *s, int d)
+static json_object *device_json(comem_coord_srv *s, const status_index *ix, int d)
 {
     const ledger_device *ld = &s->ledger.devices[d];
     const measurement *m = &s->meas[d];
@@ -128,16 +203,7 @@ static json_object *device_json(comem_coord_srv *s, int d)
     add_i(rv, "published", ld->published);
     json_object_object_add(o, "reserve", rv);
     int64_t resident = comem_ledger_resident(&s->ledger, d), floors = comem_ledger_floors(&s->ledger, d);
-    coord_floor_split all = {0};
-    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
-        uint64_t sid;
-        if (!comem_slab_at(&s->ledger.sessions, i, &sid))
-            continue;
-        coord_floor_split x = coord_split_floor(s, sid, d);
-        all.overhead = comem_add(all.overhead, x.overhead);
-        all.context = comem_add(all.context, x.context);
-        all.unregistered = comem_add(all.unregistered, x.unregistered);
-    }
+    coord_floor_split all = {0}; /* Σ of the processes' splits, summed as they are listed */
     add_i(o, "resident", resident);
     add_i(o, "context_floors", floors);
     add_i(o, "granted", comem_ledger_granted(&s->ledger, d));
@@ -162,18 +228,21 @@ static json_object *device_json(comem_coord_srv *s, int d)
         add_i(p, "pid", ss->pid);
         add_s(p, "name", ss->name);
         add_s(p, "role", role_name(ss->role));
-        /* One pass over the holders: this device's for the list, and whether any of the process's (on
-           any device) computes, which makes the process busy (a node computing with one model). */
+        /* One walk of its holders: this device's for the list and their overhead, and whether any of
+           the process's (on any device) computes, which makes the process busy (a node computing with
+           one model). */
         bool busy = ss->busy;
+        int64_t overhead = 0;
         json_object *hs = json_object_new_array();
-        for (size_t k = 0; k < comem_slab_slots(&s->ledger.holders); k++) {
+        for (uint32_t k = ix->first_holder[i]; k; k = ix->next_holder[k - 1]) {
             uint64_t hid;
-            const ledger_holder *h = comem_slab_at(&s->ledger.holders, k, &hid);
-            if (!h || h->session != sid)
-                continue;
+            const ledger_holder *h = comem_slab_at(&s->ledger.holders, k - 1, &hid);
             busy |= h->busy;
-            if (h->device == d)
-                json_object_array_add(hs, holder_json(s, hid, h, d));
+            if (h->device != d)
+                continue;
+            json_object_array_add(hs, holder_json(s, ix, hid, h, d));
+            if (h->census_seen)
+                overhead = comem_add(overhead, h->overhead);
         }
         add_b(p, "busy", busy);
         if (ss->prompt[0])
@@ -184,9 +253,12 @@ static json_object *device_json(comem_coord_srv *s, int d)
         add_i(p, "resident", comem_ledger_session_resident(&s->ledger, sid, 0, d));
         add_i(p, "pinned", ss->pinned);
         json_object_object_add(p, "holders", hs);
-        const conn *pc = coord_conn_of(s, sid);
+        const conn *pc = ix->conn_of[i];
         add_known(p, "ordinal", pc != NULL, pc ? coord_device_out(pc, d) : 0); /* as the process numbers it */
-        coord_floor_split split = coord_split_floor(s, sid, d); /* context_floor, split */
+        coord_floor_split split = coord_split_floor_given(s, sid, d, overhead); /* context_floor, split */
+        all.overhead = comem_add(all.overhead, split.overhead);
+        all.context = comem_add(all.context, split.context);
+        all.unregistered = comem_add(all.unregistered, split.unregistered);
         add_i(p, "context", split.context);
         add_i(p, "overhead", split.overhead);
         add_i(p, "unregistered", split.unregistered);
@@ -216,12 +288,8 @@ static json_object *device_json(comem_coord_srv *s, int d)
     if (m->valid && m->r.procs_known) {
         json_object *others = json_object_new_array();
         for (size_t p = 0; p < m->r.n_procs; p++) {
-            bool known = false;
-            for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions) && !known; i++) {
-                const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, NULL);
-                known = ss && ss->pid == m->r.procs[p].pid;
-            }
-            if (!known) {
+            int32_t pid = m->r.procs[p].pid;
+            if (!bsearch(&pid, ix->pids, ix->n_pids, sizeof pid, cmp_pid)) {
                 json_object *x = json_object_new_object();
                 add_i(x, "pid", m->r.procs[p].pid);
                 add_i(x, "bytes", m->r.procs[p].bytes);
@@ -314,9 +382,15 @@ char *coord_status_json(comem_coord_srv *s)
     add_i(pins, "total", s->ledger.total_pinned);
     add_i(pins, "max", s->ledger.max_pinned);
     json_object_object_add(root, "pins", pins);
+    status_index x;
+    if (!index_build(s, &x)) {
+        json_object_put(root);
+        return NULL; /* no memory: the caller says it cannot build the status */
+    }
     json_object *devs = json_object_new_array();
     for (int d = 0; d < s->ledger.n_devices; d++)
-        json_object_array_add(devs, device_json(s, d));
+        json_object_array_add(devs, device_json(s, &x, d));
+    index_free(&x);
     json_object_object_add(root, "devices", devs);
     /* Added by issue 14: devices that are one card. */
     char warnings[16][COORD_WARNING_MAX];

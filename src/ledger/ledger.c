@@ -7,6 +7,7 @@
 
 #include "base/bytes.h"
 #include "base/log.h"
+#include "ledger/bounds.h"
 #include "comem/common.h"
 
 static void copy_name(char *dst, const char *src)
@@ -26,6 +27,36 @@ static void changed(comem_ledger *l, int device)
     for (int d = 0; d < l->n_devices; d++)
         if (device < 0 || d == device)
             l->devices[d].changes++;
+}
+
+/*
+ * An entry's resident moved by delta: its holder's, session's, process's and
+ * device's sums follow, so none of them is a scan of every entry.
+ */
+static void resident_moved(comem_ledger *l, const ledger_entry *e, int64_t delta)
+{
+    ledger_holder *h = comem_slab_get(&l->holders, e->holder);
+    ledger_session *s = comem_slab_get(&l->sessions, e->session);
+    ledger_process *p = s ? comem_slab_get(&l->processes, s->process) : NULL;
+    if (h)
+        h->resident = comem_add(h->resident, delta);
+    if (s)
+        s->resident[e->device] = comem_add(s->resident[e->device], delta);
+    if (p)
+        p->resident[e->device] = comem_add(p->resident[e->device], delta);
+    l->devices[e->device].resident = comem_add(l->devices[e->device].resident, delta);
+}
+
+/* A grant of bytes on device was booked (bytes > 0) or removed (bytes < 0) for session. */
+static void granted_moved(comem_ledger *l, uint64_t session, int device, int64_t bytes)
+{
+    ledger_session *s = comem_slab_get(&l->sessions, session);
+    ledger_process *p = s ? comem_slab_get(&l->processes, s->process) : NULL;
+    if (s)
+        s->granted[device] = comem_add(s->granted[device], bytes);
+    if (p)
+        p->granted[device] = comem_add(p->granted[device], bytes);
+    l->devices[device].granted = comem_add(l->devices[device].granted, bytes);
 }
 
 /* After a mutation: verify when checking is on, count and report a violation. */
@@ -49,9 +80,11 @@ int comem_ledger_init(comem_ledger *l, const ledger_device *devices, int n, int6
     l->n_devices = n;
     for (int i = 0; i < n; i++) {
         l->devices[i] = devices[i];
+        l->devices[i].resident = l->devices[i].granted = 0; /* derived */
         if (l->devices[i].entry_max <= 0)
             l->devices[i].entry_max = l->devices[i].capacity; /* unsaid: the card alone */
     }
+    comem_slab_init(&l->processes, sizeof(ledger_process));
     comem_slab_init(&l->sessions, sizeof(ledger_session));
     comem_slab_init(&l->holders, sizeof(ledger_holder));
     comem_slab_init(&l->entries, sizeof(ledger_entry));
@@ -63,6 +96,7 @@ int comem_ledger_init(comem_ledger *l, const ledger_device *devices, int n, int6
 void comem_ledger_fini(comem_ledger *l)
 {
     comem_order_fini(&l->order_nodes);
+    comem_slab_fini(&l->processes);
     comem_slab_fini(&l->sessions);
     comem_slab_fini(&l->holders);
     comem_slab_fini(&l->entries);
@@ -73,27 +107,9 @@ void comem_ledger_set_checking(comem_ledger *l, bool on) { l->checking = on; }
 
 /* ---- sums ---- */
 
-int64_t comem_ledger_resident(const comem_ledger *l, int device)
-{
-    int64_t sum = 0;
-    for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
-        const ledger_entry *e = comem_slab_at(&l->entries, i, NULL);
-        if (e && e->device == device)
-            sum = comem_add(sum, e->resident);
-    }
-    return sum;
-}
+int64_t comem_ledger_resident(const comem_ledger *l, int device) { return l->devices[device].resident; }
 
-int64_t comem_ledger_granted(const comem_ledger *l, int device)
-{
-    int64_t sum = 0;
-    for (size_t i = 0; i < comem_slab_slots(&l->grants); i++) {
-        const ledger_grant *g = comem_slab_at(&l->grants, i, NULL);
-        if (g && g->device == device)
-            sum = comem_add(sum, g->bytes);
-    }
-    return sum;
-}
+int64_t comem_ledger_granted(const comem_ledger *l, int device) { return l->devices[device].granted; }
 
 int64_t comem_ledger_floors(const comem_ledger *l, int device)
 {
@@ -115,16 +131,86 @@ int64_t comem_ledger_attributed(const comem_ledger *l, int device)
 
 int64_t comem_ledger_session_resident(const comem_ledger *l, uint64_t session, uint64_t holder, int device)
 {
-    int64_t sum = 0;
-    for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
-        const ledger_entry *e = comem_slab_at(&l->entries, i, NULL);
-        if (e && e->session == session && (holder == 0 || e->holder == holder) && (device < 0 || e->device == device))
-            sum = comem_add(sum, e->resident);
+    if (holder) {
+        const ledger_holder *h = comem_slab_get(&l->holders, holder);
+        return h && h->session == session && (device < 0 || h->device == device) ? h->resident : 0;
     }
+    const ledger_session *s = comem_slab_get(&l->sessions, session);
+    if (!s)
+        return 0;
+    if (device >= 0)
+        return s->resident[device];
+    int64_t sum = 0;
+    for (int d = 0; d < l->n_devices; d++)
+        sum = comem_add(sum, s->resident[d]);
     return sum;
 }
 
 /* ---- the invariants ---- */
+
+/* The derived sums (resident, granted, entry counts) against the records they sum, in one pass each. */
+static int check_derived(const comem_ledger *l, char *why, size_t len)
+{
+    size_t nh = comem_slab_slots(&l->holders), ns = comem_slab_slots(&l->sessions);
+    int64_t *h_res = calloc(nh + 1, sizeof *h_res), *s_res = calloc(ns * COMEM_MAX_DEVICES + 1, sizeof *s_res);
+    int64_t *s_gr = calloc(ns * COMEM_MAX_DEVICES + 1, sizeof *s_gr);
+    uint32_t *h_n = calloc(nh + 1, sizeof *h_n);
+    int64_t d_res[COMEM_MAX_DEVICES] = {0}, d_gr[COMEM_MAX_DEVICES] = {0};
+    int rc = COMEM_OK;
+    if (!h_res || !s_res || !s_gr || !h_n)
+        goto out; /* no memory to check with: not a violation */
+    for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
+        const ledger_entry *e = comem_slab_at(&l->entries, i, NULL);
+        if (!e || !comem_slab_get(&l->holders, e->holder) || !comem_slab_get(&l->sessions, e->session))
+            continue; /* an orphan: the ownership check reports it */
+        h_res[comem_slab_slot(e->holder)] += e->resident;
+        h_n[comem_slab_slot(e->holder)]++;
+        s_res[comem_slab_slot(e->session) * COMEM_MAX_DEVICES + (size_t)e->device] += e->resident;
+        d_res[e->device] += e->resident;
+    }
+    for (size_t i = 0; i < comem_slab_slots(&l->grants); i++) {
+        const ledger_grant *g = comem_slab_at(&l->grants, i, NULL);
+        if (!g || !comem_slab_get(&l->sessions, g->session) || !valid_device(l, g->device))
+            continue;
+        s_gr[comem_slab_slot(g->session) * COMEM_MAX_DEVICES + (size_t)g->device] += g->bytes;
+        d_gr[g->device] += g->bytes;
+    }
+    for (size_t i = 0; i < nh && rc == COMEM_OK; i++) {
+        uint64_t id;
+        const ledger_holder *h = comem_slab_at(&l->holders, i, &id);
+        if (h && (h->resident != h_res[i] || h->n_entries != h_n[i])) {
+            snprintf(why, len, "holder %llx: resident %lld and %u entries, its entries say %lld and %u",
+                     (unsigned long long)id, (long long)h->resident, h->n_entries, (long long)h_res[i], h_n[i]);
+            rc = COMEM_ERANGE;
+        }
+    }
+    for (size_t i = 0; i < ns && rc == COMEM_OK; i++) {
+        uint64_t id;
+        const ledger_session *x = comem_slab_at(&l->sessions, i, &id);
+        for (int d = 0; x && d < l->n_devices && rc == COMEM_OK; d++) {
+            if (x->resident[d] != s_res[i * COMEM_MAX_DEVICES + (size_t)d] ||
+                x->granted[d] != s_gr[i * COMEM_MAX_DEVICES + (size_t)d]) {
+                snprintf(why, len, "session %llx, device %d: its resident or granted sum disagrees with its records",
+                         (unsigned long long)id, d);
+                rc = COMEM_ERANGE;
+            }
+        }
+    }
+    for (int d = 0; d < l->n_devices && rc == COMEM_OK; d++) {
+        if (l->devices[d].resident != d_res[d] || l->devices[d].granted != d_gr[d]) {
+            snprintf(why, len, "device %d: resident %lld, granted %lld; its records say %lld, %lld", d,
+                     (long long)l->devices[d].resident, (long long)l->devices[d].granted, (long long)d_res[d],
+                     (long long)d_gr[d]);
+            rc = COMEM_ERANGE;
+        }
+    }
+out:
+    free(h_res);
+    free(s_res);
+    free(s_gr);
+    free(h_n);
+    return rc;
+}
 
 int comem_ledger_check(const comem_ledger *l, char *why, size_t len)
 {
@@ -160,6 +246,14 @@ int comem_ledger_check(const comem_ledger *l, char *why, size_t len)
                  n_entries, n_grants);
         return COMEM_ERANGE;
     }
+    if (l->sessions.used > COMEM_LEDGER_MAX_SESSIONS || l->holders.used > COMEM_LEDGER_MAX_HOLDERS ||
+        l->entries.used > COMEM_LEDGER_MAX_ENTRIES || l->grants.used > COMEM_LEDGER_MAX_GRANTS) {
+        snprintf(why, len, "a global bound is passed: %zu sessions, %zu holders, %zu entries, %zu grants",
+                 l->sessions.used, l->holders.used, l->entries.used, l->grants.used);
+        return COMEM_ERANGE;
+    }
+    if (ledger_bound_verify(l, why, len) != COMEM_OK)
+        return COMEM_ERANGE;
     if (pinned != l->total_pinned || l->total_pinned < 0 ||
         (l->total_pinned > 0 && l->max_pinned > 0 && l->total_pinned > l->max_pinned)) {
         snprintf(why, len, "pins: total %lld, sessions %lld, ceiling %lld", (long long)l->total_pinned,
@@ -222,15 +316,28 @@ int comem_ledger_check(const comem_ledger *l, char *why, size_t len)
             }
         }
     }
+    int64_t records[COMEM_MAX_DEVICES] = {0}; /* attributed from the records, not the derived sums */
+    for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
+        const ledger_entry *e = comem_slab_at(&l->entries, i, NULL);
+        if (e)
+            records[e->device] = comem_add(records[e->device], e->resident);
+    }
+    for (size_t i = 0; i < comem_slab_slots(&l->grants); i++) {
+        const ledger_grant *g = comem_slab_at(&l->grants, i, NULL);
+        if (g)
+            records[g->device] = comem_add(records[g->device], g->bytes);
+    }
     for (int d = 0; d < l->n_devices; d++) {
-        int64_t a = comem_ledger_attributed(l, d);
+        int64_t a = comem_add(records[d], comem_ledger_floors(l, d));
+        if (l->devices[d].unified)
+            a = comem_add(a, l->total_pinned);
         if (a > l->devices[d].capacity) {
             snprintf(why, len, "device %d: attributed %lld above capacity %lld", d, (long long)a,
                      (long long)l->devices[d].capacity);
             return COMEM_ERANGE;
         }
     }
-    return COMEM_OK;
+    return check_derived(l, why, len);
 }
 
 /* ---- sessions ---- */
@@ -238,9 +345,17 @@ int comem_ledger_check(const comem_ledger *l, char *why, size_t len)
 int comem_ledger_session_add(comem_ledger *l, int32_t pid, uint32_t uid, uint8_t role, uint8_t scope, uint32_t caps,
                              const char *name, int64_t now_ns, uint64_t *id)
 {
-    ledger_session *s = comem_slab_alloc(&l->sessions, id);
-    if (!s)
+    if (l->sessions.used >= COMEM_LEDGER_MAX_SESSIONS)
+        return COMEM_ERANGE; /* the sure shares are set aside for this many */
+    uint64_t process;
+    if (ledger_process_join(l, pid, name, &process) != COMEM_OK)
         return COMEM_ENOMEM;
+    ledger_session *s = comem_slab_alloc(&l->sessions, id);
+    if (!s) {
+        ledger_process_leave(l, process);
+        return COMEM_ENOMEM;
+    }
+    s->process = process;
     s->pid = pid;
     s->uid = uid;
     s->role = role;
@@ -267,6 +382,7 @@ int comem_ledger_session_end(comem_ledger *l, uint64_t id, ledger_release_summar
         if (g && g->session == id) {
             sum.grants++;
             sum.grant_bytes = comem_add(sum.grant_bytes, g->bytes);
+            granted_moved(l, id, g->device, -g->bytes);
             comem_slab_free(&l->grants, rid);
         }
     }
@@ -275,6 +391,7 @@ int comem_ledger_session_end(comem_ledger *l, uint64_t id, ledger_release_summar
         if (e && e->session == id) {
             sum.entries++;
             sum.resident_bytes = comem_add(sum.resident_bytes, e->resident);
+            resident_moved(l, e, -e->resident);
             comem_order_remove(l, rid);
             comem_slab_free(&l->entries, rid);
         }
@@ -288,6 +405,10 @@ int comem_ledger_session_end(comem_ledger *l, uint64_t id, ledger_release_summar
     }
     sum.pinned_bytes = s->pinned;
     l->total_pinned = comem_sub(l->total_pinned, s->pinned);
+    ledger_bound_give(l, s->process, LEDGER_HOLDERS, s->n_holders);
+    ledger_bound_give(l, s->process, LEDGER_ENTRIES, s->n_entries);
+    ledger_bound_give(l, s->process, LEDGER_GRANTS, s->n_grants);
+    ledger_process_leave(l, s->process);
     comem_slab_free(&l->sessions, id);
     if (out)
         *out = sum;
@@ -361,12 +482,13 @@ int comem_ledger_holder_add(comem_ledger *l, uint64_t session, int device, uint8
     if (kind < COMEM_HOLDER_MODELS || kind > COMEM_HOLDER_RAW)
         return COMEM_EINVAL;
     ledger_session *ss = comem_slab_get(&l->sessions, session);
-    if (ss->n_holders >= COMEM_LEDGER_SESSION_HOLDERS || l->holders.used >= COMEM_LEDGER_MAX_HOLDERS)
+    if (ledger_bound_check(l, ss->process, LEDGER_HOLDERS) != COMEM_OK)
         return COMEM_ERANGE;
     ledger_holder *h = comem_slab_alloc(&l->holders, id);
     if (!h)
         return COMEM_ENOMEM;
     ss->n_holders++;
+    ledger_bound_take(l, ss->process, LEDGER_HOLDERS);
     h->session = session;
     h->device = device;
     h->kind = kind;
@@ -391,14 +513,17 @@ int comem_ledger_holder_remove(comem_ledger *l, uint64_t session, uint64_t holde
     for (size_t i = 0; i < comem_slab_slots(&l->entries); i++) {
         ledger_entry *e = comem_slab_at(&l->entries, i, &eid);
         if (e && e->holder == holder) {
+            resident_moved(l, e, -e->resident);
             comem_order_remove(l, eid);
             comem_slab_free(&l->entries, eid);
             ss->n_entries--;
+            ledger_bound_give(l, ss->process, LEDGER_ENTRIES, 1);
         }
     }
     int device = h->device;
     comem_slab_free(&l->holders, holder);
     ss->n_holders--;
+    ledger_bound_give(l, ss->process, LEDGER_HOLDERS, 1);
     changed(l, device);
     after_mutation(l, "holder remove");
     return COMEM_OK;
@@ -417,7 +542,7 @@ int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, c
     if (size > l->devices[h->device].entry_max)
         return COMEM_ERANGE; /* more than the card, RAM and swap together could hold */
     ledger_session *ss = comem_slab_get(&l->sessions, session);
-    if (ss->n_entries >= COMEM_LEDGER_SESSION_ENTRIES || l->entries.used >= COMEM_LEDGER_MAX_ENTRIES)
+    if (ledger_bound_check(l, ss->process, LEDGER_ENTRIES) != COMEM_OK)
         return COMEM_ERANGE;
     resident = comem_min(comem_clamp0(resident), size);
     if (comem_add(comem_ledger_attributed(l, h->device), resident) > l->devices[h->device].capacity)
@@ -426,6 +551,8 @@ int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, c
     if (!e)
         return COMEM_ENOMEM;
     ss->n_entries++;
+    ledger_bound_take(l, ss->process, LEDGER_ENTRIES);
+    h->n_entries++;
     e->holder = holder;
     e->session = session;
     e->device = h->device;
@@ -436,6 +563,7 @@ int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, c
     e->dynamic = dynamic;
     e->last_use_ns = now_ns;
     copy_name(e->name, name);
+    resident_moved(l, e, resident);
     comem_order_insert(l, *id);
     changed(l, e->device);
     after_mutation(l, "entry add");
@@ -465,9 +593,15 @@ int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry)
     if (!e || e->session != session)
         return COMEM_ENOENT;
     int device = e->device;
+    ledger_session *ss = comem_ledger_session(l, session);
+    ledger_holder *h = comem_slab_get(&l->holders, e->holder);
+    resident_moved(l, e, -e->resident);
+    if (h)
+        h->n_entries--;
     comem_order_remove(l, entry);
     comem_slab_free(&l->entries, entry);
-    comem_ledger_session(l, session)->n_entries--;
+    ss->n_entries--;
+    ledger_bound_give(l, ss->process, LEDGER_ENTRIES, 1);
     changed(l, device);
     after_mutation(l, "entry remove");
     return COMEM_OK;
@@ -538,6 +672,7 @@ int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint
         if (r != e->resident || refs != e->refs) {
             comem_order_remove(l, items[i].entry_id); /* its order key changes */
             if (r != e->resident) {
+                resident_moved(l, e, comem_sub(r, e->resident));
                 e->resident = r;
                 e->last_use_ns = now_ns;
                 moved++;
@@ -575,7 +710,7 @@ int comem_ledger_grant_add(comem_ledger *l, uint64_t session, uint64_t holder, i
         return COMEM_ENODEV;
     if (bytes <= 0)
         return COMEM_EINVAL;
-    if (ss->n_grants >= COMEM_LEDGER_SESSION_GRANTS || l->grants.used >= COMEM_LEDGER_MAX_GRANTS)
+    if (ledger_bound_check(l, ss->process, LEDGER_GRANTS) != COMEM_OK)
         return COMEM_ERANGE;
     if (comem_add(comem_ledger_attributed(l, device), bytes) > l->devices[device].capacity)
         return COMEM_ENOSPC;
@@ -583,11 +718,13 @@ int comem_ledger_grant_add(comem_ledger *l, uint64_t session, uint64_t holder, i
     if (!g)
         return COMEM_ENOMEM;
     ss->n_grants++;
+    ledger_bound_take(l, ss->process, LEDGER_GRANTS);
     g->session = session;
     g->holder = holder;
     g->device = device;
     g->bytes = bytes;
     g->expires_ns = expires_ns;
+    granted_moved(l, session, device, bytes);
     after_mutation(l, "grant add");
     return COMEM_OK;
 }
@@ -606,12 +743,17 @@ int comem_ledger_grant_done(comem_ledger *l, uint64_t session, uint64_t grant, u
         /* The grant's bytes turn into residency; never more than the grant booked. */
         int64_t grow = comem_min(comem_clamp0(comem_sub(comem_clamp0(used), e->resident)), g->bytes);
         comem_order_remove(l, entry);
-        e->resident = comem_min(comem_add(e->resident, grow), e->size);
+        int64_t resident = comem_min(comem_add(e->resident, grow), e->size);
+        resident_moved(l, e, comem_sub(resident, e->resident));
+        e->resident = resident;
         e->peak = comem_max(e->peak, e->resident);
         comem_order_insert(l, entry);
     }
+    granted_moved(l, session, g->device, -g->bytes);
     comem_slab_free(&l->grants, grant);
-    comem_ledger_session(l, session)->n_grants--;
+    ledger_session *ss = comem_ledger_session(l, session);
+    ss->n_grants--;
+    ledger_bound_give(l, ss->process, LEDGER_GRANTS, 1);
     after_mutation(l, "grant done");
     return COMEM_OK;
 }
@@ -624,8 +766,11 @@ int comem_ledger_grants_expire(comem_ledger *l, int64_t now_ns)
         ledger_grant *g = comem_slab_at(&l->grants, i, &id);
         if (g && g->expires_ns <= now_ns) {
             ledger_session *ss = comem_slab_get(&l->sessions, g->session);
-            if (ss)
+            granted_moved(l, g->session, g->device, -g->bytes);
+            if (ss) {
                 ss->n_grants--;
+                ledger_bound_give(l, ss->process, LEDGER_GRANTS, 1);
+            }
             comem_slab_free(&l->grants, id);
             n++;
         }

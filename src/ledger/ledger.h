@@ -3,10 +3,13 @@
  *
  *   ledger
  *   ├── devices[]   capacity, free-reading scope, reserve (base read once, published value)
- *   ├── sessions    one per connected process: pid, role, name, busy mark, prompt, pins,
- *   │   │           context floor per device
+ *   ├── processes   one per pid (a peer in another pid namespace: one per session): its
+ *   │               sessions, what they hold against the bounds, resident + granted per device
+ *   ├── sessions    one per connection: pid, role, name, busy mark, prompt, pins,
+ *   │   │           context floor per device, resident and granted per device (derived)
  *   │   └── holders one per thing that holds memory and can be asked (a model list,
- *   │       │       a pager, a pin set): device, kind, flags, census sequence
+ *   │       │       a pager, a pin set): device, kind, flags, census sequence, its
+ *   │       │       entries' count and resident (derived)
  *   │       └── entries one per model/VBAR/buffer: size, resident, peak, references,
  *   │                   sequence, dynamic, last use
  *   └── grants      admission grants: bytes booked on a device for a session until
@@ -38,17 +41,37 @@
 #define COMEM_LEDGER_NAME_MAX COMEM_WIRE_NAME_MAX
 
 /*
- * Bounds on what one session, and the whole ledger, may register: a process
- * holds tens to a few hundred models, so these are far above real use and
- * keep a runaway or hostile client from growing the coordinator without end.
- * An add beyond a bound is refused with COMEM_ERANGE and changes nothing.
+ * Bounds on what one process (all its sessions together: a process may hold
+ * up to 64 connections) and the whole ledger may register: a process holds
+ * tens to a few hundred models, so these are far above real use and keep a
+ * runaway or hostile client from growing the coordinator without end.
+ *
+ * Fair share (ledger/bounds.c): every process is sure of COMEM_LEDGER_SURE_*
+ * records, set aside for as many processes as there may be sessions; the rest
+ * of each global bound is shared first come, up to a process's own bound. So
+ * no process, however many sessions it opens, can take what another needs to
+ * start: a ComfyUI host registers two or three holders and a worker one, with
+ * an entry per loaded model. SURE * MAX_SESSIONS is half of each global bound,
+ * so the shared half still holds 32 processes at their holder and grant bound
+ * and 8 at their entry bound.
+ *
+ * An add beyond a bound is refused with COMEM_ERANGE and changes nothing;
+ * comem_ledger_bound_why() says which bound and whose.
  */
-#define COMEM_LEDGER_SESSION_HOLDERS 256
-#define COMEM_LEDGER_SESSION_ENTRIES 4096
-#define COMEM_LEDGER_SESSION_GRANTS 256
+#define COMEM_LEDGER_PROCESS_HOLDERS 256
+#define COMEM_LEDGER_PROCESS_ENTRIES 4096
+#define COMEM_LEDGER_PROCESS_GRANTS 256
 #define COMEM_LEDGER_MAX_HOLDERS 16384
 #define COMEM_LEDGER_MAX_ENTRIES 65536
 #define COMEM_LEDGER_MAX_GRANTS 16384
+#define COMEM_LEDGER_MAX_SESSIONS 1024 /* one per coordinator connection */
+#define COMEM_LEDGER_SURE_HOLDERS 8
+#define COMEM_LEDGER_SURE_ENTRIES 32
+#define COMEM_LEDGER_SURE_GRANTS 8
+#define COMEM_LEDGER_SESSION_GRANTS COMEM_LEDGER_PROCESS_GRANTS /* the name coord/admit.c's refusal uses */
+
+/* The records a bound counts. */
+typedef enum ledger_kind { LEDGER_HOLDERS, LEDGER_ENTRIES, LEDGER_GRANTS, LEDGER_KINDS } ledger_kind;
 
 typedef struct ledger_device {
     int index;
@@ -63,6 +86,8 @@ typedef struct ledger_device {
     int64_t published;     /* the total reserve published to the host */
     int64_t last_free;     /* true free at the last reading (-1 before any) */
     int64_t last_read_ns;
+    int64_t resident;      /* derived: Σ resident of its entries */
+    int64_t granted;       /* derived: Σ bytes of its grants */
     uint64_t changes;      /* generation: moves with every mutation that changes what the card shows or
                               who holds it (sessions, holders, entries, residency, pins), never with a
                               grant; a reading taken at another generation may be stale (coord/measure.c) */
@@ -80,8 +105,21 @@ typedef struct ledger_session {
     int64_t pinned;                     /* pinned host RAM booked */
     int64_t floor[COMEM_MAX_DEVICES];   /* context floor per device, 0 when no context */
     int64_t started_ns;
-    uint32_t n_holders, n_entries, n_grants; /* derived: what it owns, against the bounds above */
+    uint64_t process;                   /* its ledger_process */
+    uint32_t n_holders, n_entries, n_grants; /* derived: what it owns */
+    int64_t resident[COMEM_MAX_DEVICES]; /* derived: Σ resident of its entries per device */
+    int64_t granted[COMEM_MAX_DEVICES];  /* derived: Σ bytes of its grants per device */
 } ledger_session;
+
+/* A process: what its sessions hold together, against the bounds above (ledger/bounds.c). */
+typedef struct ledger_process {
+    int32_t pid;
+    char name[COMEM_LEDGER_NAME_MAX]; /* its first session's */
+    uint32_t sessions;
+    uint32_t held[LEDGER_KINDS];      /* derived: Σ of its sessions' holders, entries, grants */
+    int64_t resident[COMEM_MAX_DEVICES]; /* derived: Σ of its sessions' */
+    int64_t granted[COMEM_MAX_DEVICES];
+} ledger_process;
 
 typedef struct ledger_holder {
     uint64_t session;
@@ -100,6 +138,8 @@ typedef struct ledger_holder {
     int64_t unanswered_until_ns; /* it let an ask pass its deadline: not asked again before this */
     uint32_t receipts_over; /* receipts that claimed more than it held (counted as what it held) */
     uint32_t receipts_contradicted; /* receipts whose bytes the card did not see leave (coord/receipt_check.c) */
+    uint32_t n_entries;     /* derived: its entries */
+    int64_t resident;       /* derived: Σ resident of its entries */
 } ledger_holder;
 
 typedef struct ledger_entry {
@@ -128,7 +168,8 @@ typedef struct ledger_grant {
 typedef struct comem_ledger {
     int n_devices;
     ledger_device devices[COMEM_MAX_DEVICES];
-    comem_slab sessions, holders, entries, grants;
+    comem_slab processes, sessions, holders, entries, grants;
+    uint32_t shared_used[LEDGER_KINDS]; /* derived: Σ over processes of what each holds beyond its sure share */
     int64_t total_pinned;
     int64_t max_pinned; /* machine ceiling; <= 0: pinning refused */
     comem_order_nodes order_nodes;           /* derived: eviction order per device */
@@ -170,8 +211,10 @@ int comem_ledger_check(const comem_ledger *l, char *why, size_t len);
 /*
  * Adds a session for a connected process: pid and uid as the kernel gave them,
  * role (comem_role), scope of its own free reading (comem_scope), caps
- * (COMEM_CAP_*), name (cut to COMEM_LEDGER_NAME_MAX - 1 bytes). Writes its id
- * to *id. COMEM_ENOMEM. Every device's generation moves (it may hold a context).
+ * (COMEM_CAP_*), name (cut to COMEM_LEDGER_NAME_MAX - 1 bytes). It joins the
+ * process of its pid (pid <= 0: a process of its own). Writes its id to *id.
+ * COMEM_ERANGE beyond COMEM_LEDGER_MAX_SESSIONS, COMEM_ENOMEM. Every device's
+ * generation moves (it may hold a context).
  */
 int comem_ledger_session_add(comem_ledger *l, int32_t pid, uint32_t uid, uint8_t role, uint8_t scope, uint32_t caps,
                              const char *name, int64_t now_ns, uint64_t *id);
@@ -183,6 +226,15 @@ int comem_ledger_session_add(comem_ledger *l, int32_t pid, uint32_t uid, uint8_t
 int comem_ledger_session_end(comem_ledger *l, uint64_t id, ledger_release_summary *out);
 /* The live session with this id, or NULL. */
 ledger_session *comem_ledger_session(comem_ledger *l, uint64_t id);
+/* The process of a live session, or NULL. */
+const ledger_process *comem_ledger_process_of(const comem_ledger *l, uint64_t session);
+/*
+ * Whether a bound refuses session one more record of kind now: 0 when none
+ * does, else the length of a one-line reason written to why (cut to len):
+ * the process's own bound ("this process holds 256 over its 2 sessions"), or
+ * the shared part of the global one, naming the process that holds the most.
+ */
+size_t comem_ledger_bound_why(const comem_ledger *l, uint64_t session, ledger_kind kind, char *why, size_t len);
 /*
  * Marks a busy/idle boundary for a session (holder 0: it and all its holders)
  * or one of its holders. A holder going idle starts its idle clock at now_s and
@@ -204,7 +256,7 @@ int comem_ledger_set_floor(comem_ledger *l, uint64_t session, int device, int64_
  * Adds a holder of session on device: kind (comem_holder_kind), flags
  * (COMEM_CAP_* it answers), name; its idle clock starts at now_s. Writes its id
  * to *id. COMEM_ENOENT (session), COMEM_ENODEV (device), COMEM_EINVAL (kind),
- * COMEM_ERANGE (the session's or the ledger's holder bound), COMEM_ENOMEM.
+ * COMEM_ERANGE (a holder bound: comem_ledger_bound_why), COMEM_ENOMEM.
  */
 int comem_ledger_holder_add(comem_ledger *l, uint64_t session, int device, uint8_t kind, uint32_t flags,
                             const char *name, double now_s, uint64_t *id);
@@ -287,12 +339,12 @@ int comem_ledger_pin_acquire(comem_ledger *l, uint64_t session, int64_t bytes, i
 /* Gives back bytes of session's pinned RAM (more than it holds: warned, clamped). COMEM_ENOENT, COMEM_EINVAL. */
 int comem_ledger_pin_release(comem_ledger *l, uint64_t session, int64_t bytes);
 
-/* ---- sums (saturating) ---- */
+/* ---- sums (saturating; derived, kept as records change: O(1) but for the floors) ---- */
 /* Σ resident of every entry on device. */
 int64_t comem_ledger_resident(const comem_ledger *l, int device);
 /* Σ bytes of the outstanding grants on device. */
 int64_t comem_ledger_granted(const comem_ledger *l, int device);
-/* Σ context floors on device. */
+/* Σ context floors on device (a pass over the sessions). */
 int64_t comem_ledger_floors(const comem_ledger *l, int device);
 /*
  * resident + floors + grants on device (+ the machine's pinned RAM on a unified

@@ -34,5 +34,7 @@ void *comem_slab_get(const comem_slab *s, uint64_t id);
 /* Iteration: slots 0..cap; the record at slot i if live, else NULL; its id. */
 static inline size_t comem_slab_slots(const comem_slab *s) { return s->cap; }
 void *comem_slab_at(const comem_slab *s, size_t slot, uint64_t *id);
+/* The slot an id names (live or not): an index for arrays kept beside the slab. */
+static inline size_t comem_slab_slot(uint64_t id) { return (size_t)(uint32_t)id - 1; }
 
 #endif

@@ -148,28 +148,39 @@ static void test_entry_size_bounded(void **st)
     assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "huge", COMEM_TIB, 0, false, 0, &id), COMEM_ERANGE);
 }
 
-/* What one session may register is bounded; the bound is refused clearly and freed with the session. */
-static void test_session_bounds(void **st)
+/* What one process may register is bounded over all its sessions; the bound is refused clearly and freed with them. */
+static void test_process_bounds(void **st)
 {
     (void)st;
-    uint64_t s = session("w"), h = holder(s, 0), id;
-    for (int i = 1; i < COMEM_LEDGER_SESSION_HOLDERS; i++)
+    uint64_t s = session("w"), s2 = session("w"), h = holder(s, 0), id; /* both sessions: pid 100 */
+    for (int i = 1; i < COMEM_LEDGER_PROCESS_HOLDERS - 1; i++)
         holder(s, 0);
-    assert_int_equal(comem_ledger_holder_add(&g_l, s, 0, COMEM_HOLDER_MODELS, 0, "one-too-many", 0, &id), COMEM_ERANGE);
+    uint64_t h2 = holder(s2, 0);
+    assert_int_equal(comem_ledger_holder_add(&g_l, s2, 0, COMEM_HOLDER_MODELS, 0, "one-too-many", 0, &id), COMEM_ERANGE);
+    char why[128];
+    assert_true(comem_ledger_bound_why(&g_l, s2, LEDGER_HOLDERS, why, sizeof why) > 0);
+    assert_string_equal(why, "too many holders: this process holds 256 over its 2 sessions (at most 256 a process)");
     comem_ledger_set_checking(&g_l, false); /* 4096 adds: check once at the end */
-    for (int i = 0; i < COMEM_LEDGER_SESSION_ENTRIES; i++)
+    for (int i = 0; i < COMEM_LEDGER_PROCESS_ENTRIES - 1; i++)
         assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "m", 1, 0, false, 0, &id), 0);
+    assert_int_equal(comem_ledger_entry_add(&g_l, s2, h2, "m", 1, 0, false, 0, &id), 0);
+    assert_int_equal(comem_ledger_entry_add(&g_l, s2, h2, "m", 1, 0, false, 0, &id), COMEM_ERANGE);
     assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "m", 1, 0, false, 0, &id), COMEM_ERANGE);
-    for (int i = 0; i < COMEM_LEDGER_SESSION_GRANTS; i++)
+    for (int i = 0; i < COMEM_LEDGER_PROCESS_GRANTS; i++)
         assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 0, 1, INT64_MAX, &id), 0);
-    assert_int_equal(comem_ledger_grant_add(&g_l, s, h, 0, 1, INT64_MAX, &id), COMEM_ERANGE);
+    assert_int_equal(comem_ledger_grant_add(&g_l, s2, h2, 0, 1, INT64_MAX, &id), COMEM_ERANGE);
     comem_ledger_set_checking(&g_l, true);
-    char why[256];
-    assert_int_equal(comem_ledger_check(&g_l, why, sizeof why), 0);
-    uint64_t other = session("other"), oh = holder(other, 0); /* another session is not affected */
+    char chk[256];
+    assert_int_equal(comem_ledger_check(&g_l, chk, sizeof chk), 0);
+    uint64_t other; /* another process is not affected */
+    assert_int_equal(comem_ledger_session_add(&g_l, 200, 0, COMEM_ROLE_WORKER, 0, 0, "other", 0, &other), 0);
+    uint64_t oh = holder(other, 0);
     assert_int_equal(comem_ledger_entry_add(&g_l, other, oh, "m", 1, 0, false, 0, &id), 0);
-    assert_int_equal(comem_ledger_session_end(&g_l, s, NULL), 0);
-    assert_true(g_l.entries.used == 1 && g_l.grants.used == 0 && g_l.holders.used == 1);
+    assert_int_equal(comem_ledger_bound_why(&g_l, other, LEDGER_HOLDERS, why, sizeof why), 0);
+    assert_int_equal(comem_ledger_session_end(&g_l, s, NULL), 0); /* what s held is the process's again */
+    assert_true(g_l.entries.used == 2 && g_l.grants.used == 0 && g_l.holders.used == 2);
+    assert_int_equal(comem_ledger_entry_add(&g_l, s2, h2, "m", 1, 0, false, 0, &id), 0);
+    assert_int_equal(comem_ledger_holder_add(&g_l, s2, 0, COMEM_HOLDER_MODELS, 0, "again", 0, &id), 0);
 }
 
 static void test_ownership(void **st)
@@ -502,7 +513,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_census_refused_above_capacity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_census_duplicates_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_entry_size_bounded, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_session_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_process_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ownership, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_end_releases_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grants, setup, teardown),
