@@ -264,11 +264,12 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
                                                          expires, &gid)
                                 : COMEM_OK;
         }
-        if (rc == COMEM_ERANGE) { /* the session's grants are at their bound: say so, not "short by" */
-            comem_warn("admission: '%s' holds " COORD_STR(COMEM_LEDGER_SESSION_GRANTS) " unfinished grants; refused",
-                       session_name(s, j->session));
-            coord_reply(s, c, j->request_id, COMEM_EBUSY,
-                        "too many unfinished grants (" COORD_STR(COMEM_LEDGER_SESSION_GRANTS) "); finish or cancel some");
+        if (rc == COMEM_ERANGE) { /* a grant bound: say which and whose, not "short by" */
+            char why[COMEM_WIRE_TEXT_MAX];
+            if (!comem_ledger_bound_why(&s->ledger, j->session, LEDGER_GRANTS, why, sizeof why))
+                snprintf(why, sizeof why, "too many unfinished grants");
+            comem_warn("admission: '%s' refused: %s", session_name(s, j->session), why);
+            coord_reply(s, c, j->request_id, COMEM_EBUSY, why);
             coord_count_admission(s, false, j->created_ns);
             job_free(s, jid, j);
             return;
