@@ -149,6 +149,19 @@ typedef struct ask {
     int64_t card_before;  /* the card's reading of the holder's process when asked (-1: it does not say) */
 } ask;
 
+/* Receipts waiting for the next reading of their device (coord/receipt_check.c). */
+#define COORD_RECEIPT_CHECKS 32
+typedef struct coord_receipt_pending {
+    uint64_t holder; /* 0: a free slot */
+    int32_t pid;
+    int device;
+    int64_t before, freed;
+} coord_receipt_pending;
+typedef struct coord_receipt_checks {
+    coord_receipt_pending item[COORD_RECEIPT_CHECKS];
+    uint32_t next;
+} coord_receipt_checks;
+
 /* Overcommit on a WDDM card (coord/spill.c): the current excess and its last start. */
 typedef struct coord_spill {
     int64_t current;   /* bytes beyond the card's memory at the last reading (0: none) */
@@ -259,6 +272,7 @@ typedef struct comem_coord_srv {
     comem_view_writer view;
     coord_book book;
     view_mark view_mark[COMEM_MAX_DEVICES]; /* what each device's view was last published from */
+    coord_receipt_checks receipt_checks;
     uint64_t view_turns; /* bumped by anything the view may show that moves no ledger figure (busy marks) */
     comem_msg msg; /* decode buffer: one message at a time */
     uint8_t *frame; /* encode buffer: COMEM_WIRE_MAX_FRAME */
@@ -429,8 +443,11 @@ void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns);
 /* Process pid's use of device as an ask goes out (a reading under 1 ms old serves); -1 when the card
    does not say (WDDM, no per-process figures). */
 int64_t coord_card_use_at_ask(comem_coord_srv *s, int device, int32_t pid);
-/* Flags h (receipts_contradicted, one warning) when the card did not see the bytes a receipt freed leave. */
-void coord_receipt_check(comem_coord_srv *s, const ask *a, ledger_holder *h, int32_t pid, int64_t freed);
+/* Queues a receipt's check against the next reading of its device. */
+void coord_receipt_check(comem_coord_srv *s, const ask *a, const ledger_holder *h, int32_t pid, int64_t freed);
+/* After a reading of device: flags holders (receipts_contradicted, one warning) whose receipts'
+   bytes the card did not see leave. */
+void coord_receipt_checks_run(comem_coord_srv *s, int device);
 
 /* A holder reached a node boundary (or a process ended): admissions waiting for one plan again. */
 void coord_jobs_boundary(comem_coord_srv *s);

@@ -249,6 +249,7 @@ int coord_measure(comem_coord_srv *s, int device)
     s->ledger.devices[device].last_read_ns = m->taken_ns;
     update_floors(s, device, &m->r);
     coord_spill_note(s, device, had ? &before : NULL, &m->r);
+    coord_receipt_checks_run(s, device);
     coord_publish_view(s, device);
     return COMEM_OK;
 }

@@ -4,8 +4,8 @@
  * A holder's receipt says how many bytes it freed; the ledger believes it up
  * to what the holder held (asks.c). Where the card reports each process's use
  * (NVML and the simulated card on a device-wide reading), the coordinator
- * also looks: the process's use when the ask went out, and again when the
- * receipt came. A receipt whose bytes the card never showed leaving (less
+ * also looks: the process's use in the reading the ask was planned on, and in
+ * the first reading after the receipt came (the asking admission takes one). A receipt whose bytes the card never showed leaving (less
  * than half of them, with the process's use at the ask at least that large)
  * is contradicted: counted on the holder (`receipts_contradicted` in status)
  * and said once in the log. It is a flag, not a correction: the process may
@@ -34,26 +34,41 @@ static int64_t card_use(const comem_coord_srv *s, int device, int32_t pid)
 int64_t coord_card_use_at_ask(comem_coord_srv *s, int device, int32_t pid)
 {
     const measurement *m = &s->meas[device];
-    bool fresh = m->valid && comem_now_ns() - m->taken_ns < 1000000; /* one reading serves a plan's asks */
-    if (!fresh && coord_measure(s, device) != COMEM_OK)
+    bool current = m->valid && !m->stale && m->changes == s->ledger.devices[device].changes &&
+                   comem_now_ns() - m->taken_ns <= (int64_t)s->cfg.reading_max_age_ms * 1000000;
+    if (!current && coord_measure(s, device) != COMEM_OK) /* the plan read it just now, as a rule */
         return -1;
     return card_use(s, device, pid);
 }
 
-void coord_receipt_check(comem_coord_srv *s, const ask *a, ledger_holder *h, int32_t pid, int64_t freed)
+void coord_receipt_check(comem_coord_srv *s, const ask *a, const ledger_holder *h, int32_t pid, int64_t freed)
 {
     if (!h || freed < CHECK_MIN_BYTES || a->card_before < freed)
         return; /* small, or bytes the card never showed as this process's (registered elsewhere) */
-    if (coord_measure(s, a->device) != COMEM_OK) /* read after the receipt came, never before */
-        return;
-    int64_t after = card_use(s, a->device, pid);
-    if (after < 0)
-        return;
-    int64_t left = comem_sub(a->card_before, after);
-    if (left >= freed / 2)
-        return;
-    if (h->receipts_contradicted++ == 0)
-        comem_warn("holder '%s' (pid %d) said it freed %lld bytes; the card shows its process's use go from %lld "
-                   "to %lld bytes (its later receipts are checked the same way: receipts_contradicted)",
-                   h->name, (int)pid, (long long)freed, (long long)a->card_before, (long long)after);
+    /* Looked at with the next reading of the card (the admission that asked reads it again before it
+       decides): no reading of its own on the release path. The oldest waiting check gives way. */
+    coord_receipt_checks *q = &s->receipt_checks;
+    q->item[q->next % COORD_RECEIPT_CHECKS] = (coord_receipt_pending){
+        .holder = a->holder, .pid = pid, .device = a->device, .before = a->card_before, .freed = freed};
+    q->next++;
+}
+
+void coord_receipt_checks_run(comem_coord_srv *s, int device)
+{
+    coord_receipt_checks *q = &s->receipt_checks;
+    for (int i = 0; i < COORD_RECEIPT_CHECKS; i++) {
+        coord_receipt_pending *p = &q->item[i];
+        if (!p->holder || p->device != device)
+            continue;
+        coord_receipt_pending c = *p;
+        *p = (coord_receipt_pending){0};
+        ledger_holder *h = comem_ledger_holder(&s->ledger, c.holder);
+        int64_t after = card_use(s, device, c.pid);
+        if (!h || after < 0 || comem_sub(c.before, after) >= c.freed / 2)
+            continue;
+        if (h->receipts_contradicted++ == 0)
+            comem_warn("holder '%s' (pid %d) said it freed %lld bytes; the card shows its process's use go from "
+                       "%lld to %lld bytes (its later receipts are checked the same way: receipts_contradicted)",
+                       h->name, (int)c.pid, (long long)c.freed, (long long)c.before, (long long)after);
+    }
 }
