@@ -11,7 +11,7 @@ starting off.
 One only: several processes may call this at the same moment (a ComfyUI host
 and its workers starting together), and each may start a ``comemd``; comemd
 takes ``PATH.lock`` before it binds, so one wins and the others exit at once
-(status 1, "another coordinator already runs on PATH" in the log), and every
+(status 3, "another coordinator already runs on PATH" in the log), and every
 caller ends up talking to the one that won. The systemd unit and this never
 fight for the socket for the same reason.
 
@@ -362,7 +362,7 @@ def _wait(path: str, deadline: float, timeout: float, proc: Optional[subprocess.
             except subprocess.TimeoutExpired:
                 pass
             said = _lines_of(log, offset, proc.pid)
-            lost = any("another coordinator already runs" in line for line in said)
+            lost = proc.returncode == 3 or any("another coordinator already runs" in line for line in said)
             if not lost:
                 code = proc.returncode if proc.returncode is not None else "unknown"
                 raise errors.Error(errors.EIO, "ensure_running",

@@ -789,11 +789,15 @@ static pid_t spawn_comemd(const harness *h)
 }
 
 /* True when pid is still running after ms (it is reaped when it is not). */
+static int g_exit_status; /* the last child still_running saw exit: its exit status, -1 for a signal */
+
 static bool still_running(pid_t pid, int ms)
 {
     for (int waited = 0;; waited += 10) {
-        if (waitpid(pid, NULL, WNOHANG) == pid) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
             h_forget(pid);
+            g_exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
             return false;
         }
         if (waited >= ms)
@@ -819,6 +823,7 @@ static void test_two_daemons_on_one_socket(void **s)
                 usleep(10 * 1000);
         }
         assert_true(ra != rb);
+        assert_int_equal(g_exit_status, 3); /* "another coordinator already runs": a service manager does not retry */
         int fd = -1, st; /* the survivor answers once it listens */
         for (int i = 0; i < 3000 && fd < 0; i++)
             if ((fd = raw_connect(h->sock)) < 0)
@@ -836,6 +841,7 @@ static void test_two_daemons_on_one_socket(void **s)
     assert_int_equal(unlink(h->sock), 0);
     pid_t b = spawn_comemd(h);
     assert_false(still_running(b, 30000)); /* it exits, refused: waited for as long as that takes */
+    assert_int_equal(g_exit_status, 3);
     /* The first one, stopped, removes only what it created: not a socket someone else put there since. */
     int other = listen_at(h->sock);
     h_stop(h, false);

@@ -185,7 +185,7 @@ int main(int argc, char **argv)
         comem_coord_request_stop(srv); /* asked while it was starting: run returns at once, cleaning up */
     if (rc == COMEM_EEXIST) {
         comem_error("another coordinator already runs on %s", cfg.socket_path[0] ? cfg.socket_path : "the default socket");
-        return 1;
+        return 3; /* not a failure to retry: the systemd unit says RestartPreventExitStatus=3 */
     }
     if (rc == COMEM_EINVAL) /* a setting it was given (--device, the environment): already named in one line */
         return 2;
