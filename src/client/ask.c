@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "arith/planners.h"
+#include "base/hops.h"
 #include "base/log.h"
 #include "base/size.h"
 #include "client/client_internal.h"
@@ -77,7 +78,9 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now)
 
     int64_t freed = 0;
     if (call) {
+        comem_hop(COMEM_HOP_CALLBACK_START);
         int rc = fn(user, hid, release_kind(ask->kind), ask->bytes, c->ask_ids, c->ask_amounts, n, &freed);
+        comem_hop(COMEM_HOP_CALLBACK_END);
         outcome = rc == COMEM_OK ? COMEM_RECEIPT_DONE : rc == COMEM_EBUSY ? COMEM_RECEIPT_BUSY : COMEM_RECEIPT_ERROR;
     }
     if (freed < 0)
@@ -102,6 +105,7 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now)
         it->refs = e->refs;
     }
     pthread_mutex_unlock(&c->lock);
+    comem_hop(COMEM_HOP_RECEIPT_SENT);
     (void)comem_conn_send(c, gen, m);
 
     char asked[32], got[32];
