@@ -193,6 +193,8 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
         int rc = comem_ledger_census(&s->ledger, c->session, a->holder, 0, 0, 0, 0, r->items, r->n, comem_now_ns(), NULL);
         if (rc != COMEM_OK)
             comem_warn("receipt residency from pid %d refused: %s", (int)c->pid, comem_status_str(rc));
+        else if (h && !(freed > 0 && a->kind != COMEM_ASK_PINS))
+            coord_publish_reserve(s, h->device, false); /* as its census would have (settle publishes the rest) */
     }
     int64_t generic_bytes;
     if (h && freed > 0 && a->kind == COMEM_ASK_RELEASE &&
