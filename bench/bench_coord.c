@@ -141,6 +141,7 @@ static double cpu_seconds(pid_t pid)
 }
 
 static double g_echo_cpu_us = NAN; /* the echo server's CPU per round trip */
+static double g_ping_idle_us = NAN; /* the ping-pong after 25 ms idle, as each release round starts */
 
 /* ---- 1. raw ping-pong with the admission's frame sizes ---- */
 
@@ -182,12 +183,25 @@ static double bench_ping(void)
         read_all(sv[0], out, (size_t)rep);
     }
     g_echo_cpu_us = (cpu_seconds(echo) - cpu0) / n * 1e6;
+    /* The same exchange after the idle gap each release round starts from (below): what the
+       machine's wake-ups cost when the CPUs have gone idle, not the protocol. */
+    int idle_n = g_quick ? 100 : 300;
+    double *idle = malloc(sizeof *idle * (size_t)idle_n);
+    for (int i = 0; i < idle_n; i++) {
+        usleep(25000);
+        int64_t t0 = now_ns();
+        write_all(sv[0], in, (size_t)req);
+        read_all(sv[0], out, (size_t)rep);
+        idle[i] = (double)(now_ns() - t0) / 1e3;
+    }
     close(sv[0]);
     waitpid(echo, NULL, 0);
     char what[96];
     snprintf(what, sizeof what, "raw Unix-socket ping-pong (%d B out, %d B back)", req, rep);
     double p50 = report(what, lat, (size_t)n);
+    g_ping_idle_us = report("the same ping-pong, each after 25 ms idle", idle, (size_t)idle_n);
     free(lat);
+    free(idle);
     return p50;
 }
 
@@ -880,6 +894,7 @@ int main(int argc, char **argv)
     printf("view_exited_detected=%d\n", live_before == COMEM_OK && live_after == COMEM_ECLOSED);
     printf("release_admit_p50_us=%.1f\nrelease_admit_p99_us=%.1f\nrelease_admit_vs_ping=%.1f\n", rel.p50, rel.p99,
            rel.p50 / ping);
+    printf("ping_idle_us=%.2f\nrelease_admit_vs_idle_ping=%.1f\n", g_ping_idle_us, rel.p50 / g_ping_idle_us);
     for (size_t k = 0; k < N_HOPS; k++)
         printf("release_hop_%s_us=%.1f\n", g_hops[k].name, rel.hop_p50[k]);
     printf("release_card_reads=%.0f\n", rel.card_reads);
