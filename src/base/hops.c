@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 _Atomic(int64_t *) comem_hops_slots;
@@ -17,6 +18,12 @@ void comem_hops_init(void)
     const char *path = getenv("COMEM_HOPS");
     int64_t *slots = NULL;
     int fd = path && path[0] ? open(path, O_RDWR | O_CLOEXEC) : -1;
+    struct stat st;
+    if (fd >= 0 &&
+        (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)(COMEM_HOPS * sizeof(int64_t)))) {
+        close(fd); /* not the bench's file: a stamp past its end would fault */
+        fd = -1;
+    }
     if (fd >= 0) {
         void *p = mmap(NULL, COMEM_HOPS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         close(fd);
