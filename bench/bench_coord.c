@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "base/bytes.h"
+#include "base/hops.h"
 #include "comem/comem.h"
 #include "coord/plan.h"
 #include "coord/view.h"
@@ -140,6 +141,7 @@ static double cpu_seconds(pid_t pid)
 }
 
 static double g_echo_cpu_us = NAN; /* the echo server's CPU per round trip */
+static double g_ping_idle_us = NAN; /* the ping-pong after 25 ms idle, as each release round starts */
 
 /* ---- 1. raw ping-pong with the admission's frame sizes ---- */
 
@@ -181,12 +183,25 @@ static double bench_ping(void)
         read_all(sv[0], out, (size_t)rep);
     }
     g_echo_cpu_us = (cpu_seconds(echo) - cpu0) / n * 1e6;
+    /* The same exchange after the idle gap each release round starts from (below): what the
+       machine's wake-ups cost when the CPUs have gone idle, not the protocol. */
+    int idle_n = g_quick ? 100 : 300;
+    double *idle = malloc(sizeof *idle * (size_t)idle_n);
+    for (int i = 0; i < idle_n; i++) {
+        usleep(25000);
+        int64_t t0 = now_ns();
+        write_all(sv[0], in, (size_t)req);
+        read_all(sv[0], out, (size_t)rep);
+        idle[i] = (double)(now_ns() - t0) / 1e3;
+    }
     close(sv[0]);
     waitpid(echo, NULL, 0);
     char what[96];
     snprintf(what, sizeof what, "raw Unix-socket ping-pong (%d B out, %d B back)", req, rep);
     double p50 = report(what, lat, (size_t)n);
+    g_ping_idle_us = report("the same ping-pong, each after 25 ms idle", idle, (size_t)idle_n);
     free(lat);
+    free(idle);
     return p50;
 }
 
@@ -400,15 +415,61 @@ static int on_release(void *user, uint64_t holder, int kind, int64_t bytes, cons
     return COMEM_OK;
 }
 
-static void bench_release(const char *dir)
+/*
+ * Where an admission's time goes: each step's stamp (base/hops.h, COMEM_HOPS) less the one
+ * before it, in the order the path takes ("sent": about to be written). "send" starts at the
+ * caller's call and "wake" ends at its return; "plan" includes the round's first reading of the
+ * card, "reread" is the reading after the receipt.
+ */
+static const struct {
+    const char *name;
+    int from, to; /* -1: the caller's call (from) or its return (to) */
+} g_hops[] = {
+    {"send", -1, COMEM_HOP_ADMIT_SENT},
+    {"admit_read", COMEM_HOP_ADMIT_SENT, COMEM_HOP_ADMIT_READ},
+    {"plan", COMEM_HOP_ADMIT_READ, COMEM_HOP_ASK_SENT},
+    {"ask", COMEM_HOP_ASK_SENT, COMEM_HOP_ASK_READ},
+    {"handoff", COMEM_HOP_ASK_READ, COMEM_HOP_CALLBACK_START},
+    {"callback", COMEM_HOP_CALLBACK_START, COMEM_HOP_CALLBACK_END},
+    {"receipt_send", COMEM_HOP_CALLBACK_END, COMEM_HOP_RECEIPT_SENT},
+    {"receipt", COMEM_HOP_RECEIPT_SENT, COMEM_HOP_RECEIPT_READ},
+    {"to_reread", COMEM_HOP_RECEIPT_READ, COMEM_HOP_CARD_READ_START},
+    {"reread", COMEM_HOP_CARD_READ_START, COMEM_HOP_CARD_READ},
+    {"decide", COMEM_HOP_CARD_READ, COMEM_HOP_REPLY_SENT},
+    {"reply", COMEM_HOP_REPLY_SENT, COMEM_HOP_REPLY_READ},
+    {"wake", COMEM_HOP_REPLY_READ, -1},
+};
+#define N_HOPS (sizeof g_hops / sizeof g_hops[0])
+
+typedef struct release_result {
+    double p50, p99;
+    double hop_p50[N_HOPS];
+    double card_reads; /* readings of the card in the median round */
+    int asked_once, n;
+} release_result;
+
+static release_result bench_release(const char *dir)
 {
-    char sock[256], spec[320];
+    release_result res = {.p50 = NAN, .card_reads = NAN};
+    for (size_t k = 0; k < N_HOPS; k++)
+        res.hop_p50[k] = NAN;
+    char sock[256], spec[320], hops[256];
     snprintf(sock, sizeof sock, "%s/rel.sock", dir);
     snprintf(spec, sizeof spec, "sim:8GiB:reserved=0:ctx=0:path=%s/relcard", dir);
+    snprintf(hops, sizeof hops, "%s/hops", dir);
+    int hfd = open(hops, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    int64_t *slots = MAP_FAILED;
+    if (hfd >= 0 && ftruncate(hfd, COMEM_HOPS * sizeof(int64_t)) == 0)
+        slots = mmap(NULL, COMEM_HOPS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, hfd, 0);
+    if (hfd >= 0)
+        close(hfd);
+    if (slots != MAP_FAILED)
+        setenv("COMEM_HOPS", hops, 1); /* comemd, the holder and the requester stamp their steps */
     pid_t d = start_comemd(sock, spec);
-    int to_h[2], to_r[2];
+    int to_h[2], to_r[2], out[2];
     must_pipe(to_h);
     must_pipe(to_r);
+    must_pipe(out);
     int n = g_quick ? 100 : 300;
     const int64_t load = 7 * COMEM_GIB;
     pid_t hp = fork();
@@ -445,15 +506,30 @@ static void bench_release(const char *dir)
         if (read(to_r[0], &b, 1) != 1 ||
             comem_client_open(sock, COMEM_CLIENT_WORKER, "requester", -1, COMEM_OPEN_NO_LOCAL, &c))
             _exit(1);
-        double *lat = malloc(sizeof *lat * (size_t)n);
-        int asked_once = 0;
+        double *lat = malloc(sizeof *lat * (size_t)n), *hop = malloc(sizeof *hop * (size_t)n * N_HOPS),
+               *reads = malloc(sizeof *reads * (size_t)n);
+        int asked_once = 0, stamped = 0;
         for (int i = 0; i < n; i++) {
+            if (slots != MAP_FAILED)
+                memset(slots, 0, COMEM_HOPS * sizeof(int64_t));
             int64_t t0 = now_ns();
             int rc = comem_admit(c, 0, 0, COMEM_GIB, 0, 0, NULL, 0, 10000, &g, NULL);
-            lat[i] = (double)(now_ns() - t0) / 1e3;
+            int64_t t1 = now_ns();
+            lat[i] = (double)(t1 - t0) / 1e3;
             int asked = 0;
             comem_admit_details(c, NULL, NULL, NULL, NULL, &asked, NULL);
             asked_once += rc == COMEM_OK && asked == 1;
+            bool whole = slots != MAP_FAILED && rc == COMEM_OK && asked == 1;
+            for (size_t k = 0; whole && k < N_HOPS; k++)
+                whole = (g_hops[k].from < 0 || slots[g_hops[k].from]) && (g_hops[k].to < 0 || slots[g_hops[k].to]);
+            for (size_t k = 0; whole && k < N_HOPS; k++) { /* every step stamped: this round's hops */
+                int64_t from = g_hops[k].from < 0 ? t0 : slots[g_hops[k].from];
+                int64_t to = g_hops[k].to < 0 ? t1 : slots[g_hops[k].to];
+                hop[k * (size_t)n + (size_t)stamped] = (double)(to - from) / 1e3;
+            }
+            if (whole)
+                reads[stamped] = (double)slots[COMEM_HOP_CARD_READS];
+            stamped += whole;
             if (rc == COMEM_OK)
                 comem_grant_done(c, g, 0, 0);
             write_all(to_h[1], "r", 1); /* the holder grows back for the next round */
@@ -461,22 +537,46 @@ static void bench_release(const char *dir)
                 break;
             usleep(25000); /* past the reading's reuse window: each round starts from a fresh reading */
         }
-        double out[2] = {(double)asked_once, 0};
-        write_all(to_r[1], out, 0);
         close(to_h[1]);
-        report("admission needing one cross-process release", lat, (size_t)n);
+        release_result r = {.asked_once = asked_once, .n = n};
+        r.p50 = report("admission needing one cross-process release", lat, (size_t)n);
+        r.p99 = lat[(size_t)((double)n * 0.99)];
         printf("  (%d of %d admissions were granted after asking exactly one holder)\n", asked_once, n);
+        if (stamped) {
+            qsort(reads, (size_t)stamped, sizeof *reads, cmp_d);
+            r.card_reads = reads[stamped / 2];
+            printf("  (%d rounds stamped at every step; the coordinator read the card %.0f times in the median one)\n",
+                   stamped, r.card_reads);
+        }
+        for (size_t k = 0; k < N_HOPS; k++) {
+            if (!stamped) {
+                r.hop_p50[k] = NAN;
+                continue;
+            }
+            char what[96];
+            snprintf(what, sizeof what, "  hop %s", g_hops[k].name);
+            r.hop_p50[k] = report(what, hop + k * (size_t)n, (size_t)stamped);
+        }
         fflush(stdout);
+        write_all(out[1], &r, sizeof r);
         comem_client_close(c);
         _exit(0);
     }
+    unsetenv("COMEM_HOPS");
     close(to_h[0]);
     close(to_h[1]);
+    close(out[1]);
+    if (!read_all(out[0], &res, sizeof res))
+        res.p50 = NAN;
+    close(out[0]);
     waitpid(rp, NULL, 0);
     close(to_r[1]);
     kill(hp, SIGTERM);
     waitpid(hp, NULL, 0);
     stop_comemd(d);
+    if (slots != MAP_FAILED)
+        munmap(slots, COMEM_HOPS * sizeof(int64_t));
+    return res;
 }
 
 /* ---- 4. the plan over 64 holders x 1000 entries ---- */
@@ -749,7 +849,7 @@ int main(int argc, char **argv)
            comem_status_str(live_after));
     if (lv)
         comem_view_close(lv);
-    bench_release(g_dir);
+    release_result rel = bench_release(g_dir);
     bench_plan();
 
     char cmd[1024], line[512] = "";
@@ -792,6 +892,12 @@ int main(int argc, char **argv)
     printf("view_fresh_p99_us=%.1f\nview_fresh_max_us=%.1f\nbooking_to_view_p99_us=%.1f\n", g_fresh_p99_us,
            g_fresh_max_us, g_book_fresh_p99_us);
     printf("view_exited_detected=%d\n", live_before == COMEM_OK && live_after == COMEM_ECLOSED);
+    printf("release_admit_p50_us=%.1f\nrelease_admit_p99_us=%.1f\nrelease_admit_vs_ping=%.1f\n", rel.p50, rel.p99,
+           rel.p50 / ping);
+    printf("ping_idle_us=%.2f\nrelease_admit_vs_idle_ping=%.1f\n", g_ping_idle_us, rel.p50 / g_ping_idle_us);
+    for (size_t k = 0; k < N_HOPS; k++)
+        printf("release_hop_%s_us=%.1f\n", g_hops[k].name, rel.hop_p50[k]);
+    printf("release_card_reads=%.0f\n", rel.card_reads);
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     return system(cmd) == 0 ? 0 : 1;
 }

@@ -148,7 +148,8 @@ COMEM_API size_t comem_take_reason(char *buf, size_t len);
  * freed to *freed and return COMEM_OK, or return COMEM_EBUSY when it cannot
  * release now (it must not block waiting for its compute to finish). After a
  * release, report the new residency with comem_entry_set_resident (the
- * callback may do so itself).
+ * callback may do so itself: a report from the callback that shrinks an entry
+ * of the asked holder is sent with the receipt, not on its own).
  */
 typedef int (*comem_release_fn)(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
                                 const int64_t *amounts, size_t n, int64_t *freed);

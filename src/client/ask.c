@@ -6,12 +6,15 @@
  *
  * The callback runs without any lock held, so it may call the API; the
  * receipt's residency is read after it returns, so a comem_entry_set_resident
- * made inside is included.
+ * made inside is included. One that shrinks an entry of the asked holder is
+ * not sent on its own at all (register.c, rides_on_receipt): the receipt is
+ * its census, and the callback waits on no round trip.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "arith/planners.h"
+#include "base/hops.h"
 #include "base/log.h"
 #include "base/size.h"
 #include "client/client_internal.h"
@@ -63,6 +66,9 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now)
             call = true;
             fn = h->fn;
             user = h->user;
+            c->answering = hid; /* its censuses made from the callback ride on the receipt */
+            c->answering_gen = gen;
+            c->n_in_receipt = 0;
             for (size_t i = 0; i < ask->n && i < COMEM_WIRE_MAX_ITEMS; i++) {
                 client_entry *e = comem_tab_entry_by_coord(c, ask->items[i].entry_id);
                 if (!e || e->holder != hid)
@@ -77,7 +83,9 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now)
 
     int64_t freed = 0;
     if (call) {
+        comem_hop(COMEM_HOP_CALLBACK_START);
         int rc = fn(user, hid, release_kind(ask->kind), ask->bytes, c->ask_ids, c->ask_amounts, n, &freed);
+        comem_hop(COMEM_HOP_CALLBACK_END);
         outcome = rc == COMEM_OK ? COMEM_RECEIPT_DONE : rc == COMEM_EBUSY ? COMEM_RECEIPT_BUSY : COMEM_RECEIPT_ERROR;
     }
     if (freed < 0)
@@ -91,17 +99,27 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now)
     m->u.receipt.outcome = (uint8_t)outcome;
     m->u.receipt.freed = freed;
     pthread_mutex_lock(&c->lock);
-    for (size_t i = 0; hid && i < c->n_entries && m->u.receipt.n < COMEM_WIRE_MAX_ITEMS; i++) {
-        const client_entry *e = &c->entries[i];
-        if (e->holder != hid || !comem_tab_entry_live(c, e))
-            continue;
-        comem_wire_residency *it = &m->u.receipt.items[m->u.receipt.n++];
-        it->entry_id = e->coord_id;
-        it->seq = e->seq;
-        it->resident = e->resident;
-        it->refs = e->refs;
+    /* Entries whose census rides here first (they fit: at most COMEM_WIRE_MAX_ITEMS), then the rest. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; hid && i < c->n_entries && m->u.receipt.n < COMEM_WIRE_MAX_ITEMS; i++) {
+            const client_entry *e = &c->entries[i];
+            if (e->holder != hid || e->in_receipt != (pass == 0) || !comem_tab_entry_live(c, e))
+                continue;
+            comem_wire_residency *it = &m->u.receipt.items[m->u.receipt.n++];
+            it->entry_id = e->coord_id;
+            it->seq = e->seq;
+            it->resident = e->resident;
+            it->refs = e->refs;
+        }
+    }
+    if (call) { /* this thread's: the service thread answering busy leaves them be */
+        for (size_t i = 0; c->n_in_receipt && i < c->n_entries; i++)
+            c->entries[i].in_receipt = false;
+        c->answering = 0;
+        c->n_in_receipt = 0;
     }
     pthread_mutex_unlock(&c->lock);
+    comem_hop(COMEM_HOP_RECEIPT_SENT);
     (void)comem_conn_send(c, gen, m);
 
     char asked[32], got[32];

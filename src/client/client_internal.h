@@ -28,9 +28,9 @@
  *   │                   frame while no caller leads, matches replies, hands
  *   │                   release asks to the callback thread, reconnects and
  *   │                   runs the resync (client/service.c)
- *   ├── callback thread owns receipt, ask_ids and ask_amounts: runs the
- *   │                   holders' release callbacks one at a time, with no lock
- *   │                   held, and sends their receipts (callbacks.c, ask.c)
+ *   ├── callback thread owns receipt, ask_ids, ask_amounts and answering: runs
+ *   │                   the holders' release callbacks one at a time, with no
+ *   │                   lock held, and sends their receipts (callbacks.c, ask.c)
  *   └── dev_lock        the device source for local-only decisions
  *
  * The mirror is the truth: every call updates it first and then, when the
@@ -77,8 +77,9 @@
  *                               next_step                                   registration knows only what
  *   holder synced_pins          comem_pin_acquire/_release (calls.c),       its add carried
  *                               next_step
- *   entry synced_seq            comem_entry_set_resident (register.c),      apply_add: the sequence the
- *                               comem_grant_done's census (calls.c),        add carried
+ *   entry synced_seq            comem_entry_set_resident (register.c; from  apply_add: the sequence the
+ *                               a release callback, ridden on its receipt), add carried
+ *                               comem_grant_done's census (calls.c),
  *                               next_step
  *   synced_sess_busy            comem_holder_busy(0) (register.c), next_step  try_connect: false
  *   synced_sess_pins            comem_pin_acquire/_release(0) (calls.c),      try_connect: 0
@@ -159,6 +160,7 @@ typedef struct client_entry {
     int64_t refs; /* references its holder counts on it, as last reported (0 until then) */
     unsigned flags;
     uint64_t seq, synced_seq; /* census sequence: bumped by each set_resident / entry_census */
+    bool in_receipt;          /* its census rides on the receipt being built (ask.c), not a frame of its own */
 } client_entry;
 
 typedef struct client_grant {
@@ -300,6 +302,9 @@ struct comem_client {
     comem_msg *receipt; /* the receipt being built (the service thread answers a full queue on its stack) */
     uint64_t ask_ids[COMEM_WIRE_MAX_ITEMS];
     int64_t ask_amounts[COMEM_WIRE_MAX_ITEMS];
+    uint64_t answering;     /* the holder whose release callback runs now (0: none), and the link's */
+    uint64_t answering_gen; /* generation its receipt goes out on */
+    size_t n_in_receipt;    /* entries whose census rides on that receipt */
     pthread_mutex_t cb_lock; /* guards the queue below; never held while a callback runs */
     pthread_cond_t cb_cond;
     struct ask_node *cb_head, *cb_tail;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/hops.h"
 #include "base/log.h"
 #include "client/client_internal.h"
 
@@ -106,6 +107,8 @@ static struct timespec to_timespec(int64_t ns)
 int comem_req_send(comem_client *c, client_req *r, comem_msg *m)
 {
     m->request_id = r->id;
+    if (m->type == COMEM_MSG_ADMIT)
+        comem_hop(COMEM_HOP_ADMIT_SENT);
     return comem_conn_send(c, r->gen, m);
 }
 
@@ -420,6 +423,8 @@ bool comem_pending_complete(comem_client *c, const comem_msg *m, pend_kind *orph
         return true;
     }
     copy_reply(&p->reply, m);
+    if (m->type == COMEM_MSG_ADMIT_REPLY)
+        comem_hop(COMEM_HOP_REPLY_READ);
     if (p->kind == PEND_HOLDER_ADD || p->kind == PEND_ENTRY_ADD)
         apply_add(c, p, m, orphan_kind, orphan);
     if (p->kind == PEND_PIN && !p->waiting && m->type == COMEM_MSG_PIN_REPLY && m->u.pin_reply.granted) {

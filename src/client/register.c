@@ -352,6 +352,28 @@ int comem_entry_set_resident(comem_client *c, uint64_t entry, int64_t resident)
     return comem_entry_census(c, entry, resident, -1);
 }
 
+/*
+ * Whether a census of e can ride on the receipt the callback thread is building (ask.c) instead of
+ * going as a frame and a round trip of its own: it is made from a release callback of e's holder,
+ * on the link that receipt goes out on, and it does not grow e (a shrink cannot be refused for
+ * room, so nothing the caller would be told is lost). The receipt lists e's residency and sequence
+ * and the coordinator applies it before it settles the ask, as it would have applied the census.
+ * Under c->lock.
+ */
+static bool rides_on_receipt(comem_client *c, client_entry *e, int64_t resident)
+{
+    if (!comem_on_callback_thread(c) || c->answering != e->holder || c->answering_gen != c->gen ||
+        (resident >= 0 && resident > e->resident))
+        return false;
+    if (!e->in_receipt) {
+        if (c->n_in_receipt >= COMEM_WIRE_MAX_ITEMS)
+            return false; /* the receipt is full of them: this one goes on its own */
+        e->in_receipt = true;
+        c->n_in_receipt++;
+    }
+    return true;
+}
+
 int comem_entry_census(comem_client *c, uint64_t entry, int64_t resident, int64_t refs)
 {
     int owned = comem_client_owned(c);
@@ -373,13 +395,17 @@ int comem_entry_census(comem_client *c, uint64_t entry, int64_t resident, int64_
         pthread_mutex_unlock(&c->lock);
         return COMEM_EINVAL;
     }
+    client_holder *h = comem_tab_holder(c, e->holder);
+    bool live = h && comem_tab_entry_live(c, e) && comem_tab_holder_live(c, h);
+    bool ride = live && rides_on_receipt(c, e, resident);
     if (resident >= 0)
         e->resident = resident;
     if (refs >= 0)
         e->refs = refs;
     e->seq++;
-    client_holder *h = comem_tab_holder(c, e->holder);
-    if (h && comem_tab_entry_live(c, e) && comem_tab_holder_live(c, h)) {
+    if (ride) {
+        e->synced_seq = e->seq; /* the receipt carries this sequence */
+    } else if (live) {
         m.type = COMEM_MSG_CENSUS;
         m.u.census.holder_id = h->coord_id;
         m.u.census.seq = h->report_seq; /* has = 0: the holder-level figures are not part of this census */

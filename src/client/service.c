@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/hops.h"
 #include "base/log.h"
 #include "client/client_internal.h"
 
@@ -74,6 +75,7 @@ static int dispatch(comem_client *c)
 {
     const comem_msg *m = c->in;
     if (m->type == COMEM_MSG_ASK) {
+        comem_hop(COMEM_HOP_ASK_READ);
         comem_callbacks_queue(c, &m->u.ask); /* run off this thread: replies must keep flowing */
         return COMEM_OK;
     }

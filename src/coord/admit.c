@@ -63,6 +63,7 @@
 #include "arith/cross_reserve.h"
 #include "arith/planners.h"
 #include "base/bytes.h"
+#include "base/hops.h"
 #include "base/log.h"
 #include "base/size.h"
 #include "comem/common.h"
@@ -297,6 +298,7 @@ static void finish(comem_coord_srv *s, uint64_t jid, job *j, bool grant, int64_t
                    session_name(s, j->session), need, j->device, fb, j->n_asked, holders, j->n_busy, fr,
                    r->granted ? "granted" : "refused, short by ", sb,
                    s->meas[j->device].valid ? "" : " (the device cannot be read now)");
+        comem_hop(COMEM_HOP_REPLY_SENT);
         coord_send(s, c, &m);
         coord_count_admission(s, r->granted, j->created_ns);
         if (j->freed > 0)
@@ -532,6 +534,7 @@ void coord_admit(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_admi
             return;
         }
     }
+    comem_hop(COMEM_HOP_ADMIT_READ);
     uint64_t id = new_job(s, c, rid, JOB_ADMIT, a->device, a->timeout_ms);
     if (!id)
         return;

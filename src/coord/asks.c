@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "base/bytes.h"
+#include "base/hops.h"
 #include "base/log.h"
 #include "base/size.h"
 #include "comem/common.h"
@@ -70,6 +71,7 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     w->n = n;
     for (uint16_t i = 0; i < n; i++)
         w->items[i] = items[i];
+    comem_hop(COMEM_HOP_ASK_SENT);
     coord_send(s, c, &m);
     s->counters.asks++;
     s->counters.bytes_asked = comem_add(s->counters.bytes_asked, comem_clamp0(bytes));
@@ -169,6 +171,7 @@ static void mark_answering(comem_coord_srv *s, conn *c)
 
 void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
 {
+    comem_hop(COMEM_HOP_RECEIPT_READ);
     mark_answering(s, c); /* a late receipt too: the process runs its callbacks again */
     ask *a = comem_slab_get(&s->asks, r->ask_id);
     if (!a || a->session != c->session) {
@@ -190,6 +193,8 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
         int rc = comem_ledger_census(&s->ledger, c->session, a->holder, 0, 0, 0, 0, r->items, r->n, comem_now_ns(), NULL);
         if (rc != COMEM_OK)
             comem_warn("receipt residency from pid %d refused: %s", (int)c->pid, comem_status_str(rc));
+        else if (h && !(freed > 0 && a->kind != COMEM_ASK_PINS))
+            coord_publish_reserve(s, h->device, false); /* as its census would have (settle publishes the rest) */
     }
     int64_t generic_bytes;
     if (h && freed > 0 && a->kind == COMEM_ASK_RELEASE &&

@@ -28,6 +28,7 @@
 #include "arith/pinned.h"
 #include "arith/planners.h"
 #include "base/bytes.h"
+#include "base/hops.h"
 #include "base/log.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
@@ -223,6 +224,7 @@ int coord_measure(comem_coord_srv *s, int device)
     coord_book_reconcile(s); /* floors subtract each process's grants: bookings must be grants by then */
     comem_device_reading before = m->r; /* the reading this one replaces (4 KiB: on the loop's stack) */
     bool had = m->valid;
+    comem_hop(COMEM_HOP_CARD_READ_START);
     int rc = comem_device_read(s->src, device, &m->r);
     if (rc != COMEM_OK) {
         if (!m->failing)
@@ -244,6 +246,8 @@ int coord_measure(comem_coord_srv *s, int device)
     m->changes = s->ledger.devices[device].changes;
     m->stale = false;
     m->taken_ns = comem_now_ns();
+    comem_hop(COMEM_HOP_CARD_READ);
+    comem_hop_count(COMEM_HOP_CARD_READS);
     m->done_since = 0;
     s->ledger.devices[device].last_free = m->r.free;
     s->ledger.devices[device].last_read_ns = m->taken_ns;

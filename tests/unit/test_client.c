@@ -1021,10 +1021,12 @@ static void test_ask_runs_callback_off_the_callers_thread(void **state)
     assert_non_null(it);
     assert_int_equal(it->resident, COMEM_GIB);
     assert_int_equal(it->seq, 1);
-    /* The census from inside the callback went out before the receipt. */
-    int ci = mock_find(g_mock, COMEM_MSG_CENSUS, from);
-    assert_true((size_t)ci < (size_t)mock_find(g_mock, COMEM_MSG_RECEIPT, from));
-    assert_int_equal(mock_at(g_mock, (size_t)ci)->msg.u.census.items[0].entry_id, e1c);
+    /* The census from inside the callback shrank an entry of the asked holder: the receipt is its
+       census (e1 listed first, at its new sequence), no frame of its own went before it. */
+    int ri = mock_find(g_mock, COMEM_MSG_RECEIPT, from);
+    for (size_t i = from; i < (size_t)ri; i++)
+        assert_int_not_equal(mock_at(g_mock, i)->msg.type, COMEM_MSG_CENSUS);
+    assert_int_equal(r->items[0].entry_id, e1c);
 
     pthread_mutex_lock(&s.mu);
     assert_int_equal(s.calls, 1);
@@ -1037,6 +1039,23 @@ static void test_ask_runs_callback_off_the_callers_thread(void **state)
     assert_int_equal(s.amounts[0], 3 * COMEM_GIB);
     assert_int_equal(s.set_rc, COMEM_OK);
     assert_int_equal(s.admit_rc, COMEM_OK); /* it waited; the service thread delivered the reply */
+    /* One that grows an entry could be refused for room: it goes on its own, before the receipt. */
+    s.set_entry = e2;
+    s.set_resident = 2 * COMEM_GIB;
+    s.give = 0;
+    pthread_mutex_unlock(&s.mu);
+    from = mock_count(g_mock);
+    r = ask(g_mock, 40, hc, COMEM_ASK_RELEASE, COMEM_GIB, NULL, 0);
+    assert_int_equal(r->outcome, COMEM_RECEIPT_DONE);
+    int ci = mock_find(g_mock, COMEM_MSG_CENSUS, from);
+    assert_true((size_t)ci < (size_t)mock_find(g_mock, COMEM_MSG_RECEIPT, from));
+    assert_int_equal(mock_at(g_mock, (size_t)ci)->msg.u.census.items[0].entry_id, e2c);
+    assert_int_equal(mock_at(g_mock, (size_t)ci)->msg.u.census.items[0].resident, 2 * COMEM_GIB);
+    it = receipt_item(r, e2c);
+    assert_non_null(it);
+    assert_int_equal(it->resident, 2 * COMEM_GIB);
+    pthread_mutex_lock(&s.mu);
+    assert_int_equal(s.set_rc, COMEM_OK);
     s.set_entry = 0;
     pthread_mutex_unlock(&s.mu);
 
