@@ -125,9 +125,12 @@ static void test_stall(const client_fast *f, int where)
 bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weights, int64_t working,
                      client_grant *g, client_admission *fig)
 {
-    if (!f || device < 0 || device >= f->n_devices || weights <= 0)
+    if (!f || device < 0 || device >= COMEM_MAX_DEVICES || weights <= 0)
         return false;
     book_area *a = f->a;
+    device = atomic_load_explicit(&a->map[device], memory_order_relaxed); /* the coordinator's index */
+    if (device < 0 || device >= f->n_devices)
+        return false;
     book_stock *d = &a->dev[device];
     /* The coordinator's target (coord/admit.c need_of) without the reserve and context floor: the
        stock was sized to leave those free beyond it. */

@@ -123,6 +123,8 @@ void coord_book_session_start(comem_coord_srv *s, conn *c, int role)
     for (int d = 0; d < COMEM_MAX_DEVICES; d++) {
         atomic_store(&a->dev[d].limit, BOOK_CLOSED);
         bs->limit[d] = BOOK_CLOSED;
+        bs->map[d] = -1;
+        atomic_store(&a->map[d], -1);
     }
     b->live[b->n_live++] = c->slot;
     c->pass_fd = fd; /* sent with the HELLO_REPLY, then closed: the client holds the only other copy */
@@ -404,7 +406,7 @@ static void restock(comem_coord_srv *s, int d, int64_t now)
     }
 }
 
-/* The limits are the coordinator's word and `charged` never goes below zero: else it is scribbling. */
+/* The limits and the map are the coordinator's word and `charged` never goes below zero: else it is scribbling. */
 static void check_words(comem_coord_srv *s, book_sess *bs, uint64_t session)
 {
     for (int d = 0; d < s->ledger.n_devices && !bs->off; d++) {
@@ -412,6 +414,22 @@ static void check_words(comem_coord_srv *s, book_sess *bs, uint64_t session)
             strike(s, bs, session, "its limit was changed by someone other than the coordinator");
         else if (atomic_load(&bs->a->dev[d].charged) < 0)
             strike(s, bs, session, "its charged bytes went below zero");
+    }
+    for (int o = 0; o < COMEM_MAX_DEVICES && !bs->off; o++)
+        if (atomic_load_explicit(&bs->a->map[o], memory_order_relaxed) != bs->map[o])
+            strike(s, bs, session, "its device map was changed by someone other than the coordinator");
+}
+
+/* Which of the coordinator's devices each of the process's ordinals names (its DEVICE_MAP). */
+static void publish_map(comem_coord_srv *s, book_sess *bs, const conn *c)
+{
+    for (int o = 0; o < COMEM_MAX_DEVICES; o++) {
+        int d = coord_device_in(c, (uint16_t)o);
+        int8_t m = (int8_t)(d < s->ledger.n_devices ? d : -1);
+        if (m != bs->map[o]) {
+            bs->map[o] = m;
+            atomic_store(&bs->a->map[o], m);
+        }
     }
 }
 
@@ -427,6 +445,11 @@ void coord_book_sync(comem_coord_srv *s)
             check_words(s, &b->sess[b->live[i]], c->session);
     }
     coord_book_reconcile(s);
+    for (int i = 0; i < b->n_live; i++) {
+        conn *c = s->conns[b->live[i]];
+        if (c && c->session && !b->sess[b->live[i]].off)
+            publish_map(s, &b->sess[b->live[i]], c);
+    }
     for (int d = 0; d < s->ledger.n_devices; d++)
         restock(s, d, now);
     /* Published first, taken out second: for a moment the bytes count twice, never zero times. */

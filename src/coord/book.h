@@ -83,8 +83,12 @@ typedef struct book_area {
     _Atomic uint32_t posted;   /* c: bumped after every change, so k knows to look */
     _Atomic uint32_t booked;   /* c: bookings made, ever: this process's own word, shown as such */
     char pad_[8];              /* the devices start on a cache line */
-    book_stock dev[COMEM_MAX_DEVICES];
+    book_stock dev[COMEM_MAX_DEVICES]; /* by the coordinator's device index */
     book_record rec[BOOK_RECORDS];
+    /* k: the coordinator's device index each of this process's ordinals names (its DEVICE_MAP;
+       < 0 none): a booking on ordinal o books dev[map[o]], its record names that index */
+    _Atomic int8_t map[COMEM_MAX_DEVICES];
+    char pad2_[48];
 } book_area;
 
 /* A client nudges from this long before looking_until_ns: the coordinator may be deciding to
@@ -104,5 +108,6 @@ typedef struct book_area {
 
 _Static_assert(sizeof(book_record) == 64 && sizeof(book_stock) == 64, "one cache line each");
 _Static_assert(offsetof(book_area, dev) == 64, "the header is one cache line");
+_Static_assert(sizeof(book_area) % 64 == 0, "whole cache lines");
 
 #endif

@@ -214,6 +214,7 @@ typedef struct book_sess {
     int64_t margin[COMEM_MAX_DEVICES];         /* the reserve and context floor its target keeps */
     int64_t sub[COMEM_MAX_DEVICES];            /* reconciled bytes to take out of `charged` after publishing */
     int64_t wants_until_ns[COMEM_MAX_DEVICES]; /* it admitted on the device lately: it keeps a stock there */
+    int8_t map[COMEM_MAX_DEVICES];             /* the ordinal -> device map published in its area */
     book_priv priv[BOOK_RECORDS];
 } book_sess;
 

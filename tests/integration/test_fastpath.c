@@ -137,6 +137,43 @@ static void test_fits_without_round_trip(void **state)
     comem_client_close(c);
 }
 
+/* A process whose ordinal 0 is the coordinator's device 1 (CUDA_VISIBLE_DEVICES=1,0) books on that card. */
+static void test_a_mapped_ordinal_books_its_own_card(void **state)
+{
+    harness *h = *state;
+    h_init(h, "sim:2x8GiB:reserved=256MiB:ctx=300MiB");
+    h_start(h, NULL);
+    char *t = h_status(h);
+    const char *p = t ? strstr(t, "\"index\":1,\"uuid\":\"") : NULL;
+    assert_non_null(p);
+    char uuid[80] = "";
+    sscanf(p + strlen("\"index\":1,\"uuid\":\""), "%79[^\"]", uuid);
+    comem_free(t);
+    comem_client *c;
+    uint64_t holder;
+    assert_int_equal(comem_client_open(h->sock, COMEM_CLIENT_WORKER, "mapped", -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
+    assert_int_equal(comem_client_map_device(c, 0, uuid), COMEM_OK);
+    assert_int_equal(comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder), COMEM_OK);
+    int rc = COMEM_ETIMEDOUT;
+    int64_t fig[COMEM_ADMIT_NFIGURES];
+    for (int attempt = 0; attempt < 20 && rc != COMEM_OK; attempt++) {
+        warm(c, holder); /* on its ordinal 0: the coordinator's device 1 */
+        kill(h->comemd, SIGSTOP);
+        rc = comem_admit_figures(c, 0, holder, GIB, 0, 0, NULL, 0, 300, fig);
+        kill(h->comemd, SIGCONT);
+    }
+    assert_int_equal(rc, COMEM_OK); /* booked in its area: its stock on the card its ordinal names */
+    int64_t t0 = now_ms();
+    while (h_status_num(h, "devices.1.granted") != GIB && now_ms() - t0 < 3000)
+        usleep(2000);
+    assert_int_equal(h_status_num(h, "devices.1.granted"), GIB);
+    assert_int_equal(h_status_num(h, "devices.0.granted"), 0);
+    assert_int_equal(comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], 0, 0), COMEM_OK);
+    assert_int_equal(h_status_num(h, "coordinator.booking_strikes"), 0);
+    assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
+    comem_client_close(c);
+}
+
 /* ---- racing processes ---- */
 
 typedef struct racer {
@@ -682,6 +719,7 @@ int main(void)
     setenv("COMEM_LOG", "error", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fits_without_round_trip, setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_a_mapped_ordinal_books_its_own_card, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_racing_processes_never_share_bytes, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_killed_between_charge_and_record, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_killed_between_record_and_report, setup, h_teardown),
