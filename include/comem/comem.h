@@ -108,6 +108,17 @@ COMEM_API uint64_t comem_client_session(comem_client *c);
  */
 COMEM_API int comem_client_map_device(comem_client *c, int ordinal, const char *uuid);
 
+/*
+ * The device ordinal every process names host RAM by, when the coordinator
+ * serves it (comemd --ram, COMEM_RAM; docs/hostram.md): holders, entries,
+ * admissions, pressure and reserves on it are host RAM's, budgeted across
+ * processes as a card is. It is the last ordinal, so it never collides with
+ * a CUDA ordinal below 15. Calls on it fail COMEM_ENODEV where RAM is off.
+ * comem_device_host_ram returns the same number, for bindings.
+ */
+#define COMEM_DEVICE_HOST_RAM (COMEM_MAX_DEVICES - 1)
+COMEM_API int comem_device_host_ram(void);
+
 /* The default timeout (ms) for calls that take timeout_ms < 0. Default 10000. */
 COMEM_API void comem_client_set_timeout(comem_client *c, int timeout_ms);
 
