@@ -52,6 +52,11 @@ _admit = _L.comem_admit_figures
 _grant_done = _L.comem_grant_done
 
 
+#: The device ordinal of host RAM (``COMEM_DEVICE_HOST_RAM``, asked of the library): holders,
+#: admissions and pressure on it are host RAM's, budgeted across processes when the coordinator
+#: serves it (``comemd --ram``, ``COMEM_RAM``; docs/hostram.md).
+HOST_RAM: int = int(_L.comem_device_host_ram())
+
 class _Out:
     """Per-thread out-parameters for admission: made once, reused by every call on the thread."""
 

@@ -72,8 +72,11 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
     uint64_t id;
     if (name_refused(s, c, rid, "entry name", e->name))
         return;
+    int64_t floor_was = coord_ram_claim(s, c->session, e->holder_id, e->resident); /* host RAM: its RSS had them */
     int rc = comem_ledger_entry_add(&s->ledger, c->session, e->holder_id, e->name, e->size, e->resident,
                                     (e->flags & COMEM_ENTRY_DYNAMIC) != 0, comem_now_ns(), &id);
+    if (rc != COMEM_OK && floor_was >= 0)
+        (void)comem_ledger_set_floor(&s->ledger, c->session, s->ram_index, floor_was); /* as it was: it fitted */
     if (rc != COMEM_OK) {
         const ledger_holder *h = comem_ledger_holder(&s->ledger, e->holder_id);
         char why[COMEM_WIRE_TEXT_MAX];

@@ -30,7 +30,9 @@ DEVICE = {"index": INT, "uuid": STR, "name": STR, "scope": STR, "process_scope":
           "unified": BOOL, "contexts": INT, "overhead": INT, "unregistered": INT,
           "spill": {"overcommit": INT, "events": INT, "peak": INT + "?", "pid": INT + "?", "process": STR + "?",
                     "pushed_by": INT + "?"},
-          "booked": INT, "stock": INT, "booking_limit": INT}
+          "booked": INT, "stock": INT, "booking_limit": INT,
+          "host_ram": ({"budget": INT + "?", "mem_total": INT, "mem_available": INT, "cgroup_limit": INT + "?",
+                        "cgroup_usage": INT + "?", "cgroup_dir": STR + "?"}, "?")}
 STATUS = {
     "schema": INT,
     "coordinator": {"pid": INT, "socket": STR, "source": STR, "card_spec": STR + "?", "uptime_s": NUM,
