@@ -15,3 +15,12 @@ int64_t comem_ram_admit_target(int64_t weights, int64_t working, int64_t reserve
 {
     return comem_add(comem_add(comem_clamp0(weights), comem_clamp0(working)), comem_clamp0(reserve));
 }
+
+int64_t comem_ram_reserve(int64_t budget, int64_t total_ram)
+{
+    if (budget >= 0)
+        return 0;
+    comem_cache_headroom h;
+    comem_ram_cache_headroom((double)comem_clamp0(total_ram) / (double)COMEM_MIB, &h);
+    return h.active;
+}

@@ -33,4 +33,12 @@ void comem_ram_cache_headroom(double total_ram_mib, comem_cache_headroom *out);
  */
 int64_t comem_ram_admit_target(int64_t weights, int64_t working, int64_t reserve);
 
+/*
+ * What host RAM keeps free across processes: on the machine's RAM (budget < 0)
+ * ComfyUI's active RAM-cache headroom of total_ram (bytes), the free RAM its
+ * own RAM cache keeps during a prompt; on a bounded budget (comemd --ram SIZE)
+ * nothing, the budget being the room itself.
+ */
+int64_t comem_ram_reserve(int64_t budget, int64_t total_ram);
+
 #endif

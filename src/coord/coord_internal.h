@@ -361,8 +361,6 @@ uint16_t coord_device_out(const conn *c, int index);
 size_t coord_device_warnings(comem_coord_srv *s, char (*out)[COORD_WARNING_MAX], size_t cap);
 
 /* ---- hostram.c: host RAM as the ledger's last device ---- */
-/* Host RAM's reserve: 0 for a bounded budget, else ComfyUI's active RAM-cache headroom of total. */
-int64_t coord_ram_reserve(int64_t budget, int64_t total);
 /* Reads device d from its source (a card, or host RAM with the ledger's processes tracked). */
 int coord_read_device(comem_coord_srv *s, int d, comem_device_reading *r);
 /*

@@ -4,7 +4,7 @@
  * Everything else (holders, entries, admissions, asks, receipts, the eviction
  * order, the idle release) treats host RAM as one more device. What is its
  * own lives here: which processes its reading tracks (every session's pid),
- * the reserve it keeps (fixed at start), the warning about RAM a process holds
+ * the reserve it keeps (fixed at start: arith comem_ram_reserve), the warning about RAM a process holds
  * outside anything it registered (shown, never trusted: it is a floor, never
  * counted as reclaimable and never asked for), and the budget and cgroup
  * figures status shows. docs/hostram.md is the design.
@@ -12,22 +12,12 @@
 #include <json-c/json.h>
 #include <stdio.h>
 
-#include "arith/ram_cache.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
 #include "probe/hostram.h"
-
-int64_t coord_ram_reserve(int64_t budget, int64_t total)
-{
-    if (budget >= 0)
-        return 0; /* a bounded budget is the room itself: what the test or the scenario gave is all of it */
-    comem_cache_headroom h;
-    comem_ram_cache_headroom((double)total / (double)COMEM_MIB, &h);
-    return h.active; /* ComfyUI's active RAM-cache headroom: what its RAM cache keeps free during a prompt */
-}
 
 int coord_read_device(comem_coord_srv *s, int d, comem_device_reading *r)
 {

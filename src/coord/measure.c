@@ -31,6 +31,7 @@
 #include "arith/cross_reserve.h"
 #include "arith/pinned.h"
 #include "arith/planners.h"
+#include "arith/ram_cache.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/size.h"
@@ -110,7 +111,7 @@ int coord_devices_open(comem_coord_srv *s)
                 comem_warn("coordinator: devices %d and %d are one card (%s): its memory is counted twice", a, b,
                            devs[a].uuid);
     if (s->ram_src) {
-        s->ram_reserve = coord_ram_reserve(comem_hostram_budget(s->ram_src), devs[s->ram_index].capacity);
+        s->ram_reserve = comem_ram_reserve(comem_hostram_budget(s->ram_src), devs[s->ram_index].capacity);
         char a[32], b[32];
         comem_info("coordinator: device %d is host RAM (%s): %s, %s kept free", s->ram_index, s->cfg.ram_spec,
                    comem_format_bytes(devs[s->ram_index].capacity, a, sizeof a),

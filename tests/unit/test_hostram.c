@@ -120,6 +120,10 @@ static void test_ram_admit_target(void **s)
     assert_int_equal(comem_ram_admit_target(COMEM_GIB, 100, 2 * COMEM_GIB), 3 * COMEM_GIB + 100);
     assert_int_equal(comem_ram_admit_target(-5, -5, -5), 0);
     assert_int_equal(comem_ram_admit_target(INT64_MAX, 1, 1), INT64_MAX);
+    assert_int_equal(comem_ram_reserve(4 * COMEM_GIB, 64 * COMEM_GIB), 0); /* a bounded budget keeps none */
+    assert_int_equal(comem_ram_reserve(-1, 32 * COMEM_GIB), 3435973836);   /* V8: 3.2 GB of a 32 GiB box */
+    assert_int_equal(comem_ram_reserve(-1, 8 * COMEM_GIB), 2 * COMEM_GIB);  /* the 2 GB floor */
+    assert_int_equal(comem_ram_reserve(-1, 1024 * COMEM_GIB), 10 * COMEM_GIB);
     assert_int_equal(comem_device_host_ram(), COMEM_DEVICE_HOST_RAM);
     assert_int_equal(COMEM_DEVICE_HOST_RAM, COMEM_MAX_DEVICES - 1);
 }
