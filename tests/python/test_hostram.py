@@ -9,12 +9,14 @@ them. The assertions are on values the coordinator and the kernel report (bytes,
 
 import os
 import shutil
+import re
 import signal
+import subprocess
 import tempfile
 import unittest
 
 import comem
-from support import GiB, MiB, Machine, wait_for
+from support import BIN_DIR, GiB, MiB, Machine, wait_for
 
 BUDGET = 4 * GiB
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "hostmem")
@@ -156,6 +158,30 @@ class HostRam(unittest.TestCase):
         self.assertTrue(said, "the growth is said in the log once it stays:\n" + self.m.comemd_log())
         self.assertEqual(self.m.comemd_log().count(f"'a' (pid {a.pid}) holds"), 1, "said once")
         self.m.check_ledger(self)
+
+
+    def test_status_and_metrics_show_host_ram(self):
+        a = self.m.child("ram_holder.py", "a")
+        a.ask("cache", holder_name="ram-cache", entry="a0", mib=512)
+
+        def comem(*args):
+            p = subprocess.run([os.path.join(BIN_DIR, "comem"), *args, "--socket", self.m.socket], env=self.m.env,
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return p.stdout
+
+        text = comem("status")
+        self.assertIn("device 1  host RAM  RAM-host", text)
+        self.assertIn("a bounded budget of 4.00 GiB", text)
+        self.assertRegex(text, rf"(?m)^  {a.pid}\s+a\s+worker\s+idle\s+\S+ \S+\s+512.00 MiB")
+        self.assertIn("ram-cache", text)
+        metrics = comem("metrics")
+        self.assertIn(f'comem_host_ram_budget_bytes{{device="1",uuid="RAM-host",name="host RAM"}} {BUDGET}', metrics)
+        m = re.search(r'comem_holder_resident_bytes\{device="1",[^}]*process="a"[^}]*holder="ram-cache"[^}]*\} (\d+)',
+                      metrics)
+        self.assertIsNotNone(m, metrics)
+        self.assertEqual(int(m.group(1)), 512 * MiB)
+        self.assertRegex(metrics, r'comem_session_unregistered_bytes\{device="1",[^}]*process="a"[^}]*\} \d+')
 
 
 class HostRamCgroup(unittest.TestCase):
