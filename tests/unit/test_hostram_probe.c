@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_hostram.c - the host RAM device source: its spec, RSS, a bounded budget, the machine's RAM.
+ * tests/unit/test_hostram_probe.c - the host RAM device source: its spec, RSS, a bounded budget, the machine's RAM.
  *
  * The bounded source is read against this process's own resident set, which
  * the test grows by a known amount (every page written), so the figures are
