@@ -364,12 +364,15 @@ size_t coord_device_warnings(comem_coord_srv *s, char (*out)[COORD_WARNING_MAX],
 /* Reads device d from its source (a card, or host RAM with the ledger's processes tracked). */
 int coord_read_device(comem_coord_srv *s, int d, comem_device_reading *r);
 /*
- * Before an entry of holder is added with `resident` bytes: on host RAM those bytes were already in
+ * Before an entry of holder is added with `resident` bytes (or a census raises its entries' residency
+ * by that much): on host RAM those bytes were already in
  * the process's RSS, so its floor (RSS beyond what it registered) gives them up, or the same bytes
  * would be counted twice until the next reading. Returns the floor before (to put back if the
  * entry is refused), or -1 when the holder is not the session's or not on host RAM.
  */
 int64_t coord_ram_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, int64_t resident);
+/* The residency a census of host RAM entries adds (Σ of its entries' growth), for coord_ram_claim; 0 elsewhere. */
+int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m);
 /* After a reading of host RAM: says once in the log each process whose unregistered RAM stayed beyond the bound. */
 void coord_ram_warn(comem_coord_srv *s);
 /* Status warnings: every process whose unregistered RAM is beyond the bound now. */

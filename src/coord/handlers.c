@@ -99,8 +99,11 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
 static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_census *m)
 {
     ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
+    int64_t floor_was = coord_ram_claim(s, c->session, m->holder_id, coord_census_growth(s, m));
     int rc = comem_ledger_census(&s->ledger, c->session, m->holder_id, m->seq, m->has, m->pinned, m->overhead,
                                  m->items, m->n, comem_now_ns(), NULL);
+    if (rc != COMEM_OK && floor_was >= 0)
+        (void)comem_ledger_set_floor(&s->ledger, c->session, s->ram_index, floor_was); /* as it was: it fitted */
     coord_reply(s, c, rid, rc,
                 rc == COMEM_ERANGE   ? "census claims more than the device holds"
                 : rc == COMEM_EINVAL ? "census lists an entry more than once"

@@ -49,6 +49,20 @@ int64_t coord_ram_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, i
 }
 
 /* The slot following pid's unregistered RAM (a new one, the oldest reused, when make), or NULL. */
+int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m)
+{
+    const ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
+    if (s->ram_index < 0 || !h || h->device != s->ram_index)
+        return 0;
+    int64_t grow = 0;
+    for (uint16_t i = 0; i < m->n && i < COMEM_WIRE_MAX_ITEMS; i++) {
+        const ledger_entry *e = comem_ledger_entry(&s->ledger, m->items[i].entry_id);
+        if (e && e->holder == m->holder_id)
+            grow = comem_add(grow, comem_clamp0(comem_sub(m->items[i].resident, e->resident)));
+    }
+    return grow; /* an item the ledger drops as stale makes this an overestimate until the next reading */
+}
+
 static coord_ram_over *over_of(comem_coord_srv *s, int32_t pid, bool make)
 {
     coord_ram_over *oldest = &s->ram_over[0];

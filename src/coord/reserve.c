@@ -52,8 +52,8 @@ static bool present_on(comem_coord_srv *s, uint64_t session, int device)
 int64_t coord_charge_of(comem_coord_srv *s, uint64_t session, int device)
 {
     const ledger_session *ss = comem_slab_get(&s->ledger.sessions, session);
-    if (!ss || ss->role != COMEM_ROLE_WORKER || !present_on(s, session, device))
-        return 0;
+    if (!ss || ss->role != COMEM_ROLE_WORKER || device == s->ram_index || !present_on(s, session, device))
+        return 0; /* host RAM: every reading of it is machine-wide, nobody is charged */
     /* The host's own free reading is process-local when it says so, or when the card is one
        (WDDM) whatever its environment told it: the card the coordinator serves decides. */
     const ledger_session *host = host_session(s);

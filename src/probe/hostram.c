@@ -109,7 +109,7 @@ static int hostram_read(comem_device_source *src, int index, comem_device_readin
     }
     r->used = comem_sub(r->total, r->free);
     r->reserved = 0;
-    r->overcommit = comem_clamp0(comem_sub(rss_sum, r->total)); /* a bounded budget the processes outgrew */
+    r->overcommit = 0; /* a card's spill to RAM; processes beyond a bounded budget show as free 0 */
     r->timestamp_ns = comem_now_ns();
     return COMEM_OK;
 }

@@ -160,6 +160,23 @@ class HostRam(unittest.TestCase):
         self.m.check_ledger(self)
 
 
+    def test_registered_bytes_are_not_counted_twice(self):
+        # 2.5 GiB allocated first and registered after: until it is registered it is the process's floor
+        # (its RSS beyond its entries); registering it moves it from the floor to the entry, or floor and
+        # entry together (5 GiB) would not fit the 4 GiB budget and the registration would be refused.
+        a = self.m.child("ram_holder.py", "a")
+        a.ask("late", holder_name="ram-cache", entry="a0", mib=2560)
+        seen = wait_for(lambda: (proc(ram_device(self.m.status()), "a") or {}).get("context_floor", 0) >= 2500 * MiB)
+        self.assertTrue(seen, "the reading saw the allocation as a's floor")
+        a.ask("census", entry="a0", mib=2560)
+        p = proc(ram_device(self.m.status()), "a")
+        self.assertEqual(p["resident"], 2560 * MiB)
+        self.assertLess(p["context_floor"], 300 * MiB)
+        b = self.m.child("ram_holder.py", "b")
+        b.ask("cache", holder_name="ram-cache", entry="b0", mib=1024)  # 2.5 + 1 GiB of entries on 4 GiB
+        self.assertEqual(proc(ram_device(self.m.status()), "b")["resident"], 1024 * MiB)
+        self.m.check_ledger(self)
+
     def test_status_and_metrics_show_host_ram(self):
         a = self.m.child("ram_holder.py", "a")
         a.ask("cache", holder_name="ram-cache", entry="a0", mib=512)

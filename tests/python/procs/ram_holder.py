@@ -15,6 +15,7 @@ Commands (one JSON line each; see _driver.py):
       of the holder "loads" (figures of the grant or refusal are answered)
   stall(mib): a RAM admission whose memory is allocated, and the grant never done (killed there)
   grow(mib): real RAM outside anything registered
+  late(holder_name, entry, mib): real RAM registered as an entry with nothing resident; census(entry, mib) says it
   asks() -> every ask seen; rss() -> this process's VmRSS
 """
 
@@ -89,6 +90,19 @@ def cache(holder_name, entry, mib, mode="free"):
     return {"holder": h.id, "entry": entries[entry].id, "rss": rss()}
 
 
+def late(holder_name, entry, mib):
+    """Allocates mib and registers it as an entry with nothing resident yet (a census says it later)."""
+    h = holder(holder_name)
+    memory[entry] = allocate(mib * MiB)
+    entries[entry] = h.add_entry(entry, mib * MiB, 0)
+    return {"rss": rss()}
+
+
+def census(entry, mib):
+    entries[entry].resident = mib * MiB
+    return {"ok": True}
+
+
 def busy(on):
     client.set_busy(bool(on))
     return {"ok": True}
@@ -134,6 +148,6 @@ def get_asks():
         return {"asks": list(asks)}
 
 
-serve({"cache": cache, "busy": busy, "admit": admit, "stall": stall, "grow": grow, "asks": get_asks,
+serve({"cache": cache, "late": late, "census": census, "busy": busy, "admit": admit, "stall": stall, "grow": grow, "asks": get_asks,
        "rss": lambda: {"rss": rss()}},
       {"pid": os.getpid(), "session": client.session, "rss": rss()})
