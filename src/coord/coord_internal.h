@@ -247,6 +247,9 @@ typedef struct coord_counters {
     uint64_t latency_counts[COORD_LATENCY_BUCKETS + 1]; /* admissions decided within each bound; last: above all */
     double latency_sum_s;
     uint64_t spill_events; /* overcommits started on WDDM cards (spill.c) */
+    uint64_t dev_asks[COMEM_MAX_DEVICES];        /* release asks sent, per device (status: host RAM's) */
+    int64_t dev_bytes_asked[COMEM_MAX_DEVICES];  /* ... what they asked for */
+    int64_t dev_bytes_freed[COMEM_MAX_DEVICES];  /* ... what their receipts reported freed */
 } coord_counters;
 
 /* Counts one admission's answer and how long it took (admit.c). */

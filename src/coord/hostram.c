@@ -144,5 +144,8 @@ json_object *coord_ram_json(const comem_coord_srv *s, int d)
     add_or_null(o, "cgroup_limit", h->cgroup_limited, h->cgroup_limit);
     add_or_null(o, "cgroup_usage", h->cgroup_limited && h->cgroup_usage_known, h->cgroup_usage);
     json_object_object_add(o, "cgroup_dir", h->cgroup_limited ? json_object_new_string(h->cgroup_dir) : NULL);
+    json_object_object_add(o, "asks", json_object_new_int64((int64_t)s->counters.dev_asks[d]));
+    json_object_object_add(o, "bytes_asked", json_object_new_int64(s->counters.dev_bytes_asked[d]));
+    json_object_object_add(o, "bytes_freed", json_object_new_int64(s->counters.dev_bytes_freed[d]));
     return o;
 }

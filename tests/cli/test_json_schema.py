@@ -32,7 +32,8 @@ DEVICE = {"index": INT, "uuid": STR, "name": STR, "scope": STR, "process_scope":
                     "pushed_by": INT + "?"},
           "booked": INT, "stock": INT, "booking_limit": INT,
           "host_ram": ({"budget": INT + "?", "mem_total": INT, "mem_available": INT, "cgroup_limit": INT + "?",
-                        "cgroup_usage": INT + "?", "cgroup_dir": STR + "?"}, "?")}
+                        "cgroup_usage": INT + "?", "cgroup_dir": STR + "?", "asks": INT, "bytes_asked": INT,
+                        "bytes_freed": INT}, "?")}
 STATUS = {
     "schema": INT,
     "coordinator": {"pid": INT, "socket": STR, "source": STR, "card_spec": STR + "?", "uptime_s": NUM,

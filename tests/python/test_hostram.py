@@ -93,6 +93,8 @@ class HostRam(unittest.TestCase):
         dev = ram_device(self.m.status())
         self.assertEqual(holder(dev, "b", "ram-cache")["resident"], 0)
         self.assertEqual(holder(dev, "b", "ram-cache")["receipts_contradicted"], 0)
+        self.assertEqual((dev["host_ram"]["asks"], dev["host_ram"]["bytes_freed"]), (1, 1536 * MiB))
+        self.assertEqual(dev["host_ram"]["bytes_asked"], asks[0]["bytes"])
         self.assertEqual(proc(dev, "c")["resident"], 1024 * MiB)
         self.assertEqual(proc(dev, "a")["resident"], 1536 * MiB)
         self.m.check_ledger(self)
@@ -198,6 +200,7 @@ class HostRam(unittest.TestCase):
                       metrics)
         self.assertIsNotNone(m, metrics)
         self.assertEqual(int(m.group(1)), 512 * MiB)
+        self.assertIn('comem_host_ram_release_asks_total{device="1",uuid="RAM-host",name="host RAM"} 0', metrics)
         self.assertRegex(metrics, r'comem_session_unregistered_bytes\{device="1",[^}]*process="a"[^}]*\} \d+')
 
 

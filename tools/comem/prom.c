@@ -160,6 +160,25 @@ static void device_families(FILE *f, json_object *devs)
     }
 }
 
+/* Host RAM's asks and receipts (the device that has a host_ram object). */
+static void host_ram_counters(FILE *f, json_object *devs)
+{
+    static const counter k[] = {
+        {"asks", "comem_host_ram_release_asks_total", "Release asks sent to host RAM holders."},
+        {"bytes_asked", "comem_host_ram_release_asked_bytes_total", "Bytes release asks on host RAM asked for."},
+        {"bytes_freed", "comem_host_ram_release_freed_bytes_total", "Bytes host RAM holders reported freed."},
+    };
+    char lb[1024];
+    for (size_t g = 0; g < sizeof k / sizeof k[0]; g++) {
+        family(f, k[g].metric, "counter", k[g].help);
+        for (size_t i = 0; i < jlen(devs); i++) {
+            json_object *d = at(devs, i), *v = jget(jget(d, "host_ram"), k[g].key);
+            if (v)
+                sample_i(f, k[g].metric, device_labels(lb, sizeof lb, d), json_object_get_int64(v));
+        }
+    }
+}
+
 static void session_families(FILE *f, json_object *devs)
 {
     char lb[2048];
@@ -269,6 +288,7 @@ char *comem_prom_text(json_object *st)
     family(f, "comem_pinned_host_limit_bytes", "gauge", "The machine-wide pinned host RAM ceiling.");
     sample_i(f, "comem_pinned_host_limit_bytes", "", json_object_get_int64(jget(pins, "max")));
     device_families(f, devs);
+    host_ram_counters(f, devs);
     session_families(f, devs);
     holder_families(f, devs);
     for (size_t i = 0; i < sizeof k_counters / sizeof k_counters[0]; i++) {

@@ -84,6 +84,10 @@ static void print_table(json_object *root)
             else
                 printf("  the machine's RAM: %s total, %s available\n", sz(jget_int(hr, "mem_total", -1), b[0]),
                        sz(jget_int(hr, "mem_available", -1), b[1]));
+            if (jget_int(hr, "asks", 0) > 0)
+                printf("  %lld release ask(s) to RAM holders for %s; their receipts: %s freed\n",
+                       (long long)jget_int(hr, "asks", 0), sz(jget_int(hr, "bytes_asked", 0), b[0]),
+                       sz(jget_int(hr, "bytes_freed", 0), b[1]));
             if (jget(hr, "cgroup_limit"))
                 printf("  cgroup limit %s (working set %s) at %s\n", sz(jget_int(hr, "cgroup_limit", -1), b[0]),
                        sz(jget_int(hr, "cgroup_usage", -1), b[1]), jget_str(hr, "cgroup_dir"));
