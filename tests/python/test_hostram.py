@@ -204,6 +204,18 @@ class HostRam(unittest.TestCase):
         self.assertRegex(metrics, r'comem_session_unregistered_bytes\{device="1",[^}]*process="a"[^}]*\} \d+')
 
 
+class NoHostRam(unittest.TestCase):
+    def test_off_by_default(self):
+        with Machine() as m:
+            self.assertEqual(len(m.status()["devices"]), 1, "without --ram the cards alone")
+            self.assertIsNone(m.status()["devices"][0]["host_ram"])
+            with comem.Client("x", socket=m.socket, require_coordinator=True) as c:
+                with self.assertRaises(comem.NoDevice):
+                    c.add_holder("ram-cache", device=comem.HOST_RAM)
+                with self.assertRaises(comem.NoDevice):
+                    c.admit(MiB, device=comem.HOST_RAM, timeout=5)
+
+
 class HostRamCgroup(unittest.TestCase):
     """--ram machine in a fake /proc + /sys tree (COMEM_HOSTMEM_ROOT): a cgroup limit changed at run time."""
 
