@@ -173,8 +173,9 @@ static void on_pin(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pi
     int rc = COMEM_OK;
     for (int d = 0; acquire && d < s->ledger.n_devices && rc == COMEM_OK; d++) {
         /* UMA: pinned RAM is the device's memory too, so it must fit what the device has free beyond
-           its reserve, or VRAM and RAM would both be promised the same bytes (user-needs F21). */
-        if (!s->meas[d].valid || !s->meas[d].r.unified)
+           its reserve, or VRAM and RAM would both be promised the same bytes (user-needs F21). Host
+           RAM as a device (comemd --ram): a pin is RAM, so it must fit there too. */
+        if (!s->meas[d].valid || (!s->meas[d].r.unified && d != s->ram_index))
             continue;
         int64_t room = comem_sub(coord_available(s, d, true), coord_base_reserve(s, d));
         if (p->bytes > room) {

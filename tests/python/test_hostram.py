@@ -179,6 +179,20 @@ class HostRam(unittest.TestCase):
         self.assertEqual(proc(ram_device(self.m.status()), "b")["resident"], 1024 * MiB)
         self.m.check_ledger(self)
 
+    def test_a_pin_must_fit_host_ram(self):
+        a = self.m.child("ram_holder.py", "a")
+        a.ask("cache", holder_name="ram-cache", entry="a0", mib=3072)
+        b = self.m.child("ram_holder.py", "b")
+        free = ram_device(self.m.status())["free"]
+        self.assertLess(free, 1024 * MiB)
+        r = b.ask("pin", holder_name="pins", mib=1024)  # far below the machine's pin ceiling, beyond host RAM
+        self.assertTrue(r.get("refused"), r)
+        self.assertGreater(r["short_by"], 0)
+        self.assertLessEqual(r["short_by"], 1024 * MiB)
+        self.assertEqual(self.m.status()["pins"]["total"], 0)
+        self.assertTrue(b.ask("pin", holder_name="pins", mib=64).get("pinned"))
+        self.assertEqual(self.m.status()["pins"]["total"], 64 * MiB)
+
     def test_status_and_metrics_show_host_ram(self):
         a = self.m.child("ram_holder.py", "a")
         a.ask("cache", holder_name="ram-cache", entry="a0", mib=512)

@@ -10,6 +10,7 @@ Commands (one JSON line each; see _driver.py):
         "free"  drops whole entries, in the plan's order, until it freed what it was asked (their memory
                 goes back to the system), reports their residency 0 and answers the bytes freed
         "lie"   frees nothing and answers what it was asked for
+  pin(holder_name, mib): pinned host RAM booked for holder (refused: the shortfall)
   busy(on): the whole process at a node boundary (True) or idle (False)
   admit(mib, timeout): a RAM admission; granted, the memory is allocated and the grant done into an entry
       of the holder "loads" (figures of the grant or refusal are answered)
@@ -103,6 +104,15 @@ def census(entry, mib):
     return {"ok": True}
 
 
+def pin(holder_name, mib):
+    """Books mib of pinned host RAM for holder (the host buffer is the caller's to allocate after)."""
+    try:
+        holder(holder_name).pin(mib * MiB)
+    except comem.Refused as r:
+        return {"refused": True, "short_by": r.short_by}
+    return {"pinned": True}
+
+
 def busy(on):
     client.set_busy(bool(on))
     return {"ok": True}
@@ -148,6 +158,6 @@ def get_asks():
         return {"asks": list(asks)}
 
 
-serve({"cache": cache, "late": late, "census": census, "busy": busy, "admit": admit, "stall": stall, "grow": grow, "asks": get_asks,
+serve({"cache": cache, "late": late, "pin": pin, "census": census, "busy": busy, "admit": admit, "stall": stall, "grow": grow, "asks": get_asks,
        "rss": lambda: {"rss": rss()}},
       {"pid": os.getpid(), "session": client.session, "rss": rss()})
