@@ -188,6 +188,13 @@ COMEM_API int comem_holder_busy(comem_client *c, uint64_t holder, int busy, cons
 COMEM_API int comem_holder_touch(comem_client *c, uint64_t holder);
 
 #define COMEM_ENTRY_PAGED 1u /* resident bytes are paged on demand (dynamic) */
+/*
+ * What getting a host RAM entry's bytes back costs (docs/hostram.md), at most
+ * one of them: release asks take RAM-cache entries first, then copies a file
+ * can give back, then every other entry. Without either an entry is "other".
+ */
+#define COMEM_ENTRY_RAM_CACHE 2u /* a RAM-cache entry (outputs a node can compute again) */
+#define COMEM_ENTRY_RAM_FILE 4u  /* a copy that can be read again from a file (an mmap'd checkpoint) */
 
 /* Registers one model (or buffer) of a holder: its full size and resident bytes now. */
 COMEM_API int comem_entry_add(comem_client *c, uint64_t holder, const char *name, int64_t size, int64_t resident,

@@ -72,6 +72,10 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
     uint64_t id;
     if (name_refused(s, c, rid, "entry name", e->name))
         return;
+    if ((e->flags & COMEM_ENTRY_CACHE) && (e->flags & COMEM_ENTRY_FILE)) {
+        coord_reply(s, c, rid, COMEM_EINVAL, "an entry is a cache entry or a file's copy, not both");
+        return;
+    }
     int64_t floor_was = coord_ram_claim(s, c->session, e->holder_id, e->resident); /* host RAM: its RSS had them */
     int rc = comem_ledger_entry_add(&s->ledger, c->session, e->holder_id, e->name, e->size, e->resident,
                                     (e->flags & COMEM_ENTRY_DYNAMIC) != 0, comem_now_ns(), &id);
@@ -90,6 +94,9 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
     }
     if (e->refs)
         (void)comem_ledger_entry_set_refs(&s->ledger, c->session, id, e->refs); /* it was just added: cannot fail */
+    if (e->flags & (COMEM_ENTRY_CACHE | COMEM_ENTRY_FILE)) /* its place in the order (docs/hostram.md) */
+        (void)comem_ledger_entry_set_tier(&s->ledger, c->session, id,
+                                          (e->flags & COMEM_ENTRY_CACHE) ? LEDGER_TIER_CACHE : LEDGER_TIER_FILE);
     reply_id(s, c, rid, id);
     ledger_entry *en = comem_ledger_entry(&s->ledger, id);
     if (en && en->resident > 0)

@@ -117,6 +117,31 @@ class HostRam(unittest.TestCase):
         self.assertGreaterEqual(self.m.status()["counters"]["sessions_died"], 1)
         self.m.check_ledger(self)
 
+    def test_cheapest_to_get_back_is_asked_first(self):
+        # By the card's key a's smaller entry would go first (both are wholly resident and unreferenced,
+        # and the smaller one ranks first); on host RAM the tier comes before it: b's cache entry is
+        # cheaper to get back than a's copy of a file, and a's other entry (no tier) goes last.
+        a = self.m.child("ram_holder.py", "a")
+        b = self.m.child("ram_holder.py", "b")
+        c = self.m.child("ram_holder.py", "c")
+        a.ask("cache", holder_name="offload", entry="a-file", mib=512, tier="file")
+        a.ask("cache", holder_name="weights", entry="a-other", mib=512)
+        b.ask("cache", holder_name="ram-cache", entry="b-cache", mib=1536, tier="cache")
+        dev = ram_device(self.m.status())
+        self.assertLess(dev["free"], 1536 * MiB)
+        g = c.ask("admit", mib=1536, timeout=20)  # short by less than b's cache: one ask, to b
+        self.assertTrue(g.get("granted"), g)
+        self.assertEqual(g["n_asked"], 1)
+        self.assertEqual([x["holder"] for x in b.ask("asks")["asks"]], ["ram-cache"])
+        self.assertEqual(a.ask("asks")["asks"], [])
+        self.assertLess(ram_device(self.m.status())["free"], 1536 * MiB)
+        g = c.ask("admit", mib=1536, timeout=20)  # now a's copy of a file goes before its untiered entry
+        self.assertTrue(g.get("granted"), g)
+        self.assertEqual([x["holder"] for x in a.ask("asks")["asks"]][:1], ["offload"])
+        dev = ram_device(self.m.status())
+        self.assertEqual(holder(dev, "a", "offload")["resident"], 0)
+        self.m.check_ledger(self)
+
     def test_a_lying_receipt_is_contradicted_and_buys_nothing(self):
         a = self.m.child("ram_holder.py", "a")
         b = self.m.child("ram_holder.py", "b")

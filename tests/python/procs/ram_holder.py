@@ -5,7 +5,8 @@ argv: NAME. The client joins the coordinator named by COMEM_SOCKET (required), w
 
 Commands (one JSON line each; see _driver.py):
   cache(holder, entry, mib, mode): allocates mib of real RAM (every page written, so it is resident) and
-      registers it as an entry of holder (a RAM cache; created on first use). mode is how the holder's
+      registers it as an entry of holder (created on first use; tier "cache", "file" or None, as
+      Holder.add_entry takes it). mode is how the holder's
       release callback answers:
         "free"  drops whole entries, in the plan's order, until it freed what it was asked (their memory
                 goes back to the system), reports their residency 0 and answers the bytes freed
@@ -84,10 +85,10 @@ def holder(name, mode="free"):
     return h
 
 
-def cache(holder_name, entry, mib, mode="free"):
+def cache(holder_name, entry, mib, mode="free", tier=None):
     h = holder(holder_name, mode)
     memory[entry] = allocate(mib * MiB)
-    entries[entry] = h.add_entry(entry, mib * MiB, mib * MiB)
+    entries[entry] = h.add_entry(entry, mib * MiB, mib * MiB, tier=tier)
     return {"holder": h.id, "entry": entries[entry].id, "rss": rss()}
 
 
