@@ -4,10 +4,12 @@
  * Everything else (holders, entries, admissions, asks, receipts, the eviction
  * order, the idle release) treats host RAM as one more device. What is its
  * own lives here: which processes its reading tracks (every session's pid),
- * the reserve it keeps (fixed at start: arith comem_ram_reserve), the warning about RAM a process holds
- * outside anything it registered (shown, never trusted: it is a floor, never
- * counted as reclaimable and never asked for), and the budget and cgroup
- * figures status shows. docs/hostram.md is the design.
+ * the floor an entry's registered bytes leave (they were in its RSS already),
+ * the warning about RAM a process holds outside anything it registered
+ * (shown, never trusted: it is a floor, never counted as reclaimable and never
+ * asked for), and the budget, cgroup and ask figures status shows. Its
+ * reserve is arith's comem_ram_reserve, fixed when measure.c opens the
+ * device. docs/hostram.md is the design.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -48,7 +50,6 @@ int64_t coord_ram_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, i
     return was;
 }
 
-/* The slot following pid's unregistered RAM (a new one, the oldest reused, when make), or NULL. */
 int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m)
 {
     const ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
@@ -63,6 +64,7 @@ int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m)
     return grow; /* an item the ledger drops as stale makes this an overestimate until the next reading */
 }
 
+/* The slot following pid's unregistered RAM (a new one, the oldest reused, when make), or NULL. */
 static coord_ram_over *over_of(comem_coord_srv *s, int32_t pid, bool make)
 {
     coord_ram_over *oldest = &s->ram_over[0];

@@ -427,7 +427,8 @@ static int rule_ram_admission(const rule_ctx *c, json_object *out)
 {
     int64_t reserve = comem_ram_reserve(has(c, "budget") ? inum(c, "budget", 0) : -1, inum(c, "total-ram", 0));
     json_object_object_add(out, "reserve", jint(reserve));
-    json_object_object_add(out, "need", jint(comem_ram_admit_target(inum(c, "weights", 0), inum(c, "working", 0), reserve)));
+    int64_t need = comem_ram_admit_target(inum(c, "weights", 0), inum(c, "working", 0), reserve);
+    json_object_object_add(out, "need", jint(need));
     return 0;
 }
 
@@ -453,7 +454,10 @@ static const arg_spec pin_tiers_specs[] = {
     {"loaded", ARG_FLAG, false},
     {"evict-active", ARG_FLAG, false},
 };
-static json_object *tristate(comem_tristate t) { return t == COMEM_ANY ? NULL : json_object_new_boolean(t == COMEM_YES); }
+static json_object *tristate(comem_tristate t)
+{
+    return t == COMEM_ANY ? NULL : json_object_new_boolean(t == COMEM_YES); /* null: any */
+}
 static int rule_pin_tiers(const rule_ctx *c, json_object *out)
 {
     comem_pin_tier tiers[2 * COMEM_PIN_TIERS_MAX];

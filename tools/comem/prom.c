@@ -122,7 +122,8 @@ static const dev_gauge k_dev[] = {
      "Bytes joined processes hold beyond their entries, holders' reports and contexts (host RAM: beyond 300 MiB)."},
     {"host_ram", "budget", "comem_host_ram_budget_bytes", "Host RAM's bounded budget (comemd --ram SIZE)."},
     {"host_ram", "mem_total", "comem_host_ram_mem_total_bytes", "MemTotal of /proc/meminfo (host RAM device)."},
-    {"host_ram", "mem_available", "comem_host_ram_mem_available_bytes", "MemAvailable of /proc/meminfo (host RAM device)."},
+    {"host_ram", "mem_available", "comem_host_ram_mem_available_bytes",
+     "MemAvailable of /proc/meminfo (host RAM device)."},
     {"host_ram", "cgroup_limit", "comem_host_ram_cgroup_limit_bytes", "The cgroup limit that clamps host RAM."},
     {"host_ram", "cgroup_usage", "comem_host_ram_cgroup_usage_bytes", "The working set of the limiting cgroup."},
 };

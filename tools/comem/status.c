@@ -75,12 +75,13 @@ static void print_table(json_object *root)
                jget_str(dv, "scope"));
         json_object *hr = jget(dv, "host_ram"); /* null for a card */
         if (hr) {
-            printf("  capacity %s  free %s  used %s (the processes' resident sets%s)\n", sz(jget_int(dv, "capacity", -1), b[0]),
-                   sz(jget_int(dv, "free", -1), b[1]), sz(jget_int(dv, "used", -1), b[2]),
+            printf("  capacity %s  free %s  used %s (the processes' resident sets%s)\n",
+                   sz(jget_int(dv, "capacity", -1), b[0]), sz(jget_int(dv, "free", -1), b[1]), sz(jget_int(dv, "used", -1), b[2]),
                    jget(hr, "budget") ? "" : " and everything else on the machine");
             if (jget(hr, "budget"))
-                printf("  a bounded budget of %s (the machine: %s total, %s available)\n", sz(jget_int(hr, "budget", -1), b[0]),
-                       sz(jget_int(hr, "mem_total", -1), b[1]), sz(jget_int(hr, "mem_available", -1), b[2]));
+                printf("  a bounded budget of %s (the machine: %s total, %s available)\n",
+                       sz(jget_int(hr, "budget", -1), b[0]), sz(jget_int(hr, "mem_total", -1), b[1]),
+                       sz(jget_int(hr, "mem_available", -1), b[2]));
             else
                 printf("  the machine's RAM: %s total, %s available\n", sz(jget_int(hr, "mem_total", -1), b[0]),
                        sz(jget_int(hr, "mem_available", -1), b[1]));
