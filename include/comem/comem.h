@@ -108,6 +108,17 @@ COMEM_API uint64_t comem_client_session(comem_client *c);
  */
 COMEM_API int comem_client_map_device(comem_client *c, int ordinal, const char *uuid);
 
+/*
+ * The device ordinal every process names host RAM by, when the coordinator
+ * serves it (comemd --ram, COMEM_RAM; docs/hostram.md): holders, entries,
+ * admissions, pressure and reserves on it are host RAM's, budgeted across
+ * processes as a card is. It is the last ordinal, so it never collides with
+ * a CUDA ordinal below 15. Calls on it fail COMEM_ENODEV where RAM is off.
+ * comem_device_host_ram returns the same number, for bindings.
+ */
+#define COMEM_DEVICE_HOST_RAM (COMEM_MAX_DEVICES - 1)
+COMEM_API int comem_device_host_ram(void);
+
 /* The default timeout (ms) for calls that take timeout_ms < 0. Default 10000. */
 COMEM_API void comem_client_set_timeout(comem_client *c, int timeout_ms);
 
@@ -178,6 +189,13 @@ COMEM_API int comem_holder_busy(comem_client *c, uint64_t holder, int busy, cons
 COMEM_API int comem_holder_touch(comem_client *c, uint64_t holder);
 
 #define COMEM_ENTRY_PAGED 1u /* resident bytes are paged on demand (dynamic) */
+/*
+ * What getting a host RAM entry's bytes back costs (docs/hostram.md), at most
+ * one of them: release asks take RAM-cache entries first, then copies a file
+ * can give back, then every other entry. Without either an entry is "other".
+ */
+#define COMEM_ENTRY_RAM_CACHE 2u /* a RAM-cache entry (outputs a node can compute again) */
+#define COMEM_ENTRY_RAM_FILE 4u  /* a copy that can be read again from a file (an mmap'd checkpoint) */
 
 /* Registers one model (or buffer) of a holder: its full size and resident bytes now. */
 COMEM_API int comem_entry_add(comem_client *c, uint64_t holder, const char *name, int64_t size, int64_t resident,

@@ -21,7 +21,7 @@ pages, the torch census figure, a release ladder for torch models),
 
 from ._bin import binary_path
 from ._lib import path as library_path
-from .client import (ANSWERS, KINDS, ROLES, Client, Entry, Grant, Holder, Released, ReleaseAsk, Reserve,
+from .client import (ANSWERS, HOST_RAM, KINDS, ROLES, Client, Entry, Grant, Holder, Released, ReleaseAsk, Reserve,
                      default_socket)
 from .coordinator import Coordinator
 from .errors import (Busy, Closed, Error, Forked, NoDevice, NotFound, PermissionDenied, Refused, TimedOut,
@@ -33,7 +33,7 @@ from .view import View, ViewReading, ViewState
 __version__ = "0.1.0"
 
 __all__ = [
-    "ANSWERS", "KINDS", "ROLES", "Busy", "CardReading", "Client", "Closed", "Coordinator", "Entry", "Error", "Forked",
+    "ANSWERS", "HOST_RAM", "KINDS", "ROLES", "Busy", "CardReading", "Client", "Closed", "Coordinator", "Entry", "Error", "Forked",
     "Grant", "Holder", "NoDevice", "NotFound", "Pager", "PermissionDenied", "Refused", "Released", "ReleaseAsk", "Reserve",
     "SimCard", "TimedOut", "VBar", "View", "ViewReading", "ViewState", "binary_path", "default_socket", "library_path",
     "status_str",

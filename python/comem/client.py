@@ -45,12 +45,19 @@ _ASK_KINDS = {1: "bytes", 2: "idle", 3: "pins"}
 _OPEN_EMBED = 1
 _OPEN_NO_LOCAL = 2
 _ENTRY_PAGED = 1
+#: An entry's tier on host RAM (``COMEM_ENTRY_RAM_*``): what getting its bytes back costs, cheapest first.
+TIERS = {"cache": 2, "file": 4}
 
 
 _I64 = 1 << 63
 _admit = _L.comem_admit_figures
 _grant_done = _L.comem_grant_done
 
+
+#: The device ordinal of host RAM (``COMEM_DEVICE_HOST_RAM``, asked of the library): holders,
+#: admissions and pressure on it are host RAM's, budgeted across processes when the coordinator
+#: serves it (``comemd --ram``, ``COMEM_RAM``; docs/hostram.md).
+HOST_RAM: int = int(_L.comem_device_host_ram())
 
 class _Out:
     """Per-thread out-parameters for admission: made once, reused by every call on the thread."""
@@ -211,8 +218,16 @@ class Holder:
         """The holder's entries, in registration order."""
         return list(self._entries.values())
 
-    def add_entry(self, name: str, size: int, resident: int = 0, paged: bool = False) -> Entry:
-        """Registers one model of this holder: its full size and its resident bytes now."""
+    def add_entry(self, name: str, size: int, resident: int = 0, paged: bool = False,
+                  tier: Optional[str] = None) -> Entry:
+        """Registers one model of this holder: its full size and its resident bytes now.
+
+        tier (host RAM entries, docs/hostram.md): ``"cache"`` for a RAM-cache entry, ``"file"`` for a
+        copy a file can give back (an mmap'd checkpoint); release asks take those first, in that order.
+        None: any other entry, asked last.
+        """
+        if tier is not None and tier not in TIERS:
+            raise ValueError(f"tier must be one of {sorted(TIERS)} or None (got {tier!r})")
         nm = errors.name(name, "entry name")
         sz = errors.size(size, "size")
         rs = errors.size(resident, "resident")
@@ -220,8 +235,8 @@ class Holder:
             raise ValueError(f"resident ({rs}) cannot exceed size ({sz})")
         self._live()
         out = c_uint64()
-        check(_L.comem_entry_add(self.client._h(), self.id, nm, sz, rs, _ENTRY_PAGED if paged else 0, byref(out)),
-              "comem_entry_add", name)
+        flags = (_ENTRY_PAGED if paged else 0) | TIERS.get(tier or "", 0)
+        check(_L.comem_entry_add(self.client._h(), self.id, nm, sz, rs, flags, byref(out)), "comem_entry_add", name)
         e = Entry(self, out.value, name, sz, rs, bool(paged))
         self._entries[e.id] = e
         return e

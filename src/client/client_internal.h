@@ -108,7 +108,7 @@
 /*
  * The public API and the protocol. Roles and holder kinds go on the wire as
  * the caller gave them, so the API's values are the protocol's (asserted
- * here). Holder flags (COMEM_ANSWERS_*), entry flags (COMEM_ENTRY_PAGED) and
+ * here). Holder flags (COMEM_ANSWERS_*), entry flags (COMEM_ENTRY_PAGED, _RAM_*) and
  * release kinds (COMEM_RELEASE_*) have the API's own values and are translated
  * where they cross: register.c's caps_of and entry flags, resync.c's entry
  * flags, ask.c's release_kind. comem_scope and comem_status are one enum for
@@ -117,6 +117,16 @@
 _Static_assert(COMEM_CLIENT_HOST == COMEM_ROLE_HOST && COMEM_CLIENT_WORKER == COMEM_ROLE_WORKER &&
                    COMEM_CLIENT_TOOL == COMEM_ROLE_TOOL,
                "roles go on the wire unchanged");
+
+/* The API's entry flags (COMEM_ENTRY_PAGED, COMEM_ENTRY_RAM_*) as the protocol's (register.c, resync.c). */
+#define CLIENT_ENTRY_FLAGS (COMEM_ENTRY_PAGED | COMEM_ENTRY_RAM_CACHE | COMEM_ENTRY_RAM_FILE)
+static inline uint32_t comem_entry_wire_flags(unsigned flags)
+{
+    return ((flags & COMEM_ENTRY_PAGED) ? COMEM_ENTRY_DYNAMIC : 0u) |
+           ((flags & COMEM_ENTRY_RAM_CACHE) ? COMEM_ENTRY_CACHE : 0u) |
+           ((flags & COMEM_ENTRY_RAM_FILE) ? COMEM_ENTRY_FILE : 0u);
+}
+
 _Static_assert(COMEM_KIND_MODELS == COMEM_HOLDER_MODELS && COMEM_KIND_PAGER == COMEM_HOLDER_PAGER &&
                    COMEM_KIND_PINS == COMEM_HOLDER_PINS && COMEM_KIND_RAW == COMEM_HOLDER_RAW,
                "holder kinds go on the wire unchanged");

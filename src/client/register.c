@@ -264,8 +264,8 @@ int comem_entry_add(comem_client *c, uint64_t holder, const char *name, int64_t 
     if (owned != COMEM_OK)
         return owned;
     if (!entry || !name_ok(name) || size < 0 || resident < 0 || resident > size ||
-        (flags & ~COMEM_ENTRY_PAGED))
-        return COMEM_EINVAL;
+        (flags & ~CLIENT_ENTRY_FLAGS) || ((flags & COMEM_ENTRY_RAM_CACHE) && (flags & COMEM_ENTRY_RAM_FILE)))
+        return COMEM_EINVAL; /* at most one tier */
     comem_msg m;
     memset(&m, 0, sizeof m);
     client_req r = {0};
@@ -296,7 +296,7 @@ int comem_entry_add(comem_client *c, uint64_t holder, const char *name, int64_t 
         m.u.entry_add.holder_id = holder_coord;
         m.u.entry_add.size = size;
         m.u.entry_add.resident = resident;
-        m.u.entry_add.flags = (flags & COMEM_ENTRY_PAGED) ? COMEM_ENTRY_DYNAMIC : 0;
+        m.u.entry_add.flags = comem_entry_wire_flags(flags);
         put_name(m.u.entry_add.name, name);
         rc = comem_req_begin(c, &r, PEND_ENTRY_ADD, id, e->seq, !comem_on_service_thread(c));
         if (rc == COMEM_OK) {
@@ -504,3 +504,5 @@ int comem_client_map_device(comem_client *c, int ordinal, const char *uuid)
     }
     return rc;
 }
+
+int comem_device_host_ram(void) { return COMEM_DEVICE_HOST_RAM; }

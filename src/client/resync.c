@@ -65,7 +65,7 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
         m->u.entry_add.size = e->size;
         m->u.entry_add.resident = e->resident;
         m->u.entry_add.refs = e->refs;
-        m->u.entry_add.flags = (e->flags & COMEM_ENTRY_PAGED) ? COMEM_ENTRY_DYNAMIC : 0;
+        m->u.entry_add.flags = comem_entry_wire_flags(e->flags);
         put_name(m->u.entry_add.name, e->name);
         if (comem_req_begin(c, r, PEND_ENTRY_ADD, e->id, e->seq, true) != COMEM_OK)
             return STEP_NONE;

@@ -62,6 +62,7 @@
 
 #include "arith/cross_reserve.h"
 #include "arith/planners.h"
+#include "arith/ram_cache.h"
 #include "base/bytes.h"
 #include "base/hops.h"
 #include "base/log.h"
@@ -123,12 +124,16 @@ void coord_target_terms(comem_coord_srv *s, uint64_t session, int dev, int64_t *
     *reserve = ld->reserve_base >= 0 ? ld->reserve_base : coord_reserve_for(s, session, dev, NULL);
     const ledger_session *ss = comem_ledger_session(&s->ledger, session);
     *floor_add = ss && ss->floor[dev] == 0 ? COMEM_CONTEXT_FLOOR : 0; /* no context there yet: the load creates one */
+    if (dev == s->ram_index)
+        *floor_add = 0; /* a process's RAM is its RSS, already in the reading: no context to create */
 }
 
 static int64_t need_of(comem_coord_srv *s, uint64_t session, int dev, int64_t weights, int64_t working)
 {
     int64_t reserve, floor_add;
     coord_target_terms(s, session, dev, &reserve, &floor_add);
+    if (dev == s->ram_index)
+        return comem_ram_admit_target(weights, working, reserve); /* host RAM: no card's slack (arith/ram_cache.h) */
     return comem_add(comem_admit_target(weights, working, reserve), floor_add);
 }
 

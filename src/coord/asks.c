@@ -75,6 +75,10 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     coord_send(s, c, &m);
     s->counters.asks++;
     s->counters.bytes_asked = comem_add(s->counters.bytes_asked, comem_clamp0(bytes));
+    if (h->device >= 0 && h->device < COMEM_MAX_DEVICES) {
+        s->counters.dev_asks[h->device]++;
+        s->counters.dev_bytes_asked[h->device] = comem_add(s->counters.dev_bytes_asked[h->device], comem_clamp0(bytes));
+    }
     if (kind == COMEM_ASK_IDLE)
         s->counters.idle_releases++;
     comem_debug("asked holder '%s' for %lld bytes (ask %llx)", h->name, (long long)bytes, (unsigned long long)id);
@@ -133,8 +137,12 @@ static void settle(comem_coord_srv *s, uint64_t id, ask *a, uint8_t outcome, int
 {
     ask copy = *a;
     comem_slab_free(&s->asks, id);
-    if (outcome == COMEM_RECEIPT_DONE)
+    if (outcome == COMEM_RECEIPT_DONE) {
         s->counters.bytes_freed = comem_add(s->counters.bytes_freed, comem_clamp0(freed));
+        if (copy.device >= 0 && copy.device < COMEM_MAX_DEVICES)
+            s->counters.dev_bytes_freed[copy.device] =
+                comem_add(s->counters.dev_bytes_freed[copy.device], comem_clamp0(freed));
+    }
     else if (outcome != COMEM_RECEIPT_GONE) /* gone: the bytes came back with the process, not a receipt */
         s->counters.asks_busy++;
     if (copy.done)

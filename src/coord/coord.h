@@ -29,13 +29,15 @@ typedef struct comem_coord_config {
     int hello_timeout_ms;       /* a connection that has not said HELLO by then is closed (5000) */
     bool check;                 /* verify the ledger after every mutation (tests, debug) */
     int64_t reserve_base;       /* the reserve base every host keeps (comemd --reserve); -1: the first host's */
+    char ram_spec[64];          /* host RAM as the last device: "machine", or a bounded budget "4GiB" (comemd
+                                   --ram, COMEM_RAM); "" : no RAM device */
     char started_by[128];       /* who started comemd (--started-by: the name rule); "" : not said (an operator,
                                    a service manager, an embedded coordinator) */
 } comem_coord_config;
 
 /*
- * Defaults, then the environment: COMEM_DEVICE, COMEM_TOKEN, COMEM_IDLE_SECONDS,
- * COMEM_CHECK. COMEM_EINVAL, with the one-line reason in err, for a token
+ * Defaults, then the environment: COMEM_DEVICE, COMEM_RAM, COMEM_TOKEN,
+ * COMEM_IDLE_SECONDS, COMEM_CHECK. COMEM_EINVAL, with the one-line reason in err, for a token
  * longer than the protocol carries or an idle time that is not a positive
  * number of seconds (the same refusal as comemd's --idle-release).
  */

@@ -4,6 +4,7 @@
  *   srv
  *   ├── ledger          the machine-wide books (ledger/ledger.h)
  *   ├── src             the device source, read at admissions and every tick
+ *   ├── ram_src         host RAM (probe/hostram.h), the ledger's last device when on
  *   ├── meas[dev]       the last reading per device and what the ledger changed since
  *   ├── conns[]         one per socket; a conn has a session once HELLO passed
  *   ├── asks (slab)     release asks sent to holders, each owned by an admission,
@@ -247,10 +248,21 @@ typedef struct coord_counters {
     uint64_t latency_counts[COORD_LATENCY_BUCKETS + 1]; /* admissions decided within each bound; last: above all */
     double latency_sum_s;
     uint64_t spill_events; /* overcommits started on WDDM cards (spill.c) */
+    uint64_t dev_asks[COMEM_MAX_DEVICES];        /* release asks sent, per device (status: host RAM's) */
+    int64_t dev_bytes_asked[COMEM_MAX_DEVICES];  /* ... what they asked for */
+    int64_t dev_bytes_freed[COMEM_MAX_DEVICES];  /* ... what their receipts reported freed */
 } coord_counters;
 
 /* Counts one admission's answer and how long it took (admit.c). */
 void coord_count_admission(comem_coord_srv *s, bool granted, int64_t created_ns);
+
+/* A process seen holding unregistered host RAM beyond COORD_RAM_WARN_BYTES: since when, and whether said. */
+#define COORD_RAM_OVER 64
+typedef struct coord_ram_over {
+    int32_t pid;      /* 0: a free slot */
+    int64_t since_ns; /* first reading beyond the bound */
+    bool warned;
+} coord_ram_over;
 
 typedef struct comem_coord_srv {
     comem_coord_config cfg;
@@ -261,6 +273,10 @@ typedef struct comem_coord_srv {
     ino_t sock_ino;
     ep_tag listen_tag, wake_tag, timer_tag;
     comem_device_source *src;
+    comem_device_source *ram_src; /* host RAM; NULL when cfg.ram_spec is "" */
+    int ram_index;                /* host RAM's ledger index (after the cards); -1 when off */
+    int64_t ram_reserve;          /* what host RAM keeps free (hostram.c) */
+    coord_ram_over ram_over[COORD_RAM_OVER]; /* processes beyond the unregistered-RAM bound (hostram.c) */
     comem_ledger ledger;
     measurement meas[COMEM_MAX_DEVICES];
     coord_spill spill[COMEM_MAX_DEVICES];
@@ -334,6 +350,12 @@ void coord_spill_note(comem_coord_srv *s, int device, const comem_device_reading
 /* ---- devmap.c: each process's device ordinals, by UUID ---- */
 /* DEVICE_MAP: maps the ordinals it names, warns when two are one card, replies. */
 void coord_device_map(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_device_map *m);
+/*
+ * A new connection's ordinals: COMEM_DEVICE_HOST_RAM names host RAM when it is on, and the RAM
+ * device's own index, unless a DEVICE_MAP names a card for it, names nothing (COORD_DEVMAP_NONE).
+ */
+#define COORD_DEVMAP_NONE 0xFF
+void coord_devmap_init(const comem_coord_srv *s, conn *c);
 /* The coordinator's index for a device a message of c names (its ordinal when it mapped it). */
 uint16_t coord_device_in(const conn *c, uint16_t device);
 /* The device as c names it: its ordinal for a mapped index, else the index. */
@@ -341,6 +363,29 @@ uint16_t coord_device_out(const conn *c, int index);
 /* Warnings for status: ordinals of one process that are one card, devices that share a UUID. */
 #define COORD_WARNING_MAX 192
 size_t coord_device_warnings(comem_coord_srv *s, char (*out)[COORD_WARNING_MAX], size_t cap);
+
+/* ---- hostram.c: host RAM as the ledger's last device ---- */
+/* Reads device d from its source (a card, or host RAM with the ledger's processes tracked). */
+int coord_read_device(comem_coord_srv *s, int d, comem_device_reading *r);
+/*
+ * Before an entry of holder is added with `resident` bytes (or a census raises its entries' residency
+ * by that much): on host RAM those bytes were already in
+ * the process's RSS, so its floor (RSS beyond what it registered) gives them up, or the same bytes
+ * would be counted twice until the next reading. Returns the floor before (to put back if the
+ * entry is refused), or -1 when the holder is not the session's or not on host RAM.
+ */
+int64_t coord_ram_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, int64_t resident);
+/* The residency a census of host RAM entries adds (Σ of its entries' growth), for coord_ram_claim; 0 elsewhere. */
+int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m);
+/* After a reading of host RAM: says once in the log each process whose unregistered RAM stayed beyond the bound. */
+void coord_ram_warn(comem_coord_srv *s);
+/* Status warnings: every process whose unregistered RAM is beyond the bound now. */
+size_t coord_ram_warnings(comem_coord_srv *s, char (*out)[COORD_WARNING_MAX], size_t cap);
+/* Status: host RAM's own figures (budget, machine, cgroup) for device d; NULL for a card. */
+struct json_object;
+struct json_object *coord_ram_json(const comem_coord_srv *s, int d);
+#define COORD_RAM_WARN_BYTES ((int64_t)256 << 20) /* unregistered RAM beyond this is warned about */
+#define COORD_RAM_WARN_MS 1000                    /* once it has stayed beyond it this long */
 
 /* ---- handlers.c ---- */
 void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m);

@@ -9,11 +9,17 @@
  * of one process that are one card are charged as one, and said: in the log
  * when mapped, in status while the process is there. Cards the coordinator
  * itself reads twice (one UUID at two indices) are said in status too.
+ *
+ * Host RAM (when on) is the coordinator's last device. Every process names it
+ * COMEM_DEVICE_HOST_RAM whatever its index, and the index itself names no
+ * device until a DEVICE_MAP says which card that ordinal is: a process that
+ * says "device 1" means its second GPU, never RAM.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "base/log.h"
+#include "comem/comem.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
 
@@ -36,6 +42,15 @@ static bool holds_on(const comem_coord_srv *s, uint64_t session, int d)
     return false;
 }
 
+void coord_devmap_init(const comem_coord_srv *s, conn *c)
+{
+    if (s->ram_index < 0)
+        return;
+    if (s->ram_index != COMEM_DEVICE_HOST_RAM)
+        c->devmap[s->ram_index] = COORD_DEVMAP_NONE;
+    c->devmap[COMEM_DEVICE_HOST_RAM] = (uint8_t)(s->ram_index + 1);
+}
+
 void coord_device_map(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_device_map *m)
 {
     const ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
@@ -45,6 +60,12 @@ void coord_device_map(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg
     for (uint16_t i = 0; i < m->n; i++) {
         const comem_wire_devmap *it = &m->items[i];
         int d = index_of_uuid(s, it->uuid);
+        if (s->ram_index >= 0 && (it->ordinal == COMEM_DEVICE_HOST_RAM || d == s->ram_index)) {
+            rc = COMEM_EINVAL;
+            snprintf(why, sizeof why, "device %u is host RAM's ordinal (COMEM_DEVICE_HOST_RAM), not a card's",
+                     (unsigned)it->ordinal);
+            continue;
+        }
         if (d < 0) {
             rc = COMEM_ENODEV;
             snprintf(why, sizeof why, "no device with UUID %.60s here (its device %u stays unmapped)", it->uuid,
@@ -69,7 +90,7 @@ void coord_device_map(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg
     }
     for (int a = 0; a < COMEM_MAX_DEVICES; a++)
         for (int b = a + 1; b < COMEM_MAX_DEVICES; b++)
-            if (c->devmap[a] && c->devmap[a] == c->devmap[b])
+            if (c->devmap[a] && c->devmap[a] != COORD_DEVMAP_NONE && c->devmap[a] == c->devmap[b])
                 comem_warn("'%s' (pid %d): its devices %d and %d are one card (%s): charged as one", who, (int)c->pid,
                            a, b, s->ledger.devices[c->devmap[a] - 1].uuid);
     coord_reply(s, c, rid, rc, rc == COMEM_OK ? NULL : why);
@@ -104,7 +125,7 @@ size_t coord_device_warnings(comem_coord_srv *s, char (*out)[COORD_WARNING_MAX],
             continue;
         for (int a = 0; a < COMEM_MAX_DEVICES; a++)
             for (int b = a + 1; b < COMEM_MAX_DEVICES && n < cap; b++)
-                if (c->devmap[a] && c->devmap[a] == c->devmap[b])
+                if (c->devmap[a] && c->devmap[a] != COORD_DEVMAP_NONE && c->devmap[a] == c->devmap[b])
                     snprintf(out[n++], COORD_WARNING_MAX,
                              "'%.40s' (pid %d): its devices %d and %d are one card (%.80s)", ss->name, (int)ss->pid, a,
                              b, s->ledger.devices[c->devmap[a] - 1].uuid);

@@ -72,8 +72,15 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
     uint64_t id;
     if (name_refused(s, c, rid, "entry name", e->name))
         return;
+    if ((e->flags & COMEM_ENTRY_CACHE) && (e->flags & COMEM_ENTRY_FILE)) {
+        coord_reply(s, c, rid, COMEM_EINVAL, "an entry is a cache entry or a file's copy, not both");
+        return;
+    }
+    int64_t floor_was = coord_ram_claim(s, c->session, e->holder_id, e->resident); /* host RAM: its RSS had them */
     int rc = comem_ledger_entry_add(&s->ledger, c->session, e->holder_id, e->name, e->size, e->resident,
                                     (e->flags & COMEM_ENTRY_DYNAMIC) != 0, comem_now_ns(), &id);
+    if (rc != COMEM_OK && floor_was >= 0)
+        (void)comem_ledger_set_floor(&s->ledger, c->session, s->ram_index, floor_was); /* as it was: it fitted */
     if (rc != COMEM_OK) {
         const ledger_holder *h = comem_ledger_holder(&s->ledger, e->holder_id);
         char why[COMEM_WIRE_TEXT_MAX];
@@ -87,6 +94,9 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
     }
     if (e->refs)
         (void)comem_ledger_entry_set_refs(&s->ledger, c->session, id, e->refs); /* it was just added: cannot fail */
+    if (e->flags & (COMEM_ENTRY_CACHE | COMEM_ENTRY_FILE)) /* its place in the order (docs/hostram.md) */
+        (void)comem_ledger_entry_set_tier(&s->ledger, c->session, id,
+                                          (e->flags & COMEM_ENTRY_CACHE) ? LEDGER_TIER_CACHE : LEDGER_TIER_FILE);
     reply_id(s, c, rid, id);
     ledger_entry *en = comem_ledger_entry(&s->ledger, id);
     if (en && en->resident > 0)
@@ -96,8 +106,11 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
 static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_census *m)
 {
     ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
+    int64_t floor_was = coord_ram_claim(s, c->session, m->holder_id, coord_census_growth(s, m));
     int rc = comem_ledger_census(&s->ledger, c->session, m->holder_id, m->seq, m->has, m->pinned, m->overhead,
                                  m->items, m->n, comem_now_ns(), NULL);
+    if (rc != COMEM_OK && floor_was >= 0)
+        (void)comem_ledger_set_floor(&s->ledger, c->session, s->ram_index, floor_was); /* as it was: it fitted */
     coord_reply(s, c, rid, rc,
                 rc == COMEM_ERANGE   ? "census claims more than the device holds"
                 : rc == COMEM_EINVAL ? "census lists an entry more than once"
@@ -167,8 +180,9 @@ static void on_pin(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_pi
     int rc = COMEM_OK;
     for (int d = 0; acquire && d < s->ledger.n_devices && rc == COMEM_OK; d++) {
         /* UMA: pinned RAM is the device's memory too, so it must fit what the device has free beyond
-           its reserve, or VRAM and RAM would both be promised the same bytes (user-needs F21). */
-        if (!s->meas[d].valid || !s->meas[d].r.unified)
+           its reserve, or VRAM and RAM would both be promised the same bytes (user-needs F21). Host
+           RAM as a device (comemd --ram): a pin is RAM, so it must fit there too. */
+        if (!s->meas[d].valid || (!s->meas[d].r.unified && d != s->ram_index))
             continue;
         int64_t room = comem_sub(coord_available(s, d, true), coord_base_reserve(s, d));
         if (p->bytes > room) {

@@ -186,6 +186,7 @@ void coord_accept(comem_coord_srv *s)
         c->uid = cred.uid;
         c->slot = slot;
         c->accepted_ns = comem_now_ns();
+        coord_devmap_init(s, c);
         c->tag = (ep_tag){EP_CONN, c};
         c->pid_tag = (ep_tag){EP_PIDFD, c};
         s->conns[slot] = c;

@@ -4,6 +4,10 @@
  * At start the device source is opened, each device read once into the
  * ledger's device table (capacity, scopes, the largest entry the card, RAM and
  * swap could hold), and the machine-wide pinned ceiling computed from host RAM.
+ * With a RAM spec (comemd --ram, COMEM_RAM) host RAM is one more device after
+ * the cards (probe/hostram.h; docs/hostram.md): its readings track the RSS of
+ * every process in the ledger, its floors are what a process has resident
+ * beyond its RAM entries, and its reserve is fixed here (coord_ram_reserve).
  *
  * A decision needs true free memory. Reading the card costs tens of
  * microseconds (NVML, measured on an H200) and the simulated card must lock
@@ -27,12 +31,15 @@
 #include "arith/cross_reserve.h"
 #include "arith/pinned.h"
 #include "arith/planners.h"
+#include "arith/ram_cache.h"
 #include "base/bytes.h"
 #include "base/hops.h"
 #include "base/log.h"
+#include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
 #include "probe/hostmem.h"
+#include "probe/hostram.h"
 #include "probe/select.h"
 
 int coord_devices_open(comem_coord_srv *s)
@@ -47,17 +54,29 @@ int coord_devices_open(comem_coord_srv *s)
         comem_info("coordinator: %s", note);
     int n = 0;
     comem_device_count(s->src, &n);
-    if (n > COMEM_MAX_DEVICES)
-        n = COMEM_MAX_DEVICES;
+    int max_cards = s->cfg.ram_spec[0] ? COMEM_MAX_DEVICES - 1 : COMEM_MAX_DEVICES; /* host RAM takes a slot */
+    if (n > max_cards) {
+        comem_warn("coordinator: %d devices; serving the first %d", n, max_cards);
+        n = max_cards;
+    }
+    if (s->cfg.ram_spec[0]) {
+        rc = comem_hostram_open(s->cfg.ram_spec, &s->ram_src, note, sizeof note);
+        if (rc != COMEM_OK) {
+            comem_error("coordinator: cannot open host RAM: %s", note);
+            return rc;
+        }
+        s->ram_index = n;
+    }
+    int n_all = n + (s->ram_src ? 1 : 0);
     ledger_device devs[COMEM_MAX_DEVICES];
     /* The machine's RAM and swap: where a model's bytes live when not on the card. */
     comem_hostmem host;
     bool have_host = comem_hostmem_read(NULL, &host) == COMEM_OK;
     int64_t off_card = have_host ? comem_add(comem_max(host.mem_total, host.total), comem_clamp0(host.swap_total)) : -1;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n_all; i++) {
         comem_device_reading *r = &s->meas[i].r;
         memset(&devs[i], 0, sizeof devs[i]);
-        if (comem_device_read(s->src, i, r) != COMEM_OK)
+        if (coord_read_device(s, i, r) != COMEM_OK)
             return COMEM_ENODEV;
         devs[i].index = i;
         snprintf(devs[i].uuid, sizeof devs[i].uuid, "%s", r->uuid);
@@ -65,6 +84,8 @@ int coord_devices_open(comem_coord_srv *s)
         devs[i].capacity = r->total;
         /* An entry larger than the card, RAM and swap together is not a model anyone holds. */
         devs[i].entry_max = off_card >= 0 ? comem_add(r->total, off_card) : comem_mul(r->total, 16);
+        if (i == s->ram_index)
+            devs[i].entry_max = r->total; /* a RAM entry larger than the RAM budget is not one */
         devs[i].scope = r->scope;
         devs[i].proc_scope = r->local_scope;
         devs[i].unified = r->unified;
@@ -90,7 +111,14 @@ int coord_devices_open(comem_coord_srv *s)
             if (devs[a].uuid[0] && !strcmp(devs[a].uuid, devs[b].uuid))
                 comem_warn("coordinator: devices %d and %d are one card (%s): its memory is counted twice", a, b,
                            devs[a].uuid);
-    rc = comem_ledger_init(&s->ledger, devs, n, (int64_t)max_pinned);
+    if (s->ram_src) {
+        s->ram_reserve = comem_ram_reserve(comem_hostram_budget(s->ram_src), devs[s->ram_index].capacity);
+        char a[32], b[32];
+        comem_info("coordinator: device %d is host RAM (%s): %s, %s kept free", s->ram_index, s->cfg.ram_spec,
+                   comem_format_bytes(devs[s->ram_index].capacity, a, sizeof a),
+                   comem_format_bytes(s->ram_reserve, b, sizeof b));
+    }
+    rc = comem_ledger_init(&s->ledger, devs, n_all, (int64_t)max_pinned);
     comem_ledger_set_checking(&s->ledger, s->cfg.check);
     return rc;
 }
@@ -225,7 +253,7 @@ int coord_measure(comem_coord_srv *s, int device)
     comem_device_reading before = m->r; /* the reading this one replaces (4 KiB: on the loop's stack) */
     bool had = m->valid;
     comem_hop(COMEM_HOP_CARD_READ_START);
-    int rc = comem_device_read(s->src, device, &m->r);
+    int rc = coord_read_device(s, device, &m->r);
     if (rc != COMEM_OK) {
         if (!m->failing)
             comem_warn("cannot read device %d: %s%s; decisions on it are refused until it reads again", device,
@@ -252,6 +280,8 @@ int coord_measure(comem_coord_srv *s, int device)
     s->ledger.devices[device].last_free = m->r.free;
     s->ledger.devices[device].last_read_ns = m->taken_ns;
     update_floors(s, device, &m->r);
+    if (device == s->ram_index)
+        coord_ram_warn(s);
     coord_spill_note(s, device, had ? &before : NULL, &m->r);
     coord_receipt_checks_run(s, device);
     coord_publish_view(s, device);

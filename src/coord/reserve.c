@@ -9,7 +9,8 @@
  * coordinator serves is a WDDM one, which decides even when the host's own
  * environment did not say), each worker is charged its context floor plus its
  * residency. The total is capped at 3/4 of the card; it grows at once and
- * shrinks only on evidence (a receipt, or a session's end).
+ * shrinks only on evidence (a receipt, or a session's end). Host RAM's reserve
+ * is not a host's: it is fixed when the device opens (coord_ram_reserve).
  */
 #include "arith/cross_reserve.h"
 #include "arith/reserve.h"
@@ -51,8 +52,8 @@ static bool present_on(comem_coord_srv *s, uint64_t session, int device)
 int64_t coord_charge_of(comem_coord_srv *s, uint64_t session, int device)
 {
     const ledger_session *ss = comem_slab_get(&s->ledger.sessions, session);
-    if (!ss || ss->role != COMEM_ROLE_WORKER || !present_on(s, session, device))
-        return 0;
+    if (!ss || ss->role != COMEM_ROLE_WORKER || device == s->ram_index || !present_on(s, session, device))
+        return 0; /* host RAM: every reading of it is machine-wide, nobody is charged */
     /* The host's own free reading is process-local when it says so, or when the card is one
        (WDDM) whatever its environment told it: the card the coordinator serves decides. */
     const ledger_session *host = host_session(s);
@@ -65,6 +66,11 @@ int64_t coord_charge_of(comem_coord_srv *s, uint64_t session, int device)
 void coord_publish_reserve(comem_coord_srv *s, int device, bool shrink_allowed)
 {
     ledger_device *d = &s->ledger.devices[device];
+    if (device == s->ram_index) {
+        /* Host RAM: no worker is charged (every RAM reading is machine-wide); its reserve is fixed at start. */
+        d->reserve_base = d->published = s->ram_reserve;
+        return;
+    }
     int64_t base = base_of(s);
     int64_t charges[256];
     size_t n = 0;

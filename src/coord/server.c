@@ -55,6 +55,8 @@ int comem_coord_config_defaults(comem_coord_config *cfg, char *err, size_t errle
     const char *e;
     if ((e = getenv("COMEM_DEVICE")) && *e)
         snprintf(cfg->device_spec, sizeof cfg->device_spec, "%s", e);
+    if ((e = getenv("COMEM_RAM")) && *e && strcmp(e, "off") != 0)
+        snprintf(cfg->ram_spec, sizeof cfg->ram_spec, "%s", e);
     if ((e = getenv("COMEM_CHECK")) && *e && strcmp(e, "0") != 0)
         cfg->check = true;
     int rc = comem_token_from_env(cfg->token, sizeof cfg->token, err, errlen);
@@ -140,6 +142,7 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
     s->epfd = s->listen_fd = s->wake_fd = s->timer_fd = s->lock_fd = -1;
     s->view.fd = -1;
     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    s->ram_index = -1;
     s->host_base = cfg->reserve_base >= 0 ? cfg->reserve_base : -1;
     s->started_ns = s->last_tick_ns = comem_now_ns();
     comem_slab_init(&s->asks, sizeof(ask));
@@ -270,6 +273,7 @@ void comem_coord_destroy(comem_coord_srv *s)
     }
     comem_view_writer_close(&s->view);
     comem_device_close(s->src);
+    comem_device_close(s->ram_src);
     comem_ledger_fini(&s->ledger);
     comem_slab_fini(&s->asks);
     comem_slab_fini(&s->jobs);

@@ -7,6 +7,8 @@
  * cannot name is "unattributed". What a joined process holds beyond its entries
  * and grants is split (coord_split_floor): its holders' reported bytes
  * ("overhead"), its context ("context_floor") and the rest ("unregistered").
+ * Host RAM, when the coordinator serves it, is the last device, with its
+ * budget and cgroup in "host_ram" (null for a card).
  * Ids are hex strings (they are 64-bit). Its cost is linear in what it
  * prints: one pass over each of the ledger's tables builds an index (each
  * session's holders, each holder's entries, each session's connection), and
@@ -322,6 +324,7 @@ static json_object *device_json(comem_coord_srv *s, const status_index *ix, int 
     add_i(o, "booked", coord_fast_booked(s, d));
     add_i(o, "stock", coord_fast_inflight(s, d));
     add_i(o, "booking_limit", coord_fast_limit(s, d));
+    json_object_object_add(o, "host_ram", coord_ram_json(s, d)); /* null for a card */
     return o;
 }
 
@@ -395,6 +398,7 @@ char *coord_status_json(comem_coord_srv *s)
     /* Added by issue 14: devices that are one card. */
     char warnings[16][COORD_WARNING_MAX];
     size_t nw = coord_device_warnings(s, warnings, 16);
+    nw += coord_ram_warnings(s, warnings + nw, 16 - nw);
     json_object *ws = json_object_new_array();
     for (size_t i = 0; i < nw; i++)
         json_object_array_add(ws, json_object_new_string(warnings[i]));

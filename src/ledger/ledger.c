@@ -587,6 +587,22 @@ int comem_ledger_entry_set_refs(comem_ledger *l, uint64_t session, uint64_t entr
     return COMEM_OK;
 }
 
+int comem_ledger_entry_set_tier(comem_ledger *l, uint64_t session, uint64_t entry, uint8_t tier)
+{
+    ledger_entry *e = comem_slab_get(&l->entries, entry);
+    if (!e || e->session != session)
+        return COMEM_ENOENT;
+    if (tier > LEDGER_TIER_FILE)
+        return COMEM_EINVAL;
+    if (tier != e->tier) {
+        comem_order_remove(l, entry); /* its order key changes */
+        e->tier = tier;
+        comem_order_insert(l, entry);
+    }
+    after_mutation(l, "entry tier");
+    return COMEM_OK;
+}
+
 int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry)
 {
     ledger_entry *e = comem_slab_get(&l->entries, entry);

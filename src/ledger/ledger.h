@@ -142,6 +142,13 @@ typedef struct ledger_holder {
     int64_t resident;       /* derived: Σ resident of its entries */
 } ledger_holder;
 
+/* An entry's tier (host RAM: docs/hostram.md), cheapest to get back first in the eviction order. */
+enum {
+    LEDGER_TIER_OTHER = 0, /* every card's entry, and a RAM entry that says nothing: last */
+    LEDGER_TIER_CACHE = 1, /* a RAM-cache entry: first */
+    LEDGER_TIER_FILE = 2   /* a copy a file can give back: second */
+};
+
 typedef struct ledger_entry {
     uint64_t holder;
     uint64_t session;
@@ -153,6 +160,7 @@ typedef struct ledger_entry {
     int64_t refs; /* references its holder counts on it (0 until reported): the order's second key */
     int64_t seq; /* -1 until the first census; an equal sequence applies */
     bool dynamic;
+    uint8_t tier; /* LEDGER_TIER_*: what getting its bytes back costs (host RAM entries); the order's first key */
     bool ordered; /* in its device's eviction order (ledger/order.h): resident > 0 */
     int64_t last_use_ns;
 } ledger_entry;
@@ -281,6 +289,8 @@ int comem_ledger_entry_add(comem_ledger *l, uint64_t session, uint64_t holder, c
  * in its device's eviction order. COMEM_ENOENT when it is not the session's.
  */
 int comem_ledger_entry_set_refs(comem_ledger *l, uint64_t session, uint64_t entry, int64_t refs);
+/* Sets an entry's tier (LEDGER_TIER_*), moving it in its device's order. COMEM_EINVAL for another value. */
+int comem_ledger_entry_set_tier(comem_ledger *l, uint64_t session, uint64_t entry, uint8_t tier);
 /* Removes an entry of session. COMEM_ENOENT when it is not the session's. */
 int comem_ledger_entry_remove(comem_ledger *l, uint64_t session, uint64_t entry);
 /* The live entry with this id, or NULL. */

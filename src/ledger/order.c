@@ -12,8 +12,13 @@ static ledger_entry *at(const comem_ledger *l, uint32_t node)
     return comem_slab_at(&l->entries, node - 1, NULL);
 }
 
+/* A tier's place: RAM-cache entries first, file-backed copies next, everything else last. */
+static int tier_rank(uint8_t tier) { return tier == LEDGER_TIER_CACHE ? 0 : tier == LEDGER_TIER_FILE ? 1 : 2; }
+
 int comem_order_key_cmp(const ledger_entry *x, const ledger_entry *y)
 {
+    if (x->tier != y->tier)
+        return tier_rank(x->tier) < tier_rank(y->tier) ? -1 : 1; /* cheapest to get back first (host RAM) */
     int64_t ox = comem_sub(x->size, x->resident), oy = comem_sub(y->size, y->resident);
     if (ox != oy)
         return ox > oy ? -1 : 1; /* most offloaded first */

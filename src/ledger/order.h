@@ -5,7 +5,10 @@
  * machine (64 processes x 1000 entries) that sort alone would cost
  * milliseconds per admission. The ledger instead keeps, per device, a treap
  * (a binary search tree balanced by random priorities) of the entries that
- * hold resident bytes, keyed as ComfyUI's order across processes:
+ * hold resident bytes, keyed as ComfyUI's order across processes, after the
+ * entry's tier (host RAM: RAM-cache entries, then copies a file can give back,
+ * then the rest; every card entry is of the last tier, so cards keep
+ * ComfyUI's order alone):
  *
  *   most offloaded first (size - resident, descending), then fewest
  *   references (the refcount each holder reports in its census), then

@@ -21,7 +21,7 @@
  *   HOLDER_REMOVE, ENTRY_REMOVE, ID_REPLY, TOUCH
  *                   u64 id
  *   ENTRY_ADD       u64 holder_id, i64 size, i64 resident, i64 refs (>= 0),
- *                   u32 flags (COMEM_ENTRY_MASK), text<64> name
+ *                   u32 flags (COMEM_ENTRY_MASK: dynamic, cache, file), text<64> name
  *   CENSUS          u64 holder_id, u64 seq, u8 has (COMEM_CENSUS_MASK),
  *                   i64 pinned, i64 overhead, list<residency, 512> items
  *   ADMIT           u16 device, u64 holder_id, i64 weights, i64 inference,

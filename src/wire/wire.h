@@ -111,7 +111,9 @@ typedef enum comem_holder_kind {
 
 enum {
     COMEM_ENTRY_DYNAMIC = 1u << 0, /* paged: resident bytes are reclaimable on demand */
-    COMEM_ENTRY_MASK = COMEM_ENTRY_DYNAMIC
+    COMEM_ENTRY_CACHE = 1u << 1,   /* host RAM: a cache entry, the cheapest to get back */
+    COMEM_ENTRY_FILE = 1u << 2,    /* host RAM: a copy a file can give back */
+    COMEM_ENTRY_MASK = COMEM_ENTRY_DYNAMIC | COMEM_ENTRY_CACHE | COMEM_ENTRY_FILE
 };
 
 typedef enum comem_ask_kind {

@@ -155,6 +155,9 @@ EXPLAINED = {
     "pin-budget": ["--size", "1GiB", "--available", "3GiB", "--headroom", "6GiB"],
     "pin-registerable": ["--total-pinned", "10GiB", "--size", "1GiB", "--max-pinned", "10GiB"],
     "cache-headroom": ["--total-ram-mib", "65536"],
+    "ram-admission": ["--weights", "2GiB", "--working", "512MiB", "--total-ram", "32GiB"],
+    "cgroup-clamp": ["--host-total", "128GiB", "--host-available", "100GiB", "--limit", "24GiB", "--usage", "8GiB"],
+    "pin-tiers": ["--registrations", "--evict-active"],
     "charge": ["--residency", "2GiB", "--process-local"],
     "total-reserve": ["--base", "400MiB", "--charge", "1GiB", "--charge", "2GiB", "--device-total", "8GiB"],
     "next-reserve": ["--current", "2GiB", "--proposed", "1GiB"],
@@ -175,7 +178,7 @@ def numbers(result):
         if isinstance(v, (int, float)):
             out.append((k, json.dumps(v)))
         elif isinstance(v, list):
-            out += [(f"{k}.asked", json.dumps(a["asked"])) for a in v if isinstance(a, dict)]
+            out += [(f"{k}.asked", json.dumps(a["asked"])) for a in v if isinstance(a, dict) and "asked" in a]
     return out
 
 

@@ -30,7 +30,10 @@ DEVICE = {"index": INT, "uuid": STR, "name": STR, "scope": STR, "process_scope":
           "unified": BOOL, "contexts": INT, "overhead": INT, "unregistered": INT,
           "spill": {"overcommit": INT, "events": INT, "peak": INT + "?", "pid": INT + "?", "process": STR + "?",
                     "pushed_by": INT + "?"},
-          "booked": INT, "stock": INT, "booking_limit": INT}
+          "booked": INT, "stock": INT, "booking_limit": INT,
+          "host_ram": ({"budget": INT + "?", "mem_total": INT, "mem_available": INT, "cgroup_limit": INT + "?",
+                        "cgroup_usage": INT + "?", "cgroup_dir": STR + "?", "asks": INT, "bytes_asked": INT,
+                        "bytes_freed": INT}, "?")}
 STATUS = {
     "schema": INT,
     "coordinator": {"pid": INT, "socket": STR, "source": STR, "card_spec": STR + "?", "uptime_s": NUM,
@@ -77,6 +80,9 @@ CALC = {
     "pin-budget": ["shortfall", "ask", "passes_without_eviction"],
     "pin-registerable": ["shortfall", "target", "passes_without_eviction", "refused"],
     "cache-headroom": ["active", "inactive", "active_gb", "inactive_gb"],
+    "ram-admission": ["reserve", "need"],
+    "cgroup-clamp": ["limited", "total", "available"],
+    "pin-tiers": ["tiers"],
     "charge": ["charge"],
     "total-reserve": ["total"],
     "next-reserve": ["reserve"],

@@ -15,6 +15,7 @@
 #include "args.h"
 #include "calc_explain.h"
 #include "arith/admission.h"
+#include "arith/cgroup.h"
 #include "arith/cross_reserve.h"
 #include "arith/comfy_a125cd84.h"
 #include "arith/evict.h"
@@ -416,6 +417,72 @@ static int rule_cache_headroom(const rule_ctx *c, json_object *out)
     return 0;
 }
 
+static const arg_spec ram_admission_specs[] = {
+    {"weights", ARG_SIZE, true},
+    {"working", ARG_SIZE, false},
+    {"total-ram", ARG_SIZE, true},
+    {"budget", ARG_SIZE, false},
+};
+static int rule_ram_admission(const rule_ctx *c, json_object *out)
+{
+    int64_t reserve = comem_ram_reserve(has(c, "budget") ? inum(c, "budget", 0) : -1, inum(c, "total-ram", 0));
+    json_object_object_add(out, "reserve", jint(reserve));
+    int64_t need = comem_ram_admit_target(inum(c, "weights", 0), inum(c, "working", 0), reserve);
+    json_object_object_add(out, "need", jint(need));
+    return 0;
+}
+
+static const arg_spec cgroup_clamp_specs[] = {
+    {"host-total", ARG_SIZE, true}, {"host-available", ARG_SIZE, true}, {"limit", ARG_SIZE, false},
+    {"usage", ARG_SIZE, false},
+};
+static int rule_cgroup_clamp(const rule_ctx *c, json_object *out)
+{
+    comem_cgroup_in in = {.host_total = inum(c, "host-total", 0), .host_available = inum(c, "host-available", 0),
+                          .limit_found = has(c, "limit"), .limit = inum(c, "limit", 0), .usage_known = has(c, "usage"),
+                          .usage = inum(c, "usage", 0)};
+    comem_cgroup_out o;
+    comem_cgroup_clamp(&in, &o);
+    json_object_object_add(out, "limited", json_object_new_boolean(o.limited));
+    json_object_object_add(out, "total", jint(o.total));
+    json_object_object_add(out, "available", jint(o.available));
+    return 0;
+}
+
+static const arg_spec pin_tiers_specs[] = {
+    {"registrations", ARG_FLAG, false},
+    {"loaded", ARG_FLAG, false},
+    {"evict-active", ARG_FLAG, false},
+};
+static json_object *tristate(comem_tristate t)
+{
+    return t == COMEM_ANY ? NULL : json_object_new_boolean(t == COMEM_YES); /* null: any */
+}
+static int rule_pin_tiers(const rule_ctx *c, json_object *out)
+{
+    comem_pin_tier tiers[2 * COMEM_PIN_TIERS_MAX];
+    size_t n = has(c, "registrations") ? comem_registration_eviction_tiers(has(c, "evict-active"), tiers)
+                                       : comem_pin_eviction_tiers(has(c, "loaded"), has(c, "evict-active"), tiers);
+    static const struct { unsigned bit; const char *name; } subsets[] = {
+        {COMEM_PIN_WEIGHTS, "weights"}, {COMEM_PIN_PATCHES, "patches"},
+        {COMEM_PIN_WEIGHTS_LOADED, "weights-loaded"}, {COMEM_PIN_PATCHES_LOADED, "patches-loaded"},
+    };
+    json_object *arr = json_object_new_array();
+    for (size_t i = 0; i < n; i++) {
+        json_object *t = json_object_new_object(), *ss = json_object_new_array();
+        for (size_t k = 0; k < sizeof subsets / sizeof subsets[0]; k++)
+            if (tiers[i].subsets & subsets[k].bit)
+                json_object_array_add(ss, json_object_new_string(subsets[k].name));
+        json_object_object_add(t, "subsets", ss);
+        json_object_object_add(t, "current_prompt", tristate(tiers[i].current_prompt));
+        json_object_object_add(t, "active", tristate(tiers[i].active));
+        json_object_object_add(t, "unregister", json_object_new_boolean(tiers[i].unregister));
+        json_object_array_add(arr, t);
+    }
+    json_object_object_add(out, "tiers", arr);
+    return 0;
+}
+
 /* ---- comfy-env's cross-process reserve ---- */
 
 static const arg_spec charge_specs[] = {
@@ -529,6 +596,9 @@ static const rule k_rules[] = {
     RULE("pin-budget", pin_budget, "the RAM gate before pinning (--fast-disk: against the ceiling)"),
     RULE("pin-registerable", pin_registerable, "the page-lock gate before registering a pin"),
     RULE("cache-headroom", cache_headroom, "the default RAM-cache headroom"),
+    RULE("ram-admission", ram_admission, "what a RAM admission needs free on host RAM, its reserve included"),
+    RULE("cgroup-clamp", cgroup_clamp, "host RAM total and available clamped to a cgroup limit"),
+    RULE("pin-tiers", pin_tiers, "the pin (or registration) eviction ladder ComfyUI walks"),
     RULE("charge", charge, "what one worker adds to the host's reserve"),
     RULE("total-reserve", total_reserve, "base plus charges, capped at 3/4 of the card"),
     RULE("next-reserve", next_reserve, "grow now, shrink only on a receipt"),

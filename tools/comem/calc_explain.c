@@ -243,6 +243,43 @@ static void cache_headroom(const ex *e)
             B(out(e, "inactive")));
 }
 
+static void ram_admission(const ex *e)
+{
+    follows(e, "main.py prompt_worker's active RAM-cache headroom, kept free as RAMPressureCache keeps it",
+            "ComfyUI 783545f6");
+    fprintf(e->f, "formula: reserve = 0 on a bounded budget (comemd --ram SIZE), else the active headroom of the\n"
+                  "         machine's RAM: min(10, max(2, total_ram_mib x 0.10 / 1024)) GiB\n"
+                  "         need = weights + working + reserve (no card's 1.1 slack, no minimum inference memory)\n");
+    if (has(e, "budget"))
+        fprintf(e->f, "values:  reserve = 0 (budget %s)\n", B(in(e, "budget", 0)));
+    else
+        fprintf(e->f, "values:  reserve = active headroom of %s = %s\n", B(in(e, "total-ram", 0)), B(out(e, "reserve")));
+    fprintf(e->f, "         need = %s + %s + %s = %s\n", N(in(e, "weights", 0)), N(in(e, "working", 0)),
+            N(out(e, "reserve")), B(out(e, "need")));
+}
+
+static void cgroup_clamp(const ex *e)
+{
+    follows(e, "comfy/system_memory.py virtual_memory_total/virtual_memory_available", "ComfyUI 783545f6");
+    fprintf(e->f, "formula: a limit >= the host total is ignored; total = min(host total, limit);\n"
+                  "         available = max(0, min(host available, limit - usage)) (min(host available, limit)\n"
+                  "         without usage; usage is memory.current - inactive_file)\n");
+    fprintf(e->f, "values:  %s; total %s, available %s\n", outb(e, "limited") ? "limited" : "no limit applies",
+            B(out(e, "total")), B(out(e, "available")));
+}
+
+static void pin_tiers(const ex *e)
+{
+    bool reg = has(e, "registrations");
+    follows(e, reg ? MM " registration_eviction_tiers(evict_active)" : MM " pin_eviction_tiers(loaded, evict_active)",
+            "ComfyUI 783545f6");
+    fprintf(e->f, "formula: the tiers in the order they are walked, each freeing the pins of its subsets on models\n"
+                  "         that match current_prompt and active (null: any)%s\n",
+            reg ? "; unregister keeps the RAM and drops the page lock" : "; --loaded leaves the prompt's active pins");
+    json_object *tiers = jget(e->out, "tiers");
+    fprintf(e->f, "values:  %zu tier(s)\n", tiers ? json_object_array_length(tiers) : (size_t)0);
+}
+
 /* ---- comfy-env's cross-process reserve ---- */
 
 static void charge(const ex *e)
@@ -324,6 +361,9 @@ static const struct {
     {"pin-budget", pin_budget},
     {"pin-registerable", pin_registerable},
     {"cache-headroom", cache_headroom},
+    {"ram-admission", ram_admission},
+    {"cgroup-clamp", cgroup_clamp},
+    {"pin-tiers", pin_tiers},
     {"charge", charge},
     {"total-reserve", total_reserve},
     {"next-reserve", next_reserve},

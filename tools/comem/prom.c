@@ -118,6 +118,14 @@ static const dev_gauge k_dev[] = {
     {"attributed", NULL, "comem_device_attributed_bytes", "Bytes the ledger attributes to a process."},
     {"unattributed", NULL, "comem_device_unattributed_bytes", "Used bytes the ledger cannot name (other apps)."},
     {"overcommit", NULL, "comem_device_overcommit_bytes", "Bytes spilled beyond physical memory (WDDM)."},
+    {"unregistered", NULL, "comem_device_unregistered_bytes",
+     "Bytes joined processes hold beyond their entries, holders' reports and contexts (host RAM: beyond 300 MiB)."},
+    {"host_ram", "budget", "comem_host_ram_budget_bytes", "Host RAM's bounded budget (comemd --ram SIZE)."},
+    {"host_ram", "mem_total", "comem_host_ram_mem_total_bytes", "MemTotal of /proc/meminfo (host RAM device)."},
+    {"host_ram", "mem_available", "comem_host_ram_mem_available_bytes",
+     "MemAvailable of /proc/meminfo (host RAM device)."},
+    {"host_ram", "cgroup_limit", "comem_host_ram_cgroup_limit_bytes", "The cgroup limit that clamps host RAM."},
+    {"host_ram", "cgroup_usage", "comem_host_ram_cgroup_usage_bytes", "The working set of the limiting cgroup."},
 };
 
 typedef struct counter {
@@ -153,16 +161,37 @@ static void device_families(FILE *f, json_object *devs)
     }
 }
 
+/* Host RAM's asks and receipts (the device that has a host_ram object). */
+static void host_ram_counters(FILE *f, json_object *devs)
+{
+    static const counter k[] = {
+        {"asks", "comem_host_ram_release_asks_total", "Release asks sent to host RAM holders."},
+        {"bytes_asked", "comem_host_ram_release_asked_bytes_total", "Bytes release asks on host RAM asked for."},
+        {"bytes_freed", "comem_host_ram_release_freed_bytes_total", "Bytes host RAM holders reported freed."},
+    };
+    char lb[1024];
+    for (size_t g = 0; g < sizeof k / sizeof k[0]; g++) {
+        family(f, k[g].metric, "counter", k[g].help);
+        for (size_t i = 0; i < jlen(devs); i++) {
+            json_object *d = at(devs, i), *v = jget(jget(d, "host_ram"), k[g].key);
+            if (v)
+                sample_i(f, k[g].metric, device_labels(lb, sizeof lb, d), json_object_get_int64(v));
+        }
+    }
+}
+
 static void session_families(FILE *f, json_object *devs)
 {
     char lb[2048];
     static const char *names[] = {"comem_session_resident_bytes", "comem_session_granted_bytes",
-                                  "comem_session_context_floor_bytes", "comem_session_busy"};
+                                  "comem_session_context_floor_bytes", "comem_session_busy",
+                                  "comem_session_unregistered_bytes"};
     static const char *helps[] = {"Bytes a process's entries hold on the device.",
                                   "Bytes promised to a process's admissions, not yet loaded.",
                                   "Bytes of a process's CUDA context on the device.",
-                                  "1 while the process computes (it is not asked to release), else 0."};
-    for (int k = 0; k < 4; k++) {
+                                  "1 while the process computes (it is not asked to release), else 0.",
+                                  "Bytes a process holds on the device outside anything it registered."};
+    for (int k = 0; k < 5; k++) {
         family(f, names[k], "gauge", helps[k]);
         for (size_t i = 0; i < jlen(devs); i++) {
             json_object *d = at(devs, i), *ps = jget(d, "processes");
@@ -173,7 +202,8 @@ static void session_families(FILE *f, json_object *devs)
                 int64_t v = k == 0   ? json_object_get_int64(jget(p, "resident"))
                             : k == 1 ? granted_to(d, jget_str(p, "session"), NULL)
                             : k == 2 ? json_object_get_int64(jget(p, "context_floor"))
-                                     : json_object_get_boolean(jget(p, "busy"));
+                            : k == 3 ? json_object_get_boolean(jget(p, "busy"))
+                                     : json_object_get_int64(jget(p, "unregistered"));
                 sample_i(f, names[k], session_labels(lb, sizeof lb, d, p), v);
             }
         }
@@ -259,6 +289,7 @@ char *comem_prom_text(json_object *st)
     family(f, "comem_pinned_host_limit_bytes", "gauge", "The machine-wide pinned host RAM ceiling.");
     sample_i(f, "comem_pinned_host_limit_bytes", "", json_object_get_int64(jget(pins, "max")));
     device_families(f, devs);
+    host_ram_counters(f, devs);
     session_families(f, devs);
     holder_families(f, devs);
     for (size_t i = 0; i < sizeof k_counters / sizeof k_counters[0]; i++) {

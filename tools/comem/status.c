@@ -73,8 +73,29 @@ static void print_table(json_object *root)
         json_object *rv = jget(dv, "reserve");
         printf("\ndevice %lld  %s  %s  (%s free)\n", (long long)jget_int(dv, "index", -1), jget_str(dv, "name"), jget_str(dv, "uuid"),
                jget_str(dv, "scope"));
-        printf("  capacity %s  free %s  used %s  driver reserved %s\n", sz(jget_int(dv, "capacity", -1), b[0]),
-               sz(jget_int(dv, "free", -1), b[1]), sz(jget_int(dv, "used", -1), b[2]), sz(jget_int(dv, "driver_reserved", -1), b[3]));
+        json_object *hr = jget(dv, "host_ram"); /* null for a card */
+        if (hr) {
+            printf("  capacity %s  free %s  used %s (the processes' resident sets%s)\n",
+                   sz(jget_int(dv, "capacity", -1), b[0]), sz(jget_int(dv, "free", -1), b[1]), sz(jget_int(dv, "used", -1), b[2]),
+                   jget(hr, "budget") ? "" : " and everything else on the machine");
+            if (jget(hr, "budget"))
+                printf("  a bounded budget of %s (the machine: %s total, %s available)\n",
+                       sz(jget_int(hr, "budget", -1), b[0]), sz(jget_int(hr, "mem_total", -1), b[1]),
+                       sz(jget_int(hr, "mem_available", -1), b[2]));
+            else
+                printf("  the machine's RAM: %s total, %s available\n", sz(jget_int(hr, "mem_total", -1), b[0]),
+                       sz(jget_int(hr, "mem_available", -1), b[1]));
+            if (jget_int(hr, "asks", 0) > 0)
+                printf("  %lld release ask(s) to RAM holders for %s; their receipts: %s freed\n",
+                       (long long)jget_int(hr, "asks", 0), sz(jget_int(hr, "bytes_asked", 0), b[0]),
+                       sz(jget_int(hr, "bytes_freed", 0), b[1]));
+            if (jget(hr, "cgroup_limit"))
+                printf("  cgroup limit %s (working set %s) at %s\n", sz(jget_int(hr, "cgroup_limit", -1), b[0]),
+                       sz(jget_int(hr, "cgroup_usage", -1), b[1]), jget_str(hr, "cgroup_dir"));
+        } else {
+            printf("  capacity %s  free %s  used %s  driver reserved %s\n", sz(jget_int(dv, "capacity", -1), b[0]),
+                   sz(jget_int(dv, "free", -1), b[1]), sz(jget_int(dv, "used", -1), b[2]), sz(jget_int(dv, "driver_reserved", -1), b[3]));
+        }
         printf("  reserve %s (base %s)  resident %s  context floors %s  granted %s  unattributed %s\n",
                sz(jget_int(rv, "published", -1), b[0]), sz(jget_int(rv, "base", -1), b[1]), sz(jget_int(dv, "resident", -1), b[2]),
                sz(jget_int(dv, "context_floors", -1), b[3]), sz(jget_int(dv, "granted", -1), b[4]), sz(jget_int(dv, "unattributed", -1), b[5]));

@@ -2,7 +2,7 @@
  * tools/comemd/main.c - the coordinator as a daemon.
  *
  *   comemd [--socket PATH] [--device SPEC] [--idle-release SECONDS] [--hello-timeout SECONDS]
- *          [--reserve SIZE] [--check] [--metrics PATH [--metrics-interval SECONDS]]
+ *          [--reserve SIZE] [--ram machine|SIZE] [--check] [--metrics PATH [--metrics-interval SECONDS]]
  *          [--started-by TEXT] [--version]
  *
  * Runs in the foreground (a service manager backgrounds it), logs to stderr,
@@ -25,6 +25,7 @@
 #include "comem/common.h"
 #include "coord/coord.h"
 #include "metrics.h"
+#include "probe/hostram.h"
 
 #ifndef COMEM_VERSION
 #define COMEM_VERSION "0.1.0"
@@ -46,7 +47,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: comemd [--socket PATH] [--device auto|nvml|sim[:...]] [--idle-release SECONDS]\n"
-            "              [--hello-timeout SECONDS] [--reserve SIZE] [--check]\n"
+            "              [--hello-timeout SECONDS] [--reserve SIZE] [--ram machine|SIZE] [--check]\n"
             "              [--metrics PATH [--metrics-interval SECONDS]] [--started-by TEXT] [--version]\n"
             "  The coordinator for comem clients on this machine. Logs to stderr; stops on SIGTERM.\n"
             "  --socket PATH           where to listen (default: COMEM_SOCKET, else the per-user socket);\n"
@@ -57,6 +58,8 @@ static void usage(FILE *f)
             "  --hello-timeout SECONDS close a connection that has not said HELLO by then (default 5)\n"
             "  --reserve SIZE          the reserve base hosts keep on every card (e.g. 400MiB); when given, no\n"
             "                          host can change it; without it the first host to join sets it\n"
+            "  --ram machine|SIZE      host RAM as the last device (docs/hostram.md): the machine's (or its\n"
+            "                          cgroup's) RAM, or a bounded budget of SIZE (tests); default COMEM_RAM, else off\n"
             "  --check                 verify the ledger after every mutation (tests, debugging)\n"
             "  --metrics PATH          keep PATH current with the Prometheus text format (comem metrics),\n"
             "                          rewritten atomically (node_exporter's textfile collector: name it *.prom)\n"
@@ -64,7 +67,7 @@ static void usage(FILE *f)
             "  --started-by TEXT       who started this daemon, shown by comem status (at most 127 bytes of UTF-8,\n"
             "                          no control characters); a client that starts one passes its name and pid\n"
             "  --version               print the version\n"
-            "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_TOKEN (at most 127 bytes), COMEM_IDLE_SECONDS,\n"
+            "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_RAM, COMEM_TOKEN (at most 127 bytes), COMEM_IDLE_SECONDS,\n"
             "  COMEM_CHECK, COMEM_LOG, COMEM_RUNTIME_DIR (the per-user folder of the default socket: mode 0700,\n"
             "  yours; default $XDG_RUNTIME_DIR/comem, else /tmp/comem-UID).\n");
 }
@@ -151,6 +154,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             snprintf(cfg.started_by, sizeof cfg.started_by, "%s", v);
+            i++;
+        } else if (!strcmp(a, "--ram") && v) {
+            int64_t budget;
+            if (strcmp(v, "off") != 0 && comem_hostram_parse(v, &budget, err, sizeof err) != COMEM_OK) {
+                comem_error("--ram: %s", err);
+                return 2;
+            }
+            snprintf(cfg.ram_spec, sizeof cfg.ram_spec, "%s", strcmp(v, "off") != 0 ? v : "");
             i++;
         } else if (!strcmp(a, "--reserve") && v) {
             double bytes;
