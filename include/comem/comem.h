@@ -365,6 +365,16 @@ COMEM_API int comem_view_granted(comem_view *v, int device, int64_t *bytes);
  */
 COMEM_API int comem_view_room(comem_view *v, int device, int64_t *bytes);
 COMEM_API void comem_view_close(comem_view *v);
+/*
+ * The view as this client's session received it: a copy the coordinator sealed so that no other
+ * process can write it (the view file beside the socket, which comem_view_open reads, is the
+ * user's to write: a process that decides by the view, as aimdo's steering does, reads this one).
+ * It follows the client's current session across reconnects; the read calls above take it, and
+ * comem_view_state says ECLOSED after the coordinator's orderly exit. Close it before the client.
+ * COMEM_ECLOSED from a read while the client has no session with a sealed view (never connected,
+ * or a coordinator that sends none).
+ */
+COMEM_API int comem_client_view(comem_client *c, comem_view **out);
 
 /* ---- an embedded or standalone coordinator ---- */
 

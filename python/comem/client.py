@@ -384,6 +384,7 @@ class Client:
         self._keepalive: List[Any] = []  # callbacks of removed holders: an ask may still be running
         self._pagers: List[Any] = []  # pagers attached through this client: detached before it closes
         self._pager_handles: List[int] = []  # their C handles, for the finalizer (which must not hold self)
+        self._views: "weakref.WeakSet[Any]" = weakref.WeakSet()  # readers of its sealed view: closed first
         self._lock = threading.Lock()
         self._marked_busy = False  # the last whole-process mark this client sent (set_busy / node)
         self._pid = os.getpid()  # the process it serves (a forked child is another)
@@ -425,6 +426,8 @@ class Client:
             return
         if _in_callback(self) and os.getpid() == self._pid:
             raise RuntimeError("a client cannot be closed from its own release callback")
+        for v in list(self._views):  # they read through this client: before it goes
+            v.close()
         for p in list(self._pagers):  # detached by the finalizer below, first thing
             p._client = None
         self._pagers.clear()
@@ -438,6 +441,19 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def view(self) -> Any:
+        """The coordinator's view as this session received it: a :class:`comem.View` reading a copy
+        the coordinator sealed, so that no other process can write it (the view file beside the
+        socket, which ``comem.View(socket)`` reads, is the user's to write). It follows this client
+        across reconnects and is closed with it. :class:`comem.Closed` from a read while the client
+        has no session with one."""
+        from .view import View
+        h = c_void_p()
+        check(_L.comem_client_view(self._h(), byref(h)), "comem_client_view")
+        v = View._bound(h.value, self)
+        self._views.add(v)
+        return v
 
     # ---- state ----
 

@@ -7,7 +7,7 @@ is a few atomic loads on a file the coordinator publishes next to its socket.
 from __future__ import annotations
 
 from ctypes import byref, c_int64, c_void_p
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 from . import _lib, errors
 from .client import _opt_path
@@ -36,13 +36,26 @@ class ViewState(NamedTuple):
 
 
 class View:
-    """A reader of the coordinator's published snapshot (socket None: the default one)."""
+    """A reader of the coordinator's published snapshot (socket None: the default one).
+
+    This reads the view file beside the socket, which any process of the user can write: for
+    decisions, read :meth:`comem.Client.view` instead, the copy the session received sealed.
+    """
 
     def __init__(self, socket: Optional[str] = None) -> None:
         h = c_void_p()
         check(_L.comem_view_open(_opt_path(socket), byref(h)), "comem_view_open",
               "is a coordinator running on that socket?")
         self._handle: Optional[int] = h.value
+        self._owner: Any = None
+
+    @classmethod
+    def _bound(cls, handle: int, owner: Any) -> "View":
+        """A reader of a client's sealed view (comem_client_view); it keeps its client alive."""
+        v = cls.__new__(cls)
+        v._handle = handle
+        v._owner = owner
+        return v
 
     def read(self, device: int = 0) -> ViewReading:
         """The device's capacity, true free, reserve and reclaimable bytes.
@@ -106,6 +119,7 @@ class View:
         if self._handle is not None:
             _L.comem_view_close(self._handle)
             self._handle = None
+            self._owner = None
 
     def __enter__(self) -> "View":
         return self

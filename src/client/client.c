@@ -62,6 +62,7 @@ static void client_free(comem_client *c)
         comem_coord_stop(c->coord);
     comem_local_close(c);
     comem_fast_free(c);
+    comem_client_view_free(c);
     comem_conn_drop_area(c);
     comem_tab_free(c);
     if (c->wake_fd >= 0)
@@ -88,7 +89,7 @@ static comem_client *client_alloc(void)
     pthread_mutex_init(&c->write_lock, NULL);
     pthread_mutex_init(&c->dev_lock, NULL);
     c->fd = c->wfd = -1;
-    c->area_fd = -1;
+    c->area_fd = c->view_fd = -1;
     c->opener = comem_client_this_process();
     atomic_init(&c->fork_told, false);
     atomic_init(&c->timeout_ms, COMEM_CLIENT_DEFAULT_TIMEOUT_MS);
@@ -188,6 +189,7 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
             c->ever_connected = true;
             comem_debug("connected to the coordinator at %s (session %llu)", c->path, (unsigned long long)session);
             comem_fast_attach(c, c->gen, session);
+            comem_client_view_attach(c);
         } else {
             close(fd);
             if (refused && (flags & COMEM_OPEN_NO_LOCAL)) {

@@ -102,6 +102,7 @@
 
 #include "comem/comem.h"
 #include "coord/book.h"
+#include "coord/view.h"
 #include "probe/device.h"
 #include "wire/wire.h"
 
@@ -302,6 +303,10 @@ struct comem_client {
     bool thread_started;
     int wake_fd; /* eventfd: close and need_sync wake the service thread */
     int area_fd; /* the booking area that rode on the last HELLO_REPLY, until mapped (-1: none) */
+    int view_fd; /* the sealed view that rode on it, until mapped (-1: none) */
+    const comem_view_shared *_Atomic view; /* the current session's sealed view, mapped read-only (NULL: none) */
+    const comem_view_shared **views_all;  /* every one mapped, unmapped at close (under lock) */
+    size_t n_views;
     int fd;
     uint8_t *rbuf;
     size_t rlen, rpos;
@@ -538,8 +543,15 @@ bool comem_on_callback_thread(const comem_client *c);
  */
 int comem_resync(comem_client *c);
 
-/* Closes a booking area received and not mapped (a failed HELLO, a new one coming). */
+/* Closes a booking area or view received and not mapped (a failed HELLO, a new one coming). */
 void comem_conn_drop_area(comem_client *c);
+
+/* ---- view.c: the session's sealed view ---- */
+
+/* After HELLO: maps the sealed view that came with the reply (c->view_fd), if any, as the current one. */
+void comem_client_view_attach(comem_client *c);
+/* Unmaps every view mapped (close, no thread running). */
+void comem_client_view_free(comem_client *c);
 
 /* ---- fast.c: the booking area ---- */
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -174,8 +175,13 @@ static ssize_t read_taking_fd(comem_client *c, int fd, uint8_t *buf, size_t len)
         for (size_t i = 0; i < n; i++) {
             int got;
             memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof got);
-            if (c->area_fd < 0)
-                c->area_fd = got;
+            struct stat st; /* the view and the booking area differ in size: that says which is which */
+            int *slot = fstat(got, &st) != 0 ? NULL
+                        : st.st_size == (off_t)sizeof(book_area)        ? &c->area_fd
+                        : st.st_size == (off_t)sizeof(comem_view_shared) ? &c->view_fd
+                                                                          : NULL;
+            if (slot && *slot < 0)
+                *slot = got;
             else
                 close(got);
         }
@@ -339,5 +345,7 @@ void comem_conn_drop_area(comem_client *c)
 {
     if (c->area_fd >= 0)
         close(c->area_fd);
-    c->area_fd = -1;
+    if (c->view_fd >= 0)
+        close(c->view_fd);
+    c->area_fd = c->view_fd = -1;
 }

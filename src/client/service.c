@@ -242,6 +242,7 @@ static int try_connect(comem_client *c)
     comem_conn_watch(c, fd, true);
     pthread_mutex_unlock(&c->read_lock);
     comem_fast_attach(c, gen, session);
+    comem_client_view_attach(c);
     rc = comem_resync(c);
     if (rc != COMEM_OK) {
         lost(c, rc);

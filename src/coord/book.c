@@ -127,7 +127,7 @@ void coord_book_session_start(comem_coord_srv *s, conn *c, int role)
         atomic_store(&a->map[d], -1);
     }
     b->live[b->n_live++] = c->slot;
-    c->pass_fd = fd; /* sent with the HELLO_REPLY, then closed: the client holds the only other copy */
+    c->pass_fd[1] = fd; /* sent with the HELLO_REPLY, then closed: the client holds the only other copy */
 }
 
 void coord_book_session_end(comem_coord_srv *s, conn *c)

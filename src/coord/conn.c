@@ -49,33 +49,41 @@ static void want_out(comem_coord_srv *s, conn *c, bool on)
     c->want_out = on;
 }
 
-/* Sends what is queued with the session's booking area riding on its first byte (SCM_RIGHTS). */
-static ssize_t send_with_fd(conn *c)
+/* Sends what is queued with the session's descriptors riding on its first byte (SCM_RIGHTS). */
+static ssize_t send_with_fds(conn *c)
 {
+    int fds[2], n_fds = 0;
+    for (int i = 0; i < 2; i++)
+        if (c->pass_fd[i] >= 0)
+            fds[n_fds++] = c->pass_fd[i];
     struct iovec iov = {.iov_base = c->out, .iov_len = c->out_len};
     union {
         struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(2 * sizeof(int))];
     } ctl;
     memset(&ctl, 0, sizeof ctl);
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = CMSG_SPACE((size_t)n_fds * sizeof(int))};
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &c->pass_fd, sizeof(int));
+    cm->cmsg_len = CMSG_LEN((size_t)n_fds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, (size_t)n_fds * sizeof(int));
     ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-    if (n > 0) { /* it went with those bytes: the client holds the only other copy now */
-        close(c->pass_fd);
-        c->pass_fd = -1;
-    }
+    if (n > 0) /* they went with those bytes: the client holds the only other copies now */
+        for (int i = 0; i < 2; i++)
+            if (c->pass_fd[i] >= 0) {
+                close(c->pass_fd[i]);
+                c->pass_fd[i] = -1;
+            }
     return n;
 }
 
 bool coord_flush(comem_coord_srv *s, conn *c)
 {
     while (c->out_len > 0) {
-        ssize_t n = c->pass_fd >= 0 ? send_with_fd(c) : send(c->fd, c->out, c->out_len, MSG_NOSIGNAL);
+        ssize_t n = c->pass_fd[0] >= 0 || c->pass_fd[1] >= 0 ? send_with_fds(c)
+                                                              : send(c->fd, c->out, c->out_len, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

@@ -76,7 +76,7 @@ typedef struct conn {
     size_t out_len, out_cap;
     ep_tag tag, pid_tag;
     int slot;
-    int pass_fd;         /* the session's booking area, to send with the first bytes (SCM_RIGHTS); -1 none */
+    int pass_fd[2];      /* to send with the first bytes (SCM_RIGHTS): the sealed view, the booking area; -1 none */
     int64_t accepted_ns; /* a connection without HELLO is closed hello_timeout_ms after this */
     int jobs;     /* admissions and pressure requests of this connection's session in flight */
     int releases; /* RELEASE requests of this connection's session waiting for a receipt */

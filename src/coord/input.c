@@ -181,7 +181,7 @@ void coord_accept(comem_coord_srv *s)
         }
         c->fd = fd;
         c->pidfd = -1;
-        c->pass_fd = -1;
+        c->pass_fd[0] = c->pass_fd[1] = -1;
         c->pid = cred.pid;
         c->uid = cred.uid;
         c->slot = slot;
@@ -290,8 +290,9 @@ void coord_conn_close(comem_coord_srv *s, conn *c)
         coord_session_end(s, c, "connection closed");
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
-    if (c->pass_fd >= 0)
-        close(c->pass_fd);
+    for (int i = 0; i < 2; i++)
+        if (c->pass_fd[i] >= 0)
+            close(c->pass_fd[i]);
     if (c->pidfd >= 0) {
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
         close(c->pidfd);

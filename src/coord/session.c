@@ -109,6 +109,8 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     }
     if (h->role == COMEM_ROLE_HOST && h->reserve_base >= 0)
         offer_base(s, id, h);
+    if (c->out_len == 0) /* rides on the reply's first byte: nothing may go before it */
+        c->pass_fd[0] = comem_view_sealed_fd(&s->view); /* the view no other process can write */
     coord_book_session_start(s, c, h->role); /* its area rides on the reply */
     comem_info("session %llx: %s '%s' pid %d joined", (unsigned long long)id,
                h->role == COMEM_ROLE_HOST ? "host" : h->role == COMEM_ROLE_WORKER ? "worker" : "tool", h->name,

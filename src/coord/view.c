@@ -78,10 +78,37 @@ static int create_new(const char *path, int n_devices, bool replace)
     return rc;
 }
 
+/* The sealed twin: a memfd the coordinator maps writable and then seals, so no other mapping and no
+   write() can change it (F_SEAL_FUTURE_WRITE); handed to sessions over the socket. */
+static void open_sealed(comem_view_writer *w, int n_devices)
+{
+    int fd = memfd_create("comem-view", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, (off_t)sizeof(comem_view_shared)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (sh == MAP_FAILED || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+        comem_warn("cannot seal a copy of the status view (%s); sessions read the file only", strerror(errno));
+        if (sh != MAP_FAILED)
+            munmap(sh, sizeof *sh);
+        close(fd);
+        return;
+    }
+    sh->magic = VIEW_MAGIC;
+    sh->version = VIEW_VERSION;
+    atomic_store(&sh->n_devices, (uint32_t)n_devices);
+    atomic_store(&sh->coord_pid, (int32_t)getpid());
+    atomic_store(&sh->heartbeat_ns, comem_now_ns());
+    w->sealed = sh;
+    w->sealed_fd = fd;
+}
+
 int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_devices)
 {
     memset(w, 0, sizeof *w);
-    w->fd = -1;
+    w->fd = w->sealed_fd = -1;
     comem_view_path(socket_path, w->path, sizeof w->path);
     int fd = -1;
     bool old = false;
@@ -118,14 +145,25 @@ int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_
     atomic_store_explicit(&sh->seq, (s | 1u) + 1, memory_order_release);
     w->sh = sh;
     w->fd = fd;
+    open_sealed(w, n_devices);
     return COMEM_OK;
 }
+
+int comem_view_sealed_fd(const comem_view_writer *w) { return w->sealed_fd >= 0 ? dup(w->sealed_fd) : -1; }
+
+static void publish_one(comem_view_shared *sh, int device, const comem_view_values *v);
 
 void comem_view_publish(comem_view_writer *w, int device, const comem_view_values *v)
 {
     if (!w->sh || device < 0 || device >= COMEM_MAX_DEVICES)
         return;
-    comem_view_shared *sh = w->sh;
+    publish_one(w->sh, device, v);
+    if (w->sealed)
+        publish_one(w->sealed, device, v);
+}
+
+static void publish_one(comem_view_shared *sh, int device, const comem_view_values *v)
+{
     uint64_t s = atomic_load_explicit(&sh->seq, memory_order_relaxed);
     atomic_store_explicit(&sh->seq, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
@@ -145,6 +183,8 @@ void comem_view_heartbeat(comem_view_writer *w, int64_t now_ns)
 {
     if (w->sh)
         atomic_store_explicit(&w->sh->heartbeat_ns, now_ns, memory_order_relaxed);
+    if (w->sealed)
+        atomic_store_explicit(&w->sealed->heartbeat_ns, now_ns, memory_order_relaxed);
 }
 
 void comem_view_writer_close(comem_view_writer *w)
@@ -153,18 +193,59 @@ void comem_view_writer_close(comem_view_writer *w)
         atomic_store(&w->sh->heartbeat_ns, 0); /* an orderly exit says so; a crash drops the lock */
         munmap(w->sh, sizeof *w->sh);
     }
+    if (w->sealed) {
+        atomic_store(&w->sealed->heartbeat_ns, 0);
+        munmap(w->sealed, sizeof *w->sealed);
+    }
     if (w->fd >= 0)
         close(w->fd);
-    w->sh = NULL;
-    w->fd = -1;
+    if (w->sealed_fd >= 0)
+        close(w->sealed_fd);
+    w->sh = w->sealed = NULL;
+    w->fd = w->sealed_fd = -1;
 }
 
 /* ---- the reader side (public API in comem/comem.h) ---- */
 
 struct comem_view {
     const comem_view_shared *sh;
-    int fd;
+    int fd;                                /* the file's: its lock says whether the coordinator runs; -1 bound */
+    const comem_view_shared *_Atomic *slot; /* a reader bound to a client's sealed copy (comem_view_bound) */
 };
+
+/* The snapshot a reader reads now: its own mapping, or what its client holds (NULL: none). */
+static const comem_view_shared *shared_of(const comem_view *v)
+{
+    return v->slot ? atomic_load_explicit(v->slot, memory_order_acquire) : v->sh;
+}
+
+const comem_view_shared *comem_view_map_sealed(int fd)
+{
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+    int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof(comem_view_shared) || seals < 0 ||
+        (seals & need) != need)
+        return NULL; /* not a copy nobody else can write */
+    const comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ, MAP_SHARED, fd, 0);
+    if (sh == MAP_FAILED)
+        return NULL;
+    if (sh->magic != VIEW_MAGIC || sh->version != VIEW_VERSION) {
+        munmap((void *)sh, sizeof *sh);
+        return NULL;
+    }
+    return sh;
+}
+
+comem_view *comem_view_bound(const comem_view_shared *_Atomic *slot)
+{
+    comem_view *v = calloc(1, sizeof *v);
+    if (v) {
+        v->fd = -1;
+        v->slot = slot;
+    }
+    return v;
+}
 
 int comem_view_open(const char *socket_path, comem_view **out)
 {
@@ -209,6 +290,7 @@ int comem_view_open(const char *socket_path, comem_view **out)
     }
     v->sh = sh;
     v->fd = fd;
+    v->slot = NULL;
     *out = v;
     return COMEM_OK;
 }
@@ -218,7 +300,9 @@ static int snapshot(comem_view *v, int device, comem_view_values *out)
 {
     if (!v || device < 0 || device >= COMEM_MAX_DEVICES)
         return COMEM_EINVAL;
-    const comem_view_shared *sh = v->sh;
+    const comem_view_shared *sh = shared_of(v);
+    if (!sh)
+        return COMEM_ECLOSED; /* a client's reader with no session now */
     if (device >= (int)atomic_load_explicit(&sh->n_devices, memory_order_relaxed))
         return COMEM_ENODEV;
     comem_view_shared *w = (comem_view_shared *)sh; /* atomics need a non-const object; we only load */
@@ -278,13 +362,20 @@ int comem_view_state(comem_view *v, int64_t *heartbeat_age_ns)
         *heartbeat_age_ns = -1;
     if (!v)
         return COMEM_EINVAL;
-    int64_t hb = atomic_load_explicit(&((comem_view_shared *)v->sh)->heartbeat_ns, memory_order_relaxed);
+    const comem_view_shared *sh = shared_of(v);
+    if (!sh)
+        return COMEM_ECLOSED;
+    int64_t hb = atomic_load_explicit(&((comem_view_shared *)sh)->heartbeat_ns, memory_order_relaxed);
     int64_t age = hb > 0 ? comem_now_ns() - hb : -1;
     if (heartbeat_age_ns)
         *heartbeat_age_ns = age;
-    /* Is the coordinator's lock there? (F_OFD_GETLK takes no lock itself.) */
+    /* Is the coordinator's lock there? (F_OFD_GETLK takes no lock itself.) A client's reader has no
+       file: an orderly exit zeroes the heartbeat, anything else ages it. */
     struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    if (fcntl(v->fd, F_OFD_GETLK, &lk) == 0) {
+    if (v->fd < 0) {
+        if (hb == 0)
+            return COMEM_ECLOSED;
+    } else if (fcntl(v->fd, F_OFD_GETLK, &lk) == 0) {
         if (lk.l_type == F_UNLCK)
             return COMEM_ECLOSED; /* nobody holds it: the coordinator exited */
     } else if (hb == 0) {
@@ -324,14 +415,17 @@ int comem_view_room(comem_view *v, int device, int64_t *bytes)
 
 int32_t comem_view_coord_pid(const comem_view *v)
 {
-    return v ? atomic_load_explicit(&((comem_view_shared *)v->sh)->coord_pid, memory_order_relaxed) : 0;
+    const comem_view_shared *sh = v ? shared_of(v) : NULL;
+    return sh ? atomic_load_explicit(&((comem_view_shared *)sh)->coord_pid, memory_order_relaxed) : 0;
 }
 
 void comem_view_close(comem_view *v)
 {
     if (!v)
         return;
-    munmap((void *)v->sh, sizeof *v->sh);
-    close(v->fd);
+    if (!v->slot) { /* a client's reader: the mappings are the client's */
+        munmap((void *)v->sh, sizeof *v->sh);
+        close(v->fd);
+    }
     free(v);
 }

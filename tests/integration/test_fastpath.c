@@ -174,6 +174,62 @@ static void test_a_mapped_ordinal_books_its_own_card(void **state)
     comem_client_close(c);
 }
 
+/*
+ * The view file beside the socket is the user's to write; the copy each session gets with its
+ * HELLO_REPLY is sealed: a process that forges the file moves what the file's readers see, not
+ * what a session's own view says, and nobody can make the sealed copy writable.
+ */
+static void test_a_sessions_view_cannot_be_forged(void **state)
+{
+    harness *h = *state;
+    h_init(h, SPEC);
+    h_start(h, NULL);
+    comem_client *c;
+    assert_int_equal(comem_client_open(h->sock, COMEM_CLIENT_WORKER, "reader", -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
+    comem_view *mine, *file;
+    assert_int_equal(comem_client_view(c, &mine), COMEM_OK);
+    assert_int_equal(comem_view_open(h->sock, &file), COMEM_OK);
+    int64_t free_mine = -1, free_file = -1, cap = -1;
+    assert_int_equal(comem_view_read(mine, 0, &cap, &free_mine, NULL, NULL), COMEM_OK);
+    assert_int_equal(comem_view_read(file, 0, NULL, &free_file, NULL, NULL), COMEM_OK);
+    assert_int_equal(cap, 16 * GIB);
+    assert_int_equal(free_mine, free_file);
+    assert_int_equal(comem_view_state(mine, NULL), COMEM_OK);
+    /* Forge the file as any process of the user can: the card looks empty and nothing granted. */
+    char path[300];
+    comem_view_path(h->sock, path, sizeof path);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    comem_view_shared *forged = mmap(NULL, sizeof *forged, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(forged != MAP_FAILED);
+    kill(h->comemd, SIGSTOP); /* so its next publication does not undo the forgery while we look */
+    atomic_store(&forged->dev[0].free, 100 * GIB);
+    int64_t after_file = -1, after_mine = -1;
+    assert_int_equal(comem_view_read(file, 0, NULL, &after_file, NULL, NULL), COMEM_OK);
+    assert_int_equal(comem_view_read(mine, 0, NULL, &after_mine, NULL, NULL), COMEM_OK);
+    kill(h->comemd, SIGCONT);
+    assert_int_equal(after_file, 100 * GIB); /* the file's readers are lied to */
+    assert_int_equal(after_mine, free_mine);  /* the session's own view is not */
+    /* The sealed copy in this process cannot be made writable, nor mapped writable again. */
+    FILE *maps = fopen("/proc/self/maps", "r");
+    assert_non_null(maps);
+    char line[512];
+    void *at = NULL;
+    while (!at && fgets(line, sizeof line, maps)) {
+        unsigned long lo;
+        if (strstr(line, "comem-view") && sscanf(line, "%lx-", &lo) == 1)
+            at = (void *)(uintptr_t)lo;
+    }
+    fclose(maps);
+    assert_non_null(at);
+    assert_int_not_equal(mprotect(at, sizeof(comem_view_shared), PROT_READ | PROT_WRITE), 0);
+    munmap(forged, sizeof *forged);
+    comem_view_close(file);
+    comem_view_close(mine);
+    comem_client_close(c);
+}
+
 /* ---- racing processes ---- */
 
 typedef struct racer {
@@ -720,6 +776,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fits_without_round_trip, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_a_mapped_ordinal_books_its_own_card, setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_a_sessions_view_cannot_be_forged, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_racing_processes_never_share_bytes, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_killed_between_charge_and_record, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_killed_between_record_and_report, setup, h_teardown),

@@ -378,8 +378,8 @@ static void test_a_stopped_holder_stalls_nobody(void **s)
 
 /*
  * A asks R and the stopped S at once; R answers. While A still waits on S, C
- * asks for what fits only with the bytes R freed for A: C is not answered
- * before A (first come, first served where it matters), and A is granted.
+ * asks for what fits only with the bytes R freed for A: A is granted with
+ * them, and C does not take them (it asks for its own, or is refused).
  */
 static void test_bytes_freed_for_a_waiting_admission_stay_its_own(void **s)
 {
@@ -400,12 +400,15 @@ static void test_bytes_freed_for_a_waiting_admission_stay_its_own(void **s)
     int64_t freed_by_r = 4 * GIB - ask_holder(&r, CMD_RESIDENT);
     assert_true(freed_by_r >= GIB / 2);
     admit_async(&c, 3 * GIB / 2); /* fits beside A only by taking what R freed for A */
-    assert_string_equal(first_to_answer(&a, &c)->name, "a");
     verdict va, vc;
     read_verdict(&a, &va);
     assert_int_equal(va.rc, COMEM_OK);
-    assert_true(va.freed >= freed_by_r);
-    read_verdict(&c, &vc); /* its own turn, whatever it is */
+    assert_true(va.freed >= freed_by_r); /* A has what R freed for it */
+    read_verdict(&c, &vc);
+    /* C did not take those bytes: it was not granted without asking somebody for its own. (Which
+       requester's answer reaches the test first is the children's scheduling, not the coordinator's
+       order: a loaded machine can let C's process report first.) */
+    assert_true(vc.rc != COMEM_OK || vc.asked > 0);
 
     kill(st.pid, SIGCONT);
     finish_requester(&a);

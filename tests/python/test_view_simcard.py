@@ -65,6 +65,29 @@ class TestView(MachineCase):
         self.assertEqual(wait_for(lambda: v.read(0).reserve == GiB), True, v.read(0))
         self.m.check_ledger(self)
 
+    def test_a_clients_view_is_its_sealed_copy(self):
+        # The same figures as the file, from a copy no other process can write: forging the file
+        # (as any process of the user can) moves the file's readers, not the client's view.
+        c = self.client()
+        mine, file = c.view(), self.view()
+        self.assertEqual(mine.read(0), file.read(0))
+        self.assertTrue(mine.live)
+        import mmap
+        import struct
+        os.kill(self.m.comemd.pid, signal.SIGSTOP)  # its next publication would undo the forgery
+        try:
+            with open(self.m.socket + ".view", "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+                at = m.find(struct.pack("<q", CAPACITY), 16)  # device 0's capacity, then its free
+                self.assertGreater(at, 0)
+                m[at + 8:at + 16] = struct.pack("<q", 100 * GiB)
+            self.assertEqual(file.read(0).free, 100 * GiB)
+            self.assertEqual(mine.read(0).free, FREE0)
+        finally:
+            os.kill(self.m.comemd.pid, signal.SIGCONT)
+        c.close()  # its readers close with it
+        with self.assertRaises(errors.Closed):
+            mine.read(0)
+
     def test_reads_need_no_round_trip(self):
         v = self.view()
         holder = self.child("holder")

@@ -224,9 +224,8 @@ class Adapter:
         main = self.devices.index(self.mm.get_torch_device())
         if main is None:
             return
-        from ..view import View
         try:
-            self._view = View(self.client.socket)
+            self._view = self.client.view()  # the sealed copy: the view file is any process's to write
         except errors.Error as e:
             log.warning("comem: comfy-aimdo is not steered (the coordinator's view: %s)", e)
             return
