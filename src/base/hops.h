@@ -12,6 +12,7 @@
 #define COMEM_BASE_HOPS_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/clock.h"
@@ -38,15 +39,21 @@ extern atomic_int comem_hops_state;         /* 0 not looked at, 1 off, 2 on, 3 b
 
 void comem_hops_init(void);
 
-/* Stamps step k now, when COMEM_HOPS is set. */
-static inline void comem_hop(int k)
+/* The slots when COMEM_HOPS is set (looked at on the first call), else NULL. */
+static inline int64_t *comem_hops_on(void)
 {
     int st = atomic_load_explicit(&comem_hops_state, memory_order_relaxed);
     if (st == 1)
-        return;
+        return NULL;
     if (st == 0)
         comem_hops_init();
-    int64_t *slots = atomic_load_explicit(&comem_hops_slots, memory_order_acquire);
+    return atomic_load_explicit(&comem_hops_slots, memory_order_acquire);
+}
+
+/* Stamps step k now, when COMEM_HOPS is set. */
+static inline void comem_hop(int k)
+{
+    int64_t *slots = comem_hops_on();
     if (slots)
         __atomic_store_n(&slots[k], comem_now_ns(), __ATOMIC_RELAXED);
 }
@@ -54,12 +61,7 @@ static inline void comem_hop(int k)
 /* Adds one to slot k (a count), when COMEM_HOPS is set. */
 static inline void comem_hop_count(int k)
 {
-    int st = atomic_load_explicit(&comem_hops_state, memory_order_relaxed);
-    if (st == 1)
-        return;
-    if (st == 0)
-        comem_hops_init();
-    int64_t *slots = atomic_load_explicit(&comem_hops_slots, memory_order_acquire);
+    int64_t *slots = comem_hops_on();
     if (slots)
         __atomic_fetch_add(&slots[k], 1, __ATOMIC_RELAXED);
 }
