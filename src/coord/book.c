@@ -29,6 +29,7 @@
 
 #define BOOK_ACTIVE_NS 100000000 /* after a booking, the loop looks every 250 us for this long */
 #define BOOK_WANT_NS 100000000   /* a session keeps a stock on a device this long after it admitted there */
+#define BOOK_OVER_NS 1000000000LL /* `charged` above the stock longer than this is not a booking rolling back */
 
 void coord_book_open(comem_coord_srv *s)
 {
@@ -409,11 +410,19 @@ static void restock(comem_coord_srv *s, int d, int64_t now)
 /* The limits and the map are the coordinator's word and `charged` never goes below zero: else it is scribbling. */
 static void check_words(comem_coord_srv *s, book_sess *bs, uint64_t session)
 {
+    int64_t now = comem_now_ns();
     for (int d = 0; d < s->ledger.n_devices && !bs->off; d++) {
+        int64_t charged = atomic_load(&bs->a->dev[d].charged);
         if (atomic_load(&bs->a->dev[d].limit) != bs->limit[d])
             strike(s, bs, session, "its limit was changed by someone other than the coordinator");
-        else if (atomic_load(&bs->a->dev[d].charged) < 0)
+        else if (charged < 0)
             strike(s, bs, session, "its charged bytes went below zero");
+        else if (comem_sub(charged, bs->sub[d]) <= bs->stock[d])
+            bs->over_since_ns[d] = 0;
+        else if (!bs->over_since_ns[d]) /* a booking that does not fit is above for a moment, then rolled back */
+            bs->over_since_ns[d] = now;
+        else if (now - bs->over_since_ns[d] > BOOK_OVER_NS) /* held there: it would keep its stock for good */
+            strike(s, bs, session, "its charged bytes stayed above its stock");
     }
     for (int o = 0; o < COMEM_MAX_DEVICES && !bs->off; o++)
         if (atomic_load_explicit(&bs->a->map[o], memory_order_relaxed) != bs->map[o])

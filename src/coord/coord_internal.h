@@ -216,6 +216,7 @@ typedef struct book_sess {
     int64_t sub[COMEM_MAX_DEVICES];            /* reconciled bytes to take out of `charged` after publishing */
     int64_t wants_until_ns[COMEM_MAX_DEVICES]; /* it admitted on the device lately: it keeps a stock there */
     int8_t map[COMEM_MAX_DEVICES];             /* the ordinal -> device map published in its area */
+    int64_t over_since_ns[COMEM_MAX_DEVICES];  /* `charged` above its stock since then (0: not above) */
     book_priv priv[BOOK_RECORDS];
 } book_sess;
 

@@ -559,6 +559,12 @@ static void hostile_beside_honest(harness *h, int act)
     assert_true(ch_get(hup.rd, &v, 30000)); /* ready */
     assert_true(ch_get(hup.rd, &v, 30000)); /* done */
     usleep(50000); /* a few of the coordinator's turns look at what it wrote */
+    if (act == HOSTILE_FILL_CHARGED) { /* charged held above its stock: struck (after a second), stock returned */
+        t0 = now_ms();
+        while (h_status_num(h, "coordinator.booking_strikes") < 1 && now_ms() - t0 < 20000)
+            usleep(10000);
+        assert_true(h_status_num(h, "coordinator.booking_strikes") >= 1);
+    }
     /* The honest grant is untouched, and the honest process loads into it and admits again. */
     assert_true(h_status_num(h, "devices.0.granted") >= 4 * GIB);
     ch_put(to_honest.wr, 1);
