@@ -395,6 +395,18 @@ static void mock_cmd(mock *m, int cmd)
     assert_int_equal(left, CMD_NONE);
 }
 
+/* Waits until the mock has seen n connections end: a closed client's last frames are logged by then. */
+static void mock_wait_eofs(mock *m, int n)
+{
+    struct timespec ts = deadline_in(WAIT_MS);
+    pthread_mutex_lock(&m->mu);
+    while (m->eofs < n && pthread_cond_timedwait(&m->cv, &m->mu, &ts) == 0) {
+    }
+    int seen = m->eofs;
+    pthread_mutex_unlock(&m->mu);
+    assert_true(seen >= n);
+}
+
 /* Index of the first frame of `type` at or after `from`, waiting up to ms; -1 when none came. */
 static int mock_find_within(mock *m, uint16_t type, size_t from, int ms)
 {
@@ -707,8 +719,10 @@ static void test_hello_fields(void **state)
     assert_string_equal(h->u.hello.token, "s3cret");
     comem_client_close(c);
 
-    /* A host passes its operator reserve; no token means "". */
+    /* A host passes its operator reserve; no token means "". The mock logs the first session's
+     * last frames when it reads them, so the count is taken once it has seen that session end. */
     unsetenv("COMEM_TOKEN");
+    mock_wait_eofs(g_mock, 1);
     size_t from = mock_count(g_mock);
     assert_int_equal(comem_client_open(NULL, COMEM_CLIENT_HOST, "host", 3 * COMEM_GIB, 0, &c), COMEM_OK);
     h = expect_at(g_mock, from, COMEM_MSG_HELLO);
