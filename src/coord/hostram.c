@@ -3,7 +3,8 @@
  *
  * Everything else (holders, entries, admissions, asks, receipts, the eviction
  * order, the idle release) treats host RAM as one more device. What is its
- * own lives here: which processes its reading tracks (every session's pid),
+ * own lives here: which processes its reading tracks (every session's pid but
+ * a tool's: `comem status` reading the ledger would otherwise move it),
  * the floor an entry's registered bytes leave (they were in its RSS already),
  * the warning about RAM a process holds outside anything it registered
  * (shown, never trusted: it is a floor, never counted as reclaimable and never
@@ -29,7 +30,7 @@ int coord_read_device(comem_coord_srv *s, int d, comem_device_reading *r)
     size_t n = 0;
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions) && n < COMEM_MAX_DEVICE_PROCS; i++) {
         const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, NULL);
-        if (ss && ss->pid > 0)
+        if (ss && ss->pid > 0 && ss->role != COMEM_ROLE_TOOL) /* looking (comem status) must not move the figure */
             pids[n++] = ss->pid;
     }
     comem_hostram_track(s->ram_src, pids, n);

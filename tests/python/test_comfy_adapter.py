@@ -319,5 +319,40 @@ class TestEraMixes(AdapterCase):
         self.assert_consistent()
 
 
+class TestWorkerRamHeadroom(unittest.TestCase):
+    """A worker (no executor hands it a RAM-cache state) gets the coordinator's host-RAM reserve as
+    ComfyUI's ``RAM_CACHE_HEADROOM`` (issue 23 item 3), which ComfyUI's pin budget then keeps free."""
+
+    def test_worker_gets_the_ledgers_share(self):
+        support.need_torch(self)
+        support.need_comfyui(self, "783545f6")
+        mm = support.import_comfy()
+        import comfy.memory_management as memory
+        import comem
+        from comem.comfy import Worker
+        self.addCleanup(setattr, memory, "RAM_CACHE_HEADROOM", memory.RAM_CACHE_HEADROOM)
+        memory.RAM_CACHE_HEADROOM = 0  # as in every process ComfyUI's executor does not run in
+        with Machine(CARD, extra=["--ram", "machine"]) as machine:
+            card = comem.SimCard(machine.spec)
+            self.addCleanup(card.close)
+            w = Worker("w", socket=machine.socket, mm=mm, card=card)
+            try:
+                ram = machine.status()["devices"][-1]
+                self.assertIsNotNone(ram["host_ram"], "comemd --ram machine serves host RAM last")
+                self.assertGreater(ram["reserve"]["published"], 0, "the machine's RAM keeps ComfyUI's headroom")
+                self.assertEqual(memory.RAM_CACHE_HEADROOM, w.client.reserve(comem.HOST_RAM).reserve)
+                self.assertEqual(memory.RAM_CACHE_HEADROOM, ram["reserve"]["published"])
+            finally:
+                w.close()
+        # Without host RAM on the coordinator, nothing is changed.
+        memory.RAM_CACHE_HEADROOM = 0
+        with Machine(CARD) as machine:
+            card = comem.SimCard(machine.spec)
+            self.addCleanup(card.close)
+            w = Worker("w", socket=machine.socket, mm=mm, card=card)
+            w.close()
+            self.assertEqual(memory.RAM_CACHE_HEADROOM, 0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -10,6 +10,9 @@ stand-ins up to date and publishes the reserve), ``LoadedModel.model_load``
 with a census after it. Where ComfyUI runs on the real comfy-aimdo (783545f6's
 dynamic VRAM), its headroom is steered from the coordinator's view
 (``steer.py``) and its dynamic models' residency is reported as it changes.
+Where ComfyUI keeps a RAM cache (783545f6), ``set_ram_cache_release_state``
+and ``PromptExecutor.execute`` are wrapped so the cache is registered on the
+ledger's host RAM and given back on ask between prompts (``ram.py``).
 Uninstalling restores ComfyUI's own functions and aimdo's headroom.
 
 One adapter is active per process.
@@ -27,7 +30,7 @@ from typing import Any, Callable, Dict, Iterator, Optional
 
 from .. import errors
 from ..client import Client
-from . import steer
+from . import ram, steer
 from .devices import DeviceMap
 from .models import ComfyModels, is_stand_in, set_memory_required
 
@@ -127,6 +130,7 @@ class Adapter:
         status = client.status() if client.connected else None
         self.devices = DeviceMap(self.mm, status, card=card, simulated=simulated)
         self.models = ComfyModels(client, self.mm, self.devices, self.lock)  # type: ignore[arg-type]
+        self.ram = ram.RamCache(client)  # ComfyUI's RAM cache on host RAM, when the coordinator serves it
         self._saved: Dict[Any, Dict[str, Any]] = {}
         self.installed = False
         self._aimdo = aimdo
@@ -163,11 +167,21 @@ class Adapter:
         execution = sys.modules.get("execution")
         if execution is not None and hasattr(execution, "get_output_data"):
             self._patch(execution, "get_output_data", self._wrap_node(execution.get_output_data))
+        memory = sys.modules.get("comfy.memory_management")
+        if memory is not None and hasattr(memory, "set_ram_cache_release_state"):  # 783545f6's RAM cache
+            self._patch(memory, "set_ram_cache_release_state",
+                        ram.wrap_release_state(memory.set_ram_cache_release_state, self.ram))
+            self.ram.set_cache(getattr(memory, "extra_ram_release_callback", None))
+            executor = getattr(execution, "PromptExecutor", None)
+            if executor is not None and hasattr(executor, "execute"):
+                self._patch(executor, "execute", ram.wrap_execute(executor.execute, self.ram))
         _active = self
         self.installed = True
         with self.lock:
             self.before_loop()
             self.models.sync()
+        if memory is not None:
+            ram.headroom_share(self.client, memory)
         self._start_steering()
         log.info("comem: %s adapter installed (%s placement, coordinator %s)", self.role,
                  "simulated" if self.devices.simulated else "CUDA",
@@ -249,6 +263,7 @@ class Adapter:
         with self.lock:
             self._start_steering()
             self.client.set_busy(True, _prompt(prompt))
+            self.ram.census()  # the outputs the nodes before this one left in the RAM cache
             try:
                 yield
             finally:

@@ -1,0 +1,248 @@
+"""ComfyUI's RAM cache on the ledger's host RAM: registered, and given back when another process needs it.
+
+ComfyUI 783545f6 keeps every node's outputs in a RAM cache (``RAMPressureCache``,
+``--cache-ram``, its default) and trims it only in its own process, at its own
+node boundaries, against ``psutil``'s available RAM: an idle ComfyUI keeps its
+last prompt's outputs however much another process needs the RAM. Here, when
+the coordinator serves host RAM (``comemd --ram``), the cache is a holder on
+``comem.HOST_RAM`` (``ram-cache``), each output of 1 MiB or more one entry of
+tier ``cache`` (the cheapest to get back: re-run the node), named by its node.
+
+An ask is answered by ComfyUI's own ``ram_release``: its target is the RAM
+available now plus the bytes asked, so ComfyUI's score (older prompts first,
+then the largest) picks what goes; the receipt is what the census then finds
+gone. The holder is busy while a prompt runs (the executor owns the cache
+then; ComfyUI trims it itself at every node), so only an idle ComfyUI is
+asked, and an ask that races a prompt's start is answered busy.
+
+How the cache is found: the executor hands ComfyUI its release callback at
+every prompt's start (``comfy.memory_management.set_ram_cache_release_state``),
+a bound ``ram_release`` of the cache, and clears it when the prompt ends; the
+wrapper keeps a weak reference to the cache across that, so a cache ComfyUI
+drops (the Free button's ``reset``) is never kept alive.
+a125cd84 has no RAM cache: nothing is registered there.
+
+A process nobody hands a release state (a worker) runs ComfyUI's pin budget
+with ``RAM_CACHE_HEADROOM`` 0; :func:`headroom_share` gives it the reserve
+the coordinator keeps on host RAM instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sys
+import threading
+import weakref
+from typing import Any, Callable, Dict, Iterator, Optional, Set
+
+from .. import errors
+from ..client import HOST_RAM, Client, Entry, Holder, ReleaseAsk
+
+log = logging.getLogger("comem.comfy")
+
+MIN_ENTRY = 1 << 20  #: outputs smaller than this are not registered (strings, small latents: noise in the ledger)
+HOLDER = "ram-cache"
+
+
+def cpu_bytes(outputs: Any, seen: Optional[Set[int]] = None) -> int:
+    """Bytes of the CPU tensors in a node's outputs (nested lists and tuples), each storage counted once."""
+    torch = sys.modules.get("torch")
+    if torch is None or outputs is None:
+        return 0
+    seen = set() if seen is None else seen
+    total = 0
+    stack = [outputs]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, torch.Tensor) and x.device.type == "cpu":
+            storage = x.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr not in seen:
+                seen.add(ptr)
+                total += storage.nbytes()
+    return total
+
+
+def _names(cache: Any) -> Dict[Any, str]:
+    """Cache key -> "ClassType #node" for the outputs of the prompt the cache was last set for."""
+    out: Dict[Any, str] = {}
+    try:
+        keys = cache.cache_key_set.keys
+        prompt = cache.dynprompt
+        for node_id, key in list(keys.items()):
+            node = prompt.get_node(node_id)
+            out[key] = f"{node.get('class_type', 'output')} #{node_id}"[:48]
+    except (AttributeError, KeyError, TypeError, ValueError):  # a ComfyUI whose cache is laid out otherwise
+        pass
+    return out
+
+
+class RamCache:
+    """ComfyUI's outputs cache as the holder ``ram-cache`` on host RAM (when the coordinator serves it)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.holder: Optional[Holder] = None
+        self.served: Optional[bool] = None  #: None: not asked yet; False: the coordinator has no host RAM
+        self._cache: Optional["weakref.ref[Any]"] = None
+        self._entries: Dict[Any, Entry] = {}  # cache key -> its entry
+        self._mu = threading.Lock()  # the entries (census and the release callback)
+        self._prompt = threading.Lock()  # held while the executor runs a prompt: the cache is its then
+        self.released = 0  #: bytes given back to asks so far
+
+    # ---- the cache ComfyUI hands over ----
+
+    def set_cache(self, callback: Optional[Callable[..., Any]]) -> None:
+        """The callback ComfyUI's executor set: a bound ``ram_release`` of its RAM cache.
+
+        The executor clears it (None) when a prompt ends, while the cache lives on with its outputs: the
+        cache is kept (weakly) until another one is handed over or ComfyUI drops it."""
+        owner = getattr(callback, "__self__", None)
+        if owner is None or not hasattr(owner, "ram_release"):
+            return
+        if self._cache is None or self._cache() is not owner:
+            self._cache = weakref.ref(owner)
+
+    def cache(self) -> Optional[Any]:
+        return self._cache() if self._cache is not None else None
+
+    def _attach(self) -> Optional[Holder]:
+        """The holder, registered the first time the coordinator is known to serve host RAM."""
+        if self.holder is not None or self.served is False or not self.client.connected:
+            return self.holder
+        try:
+            if not any(d.get("host_ram") for d in self.client.status().get("devices", [])):
+                self.served = False  # asked once: a refused holder would be a warning in every default run
+                log.info("comem: the coordinator serves no host RAM (comemd --ram): ComfyUI's RAM cache is not "
+                         "registered")
+                return None
+            self.holder = self.client.add_holder(HOLDER, device=HOST_RAM, kind="models", on_release=self._on_release,
+                                                 answers=("release", "idle"))
+            self.served = True
+        except errors.NoDevice:
+            self.served = False
+            log.info("comem: the coordinator serves no host RAM (comemd --ram): ComfyUI's RAM cache is not registered")
+        return self.holder
+
+    # ---- census ----
+
+    def census(self) -> None:
+        """Registers the cache's outputs as they are now (new ones added, gone ones removed)."""
+        with self._mu:
+            self._census()
+
+    def _census(self) -> None:
+        cache = self.cache()
+        if cache is None and not self._entries:
+            return
+        holder = self._attach()
+        if holder is None:
+            return
+        now: Dict[Any, int] = {}
+        if cache is not None:
+            seen: Set[int] = set()
+            for key, entry in list(cache.cache.items()):
+                n = cpu_bytes(getattr(entry, "outputs", None), seen)
+                if n >= MIN_ENTRY:
+                    now[key] = n
+        try:
+            for key in [k for k, e in self._entries.items() if now.get(k) != e.size]:
+                self._entries.pop(key).remove()
+            names = _names(cache) if any(k not in self._entries for k in now) else {}
+            for key, n in now.items():
+                if key not in self._entries:
+                    self._entries[key] = holder.add_entry(names.get(key, "output"), n, n, tier="cache")
+        except errors.Error as e:
+            log.warning("comem: ComfyUI's RAM cache not reported: %s", e)
+
+    # ---- a prompt runs: the executor owns the cache ----
+
+    @contextlib.contextmanager
+    def prompt(self) -> Iterator[None]:
+        """Around ComfyUI's ``PromptExecutor.execute``: the holder busy; a census when the prompt is done."""
+        with self._prompt:
+            holder = self._attach()
+            busy = holder is not None and self._mark(holder, True)
+            try:
+                yield
+            finally:
+                self.census()
+                if busy:
+                    self._mark(holder, False)
+
+    @staticmethod
+    def _mark(holder: Holder, busy: bool) -> bool:
+        try:
+            holder.set_busy(busy)
+            return True
+        except errors.Error as e:
+            log.warning("comem: the RAM cache's busy mark not reported: %s", e)
+            return False
+
+    # ---- asks ----
+
+    def _on_release(self, ask: ReleaseAsk) -> int:
+        if not self._prompt.acquire(blocking=False):
+            raise errors.Busy(errors.EBUSY, HOLDER, "a prompt is running: ComfyUI trims its RAM cache itself then")
+        try:
+            with self._mu:
+                cache = self.cache()
+                if cache is None:
+                    return 0
+                want = ask.bytes if ask.kind == "bytes" else 1 << 62
+                before = sum(e.size for e in self._entries.values())
+                import psutil  # ComfyUI's own measure of available RAM (it is installed wherever ComfyUI runs)
+                target = min(psutil.virtual_memory().available + want, 1 << 62)
+                cache.ram_release(target, free_active=True)  # nothing is active between prompts
+                self._census()
+                freed = max(0, before - sum(e.size for e in self._entries.values()))
+                self.released += freed
+                log.info("comem: ComfyUI's RAM cache gave %d MiB back to another process (asked %d MiB)",
+                         freed >> 20, min(want, 1 << 50) >> 20)
+                return freed
+        finally:
+            self._prompt.release()
+
+
+def wrap_release_state(orig: Callable[..., Any], ram: RamCache) -> Callable[..., Any]:
+    """``comfy.memory_management.set_ram_cache_release_state`` that also hands the cache to ``ram``."""
+    @functools.wraps(orig)
+    def set_ram_cache_release_state(callback: Any, headroom: Any) -> Any:
+        ram.set_cache(callback)
+        return orig(callback, headroom)
+    return set_ram_cache_release_state
+
+
+def wrap_execute(orig: Callable[..., Any], ram: RamCache) -> Callable[..., Any]:
+    """``execution.PromptExecutor.execute`` run inside :meth:`RamCache.prompt`."""
+    @functools.wraps(orig)
+    def execute(executor: Any, *args: Any, **kwargs: Any) -> Any:
+        with ram.prompt():
+            return orig(executor, *args, **kwargs)
+    return execute
+
+
+def headroom_share(client: Client, memory_management: Any) -> Optional[int]:
+    """Sets ComfyUI's ``RAM_CACHE_HEADROOM`` to the coordinator's host-RAM reserve where nobody set it (a worker).
+
+    Returns the figure set, or None where nothing changed: ComfyUI has no such figure (a125cd84), an executor
+    already set one, or the coordinator serves no host RAM (or keeps no reserve there: a bounded budget)."""
+    if memory_management is None or not hasattr(memory_management, "RAM_CACHE_HEADROOM"):
+        return None
+    if memory_management.RAM_CACHE_HEADROOM or getattr(memory_management, "extra_ram_release_callback", None):
+        return None
+    if not client.connected:
+        return None
+    try:
+        share = client.reserve(HOST_RAM).reserve
+    except errors.Error:
+        return None
+    if share <= 0:
+        return None
+    memory_management.RAM_CACHE_HEADROOM = int(share)
+    log.info("comem: RAM_CACHE_HEADROOM set to the coordinator's host-RAM reserve, %d MiB", share >> 20)
+    return int(share)
