@@ -50,8 +50,9 @@ int64_t comem_hostram_budget(const comem_device_source *src);
 const comem_hostmem *comem_hostram_last(const comem_device_source *src);
 
 /*
- * The resident set of pid from <root>/proc/PID/status (root "" or NULL: the
- * real machine), in bytes. COMEM_ENOENT when the process is gone.
+ * The resident set of pid from <root>/proc/PID/status (root "": the real
+ * machine; NULL: the machine, unless COMEM_HOSTMEM_ROOT names a stand-in tree,
+ * as comem_hostmem_read), in bytes. COMEM_ENOENT when the process is gone.
  */
 int comem_hostram_rss(const char *root, int32_t pid, int64_t *bytes);
 

@@ -54,6 +54,7 @@ class Simulate(unittest.TestCase):
             ("card 8GiB\nworker w\n  idle 1\nexpect free at 1 after line 3 == 0\n", 4, "not both"),
             ("card 8GiB\nworker w\n  idle 1 until done\n", 3, "until released"),
             ("card 8GiB\napp a\n  idle 1 until released\n", 3, "holds no models"),
+            ("card 8GiB\nram 8GiB ledger bogus\nworker w\n  idle 1\n", 2, "unknown or incomplete 'bogus'"),
         ]
         for i, (text, line, what) in enumerate(cases):
             path = self.write(f"bad{i}.scn", text)

@@ -56,6 +56,12 @@ static void test_rss_from_a_tree(void **s)
     assert_int_equal(comem_hostram_rss(dir, 4242, &rss), COMEM_OK);
     assert_int_equal(rss, 2 * COMEM_GIB);
     assert_int_equal(comem_hostram_rss(dir, 4243, &rss), COMEM_ENOENT); /* gone */
+    /* NULL: the stand-in tree COMEM_HOSTMEM_ROOT names (comem simulate's machine), as for meminfo */
+    rss = 0;
+    assert_int_equal(setenv("COMEM_HOSTMEM_ROOT", dir, 1), 0);
+    assert_int_equal(comem_hostram_rss(NULL, 4242, &rss), COMEM_OK);
+    assert_int_equal(rss, 2 * COMEM_GIB);
+    assert_int_equal(unsetenv("COMEM_HOSTMEM_ROOT"), 0);
     assert_int_equal(test_tmpdir_remove(dir), 0);
 }
 

@@ -170,6 +170,7 @@ typedef struct scenario {
     sc_card card; /* every card has these settings (one simulated file) */
     bool on[3];   /* semantics the suite runs it on (linux, wddm, uma) */
     int64_t ram, swap, cgroup; /* host RAM; cgroup < 0: none */
+    bool ram_ledger;           /* `ram ... ledger`: comem's coordinator serves host RAM (comemd --ram) */
     bool coordinator;          /* false: comem clients find no coordinator (local mode) */
     int n_procs;
     sc_proc procs[SC_MAX_PROCS];
@@ -228,6 +229,8 @@ typedef enum sh_kind {
     EV_STAGING,     /* host staging buffer now (a: bytes, b: 1 if a grow failed) */
     EV_CUSTOM,      /* custom-node bytes now (a) */
     EV_STREAMED,    /* a pass of a paged model streamed a bytes from host memory (the pager refused them) */
+    EV_RAM_DROP,    /* RAM copies dropped for the ledger (a: bytes, b: 1 asked by another process, 0 to make room) */
+    EV_RAM_REFUSED, /* a RAM growth the ledger refused even after dropping this process's own copies (a: bytes) */
     EV_KIND_COUNT
 } sh_kind;
 

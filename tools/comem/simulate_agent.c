@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,6 +79,13 @@ typedef struct agent {
     uint64_t h_models, h_pins, h_custom, e_custom;
     comem_pager *pager;
     int64_t retries_seen;
+    uint64_t h_ram;             /* host RAM (`ram ... ledger`): one entry per growth, oldest first */
+    int n_ram;
+    struct {
+        uint64_t entry;
+        int64_t bytes;
+    } ram_held[SC_MAX_STEPS];
+    int64_t ram_nominal; /* what the timeline's `ram` steps said; less what was dropped is what it holds */
     /* the other policies */
     int req_fd, cmd_fd;
     pthread_t svc;
@@ -181,6 +189,8 @@ static int64_t load_bytes(agent *a, int i, int64_t bytes, double cancel, bool *o
 }
 
 /* ---- the RAM model: Σ pinned + plain RAM of every process against the machine ---- */
+
+static void publish_rss(agent *a);
 
 static int64_t ram_limit(const scenario *s) { return s->cgroup > 0 ? comem_min(s->ram, s->cgroup) : s->ram; }
 
@@ -781,6 +791,9 @@ static void do_pin(agent *a, int64_t bytes)
         return;
     }
     int64_t total = atomic_fetch_add(pinned, bytes) + bytes;
+    pthread_mutex_lock(&a->lock);
+    publish_rss(a);
+    pthread_mutex_unlock(&a->lock);
     ev(a, EV_PIN, -1, bytes, total);
 }
 
@@ -795,11 +808,172 @@ static void do_unpin(agent *a, int64_t bytes)
         rq(a, RQ_UNPIN, -1, give, 0, NULL);
     ram_give(a, give);
     atomic_fetch_sub(&a->sh->p[a->idx].pinned, give);
+    pthread_mutex_lock(&a->lock);
+    publish_rss(a);
+    pthread_mutex_unlock(&a->lock);
     ev(a, EV_UNPIN, -1, give, 0);
+}
+
+/* ---- host RAM on the ledger (`ram ... ledger`, comem): growth admitted, copies dropped on ask ---- */
+
+static bool ram_on_ledger(const agent *a)
+{
+    return a->pol == POL_COMEM && a->c && a->s->ram_ledger && !sim_card_uma(a) && a->h_ram;
+}
+
+/*
+ * Under a->lock. The coordinator reads this process's host RAM as its RSS; the
+ * simulated bytes are not resident, so the run's stand-in /proc
+ * (COMEM_HOSTMEM_ROOT) carries them: <root>/proc/PID/status, replaced whole.
+ */
+static void publish_rss(agent *a)
+{
+    const char *root = getenv("COMEM_HOSTMEM_ROOT");
+    if (a->pol != POL_COMEM || !a->s->ram_ledger || !root)
+        return;
+    const sh_proc *p = &a->sh->p[a->idx];
+    int64_t rss = atomic_load(&p->ram) + atomic_load(&p->pinned) + atomic_load(&p->staging);
+    char dir[4096], path[4200], tmp[4200];
+    snprintf(dir, sizeof dir, "%s/proc/%d", root, (int)getpid());
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return;
+    snprintf(path, sizeof path, "%s/status", dir);
+    snprintf(tmp, sizeof tmp, "%s/status.new", dir);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    fprintf(f, "Name:\t%s\nVmRSS:\t%lld kB\n", a->pr->name, (long long)(rss >> 10));
+    if (fclose(f) == 0)
+        rename(tmp, path);
+}
+
+/* Under a->lock: drops the i-th RAM copy (its bytes back to the machine, its entry out of the ledger). */
+static int64_t ram_drop(agent *a, int i)
+{
+    int64_t bytes = a->ram_held[i].bytes;
+    comem_entry_remove(a->c, a->ram_held[i].entry);
+    memmove(&a->ram_held[i], &a->ram_held[i + 1], (size_t)(a->n_ram - i - 1) * sizeof a->ram_held[0]);
+    a->n_ram--;
+    ram_give(a, bytes);
+    atomic_fetch_sub(&a->sh->p[a->idx].ram, bytes);
+    return bytes;
+}
+
+/* Another process's admission asked for this process's RAM copies: the planned ones, then the oldest. */
+static int on_release_ram(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
+                          const int64_t *amounts, size_t n, int64_t *freed)
+{
+    (void)holder;
+    (void)amounts;
+    agent *a = user;
+    int64_t want = kind == COMEM_RELEASE_IDLE ? INT64_MAX : bytes, total = 0;
+    pthread_mutex_lock(&a->lock);
+    for (size_t k = 0; k < n && total < want; k++)
+        for (int i = 0; i < a->n_ram; i++)
+            if (a->ram_held[i].entry == entries[k]) {
+                total += ram_drop(a, i);
+                break;
+            }
+    while (a->n_ram > 0 && total < want)
+        total += ram_drop(a, 0);
+    publish_rss(a);
+    pthread_mutex_unlock(&a->lock);
+    if (total > 0)
+        ev(a, EV_RAM_DROP, -1, total, 1);
+    *freed = total;
+    return COMEM_OK;
+}
+
+/*
+ * A `ram` step with host RAM on the ledger: growth is admitted before it is
+ * held (a copy of weights kept in RAM, re-readable from its file); refused,
+ * the process drops its own oldest copies for the shortfall, as ComfyUI's own
+ * RAM release would, and asks again (every half second, up to the scenario's
+ * admit wait, until the coordinator reads its RSS without them). Still
+ * refused, it does not grow.
+ */
+static void ledger_ram(agent *a, int64_t target)
+{
+    _Atomic int64_t *ram = &a->sh->p[a->idx].ram;
+    int64_t grow = target - a->ram_nominal;
+    a->ram_nominal = target;
+    if (grow <= 0) { /* the process lets go of copies: the newest first */
+        int64_t give = -grow;
+        pthread_mutex_lock(&a->lock);
+        while (give > 0 && a->n_ram > 0) {
+            int last = a->n_ram - 1;
+            int64_t part = comem_min(give, a->ram_held[last].bytes);
+            if (part == a->ram_held[last].bytes) {
+                ram_drop(a, last);
+            } else {
+                a->ram_held[last].bytes -= part;
+                comem_entry_set_resident(a->c, a->ram_held[last].entry, a->ram_held[last].bytes);
+                ram_give(a, part);
+                atomic_fetch_sub(ram, part);
+            }
+            give -= part;
+        }
+        publish_rss(a);
+        pthread_mutex_unlock(&a->lock);
+        ev(a, EV_RAM, -1, atomic_load(ram), 0);
+        return;
+    }
+    uint64_t grant = 0;
+    int64_t short_by = 0;
+    int rc = comem_admit(a->c, COMEM_DEVICE_HOST_RAM, a->h_ram, grow, 0, 0, NULL, 0, 20000, &grant, &short_by);
+    if (rc == COMEM_ENOSPC && short_by > 0) {
+        int64_t dropped = 0;
+        pthread_mutex_lock(&a->lock);
+        while (a->n_ram > 0 && dropped < short_by)
+            dropped += ram_drop(a, 0);
+        publish_rss(a);
+        pthread_mutex_unlock(&a->lock);
+        if (dropped > 0)
+            ev(a, EV_RAM_DROP, -1, dropped, 0);
+        /* asked again until the coordinator's reading of this process shows the copies gone */
+        double t0 = now(a);
+        do {
+            sh_sleep(a->sh, 0.5);
+            rc = comem_admit(a->c, COMEM_DEVICE_HOST_RAM, a->h_ram, grow, 0, 0, NULL, 0, 20000, &grant, &short_by);
+        } while (rc == COMEM_ENOSPC && dropped > 0 && wait_s(t0, a) < a->s->admit_wait && !atomic_load(&a->sh->end));
+    }
+    if (rc != COMEM_OK || a->n_ram >= SC_MAX_STEPS) {
+        if (rc == COMEM_OK)
+            comem_grant_done(a->c, grant, 0, 0);
+        ev(a, EV_RAM_REFUSED, -1, grow, 0);
+        return;
+    }
+    if (!ram_take(a, grow)) { /* something the ledger does not see (an app) holds it: the kernel's turn */
+        comem_grant_done(a->c, grant, 0, 0);
+        atomic_fetch_add(&a->sh->ram_total, grow);
+        atomic_fetch_add(ram, grow);
+        ev(a, EV_RAM, -1, atomic_load(ram), 1);
+        oom_kill(a);
+        return;
+    }
+    char name[32];
+    snprintf(name, sizeof name, "ram-copy-%d", a->n_ram);
+    uint64_t entry = 0;
+    pthread_mutex_lock(&a->lock);
+    atomic_fetch_add(ram, grow);
+    /* the grant becomes the entry's residency (an entry added resident would count the bytes twice until then) */
+    if (comem_entry_add(a->c, a->h_ram, name, grow, 0, COMEM_ENTRY_RAM_FILE, &entry) == COMEM_OK) {
+        a->ram_held[a->n_ram].entry = entry;
+        a->ram_held[a->n_ram].bytes = grow;
+        a->n_ram++;
+    }
+    comem_grant_done(a->c, grant, entry, grow);
+    publish_rss(a);
+    pthread_mutex_unlock(&a->lock);
+    ev(a, EV_RAM, -1, atomic_load(ram), 0);
 }
 
 static void do_ram(agent *a, int64_t target)
 {
+    if (ram_on_ledger(a)) {
+        ledger_ram(a, target);
+        return;
+    }
     _Atomic int64_t *ram = &a->sh->p[a->idx].ram;
     int64_t cur = atomic_load(ram);
     if (target > cur && !ram_take(a, target - cur)) {
@@ -983,6 +1157,13 @@ static void open_policy(agent *a)
     comem_sim_touch(a->sim, a->card); /* CUDA initialisation */
     unsigned hflags = COMEM_ANSWERS_RELEASE | (pr->role == ROLE_WORKER ? COMEM_ANSWERS_IDLE : 0);
     comem_holder_add(a->c, "models", a->card, COMEM_KIND_MODELS, hflags, on_release_models, a, &a->h_models);
+    if (a->s->ram_ledger && !sim_card_uma(a)) {
+        comem_holder_add(a->c, "ram-copies", COMEM_DEVICE_HOST_RAM, COMEM_KIND_MODELS,
+                         COMEM_ANSWERS_RELEASE | COMEM_ANSWERS_IDLE, on_release_ram, a, &a->h_ram);
+        pthread_mutex_lock(&a->lock);
+        publish_rss(a);
+        pthread_mutex_unlock(&a->lock);
+    }
 }
 
 static void close_policy(agent *a)

@@ -587,14 +587,19 @@ static bool setting(parser *p, char **tok, int n)
         return true;
     }
     if (!strcmp(kw, "ram")) {
-        if (!need_args(p, kw, 1, n, "a size: ram SIZE [swap SIZE] [cgroup SIZE]") ||
+        if (!need_args(p, kw, 1, n, "a size: ram SIZE [swap SIZE] [cgroup SIZE] [ledger]") ||
             !parse_bytes(p, "ram", tok[1], &s->ram))
             return false;
         if (s->ram < COMEM_GIB)
             return fail(p, "ram must be at least 1GiB");
         for (int i = 2; i < n; i += 2) {
+            if (!strcmp(tok[i], "ledger")) { /* a flag: no value follows */
+                s->ram_ledger = true;
+                i--;
+                continue;
+            }
             if (i + 1 >= n || (strcmp(tok[i], "swap") && strcmp(tok[i], "cgroup")))
-                return fail(p, "unknown or incomplete '%s' in ram (swap SIZE, cgroup SIZE)", tok[i]);
+                return fail(p, "unknown or incomplete '%s' in ram (swap SIZE, cgroup SIZE, ledger)", tok[i]);
             if (!parse_bytes(p, tok[i], tok[i + 1], tok[i][0] == 's' ? &s->swap : &s->cgroup))
                 return false;
         }

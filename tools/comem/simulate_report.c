@@ -138,6 +138,7 @@ void sim_compute(const scenario *s, run_result *r)
             break;
         case EV_REFUSE:
         case EV_PIN_REFUSED:
+        case EV_RAM_REFUSED:
             v[M_REFUSED]++;
             break;
         case EV_ASKED:
@@ -423,6 +424,13 @@ void sim_print_timeline(const scenario *s, const run_result *r)
             break;
         case EV_RAM:
             snprintf(line, sizeof line, "holds %s of plain RAM%s", sim_gib((double)e->a, a, 32), e->b ? " (over!)" : "");
+            break;
+        case EV_RAM_DROP:
+            snprintf(line, sizeof line, "drops %s of RAM copies (%s)", sim_gib((double)e->a, a, 32),
+                     e->b ? "asked by another process" : "its own oldest, to make room the ledger grants");
+            break;
+        case EV_RAM_REFUSED:
+            snprintf(line, sizeof line, "RAM growth of %s REFUSED by the ledger", sim_gib((double)e->a, a, 32));
             break;
         case EV_STAGING:
             snprintf(line, sizeof line, "staging buffer %s%s", sim_gib((double)e->a, a, 32), e->b ? " (grow FAILED)" : "");

@@ -346,6 +346,9 @@ static int start_services(run *r)
         snprintf(cfg.device_spec, sizeof cfg.device_spec, "%s", r->spec);
         cfg.idle_release_s = s->idle_release / s->speed; /* the scenario's clock */
         cfg.tick_ms = (int)comem_max(1, (int64_t)(250 / s->speed));
+        if (s->ram_ledger) /* host RAM on a budget of the machine's limit; agents publish their RAM as RSS files */
+            snprintf(cfg.ram_spec, sizeof cfg.ram_spec, "%lldMiB",
+                     (long long)((s->cgroup > 0 ? comem_min(s->ram, s->cgroup) : s->ram) >> 20));
         int rc = comem_coord_create(&cfg, &r->coord);
         if (rc != COMEM_OK)
             return rc;
