@@ -53,11 +53,16 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     if (!a)
         return 0;
     int deadline_ms = ask_deadline_ms(s, h, holder, bytes);
+    /* A pin ask is believed up to what the holder reported pinned or, where it books its pins with
+       comem_pin_acquire and reports none, what its process booked: a holder that drops a pin it booked
+       gave those bytes back. */
+    const ledger_session *owner_ss = comem_ledger_session(&s->ledger, h->session);
+    int64_t pins_held = comem_max(h->pinned, owner_ss ? owner_ss->pinned : 0);
     *a = (ask){.session = h->session, .holder = holder, .kind = kind, .device = h->device, .bytes = bytes,
                .deadline_ns = comem_now_ns() + (int64_t)deadline_ms * 1000000, .done = done,
                .owner = owner, .report_seq = h->census_seq, .card_before = card_before,
                .held = kind == COMEM_ASK_PINS
-                           ? h->pinned
+                           ? pins_held
                            : comem_add(comem_ledger_session_resident(&s->ledger, h->session, holder, h->device),
                                        comem_clamp0(h->overhead))};
     comem_msg m = {.type = COMEM_MSG_ASK, .request_id = 0};

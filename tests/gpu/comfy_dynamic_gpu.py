@@ -31,6 +31,7 @@ processes are plain comem clients with torch. Claims, each with its figures:
       larger than the card's free bytes: the preload's admission before cuMemAlloc gets the room from
       A or the host, and the allocation succeeds instead of an out-of-memory error;
   (d) A SIGKILLed: the ledger drops its session and NVML its process, timed from its reap;
+  (p) ComfyUI's own pins (``TOTAL_PINNED_MEMORY``) are booked with the ledger before ComfyUI makes them;
   (f) no out-of-memory error anywhere.
 
 Without a GPU it says so and exits 77. Exits 1 when a claim fails.
@@ -473,6 +474,15 @@ def main() -> int:
                   f"NVML's process list {nv_ms if nv_ms is None else round(nv_ms, 2)} ms after its reap (first "
                   f"reading each: a reading takes about a millisecond)")
             figures.update(d_ledger_ms=led_ms, d_nvml_ms=nv_ms)
+            # (p) ComfyUI's own pins (783545f6's pin ladder, when its weights stream from host RAM): each
+            # booked with the ledger before ComfyUI made it (comem/comfy/pins.py)
+            tp = int(mm.TOTAL_PINNED_MEMORY)
+            me = next(p for p in machine.status()["devices"][0]["processes"] if p["pid"] == os.getpid())
+            pins = host.pins
+            claim("p", pins is not None and pins.booked >= tp and me["pinned"] == pins.booked,
+                  f"ComfyUI has pinned {gib(tp)}; booked with the ledger {gib(pins.booked if pins else 0)} (the "
+                  f"ledger's figure for the host {gib(me['pinned'])}); {pins.refused if pins else '-'} refused")
+            figures.update(p_comfy_pinned_bytes=tp, p_booked_bytes=pins.booked if pins else None)
             claim("f", True, "no out-of-memory error in the host (a torch OOM would have ended this script); "
                              f"worker A's: {sa.get('oom')}, B's: {gb.get('oom')}")
             co = machine.status()["coordinator"]

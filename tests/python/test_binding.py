@@ -1533,6 +1533,10 @@ class TestOtherCalls(MachineCase):
         self.assertEqual(ask["kind"], "pins")
         self.assertGreaterEqual(ask["bytes"], GiB)
         self.assertTrue(wait_for(lambda: self.process("holder")["pinned"] == 2 * GiB - ask["bytes"]))
+        # Its receipt is believed: a pin holder that books its pins and reports none held what its process booked.
+        pinned_holder = next(h for h in self.process("holder")["holders"] if h["name"] == "pinned")
+        self.assertEqual(pinned_holder["receipts_over"], 0)
+        self.assertGreaterEqual(self.m.status()["counters"]["bytes_freed"], ask["bytes"])
         c.pin(want)
         self.assertEqual(self.m.status()["pins"]["total"], want + 2 * GiB - ask["bytes"])
         c.unpin(want)

@@ -319,6 +319,54 @@ class TestEraMixes(AdapterCase):
         self.assert_consistent()
 
 
+class TestComfyPins(AdapterCase):
+    """783545f6's ``ensure_pin_budget`` books ComfyUI's pins with the ledger (issue 23 item 3): ComfyUI's own
+    check first, then the coordinator's ceiling, a chunk ahead; a refusal is ComfyUI's own "no"; node
+    boundaries give back what is booked beyond ComfyUI's pins and one chunk. On the CPU nothing is
+    page-locked: ComfyUI's count (``TOTAL_PINNED_MEMORY``) is moved as its ``pin_memory`` moves it; the
+    real pins run on the GPU (tests/gpu/comfy_dynamic_gpu.py)."""
+
+    def pins_booked(self) -> int:
+        st = self.machine.status()
+        me = next(p for p in st["devices"][0]["processes"] if p["name"] == "comfyui")
+        self.assertEqual([h["kind"] for h in me["holders"] if h["name"] == "comfyui-pins"], ["pins"])
+        self.assertEqual(me["pinned"], st["pins"]["total"], "only this process pins")
+        return me["pinned"]
+
+    def test_each_pin_is_booked_before_comfyui_makes_it(self):
+        support.need_comfyui(self, "783545f6")
+        from comem.comfy.pins import CHUNK
+        mm, pins = self.mm, self.host.pins
+        self.assertIsNotNone(pins)
+        self.addCleanup(setattr, mm, "TOTAL_PINNED_MEMORY", mm.TOTAL_PINNED_MEMORY)
+        mm.TOTAL_PINNED_MEMORY = 0
+        self.assertTrue(mm.ensure_pin_budget(64 * MiB))
+        self.assertEqual(self.pins_booked(), CHUNK, "a chunk booked ahead of the first 64 MiB pin")
+        mm.TOTAL_PINNED_MEMORY += 64 * MiB  # what pin_memory adds once it registered the pin
+        self.assertTrue(mm.ensure_pin_budget(64 * MiB))
+        self.assertEqual(self.pins_booked(), CHUNK, "within the chunk: no new booking")
+        mm.TOTAL_PINNED_MEMORY += 64 * MiB
+        self.assertTrue(mm.ensure_pin_budget(300 * MiB))
+        self.assertEqual(self.pins_booked(), 2 * CHUNK, "128 MiB pinned + 300 MiB more: one more chunk")
+        mm.TOTAL_PINNED_MEMORY += 300 * MiB
+        # Past the machine's pin ceiling: the ledger refuses, and ComfyUI's ensure_pin_budget says no.
+        ceiling = self.machine.status()["pins"]["max"]
+        self.assertFalse(mm.ensure_pin_budget(ceiling))
+        self.assertEqual(pins.refused, 1)
+        self.assertEqual(self.pins_booked(), 2 * CHUNK)
+        # ComfyUI lets pins go (partially_unload_ram): the next node boundary gives the booking back
+        # down to its pins and one chunk.
+        mm.TOTAL_PINNED_MEMORY = 32 * MiB
+        with self.host.computing("p"):
+            pass
+        self.assertEqual(self.pins_booked(), 32 * MiB + CHUNK)
+        mm.TOTAL_PINNED_MEMORY = 0
+        with self.host.computing("p"):
+            pass
+        self.assertEqual(self.pins_booked(), CHUNK)
+        self.machine.check_ledger(self)
+
+
 class TestWorkerRamHeadroom(unittest.TestCase):
     """A worker (no executor hands it a RAM-cache state) gets the coordinator's host-RAM reserve as
     ComfyUI's ``RAM_CACHE_HEADROOM`` (issue 23 item 3), which ComfyUI's pin budget then keeps free."""

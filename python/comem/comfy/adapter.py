@@ -12,7 +12,9 @@ dynamic VRAM), its headroom is steered from the coordinator's view
 (``steer.py``) and its dynamic models' residency is reported as it changes.
 Where ComfyUI keeps a RAM cache (783545f6), ``set_ram_cache_release_state``
 and ``PromptExecutor.execute`` are wrapped so the cache is registered on the
-ledger's host RAM and given back on ask between prompts (``ram.py``).
+ledger's host RAM and given back on ask between prompts (``ram.py``), and
+``ensure_pin_budget`` so every pin is booked with the ledger first and pin
+asks reach ComfyUI's own ``free_pins`` (``pins.py``).
 Uninstalling restores ComfyUI's own functions and aimdo's headroom.
 
 One adapter is active per process.
@@ -32,6 +34,7 @@ from .. import errors
 from ..client import Client
 from . import ram, steer
 from .devices import DeviceMap
+from .pins import ComfyPins, wrap_ensure_pin_budget
 from .models import ComfyModels, is_stand_in, set_memory_required
 
 log = logging.getLogger("comem.comfy")
@@ -131,6 +134,7 @@ class Adapter:
         self.devices = DeviceMap(self.mm, status, card=card, simulated=simulated)
         self.models = ComfyModels(client, self.mm, self.devices, self.lock)  # type: ignore[arg-type]
         self.ram = ram.RamCache(client)  # ComfyUI's RAM cache on host RAM, when the coordinator serves it
+        self.pins = ComfyPins(client, self.mm, self.lock) if ComfyPins.applies(self.mm) else None
         self._saved: Dict[Any, Dict[str, Any]] = {}
         self.installed = False
         self._aimdo = aimdo
@@ -160,6 +164,8 @@ class Adapter:
         self._patch(mm, "free_memory", self._wrap_free_memory(mm.free_memory))
         self._patch(mm, "load_models_gpu", self._wrap_load_models_gpu(mm.load_models_gpu))
         self._patch(mm.LoadedModel, "model_load", _wrap_model_load(mm.LoadedModel.model_load))
+        if self.pins is not None:  # 783545f6's pin ladder: each pin booked with the ledger first (pins.py)
+            self._patch(mm, "ensure_pin_budget", wrap_ensure_pin_budget(mm.ensure_pin_budget, self.pins))
         if self.devices.simulated:
             self._patch(mm, "get_torch_device", _sim_torch_device)
             self._patch(mm, "get_free_memory", self._wrap_reading(mm.get_free_memory, self.devices.free))
@@ -270,6 +276,8 @@ class Adapter:
                 try:
                     self.client.set_busy(False, _prompt(prompt))
                     self.models.sync()
+                    if self.pins is not None:
+                        self.pins.settle()
                 except errors.Error as e:
                     log.warning("comem: node boundary not reported: %s", e)
 
