@@ -216,12 +216,17 @@ class Grantee:
         self.p.wait(30)
 
 
+class _PinsOnly(Exception):
+    """--pins-only: the claims it makes are done."""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--card-gib", type=float, default=24)
     ap.add_argument("--model-gib", type=float, default=8)
     ap.add_argument("--worker-gib", type=float, default=6, help="worker A's dynamic model")
     ap.add_argument("--json")
+    ap.add_argument("--pins-only", action="store_true", help="steer, e, h, a, then p: no workers")
     a = ap.parse_args()
     d = support.comfyui_dir()
     if d is None or support.comfyui_era(d) != "783545f6":
@@ -303,6 +308,18 @@ def main() -> int:
                         model(x)
                     torch.cuda.synchronize()
 
+            def claim_pins() -> None:
+                # (p) ComfyUI's own pins (783545f6's pin ladder, when its weights stream from host RAM): each
+                # booked with the ledger before ComfyUI made it (comem/comfy/pins.py)
+                from comem.comfy.pins import CHUNK
+                tp = int(mm.TOTAL_PINNED_MEMORY)
+                me = next(p for p in machine.status()["devices"][0]["processes"] if p["pid"] == os.getpid())
+                pins = host.pins
+                claim("p", pins is not None and tp <= pins.booked <= tp + CHUNK and me["pinned"] == pins.booked,
+                      f"ComfyUI has pinned {gib(tp)}; booked with the ledger {gib(pins.booked if pins else 0)} (the "
+                      f"ledger's figure for the host {gib(me['pinned'])}); {pins.refused if pins else '-'} refused")
+                figures.update(p_comfy_pinned_bytes=tp, p_booked_bytes=pins.booked if pins else None)
+
             compute()
             resident = patcher.loaded_size()
             print(f"host: dynamic model {gib(patcher.model_size())}, resident after one pass {gib(resident)}; "
@@ -367,6 +384,13 @@ def main() -> int:
                            a_released_bytes=host.models.released - released)
             g.end()
             compute()  # the host computes again: its pages come back as far as the ledger lets them
+            if a.pins_only:  # its VBAR smaller than the model now: what streams may be pinned
+                claim_pins()
+                co = machine.status()["coordinator"]
+                claim("check", co["violations"] == 0 and co["checks"] > 0,
+                      f"comemd --check: {co['checks']} ledger checks, {co['violations']} violations")
+                host.close()
+                raise _PinsOnly()
 
             # (b) worker A (its own aimdo) idle with its pages in; the host loads a plain ModelPatcher that
             #     does not fit beside A and the host's own pages
@@ -474,21 +498,15 @@ def main() -> int:
                   f"NVML's process list {nv_ms if nv_ms is None else round(nv_ms, 2)} ms after its reap (first "
                   f"reading each: a reading takes about a millisecond)")
             figures.update(d_ledger_ms=led_ms, d_nvml_ms=nv_ms)
-            # (p) ComfyUI's own pins (783545f6's pin ladder, when its weights stream from host RAM): each
-            # booked with the ledger before ComfyUI made it (comem/comfy/pins.py)
-            tp = int(mm.TOTAL_PINNED_MEMORY)
-            me = next(p for p in machine.status()["devices"][0]["processes"] if p["pid"] == os.getpid())
-            pins = host.pins
-            claim("p", pins is not None and pins.booked >= tp and me["pinned"] == pins.booked,
-                  f"ComfyUI has pinned {gib(tp)}; booked with the ledger {gib(pins.booked if pins else 0)} (the "
-                  f"ledger's figure for the host {gib(me['pinned'])}); {pins.refused if pins else '-'} refused")
-            figures.update(p_comfy_pinned_bytes=tp, p_booked_bytes=pins.booked if pins else None)
+            claim_pins()
             claim("f", True, "no out-of-memory error in the host (a torch OOM would have ended this script); "
                              f"worker A's: {sa.get('oom')}, B's: {gb.get('oom')}")
             co = machine.status()["coordinator"]
             claim("check", co["violations"] == 0 and co["checks"] > 0,
                   f"comemd --check: {co['checks']} ledger checks, {co['violations']} violations")
             host.close()
+        except _PinsOnly:
+            pass
         finally:
             if ballast is not None:
                 ballast.kill()

@@ -319,9 +319,15 @@ class TestEraMixes(AdapterCase):
         self.assert_consistent()
 
 
+def comem_original(fn):
+    """The function a comem wrapper wraps (functools.wraps keeps it), or fn itself."""
+    return getattr(fn, "__wrapped__", fn)
+
+
 class TestComfyPins(AdapterCase):
-    """783545f6's ``ensure_pin_budget`` books ComfyUI's pins with the ledger (issue 23 item 3): ComfyUI's own
-    check first, then the coordinator's ceiling, a chunk ahead; a refusal is ComfyUI's own "no"; node
+    """783545f6's ``ensure_pin_budget``, called by its ``pin_memory``, books ComfyUI's pins with the ledger
+    (issue 23 item 3): ComfyUI's own check first, then the coordinator's ceiling, a chunk ahead; its call
+    from ``free_memory`` (room for a load's pins) books nothing; a refusal is ComfyUI's own "no"; node
     boundaries give back what is booked beyond ComfyUI's pins and one chunk. On the CPU nothing is
     page-locked: ComfyUI's count (``TOTAL_PINNED_MEMORY``) is moved as its ``pin_memory`` moves it; the
     real pins run on the GPU (tests/gpu/comfy_dynamic_gpu.py)."""
@@ -329,7 +335,8 @@ class TestComfyPins(AdapterCase):
     def pins_booked(self) -> int:
         st = self.machine.status()
         me = next(p for p in st["devices"][0]["processes"] if p["name"] == "comfyui")
-        self.assertEqual([h["kind"] for h in me["holders"] if h["name"] == "comfyui-pins"], ["pins"])
+        if me["pinned"]:
+            self.assertEqual([h["kind"] for h in me["holders"] if h["name"] == "comfyui-pins"], ["pins"])
         self.assertEqual(me["pinned"], st["pins"]["total"], "only this process pins")
         return me["pinned"]
 
@@ -340,18 +347,28 @@ class TestComfyPins(AdapterCase):
         self.assertIsNotNone(pins)
         self.addCleanup(setattr, mm, "TOTAL_PINNED_MEMORY", mm.TOTAL_PINNED_MEMORY)
         mm.TOTAL_PINNED_MEMORY = 0
-        self.assertTrue(mm.ensure_pin_budget(64 * MiB))
+        pinning = pins.pinning  # the block ComfyUI's (wrapped) pinned_memory.pin_memory runs its check in
+        import comfy.pinned_memory
+        self.assertIsNot(comfy.pinned_memory.pin_memory, comem_original(comfy.pinned_memory.pin_memory))
+        # free_memory's call (room for a load's pins; it pins nothing) books nothing.
+        self.assertTrue(mm.ensure_pin_budget(8 * GiB))
+        self.assertEqual(self.pins_booked(), 0)
+        with pinning():
+            self.assertTrue(mm.ensure_pin_budget(64 * MiB))
         self.assertEqual(self.pins_booked(), CHUNK, "a chunk booked ahead of the first 64 MiB pin")
         mm.TOTAL_PINNED_MEMORY += 64 * MiB  # what pin_memory adds once it registered the pin
-        self.assertTrue(mm.ensure_pin_budget(64 * MiB))
+        with pinning():
+            self.assertTrue(mm.ensure_pin_budget(64 * MiB))
         self.assertEqual(self.pins_booked(), CHUNK, "within the chunk: no new booking")
         mm.TOTAL_PINNED_MEMORY += 64 * MiB
-        self.assertTrue(mm.ensure_pin_budget(300 * MiB))
+        with pinning():
+            self.assertTrue(mm.ensure_pin_budget(300 * MiB))
         self.assertEqual(self.pins_booked(), 2 * CHUNK, "128 MiB pinned + 300 MiB more: one more chunk")
         mm.TOTAL_PINNED_MEMORY += 300 * MiB
         # Past the machine's pin ceiling: the ledger refuses, and ComfyUI's ensure_pin_budget says no.
         ceiling = self.machine.status()["pins"]["max"]
-        self.assertFalse(mm.ensure_pin_budget(ceiling))
+        with pinning():
+            self.assertFalse(mm.ensure_pin_budget(ceiling))
         self.assertEqual(pins.refused, 1)
         self.assertEqual(self.pins_booked(), 2 * CHUNK)
         # ComfyUI lets pins go (partially_unload_ram): the next node boundary gives the booking back

@@ -34,7 +34,7 @@ from .. import errors
 from ..client import Client
 from . import ram, steer
 from .devices import DeviceMap
-from .pins import ComfyPins, wrap_ensure_pin_budget
+from .pins import ComfyPins, wrap_ensure_pin_budget, wrap_pin_memory
 from .models import ComfyModels, is_stand_in, set_memory_required
 
 log = logging.getLogger("comem.comfy")
@@ -150,7 +150,8 @@ class Adapter:
 
     def _patch(self, owner: Any, name: str, value: Any) -> None:
         self._saved.setdefault(owner, {})[name] = getattr(owner, name)
-        ComfyModels.originals.setdefault(name, getattr(owner, name))
+        if owner is self.mm:  # originals are comfy.model_management's (pinned_memory has a pin_memory too)
+            ComfyModels.originals.setdefault(name, getattr(owner, name))
         setattr(owner, name, value)
 
     def install(self) -> "Adapter":
@@ -164,8 +165,11 @@ class Adapter:
         self._patch(mm, "free_memory", self._wrap_free_memory(mm.free_memory))
         self._patch(mm, "load_models_gpu", self._wrap_load_models_gpu(mm.load_models_gpu))
         self._patch(mm.LoadedModel, "model_load", _wrap_model_load(mm.LoadedModel.model_load))
-        if self.pins is not None:  # 783545f6's pin ladder: each pin booked with the ledger first (pins.py)
+        pinned_memory = sys.modules.get("comfy.pinned_memory")
+        if self.pins is not None and pinned_memory is not None and hasattr(pinned_memory, "pin_memory"):
+            # 783545f6's pin ladder: each pin ComfyUI's pin_memory makes is booked with the ledger first (pins.py)
             self._patch(mm, "ensure_pin_budget", wrap_ensure_pin_budget(mm.ensure_pin_budget, self.pins))
+            self._patch(pinned_memory, "pin_memory", wrap_pin_memory(pinned_memory.pin_memory))
         if self.devices.simulated:
             self._patch(mm, "get_torch_device", _sim_torch_device)
             self._patch(mm, "get_free_memory", self._wrap_reading(mm.get_free_memory, self.devices.free))

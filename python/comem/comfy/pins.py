@@ -6,7 +6,9 @@ after its own per-process check ``ensure_pin_budget`` says the pin fits; it
 counts them in ``TOTAL_PINNED_MEMORY``. Every process does this against the
 same RAM, each believing the machine's available RAM is its own.
 
-Here ``ensure_pin_budget`` is wrapped: once ComfyUI's own check passes, the
+Here ``ensure_pin_budget`` is wrapped where ``pin_memory`` calls it (ComfyUI
+also calls it from ``free_memory`` to make room for a load's pins, which pins
+nothing: that call is passed through): once ComfyUI's own check passes, the
 pin is booked with the coordinator (``Client.pin``, against the machine's pin
 ceiling and, when the coordinator serves it, host RAM's free beyond its
 reserve) before ComfyUI allocates and registers it. A refusal makes
@@ -25,10 +27,11 @@ then), when the ask is answered busy.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from .. import errors
 from ..client import Client, Holder, ReleaseAsk
@@ -38,6 +41,8 @@ log = logging.getLogger("comem.comfy")
 CHUNK = 256 << 20  #: bytes booked ahead of ComfyUI's pins, so its computing thread rarely waits on the coordinator
 LOCK_WAIT_S = 0.05  #: how long a pin ask waits for the model lock before it says busy
 HOLDER = "comfyui-pins"
+
+_tls = threading.local()  # .pinning: this thread is inside ComfyUI's pin_memory
 
 
 class ComfyPins:
@@ -71,6 +76,17 @@ class ComfyPins:
         return self.holder
 
     # ---- before ComfyUI pins ----
+
+    @staticmethod
+    @contextlib.contextmanager
+    def pinning() -> Iterator[None]:
+        """The block is ComfyUI's ``pin_memory``: the ``ensure_pin_budget`` it calls books the pin."""
+        was = getattr(_tls, "pinning", False)
+        _tls.pinning = True
+        try:
+            yield
+        finally:
+            _tls.pinning = was
 
     def book(self, size: int) -> bool:
         """Books what ComfyUI's pins will need once ``size`` more are pinned; False when the ledger refuses."""
@@ -141,11 +157,21 @@ class ComfyPins:
 
 
 def wrap_ensure_pin_budget(orig: Callable[..., Any], pins: ComfyPins) -> Callable[..., Any]:
-    """``comfy.model_management.ensure_pin_budget``: ComfyUI's own check, then the ledger's booking."""
+    """``comfy.model_management.ensure_pin_budget``: ComfyUI's own check, then, inside ``pin_memory``, the
+    ledger's booking."""
     @functools.wraps(orig)
     def ensure_pin_budget(size: Any, *args: Any, **kwargs: Any) -> Any:
         ok = orig(size, *args, **kwargs)
-        if not ok:
+        if not ok or not getattr(_tls, "pinning", False):
             return ok
         return pins.book(int(size))
     return ensure_pin_budget
+
+
+def wrap_pin_memory(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """``comfy.pinned_memory.pin_memory``: ComfyUI's own, its ``ensure_pin_budget`` call booking the pin."""
+    @functools.wraps(orig)
+    def pin_memory(*args: Any, **kwargs: Any) -> Any:
+        with ComfyPins.pinning():
+            return orig(*args, **kwargs)
+    return pin_memory
