@@ -384,6 +384,24 @@ class TestComfyPins(AdapterCase):
         self.machine.check_ledger(self)
 
 
+class TestRamCacheSizes(AdapterCase):
+    """What an output of ComfyUI's RAM cache holds in host RAM (comem/comfy/ram.py): CPU tensors, each storage
+    once, and a loader's ModelPatcher by ComfyUI's own figures: what is not on its load device."""
+
+    def test_outputs_are_sized_by_what_they_hold_in_ram(self):
+        import torch
+        from comem.comfy.ram import cpu_bytes
+        t = torch.ones(4 * MiB // 4)
+        self.assertEqual(cpu_bytes([[t, t[:10]], (t,)]), 4 * MiB, "one storage, however many views")
+        p = make_patcher(self.mm, [64, 64])
+        clone = p.clone()
+        self.assertEqual(cpu_bytes([[p], [clone], [t]]), 128 * MiB + 4 * MiB, "a clone shares its parent's weights")
+        self.mm.load_models_gpu([p])  # onto the device that plays the card: no longer the RAM copy
+        self.assertEqual(cpu_bytes([[p]]), 128 * MiB - p.loaded_size())
+        self.assertLess(cpu_bytes([[p]]), 128 * MiB)
+        self.assertEqual(cpu_bytes([["text", 3, None]]), 0)
+
+
 class TestWorkerRamHeadroom(unittest.TestCase):
     """A worker (no executor hands it a RAM-cache state) gets the coordinator's host-RAM reserve as
     ComfyUI's ``RAM_CACHE_HEADROOM`` (issue 23 item 3), which ComfyUI's pin budget then keeps free."""

@@ -7,6 +7,9 @@ last prompt's outputs however much another process needs the RAM. Here, when
 the coordinator serves host RAM (``comemd --ram``), the cache is a holder on
 ``comem.HOST_RAM`` (``ram-cache``), each output of 1 MiB or more one entry of
 tier ``cache`` (the cheapest to get back: re-run the node), named by its node.
+An output's bytes are its CPU tensors and the weights of the models it holds
+(a loader's output: the copy of the weights kept in RAM, which ComfyUI's own
+``ram_release`` drops first once its prompt is over).
 
 An ask is answered by ComfyUI's own ``ram_release``: its target is the RAM
 available now plus the bytes asked, so ComfyUI's score (older prompts first,
@@ -46,8 +49,21 @@ MIN_ENTRY = 1 << 20  #: outputs smaller than this are not registered (strings, s
 HOLDER = "ram-cache"
 
 
-def cpu_bytes(outputs: Any, seen: Optional[Set[int]] = None) -> int:
-    """Bytes of the CPU tensors in a node's outputs (nested lists and tuples), each storage counted once."""
+def _patcher_ram(x: Any) -> Optional[int]:
+    """Host RAM a ComfyUI ModelPatcher's weights take (None: not a patcher), by ComfyUI's own figures: a
+    dynamic model keeps its whole copy in RAM (aimdo faults pages in from it); a classic one what is not on
+    its load device."""
+    size, loaded = getattr(x, "model_size", None), getattr(x, "loaded_size", None)
+    if not callable(size) or not callable(loaded) or not hasattr(x, "model"):
+        return None
+    dynamic = getattr(x, "is_dynamic", None)
+    total = int(size())
+    return max(0, total if callable(dynamic) and dynamic() else total - int(loaded()))
+
+
+def cpu_bytes(outputs: Any, seen: Optional[Set[Any]] = None) -> int:
+    """Host RAM a node's outputs hold (nested lists and tuples): CPU tensors, each storage counted once, and
+    the weights of the ComfyUI models among them (a loader's output), each model counted once."""
     torch = sys.modules.get("torch")
     if torch is None or outputs is None:
         return 0
@@ -58,12 +74,19 @@ def cpu_bytes(outputs: Any, seen: Optional[Set[int]] = None) -> int:
         x = stack.pop()
         if isinstance(x, (list, tuple)):
             stack.extend(x)
-        elif isinstance(x, torch.Tensor) and x.device.type == "cpu":
-            storage = x.untyped_storage()
-            ptr = storage.data_ptr()
-            if ptr not in seen:
-                seen.add(ptr)
-                total += storage.nbytes()
+        elif isinstance(x, torch.Tensor):
+            if x.device.type == "cpu":
+                storage = x.untyped_storage()
+                key = ("storage", storage.data_ptr())
+                if key not in seen:
+                    seen.add(key)
+                    total += storage.nbytes()
+        else:
+            ram = _patcher_ram(x)
+            key = ("model", id(getattr(x, "model", x)))  # clones share their parent's module and its weights
+            if ram is not None and key not in seen:
+                seen.add(key)
+                total += ram
     return total
 
 
@@ -144,7 +167,7 @@ class RamCache:
             return
         now: Dict[Any, int] = {}
         if cache is not None:
-            seen: Set[int] = set()
+            seen: Set[Any] = set()
             for key, entry in list(cache.cache.items()):
                 n = cpu_bytes(getattr(entry, "outputs", None), seen)
                 if n >= MIN_ENTRY:
