@@ -77,6 +77,14 @@ void comem_callbacks_queue(comem_client *c, const comem_msg_ask *ask)
     memcpy(&n->ask, ask, sizeof *ask);
     n->next = NULL;
     pthread_mutex_lock(&c->cb_lock);
+    if (!c->cb_started || c->cb_stop || c->cb_len >= CALLBACK_QUEUE_MAX) {
+        /* stopped (or filled) while the node was allocated: the thread may have drained and gone, so
+           appending now would leave the ask unanswered */
+        pthread_mutex_unlock(&c->cb_lock);
+        free(n);
+        comem_ask_handle(c, ask, true);
+        return;
+    }
     if (c->cb_tail)
         c->cb_tail->next = n;
     else

@@ -197,7 +197,7 @@ static int admit(comem_client *c, int device, uint64_t holder, int64_t weights, 
     if (done)
         return frc;
     int timeout = comem_client_timeout(c, timeout_ms);
-    comem_msg *m = malloc(sizeof *m); /* 12 KiB: not on a caller's (possibly small) stack */
+    comem_msg *m = malloc(sizeof *m); /* 16 KiB: not on a caller's (possibly small) stack */
     if (!m)
         return COMEM_ENOMEM;
     memset(m, 0, sizeof *m);

@@ -187,7 +187,7 @@ typedef struct client_grant {
 
 typedef struct client_fast client_fast; /* one coordinator's booking area, mapped (client/fast.c) */
 
-/* The few reply bodies a caller waits for (the full comem_msg is 12 KiB). */
+/* The few reply bodies a caller waits for (the full comem_msg is 16 KiB: 16,440 bytes). */
 typedef struct client_reply {
     uint16_t type; /* 0: the request was sent and its reply will not be awaited */
     union {
@@ -557,6 +557,13 @@ void comem_client_view_free(comem_client *c);
 
 /* After HELLO on connection gen: maps the session's booking area that came with the reply (c->area_fd), if any. */
 void comem_fast_attach(comem_client *c, uint64_t gen, uint64_t session);
+/*
+ * A seam inside a booking, between its charge and its record (where 1) and
+ * between its record and telling the coordinator (2). The library's own does
+ * nothing; tests/integration/test_fastpath.c defines it to stop there, so a
+ * test can SIGKILL a process at exactly that point.
+ */
+void comem_fast_stall_point(int where);
 /* The connection ended: no more bookings in its area (the mapping stays until close). */
 void comem_fast_detach(comem_client *c);
 /* Unmaps every area (close, no thread running). */

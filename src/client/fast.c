@@ -31,15 +31,8 @@ struct client_fast {
     uint64_t gen;
     int n_devices;
     _Atomic uint32_t hint; /* where the next claim starts looking */
-    int stall;             /* COMEM_TEST_FAST_STALL, read when mapped */
     struct client_fast *next;
 };
-
-static int stall_mode(void)
-{
-    const char *e = getenv("COMEM_TEST_FAST_STALL");
-    return !e ? 0 : !strcmp(e, "charged") ? 1 : !strcmp(e, "booked") ? 2 : 0;
-}
 
 /* The area that came with the HELLO_REPLY, if it is one: a sealed memfd of the area's size. */
 static book_area *map_area(int fd)
@@ -74,7 +67,6 @@ void comem_fast_attach(comem_client *c, uint64_t gen, uint64_t session)
     f->a = a;
     f->gen = gen;
     f->n_devices = (int)a->n_devices;
-    f->stall = stall_mode();
     pthread_mutex_lock(&c->lock);
     f->next = c->fast_all;
     c->fast_all = f;
@@ -110,17 +102,8 @@ client_fast *comem_fast_for(comem_client *c, uint64_t gen)
     return f && f->gen == gen ? f : NULL;
 }
 
-/*
- * A test hook: COMEM_TEST_FAST_STALL=charged stops a booking between its charge
- * and its record, =booked between its record and telling the coordinator, so a
- * test can SIGKILL a process exactly there.
- */
-static void test_stall(const client_fast *f, int where)
-{
-    if (f->stall == where)
-        for (;;)
-            pause();
-}
+/* Weak and hidden: a test binary linked with the static library replaces it; nothing outside can. */
+__attribute__((weak, visibility("hidden"))) void comem_fast_stall_point(int where) { (void)where; }
 
 bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weights, int64_t working,
                      client_grant *g, client_admission *fig)
@@ -163,7 +146,7 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
     atomic_store_explicit(&r->booked_ns, now, memory_order_relaxed);
     /* page_counter_try_charge: charge first, compare, roll back. */
     int64_t old = atomic_fetch_add(&d->charged, weights);
-    test_stall(f, 1);
+    comem_fast_stall_point(1);
     int64_t lim = atomic_load(&d->limit);
     if (lim < 0 || old < 0 || comem_add(old, need) > lim) {
         atomic_fetch_sub(&d->charged, weights);
@@ -171,7 +154,7 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
         return false;
     }
     atomic_store(&r->state, BOOK_BOOKED);
-    test_stall(f, 2);
+    comem_fast_stall_point(2);
     atomic_fetch_add_explicit(&a->booked, 1, memory_order_relaxed);
     atomic_fetch_add(&a->posted, 1); /* the coordinator reconciles it at its next turn */
     g->fast = true;

@@ -604,7 +604,7 @@ int comem_wire_decode(const comem_wire_header *h, const uint8_t *payload, comem_
         payload = empty;
     }
     /* The decoded member is zeroed so that unused list slots and text tails never carry a
-       previous frame; only that member, since the whole union is 12 KiB per frame. */
+       previous frame; only that member, since the whole union is about 16 KiB per frame. */
     memset(&out->u, 0, body_size(h->type));
     out->type = h->type;
     out->request_id = h->request_id;

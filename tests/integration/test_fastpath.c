@@ -306,6 +306,18 @@ static void test_racing_processes_never_share_bytes(void **state)
 
 /* ---- a process stopped or killed inside a booking (issue 20 item 5) ---- */
 
+/* The library's seam inside a booking (client/fast.c; this strong definition replaces its weak no-op):
+   stops where COMEM_TEST_FAST_STALL says, charged (1) or booked (2), so a test can SIGKILL it there. */
+void comem_fast_stall_point(int where);
+void comem_fast_stall_point(int where)
+{
+    const char *e = getenv("COMEM_TEST_FAST_STALL");
+    int at = !e ? 0 : !strcmp(e, "charged") ? 1 : !strcmp(e, "booked") ? 2 : 0;
+    if (at == where)
+        for (;;)
+            pause();
+}
+
 typedef struct victim {
     const harness *h;
     const char *stall;
