@@ -859,6 +859,15 @@ static int64_t ram_drop(agent *a, int i)
     return bytes;
 }
 
+/* Under a->lock: drops the oldest RAM copies until `want` bytes are gone (or none is left); what went. */
+static int64_t ram_drop_oldest(agent *a, int64_t want)
+{
+    int64_t total = 0;
+    while (a->n_ram > 0 && total < want)
+        total += ram_drop(a, 0);
+    return total;
+}
+
 /* Another process's admission asked for this process's RAM copies: the planned ones, then the oldest. */
 static int on_release_ram(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
                           const int64_t *amounts, size_t n, int64_t *freed)
@@ -874,8 +883,7 @@ static int on_release_ram(void *user, uint64_t holder, int kind, int64_t bytes, 
                 total += ram_drop(a, i);
                 break;
             }
-    while (a->n_ram > 0 && total < want)
-        total += ram_drop(a, 0);
+    total += ram_drop_oldest(a, want - total);
     publish_rss(a);
     pthread_mutex_unlock(&a->lock);
     if (total > 0)
@@ -922,10 +930,8 @@ static void ledger_ram(agent *a, int64_t target)
     int64_t short_by = 0;
     int rc = comem_admit(a->c, COMEM_DEVICE_HOST_RAM, a->h_ram, grow, 0, 0, NULL, 0, 20000, &grant, &short_by);
     if (rc == COMEM_ENOSPC && short_by > 0) {
-        int64_t dropped = 0;
         pthread_mutex_lock(&a->lock);
-        while (a->n_ram > 0 && dropped < short_by)
-            dropped += ram_drop(a, 0);
+        int64_t dropped = ram_drop_oldest(a, short_by);
         publish_rss(a);
         pthread_mutex_unlock(&a->lock);
         if (dropped > 0)
