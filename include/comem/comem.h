@@ -119,6 +119,15 @@ COMEM_API int comem_client_map_device(comem_client *c, int ordinal, const char *
 #define COMEM_DEVICE_HOST_RAM (COMEM_MAX_DEVICES - 1)
 COMEM_API int comem_device_host_ram(void);
 
+/*
+ * The value of one of the public constants of this build, by its name without
+ * the COMEM_ prefix ("EBUSY", "KIND_PINS", "ADMIT_NFIGURES", "MAX_DEVICES"),
+ * plus "MAX_KEEP" (entries one admission may keep) and "NAME_MAX" (bytes of a
+ * name): for bindings, which must not copy them. *found (may be NULL) is 0
+ * and 0 is returned for a name not in the table.
+ */
+COMEM_API int64_t comem_constant(const char *name, int *found);
+
 /* The default timeout (ms) for calls that take timeout_ms < 0. Default 10000. */
 COMEM_API void comem_client_set_timeout(comem_client *c, int timeout_ms);
 

@@ -124,6 +124,16 @@ _proto("comem_client_set_timeout", None, _P, c_int)
 _proto("comem_take_reason", c_size_t, ctypes.c_char_p, c_size_t)
 _proto("comem_client_map_device", c_int, _P, c_int, c_char_p)
 _proto("comem_device_host_ram", c_int)
+_proto("comem_constant", c_int64, c_char_p, POINTER(c_int))
+
+
+def constant(name: str) -> int:
+    """The library's value of its public constant ``COMEM_<name>`` (bindings never copy one)."""
+    found = c_int()
+    value = lib.comem_constant(name.encode(), ctypes.byref(found))
+    if not found.value:
+        raise ImportError(f"libcomem has no constant COMEM_{name}: the binding and the library differ")
+    return int(value)
 _proto("comem_holder_add", c_int, _P, c_char_p, c_int, c_int, c_uint, RELEASE_FN, c_void_p, POINTER(c_uint64))
 _proto("comem_holder_remove", c_int, _P, c_uint64)
 _proto("comem_holder_busy", c_int, _P, c_uint64, c_int, c_char_p)

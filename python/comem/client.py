@@ -34,19 +34,20 @@ log = logging.getLogger("comem")
 
 _L = _lib.lib
 
+_c = _lib.constant  # the library's values of its constants (comem_constant): never copied here
 #: Roles (what this process is to the ledger).
-ROLES = {"host": 1, "worker": 2, "tool": 3}
+ROLES = {"host": _c("CLIENT_HOST"), "worker": _c("CLIENT_WORKER"), "tool": _c("CLIENT_TOOL")}
 #: Holder kinds.
-KINDS = {"models": 1, "pager": 2, "pins": 3, "raw": 4}
+KINDS = {"models": _c("KIND_MODELS"), "pager": _c("KIND_PAGER"), "pins": _c("KIND_PINS"), "raw": _c("KIND_RAW")}
 #: What asks a holder answers.
-ANSWERS = {"release": 1, "idle": 2, "pins": 4}
-_WHILE_BUSY = 8
-_ASK_KINDS = {1: "bytes", 2: "idle", 3: "pins"}
-_OPEN_EMBED = 1
-_OPEN_NO_LOCAL = 2
-_ENTRY_PAGED = 1
+ANSWERS = {"release": _c("ANSWERS_RELEASE"), "idle": _c("ANSWERS_IDLE"), "pins": _c("ANSWERS_PINS")}
+_WHILE_BUSY = _c("RELEASES_WHILE_BUSY")
+_ASK_KINDS = {_c("RELEASE_BYTES"): "bytes", _c("RELEASE_IDLE"): "idle", _c("RELEASE_PINS"): "pins"}
+_OPEN_EMBED = _c("OPEN_EMBED")
+_OPEN_NO_LOCAL = _c("OPEN_NO_LOCAL")
+_ENTRY_PAGED = _c("ENTRY_PAGED")
 #: An entry's tier on host RAM (``COMEM_ENTRY_RAM_*``): what getting its bytes back costs, cheapest first.
-TIERS = {"cache": 2, "file": 4}
+TIERS = {"cache": _c("ENTRY_RAM_CACHE"), "file": _c("ENTRY_RAM_FILE")}
 
 
 _I64 = 1 << 63
@@ -59,17 +60,22 @@ _grant_done = _L.comem_grant_done
 #: serves it (``comemd --ram``, ``COMEM_RAM``; docs/hostram.md).
 HOST_RAM: int = int(_L.comem_device_host_ram())
 
+# comem_admit_figures' indexes (COMEM_ADMIT_*), as the library numbers them.
+(_F_GRANT, _F_SHORT_BY, _F_NEED, _F_FREE_BEFORE, _F_FREE_AFTER, _F_FREED, _F_ASKED, _F_BUSY) = (
+    _c("ADMIT_" + n) for n in ("GRANT", "SHORT_BY", "NEED", "FREE_BEFORE", "FREE_AFTER", "FREED", "ASKED", "BUSY"))
+
+
 class _Out:
     """Per-thread out-parameters for admission: made once, reused by every call on the thread."""
 
     def __init__(self) -> None:
-        self.fig = (c_int64 * 8)()  # COMEM_ADMIT_GRANT .. COMEM_ADMIT_BUSY
+        self.fig = (c_int64 * _c("ADMIT_NFIGURES"))()
         self.ids = (c_uint64 * 64)()
 
     def details(self, h: int) -> tuple:
         """(need, free_before, free_after, freed, asked ids, n_asked, n_busy) of the admission just made."""
         f = self.fig
-        asked = f[6]
+        asked = f[_F_ASKED]
         ids: List[str] = []
         if asked:
             n = _L.comem_admit_asked(h, self.ids, 64)
@@ -77,7 +83,7 @@ class _Out:
                 x = format(self.ids[i], "x")
                 if x not in ids:
                     ids.append(x)
-        return f[2], f[3], f[4], f[5], ids, asked, f[7]
+        return f[_F_NEED], f[_F_FREE_BEFORE], f[_F_FREE_AFTER], f[_F_FREED], ids, asked, f[_F_BUSY]
 
 
 _outs = threading.local()
@@ -594,10 +600,10 @@ class Client:
         rc = _admit(h, dev, hid, w, inf, cf, ids, n, tmo, o.fig)
         d = o.details(h)
         if rc == errors.ENOSPC:
-            raise Refused("comem_admit", o.fig[1], *d)
+            raise Refused("comem_admit", o.fig[_F_SHORT_BY], *d)
         if rc < 0:
             raise errors.error(rc, "comem_admit")
-        return Grant(self, o.fig[0] & 0xFFFFFFFFFFFFFFFF, w, dev, holder, d)
+        return Grant(self, o.fig[_F_GRANT] & 0xFFFFFFFFFFFFFFFF, w, dev, holder, d)
 
     def pressure(self, nbytes: int, device: int = 0, timeout: Optional[float] = None) -> int:
         """At an out-of-memory retry site: asks idle siblings for ``nbytes`` first. Returns what came back."""

@@ -18,27 +18,29 @@ from typing import Dict, List, Optional, Sequence, Type
 
 from . import _lib
 
-OK = 0
-EINVAL = -1
-ENOMEM = -2
-ENODEV = -3
-EIO = -4
-ETIMEDOUT = -5
-EPROTO = -6
-EPERM = -7
-EBUSY = -8
-ENOSPC = -9
-ENOENT = -10
-ECLOSED = -11
-ENOTSUP = -12
-EDRIVER = -13
-EEXIST = -14
-ERANGE = -15
-EFORKED = -16
+# The status codes and bounds are the library's (comem_constant), never copies of its headers.
+_c = _lib.constant
+OK = _c("OK")
+EINVAL = _c("EINVAL")
+ENOMEM = _c("ENOMEM")
+ENODEV = _c("ENODEV")
+EIO = _c("EIO")
+ETIMEDOUT = _c("ETIMEDOUT")
+EPROTO = _c("EPROTO")
+EPERM = _c("EPERM")
+EBUSY = _c("EBUSY")
+ENOSPC = _c("ENOSPC")
+ENOENT = _c("ENOENT")
+ECLOSED = _c("ECLOSED")
+ENOTSUP = _c("ENOTSUP")
+EDRIVER = _c("EDRIVER")
+EEXIST = _c("EEXIST")
+ERANGE = _c("ERANGE")
+EFORKED = _c("EFORKED")
 
-MAX_DEVICES = 16  # COMEM_MAX_DEVICES (comem/common.h)
-MAX_KEEP = 512    # COMEM_WIRE_MAX_ITEMS
-NAME_MAX = 63     # COMEM_WIRE_NAME_MAX - 1 bytes of UTF-8
+MAX_DEVICES = _c("MAX_DEVICES")  # device indexes are below it
+MAX_KEEP = _c("MAX_KEEP")        # entries one admission may keep
+NAME_MAX = _c("NAME_MAX")        # bytes of UTF-8 in a name
 
 
 def status_str(status: int) -> str:

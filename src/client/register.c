@@ -505,4 +505,3 @@ int comem_client_map_device(comem_client *c, int ordinal, const char *uuid)
     return rc;
 }
 
-int comem_device_host_ram(void) { return COMEM_DEVICE_HOST_RAM; }

@@ -139,6 +139,18 @@ class TestErrors(unittest.TestCase):
         for code, text in names.items():
             self.assertEqual(comem.status_str(code), text)
         self.assertEqual(len({comem.status_str(c) for c in range(0, -16, -1)}), 16)
+        # The codes are the library's (comem_constant), each its own, each with a description.
+        codes = [getattr(errors, n) for n in ("OK", "EINVAL", "ENOMEM", "ENODEV", "EIO", "ETIMEDOUT", "EPROTO",
+                                              "EPERM", "EBUSY", "ENOSPC", "ENOENT", "ECLOSED", "ENOTSUP",
+                                              "EDRIVER", "EEXIST", "ERANGE", "EFORKED")]
+        self.assertEqual(len(set(codes)), len(codes))
+        self.assertNotIn("unknown status", [comem.status_str(c) for c in codes])
+        from comem import _lib
+        self.assertEqual(comem.HOST_RAM, _lib.constant("DEVICE_HOST_RAM"))
+        self.assertEqual(errors.MAX_DEVICES, _lib.constant("MAX_DEVICES"))
+        with self.assertRaises(ImportError) as cm:
+            _lib.constant("NO_SUCH_THING")
+        self.assertIn("COMEM_NO_SUCH_THING", str(cm.exception))
         self.assertEqual(comem.status_str(-99), "unknown status")
         classes = {errors.EBUSY: (comem.Busy, comem.Error), errors.ENOENT: (comem.NotFound, LookupError),
                    errors.ECLOSED: (comem.Closed, ConnectionError), errors.ETIMEDOUT: (comem.TimedOut, TimeoutError),

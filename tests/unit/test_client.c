@@ -699,6 +699,23 @@ static void test_default_socket(void **state)
     assert_int_equal(comem_default_socket(NULL, 8), COMEM_EINVAL);
 }
 
+static void test_constants_by_name(void **state)
+{
+    (void)state;
+    int found = -1;
+    assert_int_equal(comem_constant("EBUSY", &found), COMEM_EBUSY);
+    assert_int_equal(found, 1);
+    assert_int_equal(comem_constant("KIND_PINS", NULL), COMEM_KIND_PINS);
+    assert_int_equal(comem_constant("ADMIT_NFIGURES", NULL), COMEM_ADMIT_NFIGURES);
+    assert_int_equal(comem_constant("DEVICE_HOST_RAM", NULL), comem_device_host_ram());
+    assert_int_equal(comem_constant("MAX_KEEP", NULL), COMEM_WIRE_MAX_ITEMS);
+    assert_int_equal(comem_constant("NAME_MAX", NULL), COMEM_WIRE_NAME_MAX - 1);
+    assert_int_equal(comem_constant("COMEM_EBUSY", &found), 0); /* names go without their prefix */
+    assert_int_equal(found, 0);
+    assert_int_equal(comem_constant(NULL, &found), 0);
+    assert_int_equal(found, 0);
+}
+
 static void test_hello_fields(void **state)
 {
     (void)state;
@@ -1904,6 +1921,7 @@ int main(void)
     alarm(600); /* the last resort: ctest's own timeout is shorter */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_default_socket, setup, teardown),
+        cmocka_unit_test(test_constants_by_name),
         cmocka_unit_test_setup_teardown(test_hello_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hello_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_holders_entries_census, setup, teardown),

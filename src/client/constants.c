@@ -1,0 +1,55 @@
+/*
+ * client/constants.c - the library's public constants by name, for bindings.
+ *
+ * A binding (python/comem) must not copy a number from the headers: it asks
+ * comem_constant("EBUSY") and gets this build's value, so a header that moves
+ * moves the binding with it. Names are the headers' without their COMEM_
+ * prefix. The table is the only list; a name not in it is reported as such.
+ */
+#include <string.h>
+
+#include "comem/comem.h"
+#include "wire/wire.h"
+
+typedef struct constant {
+    const char *name;
+    int64_t value;
+} constant;
+
+#define C(n) {#n, COMEM_##n}
+
+static const constant k_constants[] = {
+    /* statuses */
+    C(OK), C(EINVAL), C(ENOMEM), C(ENODEV), C(EIO), C(ETIMEDOUT), C(EPROTO), C(EPERM), C(EBUSY), C(ENOSPC),
+    C(ENOENT), C(ECLOSED), C(ENOTSUP), C(EDRIVER), C(EEXIST), C(ERANGE), C(EFORKED),
+    /* roles, open flags, holder kinds and answers, ask kinds, entry flags */
+    C(CLIENT_HOST), C(CLIENT_WORKER), C(CLIENT_TOOL), C(OPEN_EMBED), C(OPEN_NO_LOCAL),
+    C(KIND_MODELS), C(KIND_PAGER), C(KIND_PINS), C(KIND_RAW),
+    C(ANSWERS_RELEASE), C(ANSWERS_IDLE), C(ANSWERS_PINS), C(RELEASES_WHILE_BUSY),
+    C(RELEASE_BYTES), C(RELEASE_IDLE), C(RELEASE_PINS),
+    C(ENTRY_PAGED), C(ENTRY_RAM_CACHE), C(ENTRY_RAM_FILE),
+    /* comem_admit_figures' indexes */
+    C(ADMIT_GRANT), C(ADMIT_SHORT_BY), C(ADMIT_NEED), C(ADMIT_FREE_BEFORE), C(ADMIT_FREE_AFTER), C(ADMIT_FREED),
+    C(ADMIT_ASKED), C(ADMIT_BUSY), C(ADMIT_NFIGURES),
+    /* bounds */
+    C(MAX_DEVICES), C(DEVICE_HOST_RAM),
+    {"MAX_KEEP", COMEM_WIRE_MAX_ITEMS},        /* entries one admission may keep */
+    {"NAME_MAX", COMEM_WIRE_NAME_MAX - 1},     /* bytes of a name, its terminator left out */
+};
+
+#undef C
+
+int64_t comem_constant(const char *name, int *found)
+{
+    for (size_t i = 0; name && i < sizeof k_constants / sizeof k_constants[0]; i++)
+        if (!strcmp(k_constants[i].name, name)) {
+            if (found)
+                *found = 1;
+            return k_constants[i].value;
+        }
+    if (found)
+        *found = 0;
+    return 0;
+}
+
+int comem_device_host_ram(void) { return COMEM_DEVICE_HOST_RAM; }
