@@ -112,6 +112,9 @@ COMEM_API int comem_calc_load_order(int rules, const uint64_t *ids, size_t n, si
 #define COMEM_CALC_NO_LOWVRAM 2u       /* lowvram_available is False (DirectML) */
 #define COMEM_CALC_FORCE_FULL_LOAD 4u  /* load_models_gpu(force_full_load=True) */
 
+/* ComfyUI's budget for "lowvram with nothing resident" (its 0.1 sentinel), for a caller that must pass it. */
+COMEM_API double comem_calc_nothing_budget(void);
+
 /* comem_calc_lowvram_budget's *kind */
 #define COMEM_CALC_BUDGET_FULL 0    /* budget 0: model_load loads everything (passes 1e32) */
 #define COMEM_CALC_BUDGET_NOTHING 1 /* budget 0.1: lowvram with nothing resident */

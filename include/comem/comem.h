@@ -275,6 +275,13 @@ COMEM_API int comem_admit_figures(comem_client *c, int device, uint64_t holder, 
                                   int64_t *figures);
 
 /*
+ * The weights of a refused admission of `weights` that would fit once it was
+ * short by short_by (the rule's own inverse: weights count at 1.1x in the ask
+ * target); 0 when nothing would. For a caller that loads part of a model.
+ */
+COMEM_API int64_t comem_admit_fits(int64_t weights, int64_t short_by);
+
+/*
  * Whom the last admission this thread made on c asked: writes up to cap
  * holder ids (the coordinator's, as comem_status_json lists them; the first 64
  * at most) to holders and returns how many it wrote. holders NULL: returns how

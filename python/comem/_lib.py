@@ -125,6 +125,7 @@ _proto("comem_take_reason", c_size_t, ctypes.c_char_p, c_size_t)
 _proto("comem_client_map_device", c_int, _P, c_int, c_char_p)
 _proto("comem_device_host_ram", c_int)
 _proto("comem_constant", c_int64, c_char_p, POINTER(c_int))
+_proto("comem_admit_fits", c_int64, c_int64, c_int64)
 
 
 def constant(name: str) -> int:
@@ -237,6 +238,7 @@ _DP = POINTER(c_double)
 _proto("comem_calc_reserve", c_int, c_int, c_double, c_int, c_double, _DP, _DP)
 _proto("comem_calc_admission", c_int, c_double, c_int, c_double, c_double, _DP, _DP, _DP)
 _proto("comem_calc_free_target", c_double, c_double, c_double)
+_proto("comem_calc_nothing_budget", c_double)
 _proto("comem_calc_needs_second_pass", c_int, c_double, c_double)
 _proto("comem_calc_load_needs", c_int, POINTER(CalcModel), c_size_t, POINTER(c_int32), _I64P, _I64P, c_size_t,
        POINTER(c_size_t), POINTER(c_int))

@@ -66,6 +66,9 @@ CPU = -1
 FULL_LOAD_SENTINEL = 1e32
 """What LoadedModel.model_load passes on for a budget of 0 (load everything)."""
 
+NOTHING_BUDGET: float = float(_L.comem_calc_nothing_budget())
+"""ComfyUI's budget for lowvram with nothing resident (its 0.1), as the library has it."""
+
 _DYNAMIC, _KEEP, _DEAD = 1, 2, 4
 _LOAD_CPU, _NO_LOWVRAM, _FORCE_FULL = 1, 2, 4
 _DEVICE_NONE, _FOR_DYNAMIC, _NO_SMART = 1, 2, 4

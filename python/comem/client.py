@@ -600,7 +600,8 @@ class Client:
         rc = _admit(h, dev, hid, w, inf, cf, ids, n, tmo, o.fig)
         d = o.details(h)
         if rc == errors.ENOSPC:
-            raise Refused("comem_admit", o.fig[_F_SHORT_BY], *d)
+            short = o.fig[_F_SHORT_BY]
+            raise Refused("comem_admit", short, *d, fits=int(_L.comem_admit_fits(w, short)))
         if rc < 0:
             raise errors.error(rc, "comem_admit")
         return Grant(self, o.fig[_F_GRANT] & 0xFFFFFFFFFFFFFFFF, w, dev, holder, d)

@@ -110,12 +110,15 @@ class Refused(Error):
     asking anyone and after the receipts; ``freed`` what other holders gave
     back for it; ``asked`` the ids of the holders it asked (as ``status()``
     lists them, hex strings) and ``n_asked``/``n_busy`` how many were asked and
-    answered busy.
+    answered busy. ``fits`` (an admission's refusal): the weights of it that would fit, by the
+    ask target's own rule (``comem_admit_fits``); 0 when nothing would.
     """
 
     def __init__(self, call: str, short_by: int, need: int = 0, free_before: int = 0, free_after: int = 0,
-                 freed: int = 0, asked: Sequence[str] = (), n_asked: int = 0, n_busy: int = 0) -> None:
+                 freed: int = 0, asked: Sequence[str] = (), n_asked: int = 0, n_busy: int = 0,
+                 fits: int = 0) -> None:
         self.short_by = int(short_by)
+        self.fits = int(fits)
         self.need = int(need)
         self.free_before = int(free_before)
         self.free_after = int(free_after)

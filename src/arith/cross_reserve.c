@@ -44,6 +44,19 @@ int64_t comem_admit_target(int64_t weights, int64_t working, int64_t reserve)
     return comem_ask_target(weights, COMEM_WEIGHT_SLACK, min_inference, reserve, working);
 }
 
+int64_t comem_admit_fitting(int64_t weights, int64_t short_by)
+{
+    int64_t w = comem_clamp0(weights);
+    if (short_by <= 0)
+        return w;
+    int64_t full = comem_trunc((double)w * COMEM_WEIGHT_SLACK);
+    /* start at the exact quotient and step down past the truncation: a step or two at most */
+    int64_t fit = comem_sub(w, comem_trunc((double)short_by / COMEM_WEIGHT_SLACK));
+    while (fit > 0 && comem_sub(full, comem_trunc((double)fit * COMEM_WEIGHT_SLACK)) < short_by)
+        fit--;
+    return comem_clamp0(fit);
+}
+
 int64_t comem_pager_headroom_forward(bool seed_set, int64_t seed, int64_t published, int64_t base)
 {
     if (!seed_set)

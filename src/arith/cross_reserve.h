@@ -49,6 +49,13 @@ int64_t comem_ask_target(int64_t weights, double slack, int64_t min_inference,
  */
 int64_t comem_admit_target(int64_t weights, int64_t working, int64_t reserve);
 
+/*
+ * The weights of a refused admission that would fit: the largest w <= weights
+ * whose target is at least short_by lower (only the weights' int(w * 1.1)
+ * term moves with w). weights itself when short_by <= 0; 0 when none fits.
+ */
+int64_t comem_admit_fitting(int64_t weights, int64_t short_by);
+
 /* The pager headroom to forward: seed plus what the coordinator added on top of base. */
 int64_t comem_pager_headroom_forward(bool seed_set, int64_t seed, int64_t published, int64_t base);
 

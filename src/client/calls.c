@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arith/cross_reserve.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "client/client_internal.h"
@@ -306,6 +307,8 @@ int comem_admit_acked(comem_client *c, int device, uint64_t holder, int64_t weig
     remember(c, &fig);
     return rc;
 }
+
+int64_t comem_admit_fits(int64_t weights, int64_t short_by) { return comem_admit_fitting(weights, short_by); }
 
 int comem_admit_figures(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
                         int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, int64_t *figures)

@@ -858,6 +858,26 @@ class TestAdmission(MachineCase):
         self.assertEqual((r.asked, r.n_asked, r.n_busy, r.freed), ([], 0, 0, 0))
         self.assertIn(f"short by {r.short_by} bytes", str(r))
         self.assertEqual(self.grants(), [])
+        self.assertEqual(r.fits, 0, "below the target's fixed part (minimum inference, floor) nothing fits")
+        self.m.check_ledger(self)
+
+    def test_a_refusal_says_what_part_fits(self):
+        other = self.child("other")
+        other.ask("fill", mib=4096)
+        c = self.client()
+        free = FREE0 - CONTEXT - 4 * GiB
+        with self.assertRaises(comem.Refused) as cm:
+            c.admit(4 * GiB)
+        r = cm.exception
+        # The largest part whose target fits what is free (the worked formula above), by the library's inverse.
+        self.assertLessEqual(need(r.fits), free)
+        self.assertGreater(need(r.fits + 1), free)
+        self.assertGreater(r.fits, GiB)
+        with self.assertRaises(comem.Refused):
+            c.admit(r.fits + 1)
+        g = c.admit(r.fits)  # and it is granted as it is
+        self.assertEqual(g.need, need(r.fits))
+        g.cancel()
         self.m.check_ledger(self)
 
     def test_release_across_processes(self):

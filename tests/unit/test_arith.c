@@ -318,6 +318,29 @@ static void test_admit_target(void **st)
                      (int64_t)((double)COMEM_GIB * 1.1) + 2 * COMEM_GIB + COMEM_RESERVE_DEFAULT);
 }
 
+/* ---- what fits of a refused admission: the target's inverse, exact and the largest ---- */
+
+static void test_admit_fitting(void **st)
+{
+    (void)st;
+    const int64_t weights[] = {1, 7, 1000, COMEM_GIB, 10 * COMEM_GIB + 3, 123456789012};
+    const int64_t working = 2 * COMEM_GIB, reserve = COMEM_RESERVE_DEFAULT;
+    for (size_t w = 0; w < sizeof weights / sizeof weights[0]; w++) {
+        int64_t target = comem_admit_target(weights[w], working, reserve);
+        for (int64_t short_by = 1; short_by < weights[w] * 2 && short_by > 0; short_by = short_by * 3 + 1) {
+            int64_t fit = comem_admit_fitting(weights[w], short_by);
+            assert_true(fit >= 0 && fit < weights[w]);
+            if (fit > 0) /* its target is at least short_by lower, and one byte more would not be */
+                assert_true(comem_admit_target(fit, working, reserve) <= target - short_by);
+            assert_true(comem_admit_target(fit + 1, working, reserve) > target - short_by);
+        }
+        assert_int_equal(comem_admit_fitting(weights[w], 0), weights[w]);
+        assert_int_equal(comem_admit_fitting(weights[w], -5), weights[w]);
+    }
+    /* short by more than the weights' whole term: nothing fits */
+    assert_int_equal(comem_admit_fitting(COMEM_GIB, 2 * COMEM_GIB), 0);
+}
+
 /* ---- who may be asked now: the coordinator plans by it, a holder's client answers by it ---- */
 
 static void test_may_release_now(void **st)
@@ -383,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_windows_pin_pressure),
         cmocka_unit_test(test_disk_swap),
         cmocka_unit_test(test_admit_target),
+        cmocka_unit_test(test_admit_fitting),
         cmocka_unit_test(test_may_release_now),
         cmocka_unit_test(test_pressure_plan_invariants),
     };

@@ -34,7 +34,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .. import errors
+from .. import calc, errors
 from ..client import Client, Entry, Holder, ReleaseAsk
 from .devices import CardMirror, DeviceMap
 
@@ -300,7 +300,7 @@ class ComfyModels:
         try:
             grant = self.client.admit(want, device=idx, holder=holder, inference=inference)
         except errors.Refused as r:
-            fit = want - int(r.short_by / 1.1) - 1  # the ask target counts weights at 1.1x
+            fit = r.fits  # the part of it the ledger's own rule says would fit
             log.warning("comem: admission short by %.2f GiB for %s; loading %s", r.short_by / (1 << 30),
                         type(lm.model.model).__name__, f"{fit / (1 << 30):.2f} GiB of it" if fit > 0 else "nothing")
             if fit > 0:
@@ -310,7 +310,7 @@ class ComfyModels:
                 except errors.Refused:
                     fit = 0
             if fit <= 0:
-                budget = 0.1  # ComfyUI's "load essentially nothing"
+                budget = calc.NOTHING_BUDGET  # ComfyUI's "load essentially nothing"
         try:
             out = load(budget)
         except BaseException:
