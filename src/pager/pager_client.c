@@ -90,8 +90,18 @@ static void send_entry(comem_pager *p, comem_client *c, uint64_t entry)
         pthread_mutex_unlock(&p->lock);
 
         int rc = comem_entry_set_resident(c, entry, value);
-        if (rc != COMEM_OK && rc != COMEM_ENOENT)
+        if (rc != COMEM_OK && rc != COMEM_ENOENT) {
+            /* Refused (the ledger counts this process's outstanding grant as well) or lost: not
+               reported, so the next boundary sends it again; the ledger must not keep a stale figure. */
             comem_debug("pager: residency report failed: %s", comem_status_str(rc));
+            pthread_mutex_lock(&p->lock);
+            p->stats[COMEM_PAGER_STAT_REPORTS]++;
+            v = by_entry(p, entry);
+            if (v)
+                v->reported = -1;
+            pthread_mutex_unlock(&p->lock);
+            return;
+        }
 
         pthread_mutex_lock(&p->lock);
         p->stats[COMEM_PAGER_STAT_REPORTS]++;

@@ -584,8 +584,11 @@ static void bring_in(agent *a, int i, double cancel)
             sh_sleep(a->sh, (double)sm->size / a->s->load_rate);
             m->listed = true;
             pass(a, i);
-            if (grant)
-                comem_grant_done(a->c, grant, 0, 0); /* the pager reports what it holds itself */
+            if (grant) {
+                comem_grant_done(a->c, grant, 0, 0); /* the pager reports what it holds itself: */
+                comem_vbar_unpin(m->vbar, 0, 0);     /* a boundary, so it sends what the ledger refused while
+                                                        the grant still counted the same bytes */
+            }
             ev(a, EV_LOADED, i, comem_vbar_loaded_size(m->vbar), comem_vbar_loaded_size(m->vbar));
             census(a, i);
         }
