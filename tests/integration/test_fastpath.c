@@ -306,16 +306,22 @@ static void test_racing_processes_never_share_bytes(void **state)
 
 /* ---- a process stopped or killed inside a booking (issue 20 item 5) ---- */
 
+static int g_stalled_fd = -1; /* a victim's channel to the test: told when it stops in the seam */
+
 /* The library's seam inside a booking (client/fast.c; this strong definition replaces its weak no-op):
-   stops where COMEM_TEST_FAST_STALL says, charged (1) or booked (2), so a test can SIGKILL it there. */
+   stops where COMEM_TEST_FAST_STALL says, charged (1) or booked (2), so a test can SIGKILL it there,
+   and says so first. */
 void comem_fast_stall_point(int where);
 void comem_fast_stall_point(int where)
 {
     const char *e = getenv("COMEM_TEST_FAST_STALL");
     int at = !e ? 0 : !strcmp(e, "charged") ? 1 : !strcmp(e, "booked") ? 2 : 0;
-    if (at == where)
-        for (;;)
-            pause();
+    if (at != where)
+        return;
+    if (g_stalled_fd >= 0)
+        ch_put(g_stalled_fd, 2);
+    for (;;)
+        pause();
 }
 
 typedef struct victim {
@@ -337,6 +343,7 @@ static int victim_main(void *arg)
     /* The first admission goes to the coordinator (a stock follows an admission); the stall hook
        only stops a booking in shared memory. Keep asking until one is booked there: it stops. */
     ch_put(v->ready, 1);
+    g_stalled_fd = v->ready;
     for (int i = 0; i < 2000; i++) {
         if (comem_admit(c, 0, holder, v->bytes, 0, 0, NULL, 0, 5000, &g, NULL) == COMEM_OK)
             comem_grant_done(c, g, 0, 0);
@@ -374,8 +381,12 @@ static void killed_inside(harness *h, const char *stall)
     static victim v;
     v = (victim){h, stall, 6 * GIB, up.wr};
     pid_t p = h_child(victim_main, &v);
-    int64_t one;
+    int64_t one, stalled = 0;
     assert_true(ch_get(up.rd, &one, 20000));
+    /* Its loop's own admissions through the coordinator show as grants for a moment: only once it
+       says it stopped in the seam does the state below hold still. */
+    assert_true(ch_get(up.rd, &stalled, 60000));
+    assert_int_equal(stalled, 2);
     /* It stops with 6 GiB charged in its own area (and, for "booked", recorded). Where it stopped on
        a charge its stock could not hold (an earlier cancel not yet reconciled: that booking would have
        been rolled back), the charge stays above its stock and the coordinator strikes the session
