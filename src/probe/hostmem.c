@@ -268,10 +268,17 @@ static bool usage_from_dir(const char *root, const char *dir, int64_t *usage)
     return false;
 }
 
+const char *comem_hostmem_root(const char *root)
+{
+    if (root)
+        return root;
+    const char *env = getenv("COMEM_HOSTMEM_ROOT");
+    return env ? env : "";
+}
+
 int comem_hostmem_read(const char *root, comem_hostmem *out)
 {
-    if (!root) /* the machine, unless COMEM_HOSTMEM_ROOT names a stand-in tree (comem simulate's machine) */
-        root = getenv("COMEM_HOSTMEM_ROOT") ? getenv("COMEM_HOSTMEM_ROOT") : "";
+    root = comem_hostmem_root(root);
     memset(out, 0, sizeof *out);
     int rc = read_meminfo(root, out);
     if (rc != COMEM_OK)

@@ -35,4 +35,8 @@ typedef struct comem_hostmem {
 /* Reads everything. Returns 0, or COMEM_EIO when meminfo cannot be read. */
 int comem_hostmem_read(const char *root, comem_hostmem *out);
 
+/* The tree a reading takes its files from: root itself, or for NULL the machine ("") unless
+ * COMEM_HOSTMEM_ROOT names a stand-in tree (comem simulate's machine). */
+const char *comem_hostmem_root(const char *root);
+
 #endif

@@ -50,9 +50,7 @@ int comem_hostram_parse(const char *spec, int64_t *budget, char *err, size_t err
 int comem_hostram_rss(const char *root, int32_t pid, int64_t *bytes)
 {
     char path[4200], line[256];
-    if (!root) /* the machine, unless COMEM_HOSTMEM_ROOT names a stand-in tree (comem simulate's machine) */
-        root = getenv("COMEM_HOSTMEM_ROOT") ? getenv("COMEM_HOSTMEM_ROOT") : "";
-    snprintf(path, sizeof path, "%s/proc/%d/status", root, (int)pid);
+    snprintf(path, sizeof path, "%s/proc/%d/status", comem_hostmem_root(root), (int)pid);
     FILE *f = fopen(path, "r");
     if (!f)
         return COMEM_ENOENT;

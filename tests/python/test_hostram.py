@@ -99,6 +99,20 @@ class HostRam(unittest.TestCase):
         self.assertEqual(proc(dev, "a")["resident"], 1536 * MiB)
         self.m.check_ledger(self)
 
+    def test_a_hostile_node_name_falls_back(self):
+        # ComfyUI's RAM cache names entries by the node a prompt (anyone's HTTP post) named: a name the
+        # library refuses is registered as "output", never dropped and never stopping the census.
+        from comem.comfy.ram import RamCache
+        with comem.Client("cache", socket=self.m.socket, require_coordinator=True) as c:
+            h = c.add_holder("ram-cache", device=comem.HOST_RAM)
+            with self.assertRaises(ValueError):
+                h.add_entry("Evil\nnode\x00#1", MiB, MiB)
+            e = RamCache._add(h, "Evil\nnode\x00#1", 2 * MiB)
+            self.assertEqual((e.name, e.size, e.resident), ("output", 2 * MiB, 2 * MiB))
+            self.assertEqual(RamCache._add(h, "EmptyImage #1", MiB).name, "EmptyImage #1")
+            names = [x["name"] for x in holder(ram_device(self.m.status()), "cache", "ram-cache")["entries"]]
+            self.assertEqual(sorted(names), ["EmptyImage #1", "output"])
+
     def test_killed_mid_allocation_gives_its_ram_back(self):
         c = self.m.child("ram_holder.py", "c")
         g = c.ask("stall", mib=1024)  # granted, 1 GiB allocated, the grant never done

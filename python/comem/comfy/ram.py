@@ -178,9 +178,21 @@ class RamCache:
             names = _names(cache) if any(k not in self._entries for k in now) else {}
             for key, n in now.items():
                 if key not in self._entries:
-                    self._entries[key] = holder.add_entry(names.get(key, "output"), n, n, tier="cache")
+                    self._entries[key] = self._add(holder, names.get(key, "output"), n)
         except errors.Error as e:
             log.warning("comem: ComfyUI's RAM cache not reported: %s", e)
+
+    @staticmethod
+    def _add(holder: Holder, name: str, n: int) -> Entry:
+        """An entry named by its node; the node's id and class come from whoever posted the prompt, so a
+        name the library refuses (the name rule) is registered as plain "output" instead."""
+        try:
+            return holder.add_entry(name, n, n, tier="cache")
+        except (errors.Error, ValueError) as e:
+            if name == "output":
+                raise
+            log.debug("comem: RAM-cache entry name %r refused (%s); registered as 'output'", name, e)
+            return holder.add_entry("output", n, n, tier="cache")
 
     # ---- a prompt runs: the executor owns the cache ----
 
