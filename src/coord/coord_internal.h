@@ -82,7 +82,13 @@ typedef struct conn {
     int releases; /* RELEASE requests of this connection's session waiting for a receipt */
     bool unanswered; /* an ask passed its deadline: its holders are not asked until a receipt comes (asks.c) */
     uint8_t devmap[COMEM_MAX_DEVICES]; /* this process's ordinal -> the coordinator's index + 1 (0: unmapped) */
+    /* The reserve this session was last told per device (RESERVE), bit d of told_known set once it
+       asked: a host keeps it until it asks again, while the published one moves with every census
+       and receipt; status shows both so the two are never read as one figure. */
+    int64_t told[COMEM_MAX_DEVICES];
+    uint32_t told_known;
 } conn;
+_Static_assert(COMEM_MAX_DEVICES <= 32, "told_known has a bit per device");
 
 typedef enum job_kind { JOB_ADMIT = 1, JOB_PRESSURE = 2 } job_kind;
 

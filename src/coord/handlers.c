@@ -221,6 +221,8 @@ static void on_reserve(comem_coord_srv *s, conn *c, uint32_t rid, const comem_ms
     m.u.reserve_reply.published = s->ledger.devices[r->device].published;
     m.u.reserve_reply.base = s->ledger.devices[r->device].reserve_base;
     m.u.reserve_reply.for_requester = coord_reserve_for(s, c->session, r->device, &m.u.reserve_reply.pager_headroom);
+    c->told[r->device] = m.u.reserve_reply.for_requester;
+    c->told_known |= 1u << r->device;
     coord_send(s, c, &m);
 }
 

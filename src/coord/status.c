@@ -185,6 +185,24 @@ static json_object *holder_json(comem_coord_srv *s, const status_index *ix, uint
     return o;
 }
 
+/*
+ * What the host was last told to keep on device d (its RESERVE), or null: it
+ * keeps that figure until its next load asks again, while "published" moves at
+ * once with every census and receipt, so between the two they may differ.
+ */
+static void host_told_json(comem_coord_srv *s, const status_index *ix, int d, json_object *rv)
+{
+    for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
+        const ledger_session *ss = comem_slab_at(&s->ledger.sessions, i, NULL);
+        const conn *c = ss && ss->role == COMEM_ROLE_HOST ? ix->conn_of[i] : NULL;
+        if (c && (c->told_known >> d & 1u)) {
+            add_i(rv, "host_told", c->told[d]);
+            return;
+        }
+    }
+    json_object_object_add(rv, "host_told", NULL);
+}
+
 static json_object *device_json(comem_coord_srv *s, const status_index *ix, int d)
 {
     const ledger_device *ld = &s->ledger.devices[d];
@@ -203,6 +221,7 @@ static json_object *device_json(comem_coord_srv *s, const status_index *ix, int 
     json_object *rv = json_object_new_object();
     add_i(rv, "base", ld->reserve_base);
     add_i(rv, "published", ld->published);
+    host_told_json(s, ix, d, rv);
     json_object_object_add(o, "reserve", rv);
     int64_t resident = comem_ledger_resident(&s->ledger, d), floors = comem_ledger_floors(&s->ledger, d);
     coord_floor_split all = {0}; /* Σ of the processes' splits, summed as they are listed */

@@ -24,7 +24,7 @@ PROCESS = {"session": STR, "pid": INT, "name": STR, "role": STR, "busy": BOOL, "
 GRANT = {"id": STR, "session": STR, "holder": STR + "?", "bytes": INT, "expires_in_s": NUM}
 DEVICE = {"index": INT, "uuid": STR, "name": STR, "scope": STR, "process_scope": STR, "capacity": INT,
           "free": INT + "?", "used": INT + "?", "driver_reserved": INT + "?", "overcommit": INT + "?",
-          "reserve": {"base": INT, "published": INT}, "resident": INT, "context_floors": INT, "granted": INT,
+          "reserve": {"base": INT, "published": INT, "host_told": INT + "?"}, "resident": INT, "context_floors": INT, "granted": INT,
           "attributed": INT, "unattributed": INT + "?", "processes": [PROCESS], "grants": [GRANT],
           "other_processes": ([{"pid": INT, "bytes": INT}], "?"),
           "unified": BOOL, "contexts": INT, "overhead": INT, "unregistered": INT,

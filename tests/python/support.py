@@ -174,6 +174,11 @@ class Machine:
         with comem.Client("status", role="tool", socket=self.socket, require_coordinator=True) as c:
             return c.status()
 
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        """Runs the real ``comem`` tool against this machine's coordinator; fails the caller on a non-zero exit."""
+        return subprocess.run([os.path.join(BIN_DIR, "comem"), *args], env=self.env, capture_output=True, text=True,
+                              timeout=60, check=True)
+
     def process(self, name: str, device: int = 0) -> Optional[Dict[str, Any]]:
         for p in self.status()["devices"][device]["processes"]:
             if p["name"] == name:

@@ -504,9 +504,10 @@ class TestClient(MachineCase):
             self.assertIn("connected", repr(c))
         self.assertEqual(len({w.session, t.session, host.session}), 3)
         dev = self.m.status()["devices"][0]
-        self.assertEqual(dev["reserve"], {"base": 512 * MiB, "published": 512 * MiB})
+        self.assertEqual(dev["reserve"], {"base": 512 * MiB, "published": 512 * MiB, "host_told": None})
         self.assertEqual(host.reserve(), comem.Reserve(512 * MiB, PAGER_HEADROOM))
         self.assertEqual(w.reserve(0), comem.Reserve(512 * MiB, PAGER_HEADROOM))
+        self.assertEqual(self.m.status()["devices"][0]["reserve"]["host_told"], 512 * MiB)  # the host's, not w's
 
     def test_a_refusal_carries_the_coordinators_reason_once(self):
         c = self.client("w")
@@ -527,7 +528,8 @@ class TestClient(MachineCase):
         r = c.reserve()
         self.assertIsInstance(r, comem.Reserve)
         self.assertEqual(r, (RESERVE, PAGER_HEADROOM))
-        self.assertEqual(self.m.status()["devices"][0]["reserve"], {"base": RESERVE, "published": RESERVE})
+        self.assertEqual(self.m.status()["devices"][0]["reserve"], {"base": RESERVE, "published": RESERVE,
+                                                                      "host_told": None})
 
     def test_holders_and_entries_in_the_ledger(self):
         c = self.client()

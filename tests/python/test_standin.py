@@ -221,6 +221,31 @@ class TestShortfallWddm(ShortfallCases, StandInCase):
         self.assertEqual(self.mm.get_free_memory(self.dev), blind)  # the reserve took it back instead
         self.assertEqual(self.mm.EXTRA_RESERVED_VRAM, self.base + 3 * CTX + self.allocated(*ws))
 
+    def test_status_shows_the_reserve_the_host_keeps_beside_the_published_one(self):
+        # issue 21 item 8: between a receipt and the host's next load, status showed only the
+        # published reserve, which had shrunk, while the host still kept the one it was told
+        ws = self.three_workers()
+        self.host.sync()
+        told = self.mm.EXTRA_RESERVED_VRAM
+        self.assertEqual(told, self.base + 3 * CTX + self.allocated(*ws))
+        rv = self.host.client.status()["devices"][0]["reserve"]
+        self.assertEqual((rv["published"], rv["host_told"]), (told, told))
+        before = self.allocated(*ws)
+        self.mm.free_memory(self.target(SHORT), self.dev)  # the workers' receipts shrink the published one
+        freed = before - self.allocated(*ws)
+        self.assertEqual(freed, math.ceil(SHORT))
+        rv = self.host.client.status()["devices"][0]["reserve"]
+        self.assertEqual(rv["published"], told - freed)
+        self.assertEqual(rv["host_told"], told)  # what ComfyUI keeps until it asks again
+        self.assertEqual(self.mm.EXTRA_RESERVED_VRAM, told)
+        out = self.machine.cli("status")
+        self.assertIn("the host keeps a reserve of", out.stdout)
+        self.host.sync()  # its next load: told the published one
+        rv = self.host.client.status()["devices"][0]["reserve"]
+        self.assertEqual((rv["published"], rv["host_told"]), (told - freed, told - freed))
+        self.assertEqual(self.mm.EXTRA_RESERVED_VRAM, told - freed)
+        self.assertNotIn("the host keeps a reserve of", self.machine.cli("status").stdout)
+
 
 # ---------------------------------------------------------------------------------------------
 # comfy-env's test_model_patcher_behaviour.py, for comem's stand-in

@@ -99,6 +99,10 @@ static void print_table(json_object *root)
         printf("  reserve %s (base %s)  resident %s  context floors %s  granted %s  unattributed %s\n",
                sz(jget_int(rv, "published", -1), b[0]), sz(jget_int(rv, "base", -1), b[1]), sz(jget_int(dv, "resident", -1), b[2]),
                sz(jget_int(dv, "context_floors", -1), b[3]), sz(jget_int(dv, "granted", -1), b[4]), sz(jget_int(dv, "unattributed", -1), b[5]));
+        int64_t told = jget_int(rv, "host_told", -1), published = jget_int(rv, "published", -1);
+        if (told >= 0 && told != published)
+            printf("  the host keeps a reserve of %s, told at its last load; it takes %s at its next\n", sz(told, b[0]),
+                   sz(published, b[1]));
         json_object *sp = jget(dv, "spill");
         if (sp && jget_int(sp, "overcommit", -1) > 0)
             printf("  OVERCOMMITTED by %s: the driver pages memory to system RAM (pushed past by pid %lld%s%s)\n",
