@@ -222,10 +222,12 @@ class TestQuickTestForCI(ComfyServerCase):
 class ServerCase(ComfyServerCase):
     """A ComfyUI server on 127.0.0.1 and a free port: start it, post prompts, read their history."""
 
+    server_extra: List[str] = []  #: more of ComfyUI's own arguments
+
     def start_server(self) -> subprocess.Popen:
         self.port = _free_port()
         self.run_ = ComfyRun(self, "--listen", "127.0.0.1", "--port", str(self.port), "--disable-auto-launch",
-                             "--dont-print-server")
+                             "--dont-print-server", *self.server_extra)
         proc = self.run_.start()
         self.wait_until_answering()
         self.assert_comem_started(self.run_)
@@ -361,6 +363,8 @@ MiB = 1 << 20
 RAM_BUDGET = "4GiB"  #: comemd --ram: the budget host RAM is on in TestRamCache (the machine is never near its limit)
 IMAGE_SIDE = 8192  #: EmptyImage's width and height: 8192 x 8192 x 3 float32, 768 MiB in ComfyUI's RAM cache
 IMAGE_BYTES = IMAGE_SIDE * IMAGE_SIDE * 3 * 4
+HEADROOM_GB = 1  #: ComfyUI's --cache-ram in TestRamCache: the RAM it keeps free for a node
+HEADROOM = int(HEADROOM_GB * (1 << 30))
 
 
 def _ram_device(status: Dict[str, Any]) -> Dict[str, Any]:
@@ -388,6 +392,7 @@ class TestRamCache(ServerCase):
     """
 
     comemd_extra = ["--ram", RAM_BUDGET]
+    server_extra = ["--cache-ram", str(HEADROOM_GB)]  # ComfyUI's node headroom, whatever RAM the machine has
 
     def setUp(self) -> None:
         super().setUp()
@@ -441,6 +446,52 @@ class TestRamCache(ServerCase):
         self.assertEqual(h["receipts_contradicted"], 0, "held up against the readings since the ask")
         self.assertEqual(_comem_errors(self.run_.stderr()), [], "comem logged at ERROR level\n" + self.run_.logs())
         self.machine.check_ledger(self)
+
+
+    def test_a_node_has_its_headroom_made_before_it_runs(self):
+        # Another process keeps weights in host RAM until less than ComfyUI's node headroom is free.
+        self.start_server()
+        other = self.machine.child("ram_holder.py", "other")
+        free = _ram_device(self.machine.status())["free"]
+        n = (free - HEADROOM // 3) // (256 * MiB)  # whole 256 MiB entries, leaving about a third of the headroom
+        for i in range(n):
+            other.ask("cache", holder_name="weights", entry=f"w{i}", mib=256)
+        before = _ram_device(self.machine.status())
+        self.assertLess(before["free"], HEADROOM, before)
+        held = _holder(before, "other", "weights")["resident"]
+        self.assertEqual(held, n * 256 * MiB)
+
+        # A prompt: before its first node runs, the idle process is asked for what the headroom lacks.
+        entry = self.queue({"1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1,
+                                                                         "color": 0}},
+                            "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+                            "3": {"class_type": "ComemStatus", "inputs": {}}})
+        asks = other.ask("asks")["asks"]
+        self.assertGreaterEqual(len(asks), 1, "nobody was asked\n" + self.run_.logs())
+        first = asks[0]
+        self.assertEqual((first["holder"], first["kind"]), ("weights", "bytes"))
+        self.assertGreater(first["bytes"], 0)
+        self.assertLessEqual(first["bytes"], HEADROOM, "asked at most the headroom, never everything")
+        # The status node ran after its own room was made: it already sees the weights given back.
+        during = _ram_device(self.status_output(entry, "3"))
+        gave = held - _holder(during, "other", "weights")["resident"]
+        self.assertGreaterEqual(gave, first["bytes"], during)
+        self.assertTrue(_process(during, "comfyui")["busy"], "asked while ComfyUI's node was about to run")
+        self.assertIn("MiB of host RAM given back by other processes", self.run_.stdout())
+        after = _ram_device(self.machine.status())
+        self.assertEqual(_holder(after, "other", "weights")["receipts_contradicted"], 0)
+        self.assertEqual(after["host_ram"]["bytes_freed"], gave)
+        self.assertEqual(_comem_errors(self.run_.stderr()), [], "comem logged at ERROR level\n" + self.run_.logs())
+        self.assertEqual(other.finish(), 0, other.errors())
+        self.machine.check_ledger(self)
+
+
+def _process(dev: Dict[str, Any], name: str) -> Dict[str, Any]:
+    """The process of that name on a device of a status snapshot."""
+    for p in dev["processes"]:
+        if p["name"] == name:
+            return p
+    raise AssertionError(f"no process {name!r} in {[p['name'] for p in dev['processes']]}")
 
 
 def _comfy_rss(pid: int) -> int:

@@ -274,6 +274,7 @@ class Adapter:
             self._start_steering()
             self.client.set_busy(True, _prompt(prompt))
             self.ram.census()  # the outputs the nodes before this one left in the RAM cache
+            self.ram.make_room()  # and ComfyUI's headroom for this one, other processes asked first
             try:
                 yield
             finally:

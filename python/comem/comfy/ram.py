@@ -25,6 +25,14 @@ wrapper keeps a weak reference to the cache across that, so a cache ComfyUI
 drops (the Free button's ``reset``) is never kept alive.
 a125cd84 has no RAM cache: nothing is registered there.
 
+Before each node, ComfyUI's rule that the free RAM covers its headroom (the
+executor's ``cache_args["ram"]``, which it keeps free after every node in its own
+process) is put to the machine first: an admission of the headroom on host RAM
+(beyond the reserve the coordinator keeps there already), booking nothing, so
+an idle process's cache or offloaded copies are asked before the node
+allocates, not after another process ran out (reserve before allocate). The
+cache's own growth is registered at the next node's start.
+
 A process nobody hands a release state (a worker) runs ComfyUI's pin budget
 with ``RAM_CACHE_HEADROOM`` 0; :func:`headroom_share` gives it the reserve
 the coordinator keeps on host RAM instead.
@@ -116,14 +124,21 @@ class RamCache:
         self._mu = threading.Lock()  # the entries (census and the release callback)
         self._prompt = threading.Lock()  # held while the executor runs a prompt: the cache is its then
         self.released = 0  #: bytes given back to asks so far
+        self.headroom = 0  #: what ComfyUI keeps free for a node during the prompt now running (0: none runs)
+        self.made_room = 0  #: bytes other processes freed for this process's node headroom so far
+        self._reserve: Optional[int] = None  # the coordinator's host-RAM reserve (fixed when host RAM opens)
 
     # ---- the cache ComfyUI hands over ----
 
-    def set_cache(self, callback: Optional[Callable[..., Any]]) -> None:
-        """The callback ComfyUI's executor set: a bound ``ram_release`` of its RAM cache.
+    def set_cache(self, callback: Optional[Callable[..., Any]], headroom: Any = 0) -> None:
+        """The callback ComfyUI's executor set: a bound ``ram_release`` of its RAM cache, and its headroom.
 
         The executor clears it (None) when a prompt ends, while the cache lives on with its outputs: the
         cache is kept (weakly) until another one is handed over or ComfyUI drops it."""
+        try:
+            self.headroom = max(0, int(headroom)) if callback is not None else 0
+        except (TypeError, ValueError):
+            self.headroom = 0
         owner = getattr(callback, "__self__", None)
         if owner is None or not hasattr(owner, "ram_release"):
             return
@@ -194,6 +209,33 @@ class RamCache:
             log.debug("comem: RAM-cache entry name %r refused (%s); registered as 'output'", name, e)
             return holder.add_entry("output", n, n, tier="cache")
 
+    # ---- a node is about to run ----
+
+    def make_room(self) -> None:
+        """Before a node: the headroom ComfyUI keeps free for it, made on the machine (other processes asked).
+
+        Books nothing: the node's growth shows in this process's resident set, and its outputs are registered
+        at the next node's start. A refusal is logged and the node runs (ComfyUI's own trimming follows it)."""
+        holder = self.holder
+        if holder is None or self.headroom <= 0 or not self.client.connected:
+            return
+        try:
+            if self._reserve is None:
+                self._reserve = max(0, self.client.reserve(HOST_RAM).reserve)
+            working = max(0, self.headroom - self._reserve)  # the reserve is kept free already
+            g = self.client.admit(0, device=HOST_RAM, holder=holder, inference=working)
+        except errors.Refused as r:
+            log.warning("comem: host RAM is %d MiB short of the %d MiB ComfyUI keeps free for a node, after asking "
+                        "%d holder(s) of other processes", r.short_by >> 20, self.headroom >> 20, r.n_asked)
+            return
+        except errors.Error as e:
+            log.warning("comem: room for ComfyUI's node headroom not asked for: %s", e)
+            return
+        if g.n_asked:
+            self.made_room += g.freed
+            log.info("comem: %d MiB of host RAM given back by other processes (%d holder(s) asked) for the %d MiB "
+                     "ComfyUI keeps free for a node", g.freed >> 20, g.n_asked, self.headroom >> 20)
+
     # ---- a prompt runs: the executor owns the cache ----
 
     @contextlib.contextmanager
@@ -247,7 +289,7 @@ def wrap_release_state(orig: Callable[..., Any], ram: RamCache) -> Callable[...,
     """``comfy.memory_management.set_ram_cache_release_state`` that also hands the cache to ``ram``."""
     @functools.wraps(orig)
     def set_ram_cache_release_state(callback: Any, headroom: Any) -> Any:
-        ram.set_cache(callback)
+        ram.set_cache(callback, headroom)
         return orig(callback, headroom)
     return set_ram_cache_release_state
 
