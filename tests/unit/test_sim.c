@@ -364,6 +364,93 @@ static void test_killed_while_holding_the_lock(void **s)
     comem_sim_close(sim);
 }
 
+/* Every descriptor of this process that is a pidfd (the card handle's watches), up to max. */
+static int pidfds(int *out, int max)
+{
+    int n = 0;
+    for (int fd = 3; fd < 1024 && n < max; fd++) {
+        char path[64], target[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            if (strcmp(target, "anon_inode:[pidfd]") == 0)
+                out[n++] = fd;
+        }
+    }
+    return n;
+}
+
+/*
+ * A reader watches the card's other processes by pidfd after its first lock:
+ * a watched process that dies is reaped at the next lock while still a zombie,
+ * and a watch whose descriptor the program replaced with another file (always
+ * readable) never reaps a live process; /proc decides then.
+ */
+static void test_watched_processes(void **s)
+{
+    (void)s;
+    comem_sim *sim = open_sim("sim:4GiB", "watch");
+    int ready[2], go[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t kids[2];
+    for (int k = 0; k < 2; k++) {
+        kids[k] = child_fork();
+        if (kids[k] == 0) {
+            comem_sim *mine = child_open("sim:4GiB", "watch");
+            if (comem_sim_alloc(mine, 0, (k + 1) * 256 * COMEM_MIB) != 0)
+                _exit(4);
+            ssize_t w = write(ready[1], "x", 1);
+            (void)w;
+            char c;
+            ssize_t r = read(go[0], &c, 1); /* until the parent says, or dies */
+            (void)r;
+            _exit(0);
+        }
+    }
+    wait_byte(ready[0]);
+    wait_byte(ready[0]);
+    int64_t both = check_reading(sim, 0); /* the first lock: both watched from now on */
+    int64_t ctx = (both - 768 * COMEM_MIB) / 2; /* each child's context beside its allocation */
+    assert_true(ctx >= 0);
+    int64_t second = 512 * COMEM_MIB + ctx;
+    int fds[8];
+    if (pidfds(fds, 8) < 2) {
+        comem_sim_close(sim);
+        skip(); /* a kernel without pidfd_open: the /proc path, which the other tests cover */
+    }
+    assert_int_equal(pidfds(fds, 8), 2);
+
+    /* The first child dies: a zombie (not waited for), its bytes gone at the next reading. */
+    assert_int_equal(kill(kids[0], SIGKILL), 0);
+    siginfo_t info;
+    assert_int_equal(waitid(P_PID, (id_t)kids[0], &info, WEXITED | WNOWAIT), 0); /* dead, left a zombie */
+    assert_int_equal(check_reading(sim, 0), second);
+    assert_int_equal(pidfds(fds, 8), 1); /* its watch was closed with its slot */
+
+    /* The program puts another file where the live child's watch was: it reads as ready, and /proc says alive. */
+    int other = open("/dev/null", O_RDONLY);
+    assert_true(other >= 0);
+    assert_int_equal(dup2(other, fds[0]), fds[0]);
+    close(other);
+    assert_int_equal(check_reading(sim, 0), second); /* not reaped */
+    assert_int_equal(check_reading(sim, 0), second); /* watched again by a new pidfd, still alive */
+    assert_int_equal(pidfds(fds, 8), 1);
+
+    close(go[1]); /* the live child exits */
+    int st;
+    assert_int_equal(waitpid(kids[1], &st, 0), kids[1]);
+    assert_int_equal(waitpid(kids[0], &st, 0), kids[0]);
+    assert_int_equal(check_reading(sim, 0), 0);
+    assert_int_equal(pidfds(fds, 8), 0);
+    comem_sim_close(sim);
+    close(fds[0]); /* the /dev/null the handle forgot (not its own to close) */
+    close(ready[0]);
+    close(ready[1]);
+    close(go[0]);
+}
+
 static void test_concurrent_creation(void **s)
 {
     (void)s;
@@ -539,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_wddm_views),
         cmocka_unit_test(test_many_processes_and_a_kill),
         cmocka_unit_test(test_killed_while_holding_the_lock),
+        cmocka_unit_test(test_watched_processes),
         cmocka_unit_test(test_concurrent_creation),
         cmocka_unit_test(test_handle_refused_after_fork),
         cmocka_unit_test(test_uma_one_pool),
