@@ -12,6 +12,7 @@ decision below; the tests check what it decided against the card and the ledger.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import signal
 import unittest
@@ -40,6 +41,7 @@ class AdapterCase(unittest.TestCase):
     """A real comemd, this process as ComfyUI's host, and helpers to read both."""
 
     machine: Machine
+    comemd_extra: list = []  #: more comemd arguments
 
     def setUp(self) -> None:
         support.need_torch(self)
@@ -49,7 +51,7 @@ class AdapterCase(unittest.TestCase):
         from comem.comfy import Host, Recorder
         self.comem = comem
         self.Recorder = Recorder
-        self.machine = Machine(CARD).__enter__()
+        self.machine = Machine(CARD, extra=self.comemd_extra).__enter__()
         self.addCleanup(self.machine.__exit__, None, None, None)
         self.card = comem.SimCard(self.machine.spec)
         self.addCleanup(self.card.close)
@@ -400,6 +402,74 @@ class TestRamCacheSizes(AdapterCase):
         self.assertEqual(cpu_bytes([[p]]), 128 * MiB - p.loaded_size())
         self.assertLess(cpu_bytes([[p]]), 128 * MiB)
         self.assertEqual(cpu_bytes([["text", 3, None]]), 0)
+
+
+class TestOffloadAsksForRam(AdapterCase):
+    """An unload that moves a classic model's weights off the card to its CPU offload device asks host RAM
+    for them first (issue 23 item 3, both eras): with less free than the weights, another process's idle
+    RAM holder is asked before ComfyUI moves a byte; a partial unload asks what ComfyUI was asked to free."""
+
+    comemd_extra = ["--ram", "3GiB"]
+
+    def ram(self):
+        return self.machine.status()["devices"][-1]
+
+    def test_unloading_to_ram_asks_other_processes_first(self):
+        p = make_patcher(self.mm, [64, 64, 64, 64])
+        self.mm.load_models_gpu([p])
+        self.assertEqual(p.loaded_size(), 256 * MiB)
+        (lm,) = [lm for lm in self.mm.current_loaded_models if lm.model is p]
+        self.assertEqual(self.host.offload_bytes(lm), 256 * MiB)
+        self.assertEqual(self.host.offload_bytes(lm, 100.5 * MiB), math.ceil(100.5 * MiB))
+
+        other = self.machine.child("ram_holder.py", "other")
+        free = self.ram()["free"]
+        n = max(0, (free - 96 * MiB) // (64 * MiB))  # leave less free than the 256 MiB the unload moves
+        for i in range(n):
+            other.ask("cache", holder_name="weights", entry=f"w{i}", mib=64)
+        self.assertLess(self.ram()["free"], 256 * MiB)
+        self.host.sync()
+        self.assertEqual(self.stand_ins(), [], "host RAM entries are no card's models: no stand-in for them")
+
+        asks_at_detach = []
+        orig_detach = p.detach
+
+        def detach(*a, **kw):
+            asks_at_detach.append(len(other.ask("asks")["asks"]))
+            return orig_detach(*a, **kw)
+        p.detach = detach
+        with self.assertLogs("comem.comfy", "INFO") as logs:
+            self.mm.free_memory(1e30, self.dev)  # ComfyUI's own loop unloads the model
+        del p.detach
+        self.assertEqual(p.loaded_size(), 0)
+        asks = other.ask("asks")["asks"]
+        self.assertEqual(len(asks), 1, self.machine.comemd_log()[-4000:])
+        self.assertEqual(asks_at_detach, [1], "asked before ComfyUI moved the weights")
+        self.assertEqual((asks[0]["holder"], asks[0]["kind"]), ("weights", "bytes"))
+        self.assertGreater(asks[0]["bytes"], 0)
+        self.assertLessEqual(asks[0]["bytes"], 256 * MiB, "asked for what the offload lacks, not more")
+        self.assertTrue(any("offloading 256 MiB of a model's weights to RAM" in m for m in logs.output), logs.output)
+        self.assertEqual(_holder_of(self.ram(), "other", "weights")["receipts_contradicted"], 0)
+        self.assertEqual(other.finish(), 0, other.errors())
+        self.machine.check_ledger(self)
+
+    def test_nothing_asked_for_a_dynamic_or_unmanaged_model(self):
+        p = make_patcher(self.mm, [64])
+        self.mm.load_models_gpu([p])
+        (lm,) = [lm for lm in self.mm.current_loaded_models if lm.model is p]
+        p.is_dynamic = lambda: True  # 783545f6's ModelPatcherDynamic: the weights never leave RAM
+        self.assertEqual(self.host.offload_bytes(lm), 0)
+        del p.is_dynamic
+        import torch
+        p.offload_device = self.dev  # kept on its card (--gpu-only): nothing moves to RAM
+        self.assertEqual(self.host.offload_bytes(lm), 0)
+        p.offload_device = torch.device("cpu")
+        self.assertEqual(self.host.offload_bytes(lm), 64 * MiB)
+
+
+def _holder_of(dev, process: str, name: str):
+    p = next(p for p in dev["processes"] if p["name"] == process)
+    return next(h for h in p["holders"] if h["name"] == name)
 
 
 class TestWorkerRamHeadroom(unittest.TestCase):

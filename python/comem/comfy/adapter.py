@@ -3,7 +3,9 @@
 Installing wraps, in ``comfy.model_management``: ``free_memory`` and
 ``load_models_gpu`` (under the process's model lock; the host first brings its
 stand-ins up to date and publishes the reserve), ``LoadedModel.model_load``
-(admission before bytes move), and, in simulated placement only,
+(admission before bytes move), ``LoadedModel.model_unload`` (where the
+coordinator serves host RAM, the weights an unload moves to a CPU offload
+device are asked for in host RAM first: ``ram.py``), and, in simulated placement only,
 ``get_torch_device`` (``cpu:0``, the device that plays the card) and
 ``get_free_memory``/``get_total_memory`` (the simulated card's reading for it). In ``execution`` (when ComfyUI runs),
 ``get_output_data``: every node runs marked busy and holding the model lock,
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import sys
 import threading
@@ -35,11 +38,14 @@ from ..client import Client
 from . import ram, steer
 from .devices import DeviceMap
 from .pins import ComfyPins, wrap_ensure_pin_budget, wrap_pin_memory
-from .models import ComfyModels, is_stand_in, set_memory_required
+from .models import ComfyModels, is_dynamic, is_stand_in, set_memory_required
 
 log = logging.getLogger("comem.comfy")
 
 _active: Optional["Adapter"] = None
+
+MIN_OFFLOAD = 1 << 20  #: an unload moving less than this to RAM is not asked for (small models: noise)
+OFFLOAD_ADMIT_S = 10.0  #: how long an unload waits for host RAM (it may run on the callback thread, for an ask)
 
 
 class ModelLock:
@@ -165,6 +171,7 @@ class Adapter:
         self._patch(mm, "free_memory", self._wrap_free_memory(mm.free_memory))
         self._patch(mm, "load_models_gpu", self._wrap_load_models_gpu(mm.load_models_gpu))
         self._patch(mm.LoadedModel, "model_load", _wrap_model_load(mm.LoadedModel.model_load))
+        self._patch(mm.LoadedModel, "model_unload", _wrap_model_unload(mm.LoadedModel.model_unload))
         pinned_memory = sys.modules.get("comfy.pinned_memory")
         if self.pins is not None and pinned_memory is not None and hasattr(pinned_memory, "pin_memory"):
             # 783545f6's pin ladder: each pin ComfyUI's pin_memory makes is booked with the ledger first (pins.py)
@@ -263,6 +270,27 @@ class Adapter:
 
     def after_uninstall(self) -> None:
         """Runs after the functions are restored."""
+
+    def offload_bytes(self, lm: Any, memory_to_free: Any = None) -> int:
+        """Host RAM ``lm.model_unload(memory_to_free)`` will take: the weights it moves from a card comem manages
+        to a CPU offload device (ComfyUI frees at least what it is asked, whole modules). 0 for a dynamic model
+        (its weights never leave RAM: aimdo only drops the card's pages), a stand-in, or a model kept on its
+        card."""
+        model = getattr(lm, "model", None)
+        if model is None or is_stand_in(lm) or is_dynamic(lm):
+            return 0
+        offload = getattr(model, "offload_device", None)
+        if getattr(offload, "type", None) != "cpu" or self.devices.index(offload) is not None:
+            return 0  # not to host RAM (simulated placement: cpu:0 plays the card)
+        if self.devices.index(getattr(lm, "device", None)) is None:
+            return 0
+        try:
+            loaded = max(0, int(model.loaded_size()))
+            if memory_to_free is not None and 0 <= memory_to_free < loaded:
+                return math.ceil(memory_to_free)  # ComfyUI asks in floats
+        except (TypeError, ValueError, OverflowError):
+            return 0
+        return loaded
 
     # ---- node boundaries ----
 
@@ -368,6 +396,19 @@ def _wrap_model_load(orig: Callable[..., Any]) -> Callable[..., Any]:
             return adapter.models.load(lm, lambda budget: orig(lm, budget, force_patch_weights),
                                        lowvram_model_memory)
     return model_load
+
+
+def _wrap_model_unload(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def model_unload(lm: Any, memory_to_free: Any = None, unpatch_weights: bool = True) -> Any:
+        adapter = _active
+        if adapter is not None:
+            n = adapter.offload_bytes(lm, memory_to_free)
+            if n >= MIN_OFFLOAD:
+                adapter.ram.make_room_for(n, f"offloading {n >> 20} MiB of a model's weights to RAM",
+                                          timeout=OFFLOAD_ADMIT_S)
+        return orig(lm, memory_to_free, unpatch_weights)
+    return model_unload
 
 
 def active() -> Optional[Adapter]:

@@ -148,22 +148,29 @@ class RamCache:
     def cache(self) -> Optional[Any]:
         return self._cache() if self._cache is not None else None
 
+    def _served(self) -> bool:
+        """Whether the coordinator serves host RAM (asked once: a refused holder or admission would be a warning
+        in every default run)."""
+        if self.served is None and self.client.connected:
+            try:
+                self.served = any(d.get("host_ram") for d in self.client.status().get("devices", []))
+            except errors.Error as e:
+                log.debug("comem: could not ask whether host RAM is served: %s", e)
+                return False
+            if not self.served:
+                log.info("comem: the coordinator serves no host RAM (comemd --ram): ComfyUI's RAM cache and "
+                         "offloads are not on the ledger")
+        return bool(self.served)
+
     def _attach(self) -> Optional[Holder]:
         """The holder, registered the first time the coordinator is known to serve host RAM."""
-        if self.holder is not None or self.served is False or not self.client.connected:
+        if self.holder is not None or not self.client.connected or not self._served():
             return self.holder
         try:
-            if not any(d.get("host_ram") for d in self.client.status().get("devices", [])):
-                self.served = False  # asked once: a refused holder would be a warning in every default run
-                log.info("comem: the coordinator serves no host RAM (comemd --ram): ComfyUI's RAM cache is not "
-                         "registered")
-                return None
             self.holder = self.client.add_holder(HOLDER, device=HOST_RAM, kind="models", on_release=self._on_release,
                                                  answers=("release", "idle"))
-            self.served = True
         except errors.NoDevice:
             self.served = False
-            log.info("comem: the coordinator serves no host RAM (comemd --ram): ComfyUI's RAM cache is not registered")
         return self.holder
 
     # ---- census ----
@@ -216,25 +223,38 @@ class RamCache:
 
         Books nothing: the node's growth shows in this process's resident set, and its outputs are registered
         at the next node's start. A refusal is logged and the node runs (ComfyUI's own trimming follows it)."""
-        holder = self.holder
-        if holder is None or self.headroom <= 0 or not self.client.connected:
+        if self.holder is None or self.headroom <= 0:
             return
         try:
             if self._reserve is None:
                 self._reserve = max(0, self.client.reserve(HOST_RAM).reserve)
-            working = max(0, self.headroom - self._reserve)  # the reserve is kept free already
-            g = self.client.admit(0, device=HOST_RAM, holder=holder, inference=working)
-        except errors.Refused as r:
-            log.warning("comem: host RAM is %d MiB short of the %d MiB ComfyUI keeps free for a node, after asking "
-                        "%d holder(s) of other processes", r.short_by >> 20, self.headroom >> 20, r.n_asked)
-            return
         except errors.Error as e:
             log.warning("comem: room for ComfyUI's node headroom not asked for: %s", e)
             return
+        # the reserve is kept free already
+        self.make_room_for(max(0, self.headroom - self._reserve), f"the {self.headroom >> 20} MiB ComfyUI keeps "
+                           "free for a node")
+
+    def make_room_for(self, nbytes: int, what: str, timeout: Optional[float] = None) -> bool:
+        """Asks the machine for ``nbytes`` of host RAM free beyond its reserve, booking nothing (``what``: for the
+        log). Other processes' idle holders are asked when it lacks them. False when it could not be had (the
+        caller goes on: the allocation is ComfyUI's, the ledger's part is to have asked first)."""
+        if nbytes <= 0 or not self.client.connected or not self._served():
+            return True
+        try:
+            g = self.client.admit(0, device=HOST_RAM, holder=self.holder, inference=int(nbytes), timeout=timeout)
+        except errors.Refused as r:
+            log.warning("comem: host RAM is %d MiB short of %s, after asking %d holder(s) of other processes",
+                        r.short_by >> 20, what, r.n_asked)
+            return False
+        except errors.Error as e:
+            log.warning("comem: room in host RAM for %s not asked for: %s", what, e)
+            return False
         if g.n_asked:
             self.made_room += g.freed
-            log.info("comem: %d MiB of host RAM given back by other processes (%d holder(s) asked) for the %d MiB "
-                     "ComfyUI keeps free for a node", g.freed >> 20, g.n_asked, self.headroom >> 20)
+            log.info("comem: %d MiB of host RAM given back by other processes (%d holder(s) asked) for %s",
+                     g.freed >> 20, g.n_asked, what)
+        return True
 
     # ---- a prompt runs: the executor owns the cache ----
 

@@ -354,11 +354,13 @@ class StandIns:
                 lm.model_finalizer.detach()
 
     def sync(self, status: Optional[Dict[str, Any]] = None) -> None:
-        """One stand-in per resident entry of every other process on the devices this host uses."""
+        """One stand-in per resident entry of every other process on the cards this host uses (not host RAM)."""
         st = status if status is not None else self.client.status()
         own = self.client.session
         live = set()
         for d in st.get("devices", []):
+            if d.get("host_ram"):
+                continue  # host RAM is no card: ComfyUI's loop for a card must never ask its holders
             index = int(d["index"])
             self._scope[index] = str(d.get("process_scope", "device-wide"))
             for p in d.get("processes", []):
