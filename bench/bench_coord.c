@@ -38,7 +38,7 @@
 #include "base/hops.h"
 #include "comem/comem.h"
 #include "coord/plan.h"
-#include "coord/view.h"
+#include "shm/view.h"
 #include "ledger/ledger.h"
 #include "probe/sim.h"
 #include "wire/wire.h"
@@ -619,12 +619,12 @@ static void bench_plan(void)
     report(what, lat, (size_t)runs);
     /* what keeping the order costs: one entry's residency changes */
     for (int i = 0; i < runs; i++) {
-        comem_wire_residency it = {first_entry, (uint64_t)i + 1, (int64_t)(i % 2 ? 64 : 32) * COMEM_MIB, 0};
+        ledger_residency it = {first_entry, (uint64_t)i + 1, (int64_t)(i % 2 ? 64 : 32) * COMEM_MIB, 0};
         const ledger_entry *e = comem_ledger_entry(&l, first_entry);
         const ledger_holder *h = comem_ledger_holder(&l, e->holder);
         (void)h;
         int64_t t0 = now_ns();
-        comem_ledger_census(&l, e->session, e->holder, 0, 0, 0, 0, &it, 1, i, NULL);
+        comem_ledger_census(&l, e->session, e->holder, 0, -1, -1, &it, 1, i, NULL);
         lat[i] = (double)(now_ns() - t0) / 1e3;
     }
     (void)any_holder;

@@ -32,6 +32,7 @@
 #include "base/log.h"
 #include "base/name.h"
 #include "comem/common.h"
+#include "coord/coord_internal.h" /* the census handed to the ledger as the coordinator hands it */
 #include "ledger/ledger.h"
 #include "wire/wire.h"
 
@@ -52,15 +53,12 @@ static void check_ledger(const comem_msg *m)
     const comem_wire_residency *items;
     size_t n;
     uint64_t seq = 0;
-    uint8_t has = 0;
-    int64_t pinned = 0, overhead = 0;
+    int64_t pinned = -1, overhead = -1;
     if (m->type == COMEM_MSG_CENSUS) {
         items = m->u.census.items;
         n = m->u.census.n;
         seq = m->u.census.seq;
-        has = m->u.census.has;
-        pinned = m->u.census.pinned;
-        overhead = m->u.census.overhead;
+        coord_census_figures(&m->u.census, &pinned, &overhead); /* as the coordinator hands them over */
     } else if (m->type == COMEM_MSG_RECEIPT) {
         items = m->u.receipt.items;
         n = m->u.receipt.n;
@@ -79,7 +77,9 @@ static void check_ledger(const comem_msg *m)
         if (comem_ledger_entry_add(&l, session, holder, "e", (int64_t)(10 + 5 * i) << 30, (int64_t)1 << 30, i & 1, 0,
                                    &entry) != COMEM_OK)
             abort();
-    (void)comem_ledger_census(&l, session, holder, seq, has, pinned, overhead, items, n, 1, NULL);
+    static ledger_residency booked[COMEM_WIRE_MAX_ITEMS];
+    coord_residency(items, n, booked);
+    (void)comem_ledger_census(&l, session, holder, seq, pinned, overhead, booked, n, 1, NULL);
     char why[256];
     if (comem_ledger_check(&l, why, sizeof why) != COMEM_OK || comem_ledger_attributed(&l, 0) > d.capacity)
         abort();

@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 
+#define COMEM_NAME_MAX 64 /* bytes a name may take, its NUL included: the protocol's field and the ledger's */
+
 /*
  * COMEM_OK for a name that follows the rule; COMEM_EINVAL with the rule it broke
  * and where ("not UTF-8 at byte 3", "a control character (U+001B) at byte 0")

@@ -101,8 +101,8 @@
 #include <sys/un.h>
 
 #include "comem/comem.h"
-#include "coord/book.h"
-#include "coord/view.h"
+#include "shm/book.h"
+#include "shm/view.h"
 #include "probe/device.h"
 #include "wire/wire.h"
 

@@ -1,6 +1,6 @@
 /*
  * client/fast.c - admissions that fit this session's stock, booked in its
- * booking area without a round trip (coord/book.h has the layout and the
+ * booking area without a round trip (shm/book.h has the layout and the
  * rules, docs/booking.md the whole story and the threat model).
  *
  * The area rides on the HELLO_REPLY (SCM_RIGHTS): the coordinator makes one

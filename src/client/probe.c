@@ -22,7 +22,7 @@
 #include "base/rundir.h"
 #include "base/token.h"
 #include "client/client_internal.h"
-#include "coord/view.h"
+#include "shm/view.h"
 
 /* What the process behind the socket's view is doing, as a clause ("its process (pid 12) is stopped"). */
 static void coordinator_state(const char *path, char *buf, size_t len)

@@ -2,7 +2,7 @@
  * client/view.c - the coordinator's view as this session received it.
  *
  * With each HELLO_REPLY the coordinator sends a copy of its view in a memfd
- * sealed against any write but its own mapping (coord/view.h): unlike the view
+ * sealed against any write but its own mapping (shm/view.h): unlike the view
  * file beside the socket, which any process of the user can write, nothing but
  * the coordinator changes it. It is mapped read-only and kept as the current
  * one; a reconnect maps the new coordinator's beside it, and a reader made by

@@ -203,7 +203,9 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
         freed = a->held;
     }
     if (r->n > 0) {
-        int rc = comem_ledger_census(&s->ledger, c->session, a->holder, 0, 0, 0, 0, r->items, r->n, comem_now_ns(), NULL);
+        ledger_residency items[COMEM_WIRE_MAX_ITEMS];
+        coord_residency(r->items, r->n, items);
+        int rc = comem_ledger_census(&s->ledger, c->session, a->holder, 0, -1, -1, items, r->n, comem_now_ns(), NULL);
         if (rc != COMEM_OK)
             comem_warn("receipt residency from pid %d refused: %s", (int)c->pid, comem_status_str(rc));
         else if (h && !(freed > 0 && a->kind != COMEM_ASK_PINS))

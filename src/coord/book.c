@@ -1,5 +1,5 @@
 /*
- * coord/book.c - the coordinator's side of the booking areas (coord/book.h,
+ * coord/book.c - the coordinator's side of the booking areas (shm/book.h,
  * docs/booking.md): give each admitting session an area of its own, hold a
  * stock for it, reconcile what it booked into the ledger, refill the stock and
  * take back what is unspent.

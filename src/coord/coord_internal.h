@@ -23,10 +23,10 @@
 #include <sys/types.h>
 
 #include "base/clock.h"
-#include "coord/book.h"
+#include "shm/book.h"
 #include "coord/coord.h"
 #include "coord/plan.h"
-#include "coord/view.h"
+#include "shm/view.h"
 #include "ledger/ledger.h"
 #include "ledger/slab.h"
 #include "probe/device.h"
@@ -89,6 +89,28 @@ typedef struct conn {
     uint32_t told_known;
 } conn;
 _Static_assert(COMEM_MAX_DEVICES <= 32, "told_known has a bit per device");
+
+/* The protocol and the ledger each define a holder's kinds and a census's items; the coordinator
+   hands the one to the other, so they are held equal here. */
+_Static_assert((int)COMEM_HOLDER_MODELS == (int)LEDGER_KIND_MODELS && (int)COMEM_HOLDER_PAGER == (int)LEDGER_KIND_PAGER &&
+                   (int)COMEM_HOLDER_PINS == (int)LEDGER_KIND_PINS && (int)COMEM_HOLDER_RAW == (int)LEDGER_KIND_RAW,
+               "holder kinds pass through unchanged");
+_Static_assert(COMEM_WIRE_MAX_ITEMS <= COMEM_LEDGER_MAX_ITEMS, "a census the protocol carries fits the ledger");
+_Static_assert(COMEM_WIRE_NAME_MAX == COMEM_LEDGER_NAME_MAX, "one name bound");
+
+/* A census's or a receipt's items, as the ledger books them (out has room for n). */
+static inline void coord_residency(const comem_wire_residency *in, size_t n, ledger_residency *out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = (ledger_residency){in[i].entry_id, in[i].seq, in[i].resident, in[i].refs};
+}
+
+/* A census's pinned and overhead figures as the ledger takes them: -1 where the census has none. */
+static inline void coord_census_figures(const comem_msg_census *m, int64_t *pinned, int64_t *overhead)
+{
+    *pinned = m->has & COMEM_CENSUS_PINNED ? (m->pinned > 0 ? m->pinned : 0) : -1;
+    *overhead = m->has & COMEM_CENSUS_OVERHEAD ? (m->overhead > 0 ? m->overhead : 0) : -1;
+}
 
 typedef enum job_kind { JOB_ADMIT = 1, JOB_PRESSURE = 2 } job_kind;
 
@@ -438,7 +460,7 @@ int64_t coord_ledger_room(const comem_coord_srv *s, int device);
 /* Republishes the shared-memory view of device (figures that changed in the ledger). */
 void coord_publish_view(comem_coord_srv *s, int device);
 
-/* ---- book.c: the booking areas (coord/book.h) ---- */
+/* ---- book.c: the booking areas (shm/book.h) ---- */
 /* Reads COMEM_NO_FAST; areas are made per session. */
 void coord_book_open(comem_coord_srv *s);
 /* At HELLO, before the reply: a host's or worker's area, its fd left in c->pass_fd to ride on the reply. */

@@ -107,8 +107,12 @@ static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg
 {
     ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
     int64_t floor_was = coord_ram_claim(s, c->session, m->holder_id, coord_census_growth(s, m));
-    int rc = comem_ledger_census(&s->ledger, c->session, m->holder_id, m->seq, m->has, m->pinned, m->overhead,
-                                 m->items, m->n, comem_now_ns(), NULL);
+    ledger_residency items[COMEM_WIRE_MAX_ITEMS];
+    coord_residency(m->items, m->n, items);
+    int64_t pinned, overhead;
+    coord_census_figures(m, &pinned, &overhead);
+    int rc = comem_ledger_census(&s->ledger, c->session, m->holder_id, m->seq, pinned, overhead, items, m->n,
+                                 comem_now_ns(), NULL);
     if (rc != COMEM_OK && floor_was >= 0)
         (void)comem_ledger_set_floor(&s->ledger, c->session, s->ram_index, floor_was); /* as it was: it fitted */
     coord_reply(s, c, rid, rc,

@@ -479,7 +479,7 @@ int comem_ledger_holder_add(comem_ledger *l, uint64_t session, int device, uint8
         return COMEM_ENOENT;
     if (!valid_device(l, device))
         return COMEM_ENODEV;
-    if (kind < COMEM_HOLDER_MODELS || kind > COMEM_HOLDER_RAW)
+    if (kind < LEDGER_KIND_MODELS || kind > LEDGER_KIND_RAW)
         return COMEM_EINVAL;
     ledger_session *ss = comem_slab_get(&l->sessions, session);
     if (ledger_bound_check(l, ss->process, LEDGER_HOLDERS) != COMEM_OK)
@@ -634,9 +634,9 @@ static int cmp_id(const void *a, const void *b)
  * item (each would be compared with the same unchanged residency, and only the
  * last applied), so the message as a whole is refused.
  */
-static bool has_duplicates(const comem_wire_residency *items, size_t n)
+static bool has_duplicates(const ledger_residency *items, size_t n)
 {
-    uint64_t ids[COMEM_WIRE_MAX_ITEMS];
+    uint64_t ids[COMEM_LEDGER_MAX_ITEMS];
     for (size_t i = 0; i < n; i++)
         ids[i] = items[i].entry_id;
     qsort(ids, n, sizeof ids[0], cmp_id);
@@ -646,15 +646,15 @@ static bool has_duplicates(const comem_wire_residency *items, size_t n)
     return false;
 }
 
-int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
-                        int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *n_moved)
+int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, int64_t pinned,
+                        int64_t overhead, const ledger_residency *items, size_t n, int64_t now_ns, int *n_moved)
 {
     if (n_moved)
         *n_moved = 0;
     ledger_holder *h = comem_slab_get(&l->holders, holder);
     if (!h || h->session != session)
         return COMEM_ENOENT;
-    if (n > COMEM_WIRE_MAX_ITEMS || (n && !items))
+    if (n > COMEM_LEDGER_MAX_ITEMS || (n && !items))
         return COMEM_EINVAL;
     if (has_duplicates(items, n)) {
         comem_warn("census from holder '%s' lists an entry more than once; refused as a whole", h->name);
@@ -699,10 +699,10 @@ int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint
     }
     if (!h->census_seen || seq > h->census_seq) {
         /* pins and overhead: an equal sequence is dropped */
-        if (has & COMEM_CENSUS_PINNED)
-            h->pinned = comem_clamp0(pinned);
-        if (has & COMEM_CENSUS_OVERHEAD)
-            h->overhead = comem_clamp0(overhead);
+        if (pinned >= 0)
+            h->pinned = pinned;
+        if (overhead >= 0)
+            h->overhead = overhead;
         h->census_seq = seq;
         h->census_seen = true;
     }

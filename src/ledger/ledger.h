@@ -33,12 +33,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/name.h"    /* COMEM_NAME_MAX */
 #include "comem/common.h" /* comem_scope, COMEM_MAX_DEVICES */
 #include "ledger/order.h"
 #include "ledger/slab.h"
-#include "wire/wire.h"  /* the census items, holder kinds and name bounds the ledger books */
 
-#define COMEM_LEDGER_NAME_MAX COMEM_WIRE_NAME_MAX
+#define COMEM_LEDGER_NAME_MAX COMEM_NAME_MAX
+#define COMEM_LEDGER_MAX_ITEMS 512 /* entries one census may name */
+
+/* What a holder is (the coordinator passes the protocol's kinds through, asserted equal there). */
+typedef enum ledger_holder_kind {
+    LEDGER_KIND_MODELS = 1, /* a model list */
+    LEDGER_KIND_PAGER = 2,  /* a weight pager */
+    LEDGER_KIND_PINS = 3,   /* pinned host RAM */
+    LEDGER_KIND_RAW = 4     /* anything else that frees memory on request */
+} ledger_holder_kind;
+
+/* One entry's residency as a census or a receipt reports it. */
+typedef struct ledger_residency {
+    uint64_t entry_id;
+    uint64_t seq;     /* the entry's sequence: a strictly older one is dropped */
+    int64_t resident;
+    int64_t refs;     /* references the holder counts on it now: the eviction order's second key */
+} ledger_residency;
 
 /*
  * Bounds on what one process (all its sessions together: a process may hold
@@ -302,7 +319,7 @@ ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id);
  * resident is clamped to [0, size]; references replace the last; the peak
  * follows the census; an entry not
  * listed keeps its value (missing means unknown, not zero). Pinned/overhead
- * (present as has says: COMEM_CENSUS_*) apply only with a holder sequence seq
+ * (each < 0: not reported) apply only with a holder sequence seq
  * newer than the last (equal is dropped). The message is judged as a whole: a
  * list naming an entry twice is refused (COMEM_EINVAL), and so is one whose
  * items together would put the device above capacity (COMEM_ERANGE); either
@@ -310,8 +327,8 @@ ledger_entry *comem_ledger_entry(comem_ledger *l, uint64_t id);
  * *n_moved (may be NULL) counts entries whose resident moved; when any did,
  * the device's generation moves.
  */
-int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, uint8_t has, int64_t pinned,
-                        int64_t overhead, const comem_wire_residency *items, size_t n, int64_t now_ns, int *n_moved);
+int comem_ledger_census(comem_ledger *l, uint64_t session, uint64_t holder, uint64_t seq, int64_t pinned,
+                        int64_t overhead, const ledger_residency *items, size_t n, int64_t now_ns, int *n_moved);
 
 /* ---- grants ---- */
 /*

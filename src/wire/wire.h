@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/name.h"    /* COMEM_NAME_MAX */
 #include "comem/common.h" /* COMEM_MAX_DEVICES; comem_status and comem_scope travel as integers */
 
 #define COMEM_WIRE_MAGIC 0x4d454d43u
@@ -41,7 +42,7 @@
 #define COMEM_WIRE_MAX_PAYLOAD (64 * 1024)
 #define COMEM_WIRE_MAX_FRAME (COMEM_WIRE_HEADER_SIZE + COMEM_WIRE_MAX_PAYLOAD)
 
-#define COMEM_WIRE_NAME_MAX 64   /* holder, entry and session names, prompt ids (bytes) */
+#define COMEM_WIRE_NAME_MAX COMEM_NAME_MAX /* holder, entry and session names, prompt ids (bytes) */
 #define COMEM_WIRE_TEXT_MAX 128  /* uuids, device names, messages, tokens (bytes) */
 #define COMEM_WIRE_MAX_ITEMS 512 /* entries in a census, an ask or a receipt; keep-list ids */
 #define COMEM_WIRE_MAX_ASKED 64  /* holder ids an admission reply names */

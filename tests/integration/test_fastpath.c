@@ -26,8 +26,8 @@
 
 #include "base/bytes.h"
 #include "comem/comem.h"
-#include "coord/book.h"
-#include "coord/view.h"
+#include "shm/book.h"
+#include "shm/view.h"
 #include "harness.h"
 
 #define GIB COMEM_GIB

@@ -13,6 +13,7 @@
 #include "base/bytes.h"
 #include "comem/common.h"
 #include "ledger/ledger.h"
+#include "wire/wire.h" /* the roles, capabilities and holder kinds the coordinator passes through */
 
 #define GIB COMEM_GIB
 
@@ -60,8 +61,8 @@ static uint64_t entry(uint64_t s, uint64_t h, int64_t size, int64_t resident)
 
 static void census1(uint64_t s, uint64_t h, uint64_t e, uint64_t seq, int64_t resident)
 {
-    comem_wire_residency it = {e, seq, resident, 0};
-    assert_int_equal(comem_ledger_census(&g_l, s, h, seq, 0, 0, 0, &it, 1, 0, NULL), 0);
+    ledger_residency it = {e, seq, resident, 0};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, seq, -1, -1, &it, 1, 0, NULL), 0);
 }
 
 static void test_census_sequence_rules(void **st)
@@ -83,9 +84,9 @@ static void test_census_sequence_rules(void **st)
     census1(s, h, e, 6, 9 * GIB); /* above size: clamped */
     assert_true(x->resident == 8 * GIB);
     /* an empty census and an unknown id change nothing */
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 7, 0, 0, 0, NULL, 0, 0, NULL), 0);
-    comem_wire_residency unknown = {0x12345, 9, 1, 0};
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 8, 0, 0, 0, &unknown, 1, 0, NULL), 0);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 7, -1, -1, NULL, 0, 0, NULL), 0);
+    ledger_residency unknown = {0x12345, 9, 1, 0};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 8, -1, -1, &unknown, 1, 0, NULL), 0);
     assert_true(x->resident == 8 * GIB);
 }
 
@@ -93,11 +94,11 @@ static void test_census_pins_equal_seq_dropped(void **st)
 {
     (void)st;
     uint64_t s = session("w"), h = holder(s, 0);
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 10, COMEM_CENSUS_PINNED, 5 * GIB, 0, NULL, 0, 0, NULL), 0);
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 9, COMEM_CENSUS_PINNED, 99 * GIB, 0, NULL, 0, 0, NULL), 0);
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 10, COMEM_CENSUS_PINNED, 1, 0, NULL, 0, 0, NULL), 0);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 10, 5 * GIB, -1, NULL, 0, 0, NULL), 0);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 9, 99 * GIB, -1, NULL, 0, 0, NULL), 0);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 10, 1, -1, NULL, 0, 0, NULL), 0);
     assert_true(comem_ledger_holder(&g_l, h)->pinned == 5 * GIB);
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 11, COMEM_CENSUS_OVERHEAD, 0, 700, NULL, 0, 0, NULL), 0);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 11, -1, 700, NULL, 0, 0, NULL), 0);
     assert_true(comem_ledger_holder(&g_l, h)->overhead == 700);
     assert_true(comem_ledger_holder(&g_l, h)->pinned == 5 * GIB); /* not listed: kept */
 }
@@ -107,8 +108,8 @@ static void test_census_refused_above_capacity(void **st)
     (void)st;
     uint64_t s = session("w"), h = holder(s, 1); /* 8 GiB device */
     uint64_t a = entry(s, h, 6 * GIB, 6 * GIB), b = entry(s, h, 6 * GIB, 0);
-    comem_wire_residency it[2] = {{a, 1, 6 * GIB, 0}, {b, 1, 3 * GIB, 0}};
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, it, 2, 0, NULL), COMEM_ERANGE);
+    ledger_residency it[2] = {{a, 1, 6 * GIB, 0}, {b, 1, 3 * GIB, 0}};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, -1, -1, it, 2, 0, NULL), COMEM_ERANGE);
     assert_true(comem_ledger_entry(&g_l, b)->resident == 0); /* nothing applied */
     uint64_t id;
     assert_int_equal(comem_ledger_entry_add(&g_l, s, h, "big", 4 * GIB, 4 * GIB, false, 0, &id), COMEM_ERANGE);
@@ -120,19 +121,19 @@ static void test_census_duplicates_refused(void **st)
     (void)st;
     uint64_t s = session("w"), h = holder(s, 0); /* 24 GiB device */
     uint64_t a = entry(s, h, 20 * GIB, 0), b = entry(s, h, 20 * GIB, 0);
-    static comem_wire_residency it[COMEM_WIRE_MAX_ITEMS];
-    for (size_t i = 0; i < COMEM_WIRE_MAX_ITEMS; i++)
-        it[i] = (comem_wire_residency){i % 2 ? a : b, 1, 20 * GIB, 0};
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, it, COMEM_WIRE_MAX_ITEMS, 0, NULL), COMEM_EINVAL);
+    static ledger_residency it[COMEM_LEDGER_MAX_ITEMS];
+    for (size_t i = 0; i < COMEM_LEDGER_MAX_ITEMS; i++)
+        it[i] = (ledger_residency){i % 2 ? a : b, 1, 20 * GIB, 0};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, -1, -1, it, COMEM_LEDGER_MAX_ITEMS, 0, NULL), COMEM_EINVAL);
     assert_true(comem_ledger_entry(&g_l, a)->resident == 0 && comem_ledger_entry(&g_l, b)->resident == 0);
     /* Each item alone fits (20 GiB on a 24 GiB card), both together do not: refused as a whole. */
-    comem_wire_residency two[2] = {{a, 1, 20 * GIB, 0}, {b, 1, 20 * GIB, 0}};
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, two, 2, 0, NULL), COMEM_ERANGE);
+    ledger_residency two[2] = {{a, 1, 20 * GIB, 0}, {b, 1, 20 * GIB, 0}};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, -1, -1, two, 2, 0, NULL), COMEM_ERANGE);
     assert_true(comem_ledger_attributed(&g_l, 0) == 0);
-    comem_wire_residency one = {a, 1, 20 * GIB, 0};
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, &one, 1, 0, NULL), 0);
+    ledger_residency one = {a, 1, 20 * GIB, 0};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, -1, -1, &one, 1, 0, NULL), 0);
     assert_true(comem_ledger_attributed(&g_l, 0) == 20 * GIB);
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, it, COMEM_WIRE_MAX_ITEMS + 1, 0, NULL), COMEM_EINVAL);
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, -1, -1, it, COMEM_LEDGER_MAX_ITEMS + 1, 0, NULL), COMEM_EINVAL);
 }
 
 /* An entry's size is bounded by where its bytes could live: without a bound given, the card itself. */
@@ -193,8 +194,8 @@ static void test_ownership(void **st)
     assert_int_equal(comem_ledger_entry_add(&g_l, b, ha, "x", 1, 0, false, 0, &id), COMEM_ENOENT);
     assert_int_equal(comem_ledger_entry_remove(&g_l, b, ea), COMEM_ENOENT);
     assert_int_equal(comem_ledger_holder_remove(&g_l, b, ha), COMEM_ENOENT);
-    comem_wire_residency it = {ea, 1, 0, 0};
-    assert_int_equal(comem_ledger_census(&g_l, b, ha, 1, 0, 0, 0, &it, 1, 0, NULL), COMEM_ENOENT);
+    ledger_residency it = {ea, 1, 0, 0};
+    assert_int_equal(comem_ledger_census(&g_l, b, ha, 1, -1, -1, &it, 1, 0, NULL), COMEM_ENOENT);
     assert_int_equal(comem_ledger_holder_add(&g_l, a, 7, COMEM_HOLDER_MODELS, 0, "x", 0, &id), COMEM_ENODEV);
     assert_int_equal(comem_ledger_holder_add(&g_l, a, 0, 9, 0, "x", 0, &id), COMEM_EINVAL);
     /* removing a holder removes its entries; the stale id never resolves again */
@@ -329,8 +330,8 @@ static void test_eviction_order(void **st)
     assert_int_equal(n, 3);
     assert_memory_equal(got, want, sizeof want);
     /* a census moves entries: `none` becomes the most offloaded resident one, `part` leaves */
-    comem_wire_residency items[2] = {{none, 1, 1, 0}, {part, 1, 0, 0}};
-    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, 0, 0, 0, items, 2, 0, NULL), 0);
+    ledger_residency items[2] = {{none, 1, 1, 0}, {part, 1, 0, 0}};
+    assert_int_equal(comem_ledger_census(&g_l, s, h, 1, -1, -1, items, 2, 0, NULL), 0);
     n = 0;
     comem_order_begin(&g_l, 0, &it);
     for (uint64_t id; comem_order_next(&it, &id, &e);)
@@ -346,8 +347,8 @@ static void test_eviction_order(void **st)
         seed = seed * 1103515245u + 12345u;
         uint64_t id = ids[(seed >> 8) % 300];
         const ledger_entry *x = comem_ledger_entry(&g_l, id);
-        comem_wire_residency it1 = {id, (uint64_t)k + 10, (int64_t)((seed >> 16) % 5) * x->size / 4, 0};
-        assert_int_equal(comem_ledger_census(&g_l, s, h, 0, 0, 0, 0, &it1, 1, k, NULL), 0);
+        ledger_residency it1 = {id, (uint64_t)k + 10, (int64_t)((seed >> 16) % 5) * x->size / 4, 0};
+        assert_int_equal(comem_ledger_census(&g_l, s, h, 0, -1, -1, &it1, 1, k, NULL), 0);
     }
     assert_int_equal(comem_ledger_holder_remove(&g_l, s, h), 0);
     comem_order_begin(&g_l, 0, &it);
@@ -422,16 +423,16 @@ static void test_eviction_order_refs(void **st)
     assert_int_equal(got[1], c);
     assert_int_equal(got[2], a);
     /* C's process now holds more references on it: A (fewer) goes before C though C is smaller. */
-    comem_wire_residency more = {c, 1, 322122547, 5};
-    assert_int_equal(comem_ledger_census(&g_l, s1, h1, 1, 0, 0, 0, &more, 1, 3, NULL), 0);
+    ledger_residency more = {c, 1, 322122547, 5};
+    assert_int_equal(comem_ledger_census(&g_l, s1, h1, 1, -1, -1, &more, 1, 3, NULL), 0);
     assert_int_equal(comem_ledger_entry(&g_l, c)->refs, 5);
     assert_int_equal(ledger_order(got, 512), 3);
     assert_int_equal(got[0], b);
     assert_int_equal(got[1], a);
     assert_int_equal(got[2], c);
     /* References never outrank offloading: B stays first even with many. */
-    comem_wire_residency many = {b, 1, 4 * GIB, 1000};
-    assert_int_equal(comem_ledger_census(&g_l, s2, h2, 1, 0, 0, 0, &many, 1, 2, NULL), 0);
+    ledger_residency many = {b, 1, 4 * GIB, 1000};
+    assert_int_equal(comem_ledger_census(&g_l, s2, h2, 1, -1, -1, &many, 1, 2, NULL), 0);
     assert_int_equal(ledger_order(got, 512), 3);
     assert_int_equal(got[0], b);
     assert_int_equal(comem_ledger_entry_set_refs(&g_l, s1, b, 1), COMEM_ENOENT); /* not s1's */

@@ -13,7 +13,7 @@
 
 #include "base/bytes.h"
 #include "comem/comem.h"
-#include "coord/view.h"
+#include "shm/view.h"
 
 static char g_dir[64], g_sock[128];
 

@@ -1,5 +1,5 @@
 /*
- * coord/book.h - the booking area: admissions that fit, booked in shared memory
+ * shm/book.h - the booking area: admissions that fit, booked in shared memory
  * without a round trip (the layout, its rules and the threat model are in
  * docs/booking.md).
  *
@@ -25,8 +25,8 @@
  * the take-back is either seen or sees the lower limit; taking back needs no
  * word from the client, so a stopped or dead client stalls nobody.
  */
-#ifndef COMEM_COORD_BOOK_H
-#define COMEM_COORD_BOOK_H
+#ifndef COMEM_SHM_BOOK_H
+#define COMEM_SHM_BOOK_H
 
 #include <stdatomic.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
-/* coord/view.c - the seqlock snapshot: the coordinator writes it, clients read it. */
-#include "coord/view.h"
+/* shm/view.c - the seqlock snapshot: the coordinator writes it, clients read it. */
+#include "shm/view.h"
 #include "base/bytes.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * coord/view.h - the shared-memory snapshot any local client reads without a round trip.
+ * shm/view.h - the shared-memory snapshot any local client reads without a round trip.
  *
  * The coordinator publishes, per device, its capacity, true free, the reserve,
  * the bytes other processes could release now (idle holders' resident bytes
@@ -16,8 +16,8 @@
  * reader tells a view whose coordinator exited (no lock) from a live one and
  * from a frozen one (locked, heartbeat old).
  */
-#ifndef COMEM_COORD_VIEW_H
-#define COMEM_COORD_VIEW_H
+#ifndef COMEM_SHM_VIEW_H
+#define COMEM_SHM_VIEW_H
 
 #define COMEM_VIEW_FROZEN_MS 1000 /* a heartbeat older than this: the coordinator is not running (stopped?) */
 
