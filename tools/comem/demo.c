@@ -33,7 +33,7 @@
 #include "cmds.h"
 #include "comem/comem.h"
 #include "probe/sim.h"
-#include "tmpdir.h"
+#include "simulate/tmpdir.h"
 
 #define GIB COMEM_GIB
 #define MIB COMEM_MIB

@@ -6,10 +6,10 @@
  *
  * The scenario is parsed whole first: a malformed one gets "file:line: what
  * is wrong" and exit 2, and nothing runs. Each policy then runs on a fresh
- * simulated card (simulate_run.c); the summary puts the policies side by
- * side, and the scenario's expectations are evaluated for each: comem's are
- * asserted (exit 1 when one fails), the others' recorded. docs/scenarios.md
- * is the manual.
+ * simulated card (tools/simulate/run.c); the summary puts the policies side
+ * by side, and the scenario's expectations are evaluated for each: comem's
+ * are asserted (exit 1 when one fails), the others' recorded.
+ * docs/scenarios.md is the manual.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +17,9 @@
 
 #include "cmds.h"
 #include "comem/common.h"
-#include "simulate.h"
+#include "simulate/report.h"
+#include "simulate/run.h"
+#include "simulate/scenario.h"
 
 static void usage(FILE *f)
 {

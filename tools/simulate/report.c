@@ -1,4 +1,4 @@
-/* tools/comem/simulate_report.c - figures from a run's events and samples: the timeline, the side-by-side summary, expectations, JSON. */
+/* tools/simulate/report.c - figures from a run's events and samples: the timeline, the side-by-side summary, expectations, JSON. */
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,61 +10,9 @@
 #include "base/bytes.h"
 #include "base/size.h"
 #include "comem/common.h"
-#include "simulate.h"
-
-const char *const sc_metric_names[M_COUNT] = {
-    [M_FAILED] = "failed",           [M_REFUSED] = "refused",
-    [M_SPILLED] = "spilled",         [M_OVER_S] = "over_budget_s",
-    [M_EVICTIONS] = "evictions",     [M_EVICTED] = "evicted",
-    [M_RELOADED] = "reloaded",       [M_WAIT50] = "wait_p50",
-    [M_WAIT99] = "wait_p99",         [M_PEAK] = "peak",
-    [M_PINNED_PEAK] = "pinned_peak", [M_PIN_BUDGET] = "pin_budget",
-    [M_PINNED_OVER] = "pinned_over", [M_RAM_PEAK] = "ram_peak",
-    [M_RAM_LIMIT] = "ram_limit",     [M_OOM_KILLED] = "oom_killed",
-    [M_LEAKED] = "leaked",           [M_KILL_MS] = "kill_release_ms",
-    [M_RESIDENT] = "resident",       [M_FOREIGN] = "foreign",
-    [M_USED] = "used",               [M_FREE] = "free",
-    [M_UNATTRIBUTED] = "unattributed", [M_DEGRADED] = "degraded",
-    [M_CRASHED] = "crashed",         [M_RETRIES] = "fault_retries",
-    [M_CLI_FREED] = "cli_freed",     [M_CAPACITY] = "capacity",
-    [M_GRANTS_OVER] = "over_reserve", [M_STAGING_PEAK] = "staging_peak",
-    [M_STREAMED] = "streamed",
-};
-
-const char *const sc_metric_help[M_COUNT] = {
-    [M_FAILED] = "allocations that failed: device OOMs (linux, uma), failed page-locks, failed faults, "
-                 "foreign apps' failed allocations, staging that could not grow",
-    [M_REFUSED] = "admissions and pins refused after the admission wait",
-    [M_SPILLED] = "most bytes ever past a card's physical memory (WDDM pages them to shared memory)",
-    [M_OVER_S] = "scenario seconds during which some card's free fell below the headroom or it was overcommitted",
-    [M_EVICTIONS] = "releases that took bytes from a process: asks, idle releases, a manager's evictions, pages taken",
-    [M_EVICTED] = "bytes those releases took",
-    [M_RELOADED] = "bytes loaded again after an eviction took them",
-    [M_WAIT50] = "admission wait, median, scenario seconds",
-    [M_WAIT99] = "admission wait, 99th percentile, scenario seconds",
-    [M_PEAK] = "most bytes used on the card (NVML-style, driver slice included) [card N]",
-    [M_PINNED_PEAK] = "most pinned host RAM at once, every process",
-    [M_PIN_BUDGET] = "the machine's pin budget: ComfyUI's ceiling on the cgroup-clamped RAM",
-    [M_PINNED_OVER] = "most pinned bytes past that budget",
-    [M_RAM_PEAK] = "most host RAM (pinned + plain) at once",
-    [M_RAM_LIMIT] = "the RAM the machine gives: min(RAM, cgroup limit)",
-    [M_OOM_KILLED] = "processes the OOM killer took",
-    [M_LEAKED] = "bytes the ledger still books at the end for nobody: unfinished grants, pins of no live process (comem)",
-    [M_KILL_MS] = "worst real milliseconds from reaping a killed process to its bytes being out of the books",
-    [M_RESIDENT] = "a process's bytes on its card, context and foreign bytes excluded: resident PROC [at T]",
-    [M_FOREIGN] = "a process's bytes outside any manager: foreign PROC [at T]",
-    [M_USED] = "bytes used on a card (NVML-style): used [card N] [at T]",
-    [M_FREE] = "free bytes on a card (NVML-style): free [card N] [at T]",
-    [M_UNATTRIBUTED] = "bytes of a process on the card the ledger cannot name, at the end (comem)",
-    [M_DEGRADED] = "processes that found no coordinator and decided locally",
-    [M_CRASHED] = "processes that died without a scripted kill",
-    [M_RETRIES] = "page commits the pager retried after a transient error",
-    [M_CLI_FREED] = "bytes the command-line releases got back",
-    [M_CAPACITY] = "a card's capacity [card N]",
-    [M_GRANTS_OVER] = "most bytes a card's use went past capacity minus ComfyUI's reserve",
-    [M_STAGING_PEAK] = "the largest host staging buffer a process held",
-    [M_STREAMED] = "weights computed from host RAM instead of the card (lowvram loads, refused pages), per node or pass",
-};
+#include "simulate/clock.h"
+#include "simulate/report.h"
+#include "simulate/scenario.h"
 
 const char *sim_gib(double bytes, char *buf, size_t len)
 {

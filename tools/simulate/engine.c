@@ -1,5 +1,5 @@
 /*
- * tools/comem/simulate_model.c - the model engine: ComfyUI per process, and comfy-env's host pool.
+ * tools/simulate/engine.c - the model engine: ComfyUI per process, and comfy-env's host pool.
  *
  * The two policies that are not comem are models, decided here on one thread
  * from the card's real readings and each process's census, and carried out by
@@ -48,7 +48,9 @@
 #include "base/bytes.h"
 #include "comem/common.h"
 #include "probe/sim.h"
-#include "simulate.h"
+#include "simulate/clock.h"
+#include "simulate/engine.h"
+#include "simulate/scenario.h"
 
 #define LIST_MAX 128
 #define SWEEP_SECONDS 10.0 /* comfy-env's IDLE_SWEEP_INTERVAL_SECONDS */

@@ -1,10 +1,10 @@
 /*
- * tools/comem/simulate_run.c - one run: a scenario replayed under one policy.
+ * tools/simulate/run.c - one run: a scenario replayed under one policy.
  *
  * Order matters, because agents are forked: the run directory, the shared
  * state and the card file first, then every agent (forked while this process
- * has no thread but its main one), then the coordinator or the model engine
- * and the sampler threads, then the clock starts and the agents are let go.
+ * has no thread but its main one), then the coordinator or the model engine,
+ * then the clock starts, the agents are let go and the main thread samples.
  * The run ends at the scenario's end (or 5 s after the last process finished
  * its timeline); the agents are told, close their clients and exit; the
  * events and samples are what the report is computed from.
@@ -28,64 +28,12 @@
 #include "comem/comem.h"
 #include "coord/coord.h"
 #include "probe/sim.h"
-#include "simulate.h"
-#include "tmpdir.h"
-
-/* ---- the shared clock and event log ---- */
-
-double sh_now(const sh_run *r)
-{
-    if (!r->t0_ns)
-        return 0;
-    return (double)(comem_now_ns() - r->t0_ns) / 1e9 * r->speed;
-}
-
-void sh_event_add(sh_run *r, int proc, sh_kind kind, int model, int card, int64_t a, int64_t b)
-{
-    uint32_t i = atomic_fetch_add(&r->n_events, 1);
-    if (i >= SH_MAX_EVENTS) {
-        atomic_fetch_add(&r->dropped, 1);
-        return;
-    }
-    r->ev[i] = (sh_event){sh_now(r), proc, (int32_t)kind, model, card, a, b};
-}
-
-void sh_sleep_until(sh_run *r, double t)
-{
-    for (;;) {
-        double left = t - sh_now(r);
-        if (left <= 0 || atomic_load(&r->end))
-            return;
-        double real = left / r->speed;
-        usleep((useconds_t)(comem_min((int64_t)(real * 1e6), 20000) + 1));
-    }
-}
-
-void sh_sleep(sh_run *r, double secs) { sh_sleep_until(r, sh_now(r) + secs); }
-
-void sh_read_cards(sh_run *r, const scenario *s, comem_sim *sim, comem_device_reading *rd, run_sample *x)
-{
-    memset(x, 0, sizeof *x);
-    x->t = sh_now(r);
-    for (int c = 0; c < s->n_cards; c++) {
-        if (comem_sim_read(sim, c, rd) != COMEM_OK)
-            continue;
-        x->used[c] = rd->used;
-        x->free[c] = rd->free;
-        x->over[c] = rd->overcommit;
-        for (size_t k = 0; k < rd->n_procs; k++)
-            for (int i = 0; i < s->n_procs; i++)
-                if (s->procs[i].card == c && atomic_load(&r->p[i].pid) == rd->procs[k].pid)
-                    x->dev[i] = rd->procs[k].bytes;
-    }
-    for (int i = 0; i < s->n_procs; i++) {
-        x->pinned[i] = atomic_load(&r->p[i].pinned) + atomic_load(&r->p[i].staging);
-        x->foreign[i] = atomic_load(&r->p[i].foreign[s->procs[i].card]);
-        x->ram += x->pinned[i] + atomic_load(&r->p[i].ram);
-    }
-}
-
-/* ---- the run ---- */
+#include "simulate/agent.h"
+#include "simulate/clock.h"
+#include "simulate/engine.h"
+#include "simulate/report.h"
+#include "simulate/run.h"
+#include "simulate/tmpdir.h"
 
 typedef struct run {
     const scenario *s;

@@ -1,8 +1,8 @@
 /*
- * tools/comem/tmpdir.h - a private scratch folder where the user keeps temporary files.
+ * tools/simulate/tmpdir.h - a private scratch folder where the user keeps temporary files.
  */
-#ifndef COMEM_TOOLS_TMPDIR_H
-#define COMEM_TOOLS_TMPDIR_H
+#ifndef COMEM_TOOLS_SIMULATE_TMPDIR_H
+#define COMEM_TOOLS_SIMULATE_TMPDIR_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /*
- * tools/comem/simulate_svg.c - the picture: per policy and card, each process's VRAM stacked over time, events marked, pinned RAM below.
+ * tools/simulate/svg.c - the picture: per policy and card, each process's VRAM stacked over time, events marked, pinned RAM below.
  *
  * One row per policy, one column per card. A row's chart stacks, from the
  * bottom: the driver's reserved slice (grey), then each process on that card
@@ -18,7 +18,9 @@
 
 #include "base/bytes.h"
 #include "comem/common.h"
-#include "simulate.h"
+#include "simulate/clock.h"
+#include "simulate/report.h"
+#include "simulate/scenario.h"
 
 #define W_LEFT 70
 #define W_CHART 760

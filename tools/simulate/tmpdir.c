@@ -1,7 +1,7 @@
 /*
- * tools/comem/tmpdir.c - a private scratch folder where the user keeps temporary files.
+ * tools/simulate/tmpdir.c - a private scratch folder where the user keeps temporary files.
  */
-#include "tmpdir.h"
+#include "simulate/tmpdir.h"
 
 #include <errno.h>
 #include <stdio.h>

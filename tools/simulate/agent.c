@@ -1,5 +1,5 @@
 /*
- * tools/comem/simulate_agent.c - one scenario process: its bytes on the card, its timeline, its policy.
+ * tools/simulate/agent.c - one scenario process: its bytes on the card, its timeline, its policy.
  *
  * An agent is forked by the orchestrator before any thread exists, waits for
  * the start signal, opens the simulated card itself and walks its timeline on
@@ -12,7 +12,7 @@
  *              callback frees bytes, node boundaries, a pin holder, the pager
  *              attached so it answers asks while busy.
  *   comfy-env, uncoordinated
- *              the model engine decides (simulate_model.c): the agent sends
+ *              the model engine decides (engine.c): the agent sends
  *              each load, census and node boundary over its request channel,
  *              and a service thread carries out the engine's commands (free
  *              these bytes of this model) unless the process is computing.
@@ -43,7 +43,10 @@
 #include "pager/pager_test.h"
 #include "pager/vmm_sim.h"
 #include "probe/sim.h"
-#include "simulate.h"
+#include "simulate/agent.h"
+#include "simulate/clock.h"
+#include "simulate/engine.h"
+#include "simulate/scenario.h"
 
 #define CHUNK (256 * COMEM_MIB) /* a load copies and allocates this much at a time */
 #define FAULT_SPAN (256 * COMEM_MIB) /* one layer's weights, faulted at a time in a pass */
