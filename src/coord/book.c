@@ -148,6 +148,8 @@ void coord_book_session_end(comem_coord_srv *s, conn *c)
 
 void coord_book_wants(comem_coord_srv *s, uint64_t session, int device)
 {
+    if (device == s->ram_index)
+        return; /* host RAM admits by its own rule (arith/ram_cache.h), never the card's one the areas book by */
     conn *c = coord_conn_of(s, session);
     book_sess *bs = c ? sess_of(s, c) : NULL;
     if (bs && device >= 0 && device < COMEM_MAX_DEVICES)
@@ -434,7 +436,7 @@ static void publish_map(comem_coord_srv *s, book_sess *bs, const conn *c)
 {
     for (int o = 0; o < COMEM_MAX_DEVICES; o++) {
         int d = coord_device_in(c, (uint16_t)o);
-        int8_t m = (int8_t)(d < s->ledger.n_devices ? d : -1);
+        int8_t m = (int8_t)(d < s->ledger.n_devices && d != s->ram_index ? d : -1); /* host RAM: never booked here */
         if (m != bs->map[o]) {
             bs->map[o] = m;
             atomic_store(&bs->a->map[o], m);

@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import time
 import unittest
 
 import comem
@@ -62,6 +63,20 @@ class HostRam(unittest.TestCase):
                 c.add_holder("x", device=1)
             c.add_holder("y", device=comem.HOST_RAM)
             self.assertEqual([h["name"] for h in proc(ram_device(self.m.status()), "probe1")["holders"]], ["y"])
+
+    def test_host_ram_keeps_no_booking_stock(self):
+        # A stock is room set aside for a session's next admissions, booked by the card's rule in shared
+        # memory; host RAM's admissions follow another rule, so they always go to the coordinator.
+        a = self.m.child("ram_holder.py", "a")
+        for _ in range(3):
+            g = a.ask("admit", mib=16)
+            self.assertTrue(g.get("granted"), g)
+            # a stock would be given at the end of the turn that granted, and kept for 100 ms
+            for _ in range(5):
+                dev = ram_device(self.m.status())
+                self.assertEqual((dev["stock"], dev["booking_limit"]), (0, -1))
+                time.sleep(0.005)
+        self.assertEqual(holder(dev, "a", "loads")["resident"], 48 * MiB)
 
     def test_admission_asks_the_idle_cache(self):
         a = self.m.child("ram_holder.py", "a")
@@ -254,6 +269,11 @@ class HostRam(unittest.TestCase):
         self.assertIsNotNone(m, metrics)
         self.assertEqual(int(m.group(1)), 512 * MiB)
         self.assertIn('comem_host_ram_release_asks_total{device="1",uuid="RAM-host",name="host RAM"} 0', metrics)
+        watch = comem("watch", "--plain", "--count", "1")
+        self.assertIn("device 1  host RAM", watch)
+        self.assertRegex(watch, r"(?m)^  budget 4\.00 GiB  machine \S+ \S+ available of \S+ \S+  cgroup \S+.*  asks 0 \(0 B freed\)$")
+        self.assertRegex(watch, rf"(?m)^  {a.pid}\s+a\s+worker\s+idle\s+512.00 MiB")
+        self.assertRegex(watch, r"(?m)^\s+ram-cache\s+models\s+idle\s+512.00 MiB")
         self.assertRegex(metrics, r'comem_session_unregistered_bytes\{device="1",[^}]*process="a"[^}]*\} \d+')
 
 

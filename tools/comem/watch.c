@@ -223,6 +223,16 @@ static void draw_device(screen *s, watch_state *w, int d)
     put(s, "  capacity %s  free %s  reserve %s", sz(cap, b[0]), sz(free_b, b[1]), sz(reserve, b[2]));
     put(s, "  reclaimable %s  granted %s  unattributed %s", sz(reclaim, b[3]), sz(dv ? jget_int(dv, "granted", -1) : -1, b[4]),
         sz(dv ? jget_int(dv, "unattributed", -1) : -1, b[5]));
+    json_object *hr = jget(dv, "host_ram"); /* null for a card */
+    if (hr) {
+        char budget[48] = "no budget of its own:"; /* --ram machine: the machine's available RAM is the room */
+        if (jget(hr, "budget"))
+            snprintf(budget, sizeof budget, "budget %s ", sz(jget_int(hr, "budget", -1), b[0]));
+        put(s, "  %s machine %s available of %s  cgroup %s  asks %lld (%s freed)", budget,
+            sz(jget_int(hr, "mem_available", -1), b[1]), sz(jget_int(hr, "mem_total", -1), b[2]),
+            jget(hr, "cgroup_limit") ? sz(jget_int(hr, "cgroup_limit", -1), b[3]) : "none",
+            (long long)jget_int(hr, "asks", 0), sz(jget_int(hr, "bytes_freed", 0), b[4]));
+    }
     int width = (s->tty ? s->cols : 80) - 4;
     bar(line, width > 100 ? 100 : width, cap, free_b, reserve);
     put(s, "  %s", line);
