@@ -60,9 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arith/cross_reserve.h"
 #include "arith/planners.h"
-#include "arith/ram_cache.h"
 #include "base/bytes.h"
 #include "base/hops.h"
 #include "base/log.h"
@@ -112,30 +110,6 @@ static void queue_remove(comem_coord_srv *s, int dev, uint64_t id)
         s->queue_tail[dev] = prev;
 }
 
-/* ---- the ask target ---- */
-
-void coord_target_terms(comem_coord_srv *s, uint64_t session, int dev, int64_t *reserve, int64_t *floor_add)
-{
-    /* The reserve kept here is the operator's base: the free figure this target is compared with is
-       device-wide and already counts every worker. The published reserve is what a host whose own
-       reading is process-local (WDDM) must add for what it cannot see; adding it here as well would
-       book every worker twice (comfy-env's double-booking, on WDDM; found by comem simulate, F12). */
-    const ledger_device *ld = &s->ledger.devices[dev];
-    *reserve = ld->reserve_base >= 0 ? ld->reserve_base : coord_reserve_for(s, session, dev, NULL);
-    const ledger_session *ss = comem_ledger_session(&s->ledger, session);
-    *floor_add = ss && ss->floor[dev] == 0 ? COMEM_CONTEXT_FLOOR : 0; /* no context there yet: the load creates one */
-    if (dev == s->ram_index)
-        *floor_add = 0; /* a process's RAM is its RSS, already in the reading: no context to create */
-}
-
-static int64_t need_of(comem_coord_srv *s, uint64_t session, int dev, int64_t weights, int64_t working)
-{
-    int64_t reserve, floor_add;
-    coord_target_terms(s, session, dev, &reserve, &floor_add);
-    if (dev == s->ram_index)
-        return comem_ram_admit_target(weights, working, reserve); /* host RAM: no card's slack (arith/ram_cache.h) */
-    return comem_add(comem_admit_target(weights, working, reserve), floor_add);
-}
 
 /* ---- planning ---- */
 
@@ -381,7 +355,7 @@ static bool step(comem_coord_srv *s, uint64_t jid)
     if (j->round == 0)
         j->free_before = avail;
     if (j->kind == JOB_ADMIT) { /* a context measured since the last round changes the target */
-        j->need = need_of(s, j->session, j->device, j->weights, j->working);
+        j->need = coord_need(s, j->session, j->device, j->weights, j->working);
         avail = book_room(s, j, avail);
         if (j->round == 0)
             j->free_before = avail;
@@ -464,7 +438,7 @@ static void decide_fitting(comem_coord_srv *s, int dev)
             theirs = comem_add(theirs, comem_add(comem_clamp0(j->freed), asked_out(s, id)));
             continue;
         }
-        j->need = need_of(s, j->session, dev, j->weights, j->working);
+        j->need = coord_need(s, j->session, dev, j->weights, j->working);
         int64_t room = comem_sub(book_room(s, j, coord_available(s, dev, false)), theirs);
         if (room < j->need)
             continue;
@@ -597,21 +571,6 @@ static void job_ask_done(comem_coord_srv *s, const ask *a, uint8_t outcome, int6
     j->round++;
     j->state = JOB_PLANNING; /* the next round plans when pump steps it */
     pump(s, j->device);
-}
-
-void coord_count_admission(comem_coord_srv *s, bool granted, int64_t created_ns)
-{
-    coord_counters *k = &s->counters;
-    if (granted)
-        k->admissions++;
-    else
-        k->refusals++;
-    double secs = (double)(comem_now_ns() - created_ns) / 1e9;
-    int b = 0;
-    while (b < COORD_LATENCY_BUCKETS && secs > coord_latency_bounds_s[b])
-        b++;
-    k->latency_counts[b]++;
-    k->latency_sum_s += secs;
 }
 
 void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session)

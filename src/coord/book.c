@@ -1,8 +1,9 @@
 /*
  * coord/book.c - the coordinator's side of the booking areas (shm/book.h,
- * docs/booking.md): give each admitting session an area of its own, hold a
- * stock for it, reconcile what it booked into the ledger, refill the stock and
- * take back what is unspent.
+ * docs/booking.md): give each admitting session an area of its own, reconcile
+ * what it booked into the ledger, police what it wrote, take back what is
+ * unspent. How much each stock holds is decided above, in stock.c, from the
+ * room room.c defines; this file never reads the card.
  *
  * The one rule that keeps every other session's bytes safe: a booking becomes
  * a ledger grant only out of the stock this coordinator holds for the session
@@ -20,7 +21,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "arith/cross_reserve.h"
 #include "base/bytes.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -47,7 +47,7 @@ static book_sess *sess_of(comem_coord_srv *s, const conn *c)
 }
 
 /* Publishes a limit (seq_cst: a take-back reads `charged` after it). */
-static void publish_limit(book_sess *bs, int d, int64_t lim)
+void coord_book_limit(book_sess *bs, int d, int64_t lim)
 {
     if (lim != bs->limit[d] || atomic_load_explicit(&bs->a->dev[d].limit, memory_order_relaxed) != lim)
         atomic_store(&bs->a->dev[d].limit, lim);
@@ -66,11 +66,11 @@ static int64_t charged_bound(const book_sess *bs, int d)
  * this either read the old limit before the store, and then its charge is seen by the load that
  * follows it, or reads the lower limit and rolls back: the stock never drops below it.
  */
-static void take_back(book_sess *bs, int d, int64_t to)
+void coord_book_take_back(book_sess *bs, int d, int64_t to)
 {
     if (bs->stock[d] <= to && (to > 0 || bs->limit[d] == BOOK_CLOSED))
         return;
-    publish_limit(bs, d, to > 0 ? to : BOOK_CLOSED);
+    coord_book_limit(bs, d, to > 0 ? to : BOOK_CLOSED);
     bs->stock[d] = comem_max(to, charged_bound(bs, d));
 }
 
@@ -86,7 +86,7 @@ static void strike(comem_coord_srv *s, book_sess *bs, uint64_t session, const ch
     comem_warn("booking area of '%s' (pid %d): %s; its fast path is off, its admissions go through the socket",
                ss ? ss->name : "?", ss ? (int)ss->pid : 0, what);
     for (int d = 0; d < COMEM_MAX_DEVICES; d++) {
-        publish_limit(bs, d, BOOK_CLOSED);
+        coord_book_limit(bs, d, BOOK_CLOSED);
         bs->stock[d] = 0; /* what it booked and the ledger does not hold is its own doing */
         bs->sub[d] = 0;
     }
@@ -190,7 +190,7 @@ void coord_book_close_device(comem_coord_srv *s, int device)
     if (device < 0 || device >= COMEM_MAX_DEVICES)
         return;
     for (int i = 0; i < b->n_live; i++)
-        take_back(&b->sess[b->live[i]], device, 0);
+        coord_book_take_back(&b->sess[b->live[i]], device, 0);
 }
 
 /* A booking's grant expiry: from when it was booked (clamped: the client's clock is its word). */
@@ -218,22 +218,22 @@ static void spend(book_sess *bs, int d, int64_t bytes)
 
 /*
  * A finished booking: its grant (booked now if the ledger refused it at first) turns into
- * residency in entry, or is cancelled (entry 0). Returns the ledger's answer.
+ * residency in entry, or is cancelled (entry 0). Returns the ledger's answer; *filled says what
+ * became residency (device -1: nothing), for the caller to tell the reading and the reserve.
  */
 static int finish_done(comem_coord_srv *s, book_sess *bs, uint64_t session, book_priv *p, uint64_t entry,
-                       int64_t used, int64_t booked_ns)
+                       int64_t used, int64_t booked_ns, coord_filled *filled)
 {
     int64_t now = comem_now_ns();
     used = comem_clamp0(used);
+    *filled = (coord_filled){.device = -1};
     if (p->gid) {
         ledger_grant *gr = comem_ledger_grant(&s->ledger, p->gid);
         int64_t granted_ns = gr ? comem_sub(gr->expires_ns, comem_mul(s->cfg.grant_ttl_ms, 1000000)) : 0;
         int rc = gr && gr->session == session ? comem_ledger_grant_done(&s->ledger, session, p->gid, entry, used)
                                               : COMEM_ENOENT;
-        if (rc == COMEM_OK && entry) {
-            coord_note_done(s, p->dev, comem_min(used, p->bytes), granted_ns);
-            coord_publish_reserve(s, p->dev, false);
-        }
+        if (rc == COMEM_OK && entry)
+            *filled = (coord_filled){.device = p->dev, .bytes = comem_min(used, p->bytes), .granted_ns = granted_ns};
         return rc;
     }
     /* The ledger refused it when it was reconciled: its bytes are still charged, in the stock. */
@@ -248,8 +248,7 @@ static int finish_done(comem_coord_srv *s, book_sess *bs, uint64_t session, book
         rc = comem_ledger_grant_done(&s->ledger, session, gid, entry, used);
     if (rc == COMEM_OK) {
         spend(bs, p->dev, p->bytes);
-        coord_note_done(s, p->dev, comem_min(used, p->bytes), now);
-        coord_publish_reserve(s, p->dev, false);
+        *filled = (coord_filled){.device = p->dev, .bytes = comem_min(used, p->bytes), .granted_ns = now};
     } else {
         bs->sub[p->dev] = comem_add(bs->sub[p->dev], p->bytes);
     }
@@ -280,8 +279,7 @@ static void reconcile_booked(comem_coord_srv *s, book_sess *bs, uint64_t session
     int rc = comem_ledger_grant_add(&s->ledger, session, p->holder, dev, bytes, expiry_of(s, p->booked_ns, now),
                                     &p->gid);
     s->book.reconciled++;
-    s->counters.admissions++; /* seen and decided by the coordinator: counted (the first latency bucket) */
-    s->counters.latency_counts[0]++;
+    coord_count_admission(s, true, now); /* seen and decided by the coordinator now: the first latency bucket */
     bs->wants_until_ns[dev] = comem_add(now, BOOK_WANT_NS);
     if (rc == COMEM_OK) {
         atomic_store(&r->grant, p->gid);
@@ -307,7 +305,8 @@ static void reconcile_sess(comem_coord_srv *s, book_sess *bs, uint64_t session)
                 strike(s, bs, session, "a record reads done that was never granted");
                 return;
             }
-            finish_done(s, bs, session, p, 0, 0, p->booked_ns);
+            coord_filled none;
+            finish_done(s, bs, session, p, 0, 0, p->booked_ns, &none); /* a cancel: nothing is filled */
             *p = (book_priv){0};
             atomic_store(&r->state, BOOK_FREE);
             s->book.reconciled++;
@@ -331,81 +330,6 @@ void coord_book_reconcile(comem_coord_srv *s)
         bs->seen = posted;
         b->active_until_ns = comem_now_ns() + BOOK_ACTIVE_NS;
         reconcile_sess(s, bs, c->session);
-    }
-}
-
-/* The room device d's stocks may take now, or BOOK_CLOSED (coordinator's own reading, never the areas'). */
-static int64_t room_of(comem_coord_srv *s, int d, bool wanted)
-{
-    const measurement *m = &s->meas[d];
-    if (s->queue_head[d])
-        return BOOK_CLOSED; /* the coordinator decides one itself: first come, first served */
-    bool reusable = m->valid && !m->stale && m->changes == s->ledger.devices[d].changes &&
-                    comem_now_ns() - m->taken_ns <= (int64_t)s->cfg.reading_max_age_ms * 1000000;
-    if (!reusable) {
-        /* Read again to keep stocks while sessions admit (at most every millisecond). A quiet card is
-           not read for it: the next admission goes to the coordinator, which reads it. */
-        if (!wanted || comem_now_ns() - m->taken_ns < 1000000 || coord_measure(s, d) != COMEM_OK)
-            return BOOK_CLOSED;
-    }
-    /* Never more than the ledger itself would book: a grant that does not fit its capacity is refused. */
-    int64_t room = comem_min(coord_ledger_room(s, d),
-                             comem_sub(s->ledger.devices[d].capacity, comem_ledger_attributed(&s->ledger, d)));
-    return room > 0 ? room : BOOK_CLOSED;
-}
-
-/*
- * Device d's stocks for this turn: sessions that admitted there lately share the room equally,
- * each stock sized so that spending all of it still leaves the largest reserve and context floor
- * free (so a booking never takes what the socket path would refuse); the others' is taken back.
- */
-static void restock(comem_coord_srv *s, int d, int64_t now)
-{
-    coord_book *b = &s->book;
-    int n_want = 0;
-    int64_t margin = 0;
-    for (int i = 0; i < b->n_live; i++) {
-        book_sess *bs = &b->sess[b->live[i]];
-        conn *c = s->conns[b->live[i]];
-        bool wants = !bs->off && c && c->session && now < bs->wants_until_ns[d];
-        if (!wants) {
-            take_back(bs, d, 0);
-            continue;
-        }
-        int64_t reserve, floor_add;
-        coord_target_terms(s, c->session, d, &reserve, &floor_add);
-        bs->margin[d] = comem_add(reserve, floor_add);
-        margin = comem_max(margin, bs->margin[d]);
-        n_want++;
-    }
-    if (!n_want)
-        return;
-    int64_t room = room_of(s, d, true);
-    if (room < 0) { /* closed: nobody books on d this turn */
-        for (int i = 0; i < b->n_live; i++)
-            take_back(&b->sess[b->live[i]], d, 0);
-        return;
-    }
-    int64_t share = comem_clamp0(comem_sub(room, margin)) / n_want;
-    /* Shrink first, then grow within what is left: the sum of stocks never passes room - margin. */
-    for (int i = 0; i < b->n_live; i++) {
-        book_sess *bs = &b->sess[b->live[i]];
-        if (!bs->off && now < bs->wants_until_ns[d] && bs->stock[d] > share)
-            take_back(bs, d, share);
-    }
-    int64_t left = comem_sub(comem_sub(room, margin), coord_fast_inflight(s, d));
-    for (int i = 0; i < b->n_live; i++) {
-        book_sess *bs = &b->sess[b->live[i]];
-        if (bs->off || now >= bs->wants_until_ns[d])
-            continue;
-        int64_t grow = comem_min(comem_sub(share, bs->stock[d]), left);
-        if (grow > 0) {
-            bs->stock[d] = comem_add(bs->stock[d], grow);
-            left = comem_sub(left, grow);
-        }
-        publish_limit(bs, d, bs->stock[d] > 0 ? bs->stock[d] : BOOK_CLOSED);
-        if (atomic_load_explicit(&bs->a->dev[d].reserve, memory_order_relaxed) != bs->margin[d])
-            atomic_store_explicit(&bs->a->dev[d].reserve, bs->margin[d], memory_order_relaxed);
     }
 }
 
@@ -444,25 +368,29 @@ static void publish_map(comem_coord_srv *s, book_sess *bs, const conn *c)
     }
 }
 
-void coord_book_sync(comem_coord_srv *s)
+void coord_book_police(comem_coord_srv *s)
 {
     coord_book *b = &s->book;
-    if (!b->n_live)
-        return;
-    int64_t now = comem_now_ns();
     for (int i = 0; i < b->n_live; i++) {
         conn *c = s->conns[b->live[i]];
         if (c && c->session)
             check_words(s, &b->sess[b->live[i]], c->session);
     }
-    coord_book_reconcile(s);
+}
+
+void coord_book_publish_maps(comem_coord_srv *s)
+{
+    coord_book *b = &s->book;
     for (int i = 0; i < b->n_live; i++) {
         conn *c = s->conns[b->live[i]];
         if (c && c->session && !b->sess[b->live[i]].off)
             publish_map(s, &b->sess[b->live[i]], c);
     }
-    for (int d = 0; d < s->ledger.n_devices; d++)
-        restock(s, d, now);
+}
+
+void coord_book_confirm(comem_coord_srv *s, int64_t now)
+{
+    coord_book *b = &s->book;
     /* Published first, taken out second: for a moment the bytes count twice, never zero times. */
     int64_t looking = b->active_until_ns;
     for (int i = 0; i < b->n_live; i++) {
@@ -477,8 +405,10 @@ void coord_book_sync(comem_coord_srv *s)
     }
 }
 
-int coord_book_grant_done(comem_coord_srv *s, conn *c, uint64_t ref, uint64_t entry, int64_t used)
+int coord_book_grant_done(comem_coord_srv *s, conn *c, uint64_t ref, uint64_t entry, int64_t used,
+                          coord_filled *filled)
 {
+    *filled = (coord_filled){.device = -1};
     book_sess *bs = sess_of(s, c);
     uint32_t idx = (uint32_t)(ref >> 32) & 0x7fffffffu, seq = (uint32_t)ref;
     if (!bs || idx >= BOOK_RECORDS)
@@ -489,7 +419,7 @@ int coord_book_grant_done(comem_coord_srv *s, conn *c, uint64_t ref, uint64_t en
     book_priv *p = &bs->priv[idx];
     if (!p->live || p->seq != seq)
         return COMEM_ENOENT; /* not a booking of this session now (never booked, or scribbled) */
-    int rc = finish_done(s, bs, c->session, p, entry, used, p->booked_ns);
+    int rc = finish_done(s, bs, c->session, p, entry, used, p->booked_ns, filled);
     *p = (book_priv){0};
     atomic_store(&r->state, BOOK_FREE);
     s->book.reconciled++;

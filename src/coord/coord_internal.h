@@ -265,7 +265,7 @@ typedef struct coord_book {
  * counters and the admission latency histogram `comem metrics` prints. They only grow.
  */
 #define COORD_LATENCY_BUCKETS 14
-extern const double coord_latency_bounds_s[COORD_LATENCY_BUCKETS]; /* upper bounds, seconds (status.c) */
+extern const double coord_latency_bounds_s[COORD_LATENCY_BUCKETS]; /* upper bounds, seconds (counters.c) */
 typedef struct coord_counters {
     uint64_t admissions, refusals;  /* admission replies: granted, refused */
     uint64_t asks, asks_busy;       /* release asks sent; ... settled busy, unanswered or with their holder's end */
@@ -282,7 +282,7 @@ typedef struct coord_counters {
     int64_t dev_bytes_freed[COMEM_MAX_DEVICES];  /* ... what their receipts reported freed */
 } coord_counters;
 
-/* Counts one admission's answer and how long it took (admit.c). */
+/* Counts one admission's answer and how long it took since created_ns (counters.c: admit.c and book.c). */
 void coord_count_admission(comem_coord_srv *s, bool granted, int64_t created_ns);
 
 /* A process seen holding unregistered host RAM beyond COORD_RAM_WARN_BYTES: since when, and whether said. */
@@ -425,13 +425,6 @@ int coord_devices_open(comem_coord_srv *s);
 /* Reads device now; updates floors and the view. */
 int coord_measure(comem_coord_srv *s, int device);
 /*
- * True free usable for a decision on device: the last reading minus outstanding grants and the
- * grants filled since, when it is recent and nothing has changed since (the ledger's generation
- * is the reading's, and the card was not said to have moved); otherwise (or with fresh) the card
- * is read first. 0 when the device cannot be read: nothing is admitted on a guess.
- */
-int64_t coord_available(comem_coord_srv *s, int device, bool fresh);
-/*
  * A grant booked at granted_ns became bytes of residency on device. A reading taken before the
  * grant cannot show them: it is corrected. One taken since may already count them: it is read
  * again instead, rather than count them twice.
@@ -454,11 +447,28 @@ coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, 
 /* The same split, given Σ overhead of the session's holders on device (a caller that has it: no scan). */
 coord_floor_split coord_split_floor_given(const comem_coord_srv *s, uint64_t session, int device, int64_t overhead);
 
-/* The room decisions start from, without reading the card: the last reading less grants (and
-   grants filled since). coord_available is this less what the booking area holds. */
-int64_t coord_ledger_room(const comem_coord_srv *s, int device);
 /* Republishes the shared-memory view of device (figures that changed in the ledger). */
 void coord_publish_view(comem_coord_srv *s, int device);
+
+/* ---- room.c: one definition of room, for the socket path and the booking areas ---- */
+/* The room decisions start from, without reading the card: the last reading less grants (and
+   grants filled since). coord_available is this less what the booking areas hold. */
+int64_t coord_ledger_room(const comem_coord_srv *s, int device);
+/*
+ * True free usable for a decision on device: the last reading minus outstanding grants and the
+ * grants filled since, when it is recent and nothing has changed since (the ledger's generation
+ * is the reading's, and the card was not said to have moved); otherwise (or with fresh) the card
+ * is read first. 0 when the device cannot be read: nothing is admitted on a guess.
+ */
+int64_t coord_available(comem_coord_srv *s, int device, bool fresh);
+/* What the stocks on device may share: the ledger room, never beyond what the ledger would book. */
+int64_t coord_stock_room(const comem_coord_srv *s, int device);
+/* The two terms a session's admission target adds on device dev beyond the weights and working
+   memory: the reserve it keeps, and the context floor when it has none there yet. Admissions and
+   the booking areas' stocks both use it. */
+void coord_target_terms(comem_coord_srv *s, uint64_t session, int dev, int64_t *reserve, int64_t *floor_add);
+/* An admission's ask target on dev: the card's rule (or host RAM's) with those terms. */
+int64_t coord_need(comem_coord_srv *s, uint64_t session, int dev, int64_t weights, int64_t working);
 
 /* ---- book.c: the booking areas (shm/book.h) ---- */
 /* Reads COMEM_NO_FAST; areas are made per session. */
@@ -479,13 +489,32 @@ int64_t coord_fast_booked(comem_coord_srv *s, int device);
 int64_t coord_fast_limit(const comem_coord_srv *s, int device);
 /* Turns what clients booked since last looked into ledger grants (before a reading: floors subtract grants). */
 void coord_book_reconcile(comem_coord_srv *s);
+/* Publishes a session's limit on d (seq_cst: a take-back reads `charged` after it). */
+void coord_book_limit(book_sess *bs, int d, int64_t lim);
+/* Takes a session's unspent stock on d back down to `to` (0: the limit closes). */
+void coord_book_take_back(book_sess *bs, int d, int64_t to);
+/* Every live area's words checked (limits and map are the coordinator's; charged never below 0). */
+void coord_book_police(comem_coord_srv *s);
+/* Every live area's ordinal -> device map, as the sessions' DEVICE_MAPs say now. */
+void coord_book_publish_maps(comem_coord_srv *s);
+/* The turn's end: reconciled bytes taken out of `charged` (after the new limits), and confirmed. */
+void coord_book_confirm(comem_coord_srv *s, int64_t now);
+
+/* ---- stock.c ---- */
 /* End of a loop turn: reconciles new bookings, refills and takes back stocks, publishes the limits. */
 void coord_book_sync(comem_coord_srv *s);
+/* What a finished grant or booking filled: bytes of residency on device since granted_ns (-1: none). */
+typedef struct coord_filled {
+    int device;
+    int64_t bytes, granted_ns;
+} coord_filled;
 /*
  * GRANT_DONE naming a booking (grant id BOOK_REF_BIT | record << 32 | seq): the booking turns into
- * residency in entry like a grant. Returns the reply's status (COMEM_ENOENT: no such booking now).
+ * residency in entry like a grant, *filled saying what it filled (the caller notes it in the reading
+ * and the reserve, as for a grant). Returns the reply's status (COMEM_ENOENT: no such booking now).
  */
-int coord_book_grant_done(comem_coord_srv *s, conn *c, uint64_t ref, uint64_t entry, int64_t used);
+int coord_book_grant_done(comem_coord_srv *s, conn *c, uint64_t ref, uint64_t entry, int64_t used,
+                          coord_filled *filled);
 /* Bookings flow: the loop should look often. */
 bool coord_book_active(const comem_coord_srv *s);
 
@@ -494,10 +523,6 @@ bool coord_book_active(const comem_coord_srv *s);
 void coord_publish_reserve(comem_coord_srv *s, int device, bool shrink_allowed);
 /* What one session's process should keep free on device, and its pager headroom. */
 int64_t coord_reserve_for(comem_coord_srv *s, uint64_t session, int device, int64_t *pager_headroom);
-/* The two terms a session's admission target adds on device dev beyond the weights and working
-   memory (coord/admit.c): the reserve it keeps, and the context floor when it has none there yet.
-   Admissions and the booking area's published targets both use it. */
-void coord_target_terms(comem_coord_srv *s, uint64_t session, int dev, int64_t *reserve, int64_t *floor_add);
 /* The charge one session adds to device's reserve. */
 int64_t coord_charge_of(comem_coord_srv *s, uint64_t session, int device);
 /*

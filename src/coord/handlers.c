@@ -125,21 +125,27 @@ static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg
 
 static void on_grant_done(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_grant_done *g)
 {
+    coord_filled f = {.device = -1};
+    int rc;
     if (g->grant_id & BOOK_REF_BIT) { /* a booking made in shared memory (coord/book.c) */
-        int rc = coord_book_grant_done(s, c, g->grant_id, g->entry_id, g->used);
-        coord_reply(s, c, rid, rc, rc == COMEM_ENOENT ? "no such booking (expired?) or entry" : NULL);
-        return;
+        rc = coord_book_grant_done(s, c, g->grant_id, g->entry_id, g->used, &f);
+    } else {
+        ledger_grant *gr = comem_ledger_grant(&s->ledger, g->grant_id);
+        if (gr)
+            f = (coord_filled){gr->device, comem_min(comem_clamp0(g->used), gr->bytes),
+                               comem_sub(gr->expires_ns, (int64_t)s->cfg.grant_ttl_ms * 1000000)};
+        rc = comem_ledger_grant_done(&s->ledger, c->session, g->grant_id, g->entry_id, g->used);
+        if (rc != COMEM_OK || !g->entry_id)
+            f.device = -1;
     }
-    ledger_grant *gr = comem_ledger_grant(&s->ledger, g->grant_id);
-    int device = gr ? gr->device : -1;
-    int64_t bytes = gr ? gr->bytes : 0;
-    int64_t granted_ns = gr ? comem_sub(gr->expires_ns, (int64_t)s->cfg.grant_ttl_ms * 1000000) : 0;
-    int rc = comem_ledger_grant_done(&s->ledger, c->session, g->grant_id, g->entry_id, g->used);
-    if (rc == COMEM_OK && g->entry_id && device >= 0) {
-        coord_note_done(s, device, comem_min(comem_clamp0(g->used), bytes), granted_ns);
-        coord_publish_reserve(s, device, false); /* residency grew: a worker's charge may too */
+    if (f.device >= 0) { /* residency grew: the reading is corrected, and a worker's charge may grow too */
+        coord_note_done(s, f.device, f.bytes, f.granted_ns);
+        coord_publish_reserve(s, f.device, false);
     }
-    coord_reply(s, c, rid, rc, rc == COMEM_ENOENT ? "no such grant (expired?) or entry" : NULL);
+    coord_reply(s, c, rid, rc,
+                rc != COMEM_ENOENT                ? NULL
+                : (g->grant_id & BOOK_REF_BIT) ? "no such booking (expired?) or entry"
+                                                : "no such grant (expired?) or entry");
 }
 
 static void on_activity(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_activity *a)

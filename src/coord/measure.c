@@ -288,28 +288,6 @@ int coord_measure(comem_coord_srv *s, int device)
     return COMEM_OK;
 }
 
-int64_t coord_available(comem_coord_srv *s, int device, bool fresh)
-{
-    measurement *m = &s->meas[device];
-    coord_book_reconcile(s); /* a grant cancelled in shared memory is room now, not at the turn's end */
-    int64_t age = comem_now_ns() - m->taken_ns;
-    bool changed = m->stale || m->changes != s->ledger.devices[device].changes;
-    if (fresh || !m->valid || changed || age > (int64_t)s->cfg.reading_max_age_ms * 1000000)
-        coord_measure(s, device);
-    if (!m->valid)
-        return 0; /* cannot read the card: admit nothing rather than guess */
-    /* Bookings the area holds and the ledger does not yet are taken, too. */
-    return comem_sub(coord_ledger_room(s, device), coord_fast_inflight(s, device));
-}
-
-int64_t coord_ledger_room(const comem_coord_srv *s, int device)
-{
-    const measurement *m = &s->meas[device];
-    if (!m->valid)
-        return 0;
-    return comem_sub(comem_sub(m->r.free, comem_ledger_granted(&s->ledger, device)), m->done_since);
-}
-
 void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t granted_ns)
 {
     measurement *m = &s->meas[device];

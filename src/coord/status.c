@@ -51,9 +51,6 @@ static void add_known(json_object *o, const char *k, bool known, int64_t v)
 /* The JSON shape's version: bumped when a key changes meaning or goes away (docs/json.md). */
 #define STATUS_SCHEMA 1
 
-const double coord_latency_bounds_s[COORD_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                              0.1,    0.25,  0.5,    1,     2.5,  5,     10};
-
 static const char *role_name(uint8_t r)
 {
     return r == COMEM_ROLE_HOST ? "host" : r == COMEM_ROLE_WORKER ? "worker" : "tool";
