@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/pidfd.h"
 #include "base/name.h"
 #include "base/size.h"
 #include "comem/common.h"
@@ -22,16 +22,6 @@ static bool token_equal(const char *a, const char *b)
     for (size_t i = 0; i < n; i++)
         diff |= (unsigned)(unsigned char)(i < la ? a[i] : 0) ^ (unsigned)(unsigned char)(i < lb ? b[i] : 0);
     return diff == 0;
-}
-
-static int pidfd_open_compat(int32_t pid)
-{
-#ifdef SYS_pidfd_open
-    return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-#else
-    (void)pid;
-    return -1;
-#endif
 }
 
 /*
@@ -98,7 +88,7 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     }
     c->session = id;
     /* Watch the process itself: its death ends the session even if the socket is inherited. */
-    c->pidfd = pidfd_open_compat(c->pid);
+    c->pidfd = comem_pidfd_open(c->pid);
     if (c->pidfd >= 0)
         coord_watch(s, c->pidfd, EPOLLIN, &c->pid_tag);
     if (h->scope == COMEM_SCOPE_PROCESS_LOCAL && s->max_pinned_windows < s->ledger.max_pinned &&

@@ -36,12 +36,12 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/bytes.h"
 #include "base/log.h"
+#include "base/pidfd.h"
 #include "base/rundir.h"
 #include "comem/common.h"
 
@@ -202,16 +202,6 @@ static bool numbered_here(const comem_sim *sim, const sim_slot *s)
  */
 static int32_t card_pid(const comem_sim *sim, int32_t pid) { return pid == sim->self ? sim->pid : pid; }
 
-static int pidfd_open_compat(int32_t pid)
-{
-#ifdef SYS_pidfd_open
-    return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-#else
-    (void)pid;
-    return -1;
-#endif
-}
-
 static void unwatch(comem_sim *sim, int i)
 {
     if (sim->watch[i].fd >= 0) {
@@ -239,7 +229,7 @@ static bool judge_and_watch(comem_sim *sim, const sim_slot *s, int i)
         unwatch(sim, i); /* the slot was freed and taken again since */
     int fd = -1;
     if (w->fd < 0 && sim->pid == sim->self && sim->n_watched < SIM_WATCH_MAX)
-        fd = pidfd_open_compat(s->pid);
+        fd = comem_pidfd_open(s->pid);
     if (!proc_alive(s->pid, s->start_time)) { /* after the open: the pidfd is then known to name this process */
         if (fd >= 0)
             close(fd);
