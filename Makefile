@@ -2,7 +2,7 @@
 #   make demo    installs what is missing, builds, runs the demo scenario under every policy
 #   make check   installs what is missing (and the tests' Python environment, .venv/), builds, runs every test
 #   make install PREFIX=DIR   builds, then installs under DIR (default /usr/local; DESTDIR for staging)
-# Other targets: make (build only), make asan, make tsan, make clean.
+# Other targets: make (build only), make asan, make tsan, make windows-check (docs/windows.md), make clean.
 
 BUILD ?= build
 SANITIZE ?=
@@ -11,7 +11,7 @@ CTEST_ARGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 
-.PHONY: all build deps venv demo check asan tsan clean install
+.PHONY: all build deps venv demo check asan tsan windows-check clean install
 
 all: build
 
@@ -47,5 +47,9 @@ asan:
 tsan:
 	$(MAKE) check BUILD=build-tsan SANITIZE=thread CTEST_ARGS="-L threads"
 
+# Cross-builds the portable layers for Windows with MinGW-w64 and runs their tests under wine.
+windows-check:
+	@bash scripts/windows-check.sh
+
 clean:
-	rm -rf build build-asan build-tsan build-fuzz build-release
+	rm -rf build build-asan build-tsan build-fuzz build-release build-win build-win-deps

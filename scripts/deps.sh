@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages comem needs to build and test (the C side), and nothing more;
 # the Python packages the tests use come from PyPI into .venv/ (scripts/venv.sh).
-# Run by `make demo`, `make check` and `.ci/run`. Already-installed packages are
+# Run by `make demo`, `make check` and `.ci/run`; `deps.sh windows` by `make windows-check`. Already-installed packages are
 # detected with dpkg-query, so a second run costs a few milliseconds and needs no root.
 # Optional, used by tests when present and skipped (saying so) otherwise: systemd-analyze
 # (package systemd) verifies the installed unit, groff checks the man pages.
@@ -23,6 +23,11 @@ packages=(
                                            # prometheus.service (port 9090): `systemctl disable --now
                                            # prometheus` if it is not wanted; the test starts its own
 )
+
+# `deps.sh windows`: what scripts/windows-check.sh needs instead (MinGW-w64 and wine: ~70 s to install).
+if [ "${1:-}" = windows ]; then
+  packages=(mingw-w64 wine wine64 cmake ninja-build xz-utils)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

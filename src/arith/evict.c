@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "base/bytes.h"
+#include "base/sort.h"
 #include "comem/common.h"
 
 /* The key tuple (-offloaded, refs, size, index), compared lexicographically. */
@@ -32,7 +33,7 @@ size_t comem_evict_order(const comem_evict_request *req, const comem_evict_entry
             continue;
         order[m++] = i;
     }
-    qsort_r(order, m, sizeof *order, key_cmp, (void *)entries);
+    comem_sort(order, m, sizeof *order, key_cmp, (void *)entries);
     return m;
 }
 

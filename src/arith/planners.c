@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/bytes.h"
+#include "base/sort.h"
 
 static int held_desc_then_key(const void *pa, const void *pb, void *ctx)
 {
@@ -31,7 +32,7 @@ size_t comem_plan_pressure_release(const comem_release_holder *holders, size_t n
             continue;
         asks[m++] = (comem_release_ask){.holder = i, .bytes = 0};
     }
-    qsort_r(asks, m, sizeof *asks, held_desc_then_key, (void *)holders);
+    comem_sort(asks, m, sizeof *asks, held_desc_then_key, (void *)holders);
     size_t k = 0;
     while (k < m && remaining > 0) {
         int64_t ask = comem_min(comem_clamp0(holders[asks[k].holder].held), remaining);
@@ -60,7 +61,7 @@ size_t comem_plan_idle_release(const comem_idle_holder *holders, size_t n, doubl
         if (timer_due || (prompt_over && card_tight))
             out[m++] = i;
     }
-    qsort_r(out, m, sizeof *out, idle_key_cmp, (void *)holders);
+    comem_sort(out, m, sizeof *out, idle_key_cmp, (void *)holders);
     return m;
 }
 

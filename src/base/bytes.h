@@ -48,7 +48,7 @@ static inline int64_t comem_clamp0(int64_t a) { return a > 0 ? a : 0; }
 /* Python's int(x) for a finite double; saturates outside int64, NaN gives 0. */
 static inline int64_t comem_trunc(double x)
 {
-    if (isnan(x))
+    if (__builtin_isnan(x)) /* the builtin: MinGW's isnan macro converts a double to float first */
         return 0;
     if (x >= 9223372036854775807.0)
         return INT64_MAX;

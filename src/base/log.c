@@ -72,7 +72,7 @@ void comem_log(comem_log_level level, const char *fmt, ...)
             line[sizeof line - 2] = '\n';
             len = sizeof line - 1;
         }
-        ssize_t w = write(STDERR_FILENO, line, len);
+        ssize_t w = write(STDERR_FILENO, line, (unsigned)len); /* len < sizeof line: fits every platform's count type */
         (void)w;
     }
     pthread_mutex_unlock(&g_sink_lock);

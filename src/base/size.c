@@ -2,7 +2,7 @@
 #include "base/size.h"
 
 #include <ctype.h>
-#include <math.h>
+#include <math.h> /* its float tests are used as __builtin_*: MinGW's macros convert a double to float first */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +50,7 @@ static int read_decimal(const char *s, double *out, const char **end)
     }
     char *stop;
     double v = strtod(s, &stop);
-    if (stop != p || !isfinite(v))
+    if (stop != p || !__builtin_isfinite(v))
         return COMEM_EINVAL;
     *out = v;
     *end = p;
@@ -63,7 +63,7 @@ int comem_parse_number(const char *s, double *out, char *err, size_t errlen)
     double v;
     if (!s || read_decimal(s, &v, &end) != COMEM_OK || *end != '\0')
         return fail(err, errlen, "not a number", s);
-    if (v < 0 || signbit(v))
+    if (v < 0 || __builtin_signbit(v))
         return fail(err, errlen, "must not be negative", s);
     *out = v;
     return COMEM_OK;
@@ -73,7 +73,7 @@ int comem_parse_seconds(const char *what, const char *s, double *out, char *err,
 {
     const char *end;
     double v;
-    if (!s || read_decimal(s, &v, &end) != COMEM_OK || *end != '\0' || !(v > 0) || !isfinite(v) || v > 1e9) {
+    if (!s || read_decimal(s, &v, &end) != COMEM_OK || *end != '\0' || !(v > 0) || !__builtin_isfinite(v) || v > 1e9) {
         if (err && errlen)
             snprintf(err, errlen, "%s needs a positive number of seconds, not '%s'", what, s ? s : "");
         return COMEM_EINVAL;
@@ -102,7 +102,7 @@ int comem_parse_size(const char *s, double *out, char *err, size_t errlen)
         s++;
     if (read_decimal(s, &v, &end) != COMEM_OK)
         return fail(err, errlen, "not a size (bytes, or a number with B, KiB, MiB, GiB or TiB)", s);
-    if (v < 0 || signbit(v))
+    if (v < 0 || __builtin_signbit(v))
         return fail(err, errlen, "size must not be negative", s);
     while (*end == ' ')
         end++;
@@ -113,7 +113,7 @@ int comem_parse_size(const char *s, double *out, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcasecmp(end, units[i].name) == 0) {
             double r = v * units[i].scale;
-            if (!isfinite(r))
+            if (!__builtin_isfinite(r))
                 return fail(err, errlen, "size too large", s);
             *out = r;
             return COMEM_OK;
@@ -128,7 +128,7 @@ int comem_parse_size(const char *s, double *out, char *err, size_t errlen)
 
 char *comem_format_double(double x, char *buf, size_t len)
 {
-    if (!isfinite(x)) {
+    if (!__builtin_isfinite(x)) {
         /* JSON has no spelling for these; callers never produce them, but be safe. */
         snprintf(buf, len, "null");
         return buf;

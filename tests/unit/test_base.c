@@ -7,6 +7,7 @@
 
 #include "base/bytes.h"
 #include "base/size.h"
+#include "base/sort.h"
 #include "comem/common.h"
 
 static void test_saturation(void **s)
@@ -39,7 +40,7 @@ static void test_python_max_min_tie(void **s)
 {
     (void)s;
     assert_true(comem_fmax(1.0, 1.0) == 1.0);
-    assert_true(comem_fmax(-0.0, 0.0) == 0.0 && signbit(comem_fmax(-0.0, 0.0))); /* first wins ties */
+    assert_true(comem_fmax(-0.0, 0.0) == 0.0 && __builtin_signbit(comem_fmax(-0.0, 0.0))); /* first wins ties */
     assert_true(comem_fmin(2.0, 1.0) == 1.0);
 }
 
@@ -109,6 +110,49 @@ static void test_format_bytes(void **s)
     assert_string_equal(comem_format_bytes(-3 * COMEM_GIB / 2, buf, sizeof buf), "-1.50 GiB");
 }
 
+/* Records sorted by key only: the tag says where each came from, so stability can be seen. */
+typedef struct keyed {
+    int key;
+    int tag;
+    char pad[20]; /* a size no word copy covers */
+} keyed;
+
+static int by_key(const void *a, const void *b, void *ctx)
+{
+    (*(int *)ctx)++; /* the context reaches every comparison */
+    int x = ((const keyed *)a)->key, y = ((const keyed *)b)->key;
+    return (x > y) - (x < y);
+}
+
+static void test_sort_is_stable_and_ordered(void **s)
+{
+    (void)s;
+    unsigned seed = 12345;
+    for (size_t n = 0; n <= 300; n = n < 20 ? n + 1 : n * 2 + 1) {
+        keyed *v = calloc(n + 1, sizeof *v);
+        assert_non_null(v);
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            v[i] = (keyed){.key = (int)(seed >> 16) % 7, .tag = (int)i}; /* few keys: many ties */
+        }
+        int calls = 0;
+        comem_sort(v, n, sizeof *v, by_key, &calls);
+        for (size_t i = 1; i < n; i++) {
+            assert_true(v[i - 1].key <= v[i].key);
+            if (v[i - 1].key == v[i].key)
+                assert_true(v[i - 1].tag < v[i].tag); /* equal keys keep their order */
+        }
+        int seen[300 * 2 + 2] = {0};
+        for (size_t i = 0; i < n; i++)
+            seen[v[i].tag]++;
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(seen[i], 1); /* a permutation: nothing lost or doubled */
+        if (n > 1)
+            assert_true(calls > 0);
+        free(v);
+    }
+}
+
 static void test_status_strings(void **s)
 {
     (void)s;
@@ -123,7 +167,7 @@ int main(void)
         cmocka_unit_test(test_saturation),   cmocka_unit_test(test_trunc_is_python_int),
         cmocka_unit_test(test_python_max_min_tie), cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_format_double), cmocka_unit_test(test_format_bytes),
-        cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_status_strings), cmocka_unit_test(test_sort_is_stable_and_ordered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

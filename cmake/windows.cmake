@@ -1,0 +1,42 @@
+# cmake/windows.cmake - comem on Windows so far (issue 26; docs/windows.md says what is and is not).
+#
+# The layers that need no platform of their own build as one static library, comem_portable: the
+# rules (arith), the protocol (wire), the books (ledger), whom to ask (coord/plan.c) and the parts
+# of base they use. Their unit tests build against it and run under wine (the toolchain file sets
+# wine as the emulator ctest starts each .exe through). The platform layer the rest needs (named
+# pipes, IOCP, sections, process handles) is the next step; nothing else is built here yet.
+
+find_package(Threads REQUIRED)
+# C99's printf (%zu, %lld) rather than msvcrt's, for comem's log lines and cmocka's messages alike.
+add_compile_definitions(__USE_MINGW_ANSI_STDIO=1)
+
+set(COMEM_PORTABLE_SOURCES
+  src/base/clock.c src/base/log.c src/base/name.c src/base/size.c src/base/sort.c src/base/status.c
+  src/base/token.c src/coord/plan.c)
+file(GLOB COMEM_PORTABLE_LAYERS CONFIGURE_DEPENDS src/arith/*.c src/wire/*.c src/ledger/*.c)
+add_library(comem_portable STATIC ${COMEM_PORTABLE_SOURCES} ${COMEM_PORTABLE_LAYERS})
+target_include_directories(comem_portable PUBLIC include src)
+target_link_libraries(comem_portable PUBLIC Threads::Threads)
+# Each exe carries what it needs: wine finds no MinGW runtime DLLs beside it.
+target_link_options(comem_portable PUBLIC -static)
+
+if(COMEM_BUILD_TESTS)
+  # cmocka built for MinGW: scripts/windows-check.sh builds Debian's source into COMEM_WIN_DEPS
+  # (outside the MinGW root the toolchain file confines searches to).
+  set(COMEM_WIN_DEPS "" CACHE PATH "Where cmocka for MinGW is installed")
+  find_path(COMEM_CMOCKA_INCLUDE cmocka.h HINTS ${COMEM_WIN_DEPS}/include NO_CMAKE_FIND_ROOT_PATH REQUIRED)
+  find_library(COMEM_CMOCKA_LIB NAMES cmocka-static libcmocka-static.a HINTS ${COMEM_WIN_DEPS}/lib
+               NO_CMAKE_FIND_ROOT_PATH REQUIRED)
+  enable_testing()
+  foreach(name test_arith test_base test_calc test_ledger test_plan test_wire)
+    add_executable(${name} tests/unit/${name}.c)
+    target_include_directories(${name} PRIVATE tests ${COMEM_CMOCKA_INCLUDE})
+    target_link_libraries(${name} PRIVATE comem_portable ${COMEM_CMOCKA_LIB})
+    # cmocka.h declares its message functions with `printf`, which MinGW's GCC checks as msvcrt's
+    # (no %zu), while both sides run C99's (above; cmocka is built with it too): the formats are
+    # checked in the Linux build, where the attribute means what it says.
+    target_compile_options(${name} PRIVATE -Wno-format)
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES TIMEOUT 120 ENVIRONMENT "WINEDEBUG=-all")
+  endforeach()
+endif()

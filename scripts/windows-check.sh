@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# comem on Windows, as far as it goes (issue 26; docs/windows.md): cross-builds the layers that
+# need no platform of their own (arith, wire, ledger, coord/plan.c, base) for 64-bit Windows with
+# MinGW-w64 and runs their unit tests under wine.
+#
+#   scripts/windows-check.sh      (or: make windows-check)
+#
+# Installs mingw-w64 and wine (scripts/deps.sh windows), builds Debian's cmocka source for MinGW
+# once into build-win-deps/ (Debian has no MinGW build of it; the source comes through a deb-src
+# list of this script's own, so the machine's apt sources are left as they are), configures
+# build-win/ with cmake/mingw-w64.cmake, builds, and runs ctest there: each test .exe under wine,
+# in a wine prefix inside build-win/. Exits non-zero when a build or a test fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/deps.sh windows
+
+deps=$PWD/build-win-deps
+if [ ! -f "$deps/lib/libcmocka-static.a" ]; then
+  src=$deps/src
+  rm -rf "$src"
+  mkdir -p "$src/lists/partial" "$src/cache/archives/partial" "$src/parts"
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $codename main" \
+    >"$src/sources.list"
+  apt_opts=(-q -o "Dir::Etc::SourceList=$src/sources.list" -o "Dir::Etc::SourceParts=$src/parts"
+            -o "Dir::State::Lists=$src/lists" -o "Dir::Cache=$src/cache")
+  echo "windows-check: fetching Debian's cmocka source" >&2
+  apt-get "${apt_opts[@]}" update >/dev/null
+  (cd "$src" && apt-get "${apt_opts[@]}" source --download-only cmocka >/dev/null 2>&1)
+  tar -C "$src" -xf "$src"/cmocka_*.orig.tar.xz
+  echo "windows-check: building cmocka for MinGW" >&2
+  cmake -S "$src"/cmocka-*/ -B "$src/build" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/mingw-w64.cmake" \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-D__USE_MINGW_ANSI_STDIO=1 -DWITH_STATIC_LIB=ON \
+    -DWITH_EXAMPLES=OFF -DUNIT_TESTING=OFF -DCMAKE_INSTALL_PREFIX="$deps" >/dev/null
+  cmake --build "$src/build" --target install >/dev/null
+fi
+
+cmake -S . -B build-win -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64.cmake -DCOMEM_WIN_DEPS="$deps" \
+  -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build-win -j "$(nproc 2>/dev/null || echo 2)"
+export WINEPREFIX=$PWD/build-win/wineprefix WINEDEBUG=-all
+ctest --test-dir build-win --output-on-failure
