@@ -33,7 +33,8 @@
  *
  *   from        to          when                                          by
  *   (request)   QUEUED      a valid ADMIT, within the bounds; not decided coord_admit, new_job
- *                           at once, it is acknowledged (ADMIT_QUEUED)
+ *                           at once, it is acknowledged (ADMIT_QUEUED) if coord_jobs_ack
+ *                           still unanswered 1 ms later
  *   QUEUED      PLANNING    it reaches the head of the FIFO                pump -> step
  *   QUEUED      granted     behind a job that waits on asks, it fits the   pump -> decide_fitting
  *                           room beyond what receipts freed for the jobs   -> finish
@@ -208,6 +209,8 @@ static void job_free(comem_coord_srv *s, uint64_t jid, job *j)
 {
     if (j->requester)
         j->requester->jobs--;
+    if (j->ack_due_ns)
+        s->acks_due--; /* answered (or dropped) first: no acknowledgement goes out */
     queue_remove(s, j->device, jid);
     free(j->keep);
     comem_slab_free(&s->jobs, jid);
@@ -533,9 +536,26 @@ void coord_admit(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_admi
     }
     queue_push(s, a->device, id);
     pump(s, a->device);
-    if (job_get(s, id)) { /* not decided at once: it waits for receipts, or behind a job that does */
-        comem_msg m = {.type = COMEM_MSG_ADMIT_QUEUED, .request_id = rid};
-        coord_send(s, c, &m);
+    job *left = job_get(s, id);
+    if (left) { /* not decided at once (it waits for receipts, or behind a job that does): acknowledged
+                   if still unanswered COORD_ACK_DEFER_NS from now (coord_jobs_ack) */
+        left->ack_due_ns = comem_add(comem_now_ns(), COORD_ACK_DEFER_NS);
+        s->acks_due++;
+    }
+}
+
+void coord_jobs_ack(comem_coord_srv *s, int64_t now_ns)
+{
+    for (size_t i = 0; s->acks_due > 0 && i < comem_slab_slots(&s->jobs); i++) {
+        job *j = comem_slab_at(&s->jobs, i, NULL);
+        if (!j || !j->ack_due_ns || now_ns < j->ack_due_ns)
+            continue;
+        j->ack_due_ns = 0;
+        s->acks_due--;
+        if (j->requester) {
+            comem_msg m = {.type = COMEM_MSG_ADMIT_QUEUED, .request_id = j->request_id};
+            coord_send(s, j->requester, &m);
+        }
     }
 }
 

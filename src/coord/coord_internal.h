@@ -145,7 +145,15 @@ typedef struct job {
     job_state state;
     uint64_t next;         /* next job in the device FIFO */
     int64_t created_ns;    /* when the request arrived: the admission latency's start */
+    int64_t ack_due_ns;    /* an ADMIT not answered by then is acknowledged (ADMIT_QUEUED); 0: no ack due */
 } job;
+
+/*
+ * How long an admission may go unanswered before it is acknowledged. Most that ask one holder
+ * are answered sooner, and then no ADMIT_QUEUED wakes the requester while the holder frees (on one
+ * CPU that wake-up ran in series with the release); a client waits 200 ms or more for either.
+ */
+#define COORD_ACK_DEFER_NS (1000 * 1000LL)
 
 struct ask;
 
@@ -315,6 +323,7 @@ typedef struct comem_coord_srv {
     int64_t started_ns, last_tick_ns, last_pin_sweep_ns;
     uint64_t idle_asking[64]; /* holders with an idle ask out */
     int n_idle_asking;
+    int acks_due; /* jobs with an ack_due_ns set: the loop wakes for them within a millisecond */
     comem_view_writer view;
     coord_book book;
     view_mark view_mark[COMEM_MAX_DEVICES]; /* what each device's view was last published from */
@@ -538,6 +547,8 @@ void coord_admit(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_m
 void coord_pressure(comem_coord_srv *s, conn *c, uint32_t request_id, const comem_msg_pressure *p);
 /* A session ended: its jobs are dropped, and jobs waiting on its holders move on. */
 void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session);
+/* The turn's end: admissions unanswered past their ack_due_ns are acknowledged (ADMIT_QUEUED). */
+void coord_jobs_ack(comem_coord_srv *s, int64_t now_ns);
 void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns);
 /* ---- receipt_check.c: a receipt against the card ---- */
 /* Process pid's use of device as an ask goes out (a reading under 1 ms old serves); -1 when the card

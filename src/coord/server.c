@@ -103,6 +103,8 @@ static void tick(comem_coord_srv *s)
  */
 static void turn_end(comem_coord_srv *s)
 {
+    if (s->acks_due)
+        coord_jobs_ack(s, comem_now_ns());
     coord_book_sync(s);
     for (int d = 0; d < s->ledger.n_devices; d++) {
         const ledger_device *ld = &s->ledger.devices[d];
@@ -198,7 +200,8 @@ int comem_coord_run(comem_coord_srv *s)
     while (!s->stop) {
         /* While clients book in shared memory the loop looks at the area every 250 us, so a booking
            is a ledger grant (and in the view) well within a millisecond. */
-        int n = coord_book_active(s) ? wait_short(s, evs, 64) : epoll_wait(s->epfd, evs, 64, 1000);
+        int n = coord_book_active(s) ? wait_short(s, evs, 64)
+                : epoll_wait(s->epfd, evs, 64, s->acks_due ? 1 : 1000); /* an acknowledgement due soon */
         if (n < 0) {
             if (errno == EINTR)
                 continue;
