@@ -443,9 +443,9 @@ class TestOffloadAsksForRam(AdapterCase):
         del p.detach
         self.assertEqual(p.loaded_size(), 0)
         asks = other.ask("asks")["asks"]
-        self.assertEqual(len(asks), 1, self.machine.comemd_log()[-4000:])
-        self.assertEqual(asks_at_detach, [1], "asked before ComfyUI moved the weights")
-        self.assertEqual((asks[0]["holder"], asks[0]["kind"]), ("weights", "bytes"))
+        self.assertGreaterEqual(len(asks), 1, self.machine.comemd_log()[-4000:])
+        self.assertEqual(asks_at_detach, [len(asks)], "every ask came before ComfyUI moved the weights")
+        self.assertEqual({(a["holder"], a["kind"]) for a in asks}, {("weights", "bytes")})
         self.assertGreater(asks[0]["bytes"], 0)
         self.assertLessEqual(asks[0]["bytes"], 256 * MiB, "asked for what the offload lacks, not more")
         self.assertTrue(any("offloading 256 MiB of a model's weights to RAM" in m for m in logs.output), logs.output)
