@@ -536,18 +536,32 @@ static nvml_source *as_nvml(comem_device_source *src)
     return src && src->ops == &g_ops ? (nvml_source *)src : NULL;
 }
 
-int comem_nvml_index_by_uuid(comem_device_source *src, const char *uuid, int *index)
+/* Whether NVML's device d (index i) is the one key names: by its UUID, or by its PCI bus id. */
+typedef bool (*device_match)(nvml_source *s, nvmlDevice_t d, int i, const char *key);
+
+static bool uuid_is(nvml_source *s, nvmlDevice_t d, int i, const char *uuid)
+{
+    char u[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    get_uuid(s, d, i, u, sizeof u);
+    return u[0] && strcmp(u, uuid) == 0;
+}
+
+static bool bus_id_is(nvml_source *s, nvmlDevice_t d, int i, const char *bus_id)
+{
+    char b[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+    get_pci(s, d, i, b, sizeof b);
+    return comem_pci_bus_id_equal(b, bus_id);
+}
+
+/* The index of the first of src's devices that match says is key's. */
+static int index_where(comem_device_source *src, device_match match, const char *key, int *index)
 {
     nvml_source *s = as_nvml(src);
-    if (!s || !uuid || !index)
+    if (!s || !key || !index)
         return COMEM_EINVAL;
     for (unsigned i = 0; i < s->count; i++) {
         nvmlDevice_t d;
-        if (get_handle(s, (int)i, &d) != COMEM_OK)
-            continue;
-        char u[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
-        get_uuid(s, d, (int)i, u, sizeof u);
-        if (u[0] && strcmp(u, uuid) == 0) {
+        if (get_handle(s, (int)i, &d) == COMEM_OK && match(s, d, (int)i, key)) {
             *index = (int)i;
             return COMEM_OK;
         }
@@ -555,23 +569,14 @@ int comem_nvml_index_by_uuid(comem_device_source *src, const char *uuid, int *in
     return COMEM_ENOENT;
 }
 
+int comem_nvml_index_by_uuid(comem_device_source *src, const char *uuid, int *index)
+{
+    return index_where(src, uuid_is, uuid, index);
+}
+
 int comem_nvml_index_by_pci_bus_id(comem_device_source *src, const char *bus_id, int *index)
 {
-    nvml_source *s = as_nvml(src);
-    if (!s || !bus_id || !index)
-        return COMEM_EINVAL;
-    for (unsigned i = 0; i < s->count; i++) {
-        nvmlDevice_t d;
-        if (get_handle(s, (int)i, &d) != COMEM_OK)
-            continue;
-        char b[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
-        get_pci(s, d, (int)i, b, sizeof b);
-        if (comem_pci_bus_id_equal(b, bus_id)) {
-            *index = (int)i;
-            return COMEM_OK;
-        }
-    }
-    return COMEM_ENOENT;
+    return index_where(src, bus_id_is, bus_id, index);
 }
 
 /* Reads 1-8 hex digits (no "0x", no sign) and the separator after them. */
