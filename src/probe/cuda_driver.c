@@ -1,7 +1,6 @@
 /* probe/cuda_driver.c - loads libcuda at run time and fills the dispatch table. */
 #include "probe/cuda_driver.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -12,9 +11,10 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "os/dl.h"
 #include "comem/common.h"
 
-#define DEFAULT_LIBRARY "libcuda.so.1"
+#define DEFAULT_LIBRARY COMEM_DL_CUDA
 
 _Static_assert(sizeof(void *) == sizeof(PFN_cuInit), "function and data pointers have one size");
 
@@ -83,23 +83,20 @@ static int load_once(void)
     const char *path = env && *env ? env : DEFAULT_LIBRARY;
 
     /* Prefer the copy already loaded (by PyTorch, say): one driver instance per process. */
-    void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    char reason[160] = "";
+    comem_dl *lib = comem_dl_open(path, true, reason, sizeof reason);
     if (!lib)
-        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        const char *e = dlerror();
-        return fail("cannot load %s: %s", path, e ? e : "unknown dlopen error");
-    }
+        return fail("cannot load %s: %s", path, reason);
 
     PFN_cuGetProcAddress_v2 gpa2 = NULL;
     PFN_cuGetProcAddress_v1 gpa1 = NULL;
-    void *sym = dlsym(lib, "cuGetProcAddress_v2");
+    void *sym = comem_dl_sym(lib, "cuGetProcAddress_v2");
     if (sym) {
         memcpy(&gpa2, &sym, sizeof sym);
     } else {
-        sym = dlsym(lib, "cuGetProcAddress"); /* CUDA 11.3-11.8: no status argument */
+        sym = comem_dl_sym(lib, "cuGetProcAddress"); /* CUDA 11.3-11.8: no status argument */
         if (!sym) {
-            dlclose(lib);
+            comem_dl_close(lib);
             return fail("%s has no cuGetProcAddress; a CUDA 11.3 or newer driver is needed", path);
         }
         memcpy(&gpa1, &sym, sizeof sym);
@@ -111,7 +108,7 @@ static int load_once(void)
         CUdriverProcAddressQueryResult why;
         CUresult rc = resolve(gpa2, gpa1, g_slots[i].name, &fn, &why);
         if (rc != CUDA_SUCCESS || !fn) {
-            dlclose(lib);
+            comem_dl_close(lib);
             return fail("cannot resolve %s at ABI %d in %s: %s (CUresult %d)", g_slots[i].name,
                         COMEM_CUDA_ABI_VERSION, path,
                         gpa2 && why != CU_GET_PROC_ADDRESS_SUCCESS ? query_result_str(why)
@@ -127,7 +124,7 @@ static int load_once(void)
         if (t.GetErrorString(rc, &s) != CUDA_SUCCESS || !s)
             s = comem_cuda_errstr((int)rc);
         int st = fail("cuInit(0) failed in %s: %s (CUresult %d)", path, s, (int)rc);
-        dlclose(lib);
+        comem_dl_close(lib);
         return st;
     }
 

@@ -1,7 +1,6 @@
-/* probe/nvml.c - the "nvml" device source: libnvidia-ml loaded with dlopen. */
+/* probe/nvml.c - the "nvml" device source: NVML loaded at run time (os/dl.h). */
 #include "probe/nvml.h"
 
-#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,10 +9,11 @@
 
 #include "base/bytes.h"
 #include "base/log.h"
+#include "os/dl.h"
 #include "comem/common.h"
 #include "probe/nvml_abi.h"
 
-#define DEFAULT_LIBRARY "libnvidia-ml.so.1"
+#define DEFAULT_LIBRARY COMEM_DL_NVML
 #define PROCS_FIRST_GUESS 32u /* records in the first process-list buffer */
 #define PROCS_ATTEMPTS 5      /* the list can grow between calls; give up after this many */
 
@@ -43,7 +43,7 @@ enum {
 
 typedef struct nvml_source {
     comem_device_source base;
-    void *lib;
+    comem_dl *lib;
     char path[256];
     unsigned int count;
     /* resolved once at open; NULL where the library lacks the symbol */
@@ -414,7 +414,7 @@ static void src_close(comem_device_source *src)
         if (r != NVML_SUCCESS)
             comem_warn("nvml: nvmlShutdown failed: %s (%d)", err_str(s, r), (int)r);
     }
-    dlclose(s->lib);
+    comem_dl_close(s->lib);
     free(s);
 }
 
@@ -424,10 +424,10 @@ static const comem_device_source_ops g_ops = {
     .close = src_close,
 };
 
-/* dlsym into a function pointer of any type (POSIX guarantees the conversion). */
+/* A symbol into a function pointer of any type (POSIX guarantees the conversion; Windows' too). */
 #define RESOLVE(lib, dst, name)                                                                    \
     do {                                                                                           \
-        void *sym_ = dlsym((lib), (name));                                                         \
+        void *sym_ = comem_dl_sym((lib), (name));                                                  \
         memcpy(&(dst), &sym_, sizeof(dst));                                                        \
     } while (0)
 
@@ -445,15 +445,15 @@ int comem_nvml_open(comem_device_source **out, char *why, size_t whylen)
 
     const char *env = getenv(COMEM_NVML_LIBRARY_ENV);
     const char *path = env && *env ? env : DEFAULT_LIBRARY;
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    char reason[160] = "";
+    comem_dl *lib = comem_dl_open(path, false, reason, sizeof reason);
     if (!lib) {
-        const char *e = dlerror();
-        snprintf(why, whylen, "cannot load %s: %s", path, e ? e : "unknown dlopen error");
+        snprintf(why, whylen, "cannot load %s: %s", path, reason);
         return COMEM_ENODEV;
     }
     nvml_source *s = calloc(1, sizeof *s);
     if (!s) {
-        dlclose(lib);
+        comem_dl_close(lib);
         snprintf(why, whylen, "out of memory");
         return COMEM_ENOMEM;
     }
