@@ -197,11 +197,18 @@ class Machine:
         return c
 
 
+#: How long a child process has to answer one command: a liveness bound, never a speed claim. A child
+#: that allocates and writes gigabytes on a 2-core machine beside a CPU hog and a parallel test run took
+#: more than 30 s once (issue 21's long run); one stuck for good fails after this, with its stacks.
+ANSWER_S = 120.0
+
+
 class Child:
     """A real Python process running procs/<script>, driven by JSON lines."""
 
     def __init__(self, machine: Machine, script: str, args: List[str], env: Optional[Dict[str, str]]) -> None:
         e = dict(machine.env)
+        e["PYTHONFAULTHANDLER"] = "1"  # a child that does not answer is made to say where it stands (read)
         if env:
             e.update(env)
         self.stderr = tempfile.TemporaryFile(mode="w+")
@@ -211,17 +218,25 @@ class Child:
         self.pid = self.proc.pid
         self.ready = self.read(60)
 
-    def read(self, timeout: float = 30) -> Dict[str, Any]:
+    def read(self, timeout: float = ANSWER_S) -> Dict[str, Any]:
         import select
         r, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not r:
-            raise AssertionError(f"child {self.pid} said nothing in {timeout} s; its stderr:\n{self.errors()}")
+            # Its threads' stacks (faulthandler, on SIGABRT) tell a hang from a machine too busy to answer.
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGABRT)
+                try:
+                    self.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+            raise AssertionError(f"child {self.pid} said nothing in {timeout} s; its stderr (with its stacks):\n"
+                                 f"{self.errors()}")
         line = self.proc.stdout.readline()  # type: ignore[union-attr]
         if not line:
             raise AssertionError(f"child {self.pid} ended (rc {self.proc.poll()}); its stderr:\n{self.errors()}")
         return json.loads(line)
 
-    def ask(self, cmd: str, timeout: float = 30, **kw: Any) -> Dict[str, Any]:
+    def ask(self, cmd: str, timeout: float = ANSWER_S, **kw: Any) -> Dict[str, Any]:
         kw["cmd"] = cmd
         self.proc.stdin.write(json.dumps(kw) + "\n")  # type: ignore[union-attr]
         self.proc.stdin.flush()  # type: ignore[union-attr]
