@@ -9,7 +9,9 @@
 # once into build-win-deps/ (Debian has no MinGW build of it; the source comes through a deb-src
 # list of this script's own, so the machine's apt sources are left as they are), configures
 # build-win/ with cmake/mingw-w64.cmake, builds, and runs ctest there: each test .exe under wine,
-# in a wine prefix inside build-win/. Exits non-zero when a build or a test fails.
+# in a wine prefix of this user's outside the source tree (a prefix holds a link to / as its drive
+# Z:, which nothing that walks the tree, such as the sdist, should follow). Exits non-zero when a
+# build or a test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,5 +41,5 @@ fi
 cmake -S . -B build-win -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64.cmake -DCOMEM_WIN_DEPS="$deps" \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-win -j "$(nproc 2>/dev/null || echo 2)"
-export WINEPREFIX=$PWD/build-win/wineprefix WINEDEBUG=-all
+export WINEPREFIX=${COMEM_WINEPREFIX:-${TMPDIR:-/tmp}/comem-wine-$(id -u)} WINEDEBUG=-all
 ctest --test-dir build-win --output-on-failure
