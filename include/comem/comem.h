@@ -16,7 +16,8 @@
  * after a coordinator restart, so nothing is booked twice.
  *
  * The API is what a ctypes binding calls as it is: opaque handles, plain C
- * types, callbacks that take a user pointer, no structs passed by value.
+ * types, callbacks that take a user pointer, no structs passed by value (one
+ * flat record, comem_admission, is filled through a pointer).
  * Identifiers returned here (holders, entries, grants) are this client's own
  * and stay valid across reconnects. All functions are thread-safe.
  *
@@ -121,9 +122,10 @@ COMEM_API int comem_device_host_ram(void);
 
 /*
  * The value of one of the public constants of this build, by its name without
- * the COMEM_ prefix ("EBUSY", "KIND_PINS", "ADMIT_NFIGURES", "MAX_DEVICES"),
- * plus "MAX_KEEP" (entries one admission may keep) and "NAME_MAX" (bytes of a
- * name): for bindings, which must not copy them. *found (may be NULL) is 0
+ * the COMEM_ prefix ("EBUSY", "KIND_PINS", "MAX_DEVICES"), plus "MAX_KEEP"
+ * (entries one admission may keep), "NAME_MAX" (bytes of a name) and the
+ * layout of comem_admission ("ADMISSION_SIZE", "ADMISSION_OFFSET_GRANT", ...):
+ * for bindings, which must not copy them. *found (may be NULL) is 0
  * and 0 is returned for a name not in the table.
  */
 COMEM_API int64_t comem_constant(const char *name, int *found);
@@ -237,57 +239,67 @@ COMEM_API int comem_holder_report(comem_client *c, uint64_t holder, int64_t pinn
  * coordinator. On COMEM_OK the bytes are booked as grant *grant until
  * comem_grant_done; COMEM_ENOSPC means refused, with *short_by the missing
  * bytes. grant and short_by may be NULL. timeout_ms < 0: the default.
+ * comem_admit_record gives the whole decision.
  */
 COMEM_API int comem_admit(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
                           int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms, uint64_t *grant,
                           int64_t *short_by);
 
+/* The holder ids one admission record names at most (the first ones asked). */
+#define COMEM_ADMISSION_ASKED_MAX 64
+
 /*
- * Details of the last admission this thread made on c: the ask target, true
- * free before and after, bytes freed by others, and how many holders were
- * asked and answered busy. Any pointer may be NULL. All zero when this thread
- * has made no admission on c.
+ * One admission's decision, as comem_admit_record writes it: one flat record,
+ * the caller's, filled by the call that decided and read by field name. A
+ * binding checks its copy of the layout against the library's at load time
+ * (comem_constant: "ADMISSION_SIZE", "ADMISSION_OFFSET_<FIELD>", and
+ * "ADMISSION_ASKED_MAX"). All zero when the call failed before a decision (a
+ * bad argument, no coordinator under COMEM_OPEN_NO_LOCAL, a timeout).
+ */
+typedef struct comem_admission {
+    uint64_t grant;      /* the grant, for comem_grant_done (0: refused, or no decision) */
+    int64_t short_by;    /* refused: the bytes missing (0 otherwise) */
+    int64_t fits;        /* the weights that fit: all of them when granted; when refused, the part that
+                            would fit once short_by were free (comem_admit_fits), 0 when none would */
+    int64_t need;        /* the ask target the decision used */
+    int64_t free_before; /* true free before asking anyone */
+    int64_t free_after;  /* true free after the receipts */
+    int64_t freed;       /* bytes other holders reported freed for it */
+    int32_t decided;     /* 1: a decision was made, and these are its figures; 0: none was */
+    int32_t n_asked;     /* asks sent (a holder asked in two rounds counts twice) */
+    int32_t n_busy;      /* holders that answered busy */
+    int32_t n_ids;       /* how many of asked[] are set */
+    uint64_t asked[COMEM_ADMISSION_ASKED_MAX]; /* the holders asked, in order: the coordinator's ids, as
+                                                  comem_status_json lists them (0 when local or nobody) */
+} comem_admission;
+
+/*
+ * comem_admit, with the whole decision written to *out (may be NULL): the
+ * grant or how short it was, what fits, the figures the decision used, and
+ * whom it asked. One call, one record, no state kept between calls. Returns
+ * what comem_admit returns.
+ */
+COMEM_API int comem_admit_record(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
+                                 int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms,
+                                 comem_admission *out);
+
+/*
+ * For callers written before comem_admit_record: the figures of the last
+ * decision a comem_admit made on c, from any thread (the ask target, true
+ * free before and after, bytes freed by others, holders asked and answering
+ * busy). Any pointer may be NULL. All zero before the first. A caller that
+ * admits from several threads, or wants whom it asked, uses comem_admit_record.
  */
 COMEM_API void comem_admit_details(comem_client *c, int64_t *need, int64_t *free_before, int64_t *free_after,
                                    int64_t *freed, int *asked, int *busy);
 
 /*
- * comem_admit and its details in one call, for bindings (one crossing instead
- * of two): writes COMEM_ADMIT_NFIGURES values to figures, indexed by the
- * COMEM_ADMIT_* names below (the grant id as its int64 bit pattern; 0 when
- * refused or decided locally without one). The figures are this call's own:
- * all zero when it failed before a decision (a bad argument, no coordinator
- * with COMEM_OPEN_NO_LOCAL, a timeout). Afterwards comem_admit_details and
- * comem_admit_asked answer for it as for comem_admit. Returns what comem_admit
- * returns.
- */
-#define COMEM_ADMIT_GRANT 0       /* the grant id (0 when refused) */
-#define COMEM_ADMIT_SHORT_BY 1    /* when refused: the missing bytes */
-#define COMEM_ADMIT_NEED 2        /* the ask target */
-#define COMEM_ADMIT_FREE_BEFORE 3 /* true free before asking anyone */
-#define COMEM_ADMIT_FREE_AFTER 4  /* true free after the receipts */
-#define COMEM_ADMIT_FREED 5       /* bytes others reported freed for it */
-#define COMEM_ADMIT_ASKED 6       /* asks sent (a holder asked in two rounds counts twice) */
-#define COMEM_ADMIT_BUSY 7        /* holders that answered busy */
-#define COMEM_ADMIT_NFIGURES 8
-COMEM_API int comem_admit_figures(comem_client *c, int device, uint64_t holder, int64_t weights, int64_t inference,
-                                  int64_t cast_forward, const uint64_t *keep, size_t n_keep, int timeout_ms,
-                                  int64_t *figures);
-
-/*
  * The weights of a refused admission of `weights` that would fit once it was
  * short by short_by (the rule's own inverse: weights count at 1.1x in the ask
- * target); 0 when nothing would. For a caller that loads part of a model.
+ * target); 0 when nothing would. For a caller that loads part of a model
+ * (comem_admit_record's `fits` is this figure).
  */
 COMEM_API int64_t comem_admit_fits(int64_t weights, int64_t short_by);
-
-/*
- * Whom the last admission this thread made on c asked: writes up to cap
- * holder ids (the coordinator's, as comem_status_json lists them; the first 64
- * at most) to holders and returns how many it wrote. holders NULL: returns how
- * many there are. 0 when the admission was local or asked nobody.
- */
-COMEM_API size_t comem_admit_asked(comem_client *c, uint64_t *holders, size_t cap);
 
 /* The grant's bytes are now resident in entry (0: cancelled); used is what was loaded. */
 COMEM_API int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t used);

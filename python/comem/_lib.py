@@ -125,7 +125,6 @@ _proto("comem_take_reason", c_size_t, ctypes.c_char_p, c_size_t)
 _proto("comem_client_map_device", c_int, _P, c_int, c_char_p)
 _proto("comem_device_host_ram", c_int)
 _proto("comem_constant", c_int64, c_char_p, POINTER(c_int))
-_proto("comem_admit_fits", c_int64, c_int64, c_int64)
 
 
 def constant(name: str) -> int:
@@ -135,6 +134,35 @@ def constant(name: str) -> int:
     if not found.value:
         raise ImportError(f"libcomem has no constant COMEM_{name}: the binding and the library differ")
     return int(value)
+
+
+def _check_layout(record: type, prefix: str) -> None:
+    """Refuses to load when this copy of a C record's layout is not the library's: its size, and each
+    field's offset, as the library reports them (``<prefix>_SIZE``, ``<prefix>_OFFSET_<FIELD>``)."""
+    size = constant(prefix + "_SIZE")
+    if ctypes.sizeof(record) != size:
+        raise ImportError(f"comem: {record.__name__} is {ctypes.sizeof(record)} bytes here and {size} in "
+                          f"libcomem: the binding and the library differ")
+    for field in record._fields_:  # type: ignore[attr-defined]
+        here, there = getattr(record, field[0]).offset, constant(f"{prefix}_OFFSET_{field[0].upper()}")
+        if here != there:
+            raise ImportError(f"comem: {record.__name__}.{field[0]} is at byte {here} here and {there} in "
+                              f"libcomem: the binding and the library differ")
+
+
+class Admission(Structure):
+    """comem_admission: one admission's decision, written by comem_admit_record and read by field name.
+
+    Its layout is the library's, checked at import (``_check_layout``); the bound of ``asked`` is the
+    library's ``ADMISSION_ASKED_MAX``.
+    """
+    _fields_ = [("grant", c_uint64), ("short_by", c_int64), ("fits", c_int64), ("need", c_int64),
+                ("free_before", c_int64), ("free_after", c_int64), ("freed", c_int64), ("decided", c_int32),
+                ("n_asked", c_int32), ("n_busy", c_int32), ("n_ids", c_int32),
+                ("asked", c_uint64 * constant("ADMISSION_ASKED_MAX"))]
+
+
+_check_layout(Admission, "ADMISSION")
 _proto("comem_holder_add", c_int, _P, c_char_p, c_int, c_int, c_uint, RELEASE_FN, c_void_p, POINTER(c_uint64))
 _proto("comem_holder_remove", c_int, _P, c_uint64)
 _proto("comem_holder_busy", c_int, _P, c_uint64, c_int, c_char_p)
@@ -143,9 +171,8 @@ _proto("comem_entry_remove", c_int, _P, c_uint64)
 _proto("comem_entry_set_resident", c_int, _P, c_uint64, c_int64)
 _proto("comem_entry_census", c_int, _P, c_uint64, c_int64, c_int64)
 _proto("comem_holder_report", c_int, _P, c_uint64, c_int64, c_int64)
-_proto("comem_admit_asked", c_size_t, _P, POINTER(c_uint64), c_size_t)
-_proto("comem_admit_figures", c_int, _P, c_int, c_uint64, c_int64, c_int64, c_int64, POINTER(c_uint64), c_size_t,
-       c_int, POINTER(c_int64))
+_proto("comem_admit_record", c_int, _P, c_int, c_uint64, c_int64, c_int64, c_int64, POINTER(c_uint64), c_size_t,
+       c_int, POINTER(Admission))
 _proto("comem_grant_done", c_int, _P, c_uint64, c_uint64, c_int64)
 _proto("comem_pressure", c_int, _P, c_int, c_int64, c_int, _I64P)
 _proto("comem_ask_release", c_int, _P, c_uint64, c_int64, c_int, _I64P, _I64P)

@@ -51,8 +51,9 @@ TIERS = {"cache": _c("ENTRY_RAM_CACHE"), "file": _c("ENTRY_RAM_FILE")}
 
 
 _I64 = 1 << 63
-_admit = _L.comem_admit_figures
+_admit = _L.comem_admit_record
 _grant_done = _L.comem_grant_done
+_Admission = _lib.Admission
 
 
 #: The device ordinal of host RAM (``COMEM_DEVICE_HOST_RAM``, asked of the library): holders,
@@ -60,40 +61,15 @@ _grant_done = _L.comem_grant_done
 #: serves it (``comemd --ram``, ``COMEM_RAM``; docs/hostram.md).
 HOST_RAM: int = int(_L.comem_device_host_ram())
 
-# comem_admit_figures' indexes (COMEM_ADMIT_*), as the library numbers them.
-(_F_GRANT, _F_SHORT_BY, _F_NEED, _F_FREE_BEFORE, _F_FREE_AFTER, _F_FREED, _F_ASKED, _F_BUSY) = (
-    _c("ADMIT_" + n) for n in ("GRANT", "SHORT_BY", "NEED", "FREE_BEFORE", "FREE_AFTER", "FREED", "ASKED", "BUSY"))
 
-
-class _Out:
-    """Per-thread out-parameters for admission: made once, reused by every call on the thread."""
-
-    def __init__(self) -> None:
-        self.fig = (c_int64 * _c("ADMIT_NFIGURES"))()
-        self.ids = (c_uint64 * 64)()
-
-    def details(self, h: int) -> tuple:
-        """(need, free_before, free_after, freed, asked ids, n_asked, n_busy) of the admission just made."""
-        f = self.fig
-        asked = f[_F_ASKED]
-        ids: List[str] = []
-        if asked:
-            n = _L.comem_admit_asked(h, self.ids, 64)
-            for i in range(n):  # the same holder asked again in a later round is named once
-                x = format(self.ids[i], "x")
-                if x not in ids:
-                    ids.append(x)
-        return f[_F_NEED], f[_F_FREE_BEFORE], f[_F_FREE_AFTER], f[_F_FREED], ids, asked, f[_F_BUSY]
-
-
-_outs = threading.local()
-
-
-def _out() -> _Out:
-    o = getattr(_outs, "o", None)
-    if o is None:
-        o = _outs.o = _Out()
-    return o
+def _asked(a: "_lib.Admission") -> List[str]:
+    """The holders an admission asked, as ``status()`` lists them (hex): one asked again in a later round once."""
+    ids: List[str] = []
+    for i in range(a.n_ids):
+        x = format(a.asked[i], "x")
+        if x not in ids:
+            ids.append(x)
+    return ids
 
 
 class Reserve(NamedTuple):
@@ -305,16 +281,21 @@ class Grant:
     __slots__ = ("client", "id", "bytes", "device", "holder", "need", "free_before", "free_after", "freed", "asked",
                  "n_asked", "n_busy", "_open")
 
-    def __init__(self, client: "Client", gid: int, nbytes: int, device: int, holder: Optional[Holder],
-                 details: Sequence[Any]) -> None:
+    def __init__(self, client: "Client", nbytes: int, device: int, holder: Optional[Holder],
+                 a: "_lib.Admission") -> None:
         self.client = client
-        self.id = gid
+        self.id = a.grant
         self.bytes = nbytes
         self.device = device
         self.holder = holder
-        (self.need, self.free_before, self.free_after, self.freed, self.asked, self.n_asked,
-         self.n_busy) = details
-        self._open = gid != 0
+        self.need = a.need
+        self.free_before = a.free_before
+        self.free_after = a.free_after
+        self.freed = a.freed
+        self.asked = _asked(a)
+        self.n_asked = a.n_asked
+        self.n_busy = a.n_busy
+        self._open = self.id != 0
 
     @property
     def open(self) -> bool:
@@ -595,16 +576,14 @@ class Client:
                     raise TypeError("keep must list this client's comem.Entry objects")
                 ids[i] = e.id
         tmo = -1 if timeout is None else errors.timeout_ms(timeout)
-        h = self._h()
-        o = _out()
-        rc = _admit(h, dev, hid, w, inf, cf, ids, n, tmo, o.fig)
-        d = o.details(h)
+        a = _Admission()  # the decision comes back in this one record: one crossing, read by field name
+        rc = _admit(self._h(), dev, hid, w, inf, cf, ids, n, tmo, a)
         if rc == errors.ENOSPC:
-            short = o.fig[_F_SHORT_BY]
-            raise Refused("comem_admit", short, *d, fits=int(_L.comem_admit_fits(w, short)))
+            raise Refused("comem_admit", a.short_by, a.need, a.free_before, a.free_after, a.freed, _asked(a),
+                          a.n_asked, a.n_busy, fits=a.fits)
         if rc < 0:
             raise errors.error(rc, "comem_admit")
-        return Grant(self, o.fig[_F_GRANT] & 0xFFFFFFFFFFFFFFFF, w, dev, holder, d)
+        return Grant(self, w, dev, holder, a)
 
     def pressure(self, nbytes: int, device: int = 0, timeout: Optional[float] = None) -> int:
         """At an out-of-memory retry site: asks idle siblings for ``nbytes`` first. Returns what came back."""

@@ -111,7 +111,7 @@ class Refused(Error):
     back for it; ``asked`` the ids of the holders it asked (as ``status()``
     lists them, hex strings) and ``n_asked``/``n_busy`` how many were asked and
     answered busy. ``fits`` (an admission's refusal): the weights of it that would fit, by the
-    ask target's own rule (``comem_admit_fits``); 0 when nothing would.
+    ask target's own rule (the library's figure, ``comem_admission.fits``); 0 when nothing would.
     """
 
     def __init__(self, call: str, short_by: int, need: int = 0, free_before: int = 0, free_after: int = 0,

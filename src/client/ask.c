@@ -8,7 +8,8 @@
  * receipt's residency is read after it returns, so a comem_entry_set_resident
  * made inside is included. One that shrinks an entry of the asked holder is
  * not sent on its own at all (register.c, rides_on_receipt): the receipt is
- * its census, and the callback waits on no round trip.
+ * its census, and the callback waits on no round trip. The receipt lists each
+ * entry as a census does (frames.c, comem_frame_residency).
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,7 +18,9 @@
 #include "base/hops.h"
 #include "base/log.h"
 #include "base/size.h"
-#include "client/client_internal.h"
+#include "client/ask.h"
+#include "client/conn.h"
+#include "client/frames.h"
 
 static int release_kind(uint8_t ask_kind)
 {
@@ -105,11 +108,7 @@ void comem_ask_handle(comem_client *c, const comem_msg_ask *ask, bool busy_now)
             const client_entry *e = &c->entries[i];
             if (e->holder != hid || e->in_receipt != (pass == 0) || !comem_tab_entry_live(c, e))
                 continue;
-            comem_wire_residency *it = &m->u.receipt.items[m->u.receipt.n++];
-            it->entry_id = e->coord_id;
-            it->seq = e->seq;
-            it->resident = e->resident;
-            it->refs = e->refs;
+            m->u.receipt.items[m->u.receipt.n++] = comem_frame_residency(e);
         }
     }
     if (call) { /* this thread's: the service thread answering busy leaves them be */

@@ -14,7 +14,8 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "client/client_internal.h"
+#include "client/ask.h"
+#include "client/callbacks.h"
 
 #define CALLBACK_QUEUE_MAX 256
 
@@ -23,14 +24,10 @@ typedef struct ask_node {
     comem_msg_ask ask;
 } ask_node;
 
-static _Thread_local const comem_client *tl_callbacks;
-
-bool comem_on_callback_thread(const comem_client *c) { return c && tl_callbacks == c; }
-
 static void *callback_main(void *arg)
 {
     comem_client *c = arg;
-    tl_callbacks = c;
+    comem_client_thread_mark(c, CLIENT_THREAD_CALLBACKS);
     pthread_mutex_lock(&c->cb_lock);
     for (;;) {
         while (!c->cb_head && !c->cb_stop)

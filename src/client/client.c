@@ -16,7 +16,13 @@
 #include "base/name.h"
 #include "base/rundir.h"
 #include "base/token.h"
-#include "client/client_internal.h"
+#include "client/callbacks.h"
+#include "client/conn.h"
+#include "client/frames.h"
+#include "client/local.h"
+#include "client/request.h"
+#include "client/service.h"
+#include "client/shared.h"
 
 _Static_assert(COMEM_TOKEN_MAX == COMEM_WIRE_TEXT_MAX - 1, "a token is the HELLO's text<128>");
 
@@ -24,38 +30,10 @@ _Static_assert(COMEM_TOKEN_MAX == COMEM_WIRE_TEXT_MAX - 1, "a token is the HELLO
 #define EMBED_CONNECT_MS 2000
 #define BUSY_CONNECT_MS 1000 /* how long a full accept queue is retried at open */
 
-int comem_client_timeout(comem_client *c, int timeout_ms)
-{
-    return timeout_ms >= 0 ? timeout_ms : atomic_load(&c->timeout_ms);
-}
-
-void comem_client_wake(comem_client *c)
-{
-    uint64_t one = 1;
-    ssize_t w = write(c->wake_fd, &one, sizeof one);
-    (void)w; /* a full counter still wakes the reader */
-}
-
-uint32_t comem_client_next_req(comem_client *c)
-{
-    unsigned id;
-    do
-        id = atomic_fetch_add(&c->next_req, 1u);
-    while (id == 0);
-    return id;
-}
-
 /* Frees everything open allocated; the service thread is not running. */
 static void client_free(comem_client *c)
 {
-    client_pending *p = c->pending;
-    while (p) {
-        client_pending *next = p->next;
-        pthread_cond_destroy(&p->cond);
-        free(p->text);
-        free(p);
-        p = next;
-    }
+    comem_pending_free_all(c);
     if (c->fd >= 0)
         close(c->fd);
     if (c->coord)
@@ -263,9 +241,7 @@ void comem_client_close(comem_client *c)
     pthread_mutex_unlock(&c->lock);
     if (up) {
         comem_msg m;
-        memset(&m, 0, sizeof m);
-        m.type = COMEM_MSG_GOODBYE;
-        (void)comem_conn_send(c, gen, &m);
+        (void)comem_conn_send(c, gen, comem_frame_bare(&m, COMEM_MSG_GOODBYE));
     }
     comem_callbacks_stop(c); /* first, while the service thread still delivers its replies */
     comem_service_stop(c);

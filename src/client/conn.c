@@ -18,7 +18,8 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "client/client_internal.h"
+#include "client/conn.h"
+#include "shm/book.h"
 #include "probe/sim.h"
 #include "probe/device.h"
 

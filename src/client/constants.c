@@ -4,8 +4,12 @@
  * A binding (python/comem) must not copy a number from the headers: it asks
  * comem_constant("EBUSY") and gets this build's value, so a header that moves
  * moves the binding with it. Names are the headers' without their COMEM_
- * prefix. The table is the only list; a name not in it is reported as such.
+ * prefix, and a record's layout is its size and its fields' offsets
+ * ("ADMISSION_SIZE", "ADMISSION_OFFSET_GRANT"), which a binding's copy of the
+ * record is checked against when it loads. The table is the only list; a name
+ * not in it is reported as such.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "comem/comem.h"
@@ -17,6 +21,7 @@ typedef struct constant {
 } constant;
 
 #define C(n) {#n, COMEM_##n}
+#define F(N, field) {"ADMISSION_OFFSET_" #N, offsetof(comem_admission, field)}
 
 static const constant k_constants[] = {
     /* statuses */
@@ -28,9 +33,11 @@ static const constant k_constants[] = {
     C(ANSWERS_RELEASE), C(ANSWERS_IDLE), C(ANSWERS_PINS), C(RELEASES_WHILE_BUSY),
     C(RELEASE_BYTES), C(RELEASE_IDLE), C(RELEASE_PINS),
     C(ENTRY_PAGED), C(ENTRY_RAM_CACHE), C(ENTRY_RAM_FILE),
-    /* comem_admit_figures' indexes */
-    C(ADMIT_GRANT), C(ADMIT_SHORT_BY), C(ADMIT_NEED), C(ADMIT_FREE_BEFORE), C(ADMIT_FREE_AFTER), C(ADMIT_FREED),
-    C(ADMIT_ASKED), C(ADMIT_BUSY), C(ADMIT_NFIGURES),
+    /* comem_admission's layout: a binding's copy of the record is checked against these */
+    {"ADMISSION_SIZE", sizeof(comem_admission)}, C(ADMISSION_ASKED_MAX),
+    F(GRANT, grant), F(SHORT_BY, short_by), F(FITS, fits), F(NEED, need), F(FREE_BEFORE, free_before),
+    F(FREE_AFTER, free_after), F(FREED, freed), F(DECIDED, decided), F(N_ASKED, n_asked), F(N_BUSY, n_busy),
+    F(N_IDS, n_ids), F(ASKED, asked),
     /* bounds */
     C(MAX_DEVICES), C(DEVICE_HOST_RAM),
     {"MAX_KEEP", COMEM_WIRE_MAX_ITEMS},        /* entries one admission may keep */
@@ -38,6 +45,7 @@ static const constant k_constants[] = {
 };
 
 #undef C
+#undef F
 
 int64_t comem_constant(const char *name, int *found)
 {

@@ -24,7 +24,10 @@
 #include "base/bytes.h"
 #include "base/clock.h"
 #include "base/log.h"
-#include "client/client_internal.h"
+#include "client/conn.h"
+#include "client/frames.h"
+#include "client/shared.h"
+#include "shm/book.h"
 
 struct client_fast {
     book_area *a;
@@ -96,6 +99,12 @@ bool comem_fast_coordinator_dozing(const client_fast *f, int64_t now_ns)
     return now_ns >= until - BOOK_NUDGE_EARLY_NS;
 }
 
+void comem_fast_wake(comem_client *c, uint64_t gen)
+{
+    comem_msg m;
+    (void)comem_conn_send(c, gen, comem_frame_bare(&m, COMEM_MSG_BOOKED));
+}
+
 client_fast *comem_fast_for(comem_client *c, uint64_t gen)
 {
     client_fast *f = atomic_load_explicit(&c->fast, memory_order_acquire);
@@ -106,7 +115,7 @@ client_fast *comem_fast_for(comem_client *c, uint64_t gen)
 __attribute__((weak, visibility("hidden"))) void comem_fast_stall_point(int where) { (void)where; }
 
 bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weights, int64_t working,
-                     client_grant *g, client_admission *fig)
+                     client_grant *g, comem_admission *out)
 {
     if (!f || device < 0 || device >= COMEM_MAX_DEVICES || weights <= 0)
         return false;
@@ -166,8 +175,9 @@ bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weight
     /* The figures as the coordinator states them: the target and the room with the margin kept beyond the stock. */
     int64_t margin = comem_clamp0(atomic_load_explicit(&d->reserve, memory_order_relaxed));
     int64_t room = comem_add(comem_sub(lim, old), margin);
-    *fig = (client_admission){.decided = true, .need = comem_add(need, margin), .free_before = room,
-                              .free_after = room};
+    out->decided = 1;
+    out->need = comem_add(need, margin);
+    out->free_before = out->free_after = room;
     return true;
 }
 

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "client/client_internal.h"
+#include "client/state.h"
 
 static atomic_int g_this_process;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -15,7 +15,7 @@
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/size.h"
-#include "client/client_internal.h"
+#include "client/local.h"
 #include "probe/select.h"
 
 int64_t comem_local_reserve_bytes(const comem_client *c)
@@ -49,7 +49,7 @@ static int read_device(comem_client *c, int index, comem_device_reading *r)
 }
 
 int comem_local_admit(comem_client *c, int device, int64_t weights, int64_t inference, int64_t cast_forward,
-                      uint64_t *grant, int64_t *short_by, client_admission *fig)
+                      comem_admission *out)
 {
     int64_t need = comem_admit_target(weights, comem_add(inference, cast_forward), comem_local_reserve_bytes(c));
     comem_device_reading *r = malloc(sizeof *r);
@@ -61,12 +61,13 @@ int comem_local_admit(comem_client *c, int device, int64_t weights, int64_t infe
     if (rc != COMEM_OK)
         return rc;
     /* Nobody to ask: free after is free before. */
-    *fig = (client_admission){.decided = true, .need = need, .free_before = free_now, .free_after = free_now};
+    out->decided = 1;
+    out->need = need;
+    out->free_before = out->free_after = free_now;
     char a[32], b[32], s[32];
     if (free_now < need) {
         int64_t missing = comem_sub(need, free_now);
-        if (short_by)
-            *short_by = missing;
+        out->short_by = missing;
         comem_info("admission (local) on device %d: need %s, free %s: refused, short by %s", device,
                    comem_format_bytes(need, a, sizeof a), comem_format_bytes(free_now, b, sizeof b),
                    comem_format_bytes(missing, s, sizeof s));
@@ -80,10 +81,7 @@ int comem_local_admit(comem_client *c, int device, int64_t weights, int64_t infe
     pthread_mutex_unlock(&c->lock);
     if (!g)
         return COMEM_ENOMEM;
-    if (grant)
-        *grant = id;
-    if (short_by)
-        *short_by = 0;
+    out->grant = id;
     comem_debug("admission (local) on device %d: need %s, free %s: granted", device,
                 comem_format_bytes(need, a, sizeof a), comem_format_bytes(free_now, b, sizeof b));
     return COMEM_OK;

@@ -1,26 +1,26 @@
 /*
  * client/pending.c - requests waiting for replies: a list keyed by request
  * id, one condition variable per waiter, and the rules for what happens to a
- * reply when nobody waits any more.
+ * reply when nobody waits any more (client/request.h). The wait itself is the
+ * reader's (client/reader.c).
  *
  * Lifetimes: a waiting record belongs to its waiter, which unlinks and frees
  * it after it wakes (reply, timeout, or the connection's end). A detached
  * record (an add sent from the service thread, or an add whose caller timed
  * out) stays so that its id reply can still be applied; so does a pin acquire
- * whose caller timed out, so that a late grant can be given back. The service
- * thread unlinks and frees those when the reply comes or the connection ends.
- * Other late replies match nothing and are dropped (service.c gives a late
- * grant back). Everything here runs under c->lock except the send and the wait.
+ * whose caller timed out, so that a late grant can be given back. The reader
+ * (client/reader.c) unlinks and frees those when the reply comes, or the
+ * service thread when the connection ends. Other late replies match nothing
+ * and are dropped (the reader gives a late grant back). Everything here runs
+ * under c->lock except the send (comem_req_send).
  */
-#include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/hops.h"
-#include "base/log.h"
-#include "client/client_internal.h"
+#include "client/conn.h"
+#include "client/request.h"
 
 /* Status text above this is refused: the coordinator's snapshot is a few KiB. */
 #define STATUS_TEXT_MAX ((uint32_t)64 << 20)
@@ -98,12 +98,6 @@ void comem_req_abort(comem_client *c, client_req *r)
     r->p = NULL;
 }
 
-static struct timespec to_timespec(int64_t ns)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
-    return ts;
-}
-
 int comem_req_send(comem_client *c, client_req *r, comem_msg *m)
 {
     m->request_id = r->id;
@@ -112,174 +106,40 @@ int comem_req_send(comem_client *c, client_req *r, comem_msg *m)
     return comem_conn_send(c, r->gen, m);
 }
 
-/*
- * Takes the reader role for request r when nobody holds it (client_internal.h:
- * THE READER ROLE): the socket leaves the service thread's epoll set, so the
- * reply wakes this thread and no other. False: the service thread (or another
- * caller) reads, and this caller waits to be signalled.
- */
-static bool lead_begin(comem_client *c, const client_req *r)
+int comem_req_take(comem_client *c, client_req *r, client_reply *out, char **text)
 {
-    if (!r->p || !r->p->waiting || comem_on_service_thread(c) || pthread_mutex_trylock(&c->read_lock) != 0)
-        return false;
-    if (c->fd < 0 || c->fd_gen != r->gen) {
-        pthread_mutex_unlock(&c->read_lock);
-        return false;
-    }
-    comem_conn_watch(c, c->fd, false);
-    return true;
-}
-
-/*
- * When a waiter stops waiting (CLOCK_MONOTONIC ns): the deadline, or the
- * acknowledgement's (ack_deadline, 0: none) while no ADMIT_QUEUED has come.
- */
-static int64_t wait_until(comem_client *c, const client_pending *p, int64_t deadline, int64_t ack_deadline)
-{
-    if (!ack_deadline)
-        return deadline;
-    pthread_mutex_lock(&c->lock);
-    bool acked = p->acked;
-    pthread_mutex_unlock(&c->lock);
-    return acked || ack_deadline > deadline ? deadline : ack_deadline;
-}
-
-/*
- * The leader reads and dispatches until its own reply is there, the deadline passes or the stream fails.
- * Its first wait is a poll, not a recv that would find nothing: the request went out just now. That empty
- * recv cost about 2.5 us per call across CPUs on the VM (docs/measurements.md, issue 11).
- */
-static void lead(comem_client *c, client_pending *p, int64_t deadline, int64_t ack_deadline)
-{
-    bool sent_now = true;
-    for (;;) {
-        if (comem_service_dispatch_all(c) != COMEM_OK)
-            return; /* a bad frame: the service thread meets it too and drops the link */
-        pthread_mutex_lock(&c->lock);
-        bool done = p->done;
-        pthread_mutex_unlock(&c->lock);
-        if (done || atomic_load(&c->stopping))
-            return;
-        if (!sent_now) {
-            int rc = comem_conn_fill(c);
-            if (rc < 0)
-                return; /* EOF or an error: the service thread sees it as well, and fails what waits */
-            if (rc == 1)
-                continue;
-        }
-        sent_now = false;
-        int wait = comem_ms_until(wait_until(c, p, deadline, ack_deadline));
-        if (wait == 0)
-            return;
-        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-        if (poll(&pfd, 1, wait < 100 ? wait : 100) < 0 && errno != EINTR) /* stopping is looked at every 100 ms */
-            return;
-    }
-}
-
-/* Hands the reader role back: the socket rejoins the service thread's set (it wakes if bytes wait). */
-static void lead_end(comem_client *c)
-{
-    comem_conn_watch(c, c->fd, true);
-    pthread_mutex_unlock(&c->read_lock);
-}
-
-/* comem_req_finish, and comem_req_finish_acked with ack_ms > 0. */
-static int finish(comem_client *c, client_req *r, comem_msg *m, int ack_ms, int timeout_ms, client_reply *out,
-                  char **text, bool *unanswered)
-{
-    if (out)
-        memset(out, 0, sizeof *out);
-    if (unanswered)
-        *unanswered = false;
-    int64_t deadline = comem_now_ns() + (int64_t)timeout_ms * 1000000;
-    int64_t ack_deadline = ack_ms > 0 ? comem_now_ns() + (int64_t)ack_ms * 1000000 : 0;
-    bool leading = lead_begin(c, r);
-    int rc = m ? comem_req_send(c, r, m) : COMEM_OK;
     client_pending *p = r->p;
-    if (leading) {
-        if (rc == COMEM_OK)
-            lead(c, p, deadline, ack_deadline);
-        lead_end(c);
-    }
-    if (!p)
-        return rc;
-
-    pthread_mutex_lock(&c->lock);
-    if (rc != COMEM_OK) {
-        /* Not sent: nobody will answer it. A detached record is still ours here,
-           since only the service thread makes those and we are on it. */
-        comem_req_abort(c, r);
-        pthread_mutex_unlock(&c->lock);
-        return rc;
-    }
-    if (!p->waiting) {
-        pthread_mutex_unlock(&c->lock); /* detached: the reply is applied by the service thread */
-        return COMEM_OK;
-    }
-    if (comem_on_service_thread(c)) {
-        /* The service thread cannot sleep on its own replies: it reads them. */
-        pthread_mutex_unlock(&c->lock);
-        rc = comem_service_pump_until(c, &p->done, deadline);
-        pthread_mutex_lock(&c->lock);
-    } else {
-        rc = COMEM_OK;
-        while (!p->done) {
-            /* Until acknowledged, the wait ends at the acknowledgement's deadline; an ADMIT_QUEUED
-               signals, and the wait then runs to the whole deadline. */
-            bool bounded = ack_deadline && !p->acked && ack_deadline < deadline;
-            struct timespec ts = to_timespec(bounded ? ack_deadline : deadline);
-            int w = pthread_cond_timedwait(&p->cond, &c->lock, &ts);
-            if (w == ETIMEDOUT && !p->done && (!p->acked || comem_now_ns() >= deadline)) {
-                rc = COMEM_ETIMEDOUT;
-                break;
-            }
-        }
-    }
-    if (unanswered)
-        *unanswered = !p->done && ack_deadline && !p->acked;
-    if (!p->done) {
-        if (!comem_on_service_thread(c) && (p->kind == PEND_HOLDER_ADD || p->kind == PEND_ENTRY_ADD)) {
-            /* The coordinator may still book it. Forget the object now, in the same
-               critical section as detaching, so a late id finds nothing and is given back. */
-            if (p->kind == PEND_HOLDER_ADD)
-                comem_tab_remove_holder(c, p->obj);
-            else
-                comem_tab_remove_entry(c, p->obj);
-            p->waiting = false;
-        } else if (!comem_on_service_thread(c) && p->kind == PEND_PIN) {
-            p->waiting = false; /* a late grant is given back when its reply comes */
-        } else {
-            unlink_pending(c, p);
-            free_pending(p);
-        }
-        pthread_mutex_unlock(&c->lock);
-        r->p = NULL;
-        return rc == COMEM_OK ? COMEM_ETIMEDOUT : rc;
-    }
     unlink_pending(c, p);
-    rc = p->status;
+    int rc = p->status;
     if (rc == COMEM_OK && out)
         *out = p->reply;
     if (rc == COMEM_OK && text) {
         *text = p->text;
         p->text = NULL;
     }
-    pthread_mutex_unlock(&c->lock);
     free_pending(p);
     r->p = NULL;
     return rc;
 }
 
-int comem_req_finish(comem_client *c, client_req *r, comem_msg *m, int timeout_ms, client_reply *out, char **text)
+void comem_req_give_up(comem_client *c, client_req *r)
 {
-    return finish(c, r, m, 0, timeout_ms, out, text, NULL);
-}
-
-int comem_req_finish_acked(comem_client *c, client_req *r, comem_msg *m, int ack_ms, int timeout_ms, client_reply *out,
-                           bool *unanswered)
-{
-    return finish(c, r, m, ack_ms, timeout_ms, out, NULL, unanswered);
+    client_pending *p = r->p;
+    if (!comem_on_service_thread(c) && (p->kind == PEND_HOLDER_ADD || p->kind == PEND_ENTRY_ADD)) {
+        /* The coordinator may still book it. Forget the object now, in the same
+           critical section as detaching, so a late id finds nothing and is given back. */
+        if (p->kind == PEND_HOLDER_ADD)
+            comem_tab_remove_holder(c, p->obj);
+        else
+            comem_tab_remove_entry(c, p->obj);
+        p->waiting = false;
+    } else if (!comem_on_service_thread(c) && p->kind == PEND_PIN) {
+        p->waiting = false; /* a late grant is given back when its reply comes */
+    } else {
+        unlink_pending(c, p);
+        free_pending(p);
+    }
+    r->p = NULL;
 }
 
 /* Copies the body a caller may read. */
@@ -331,10 +191,8 @@ static void apply_add(comem_client *c, const client_pending *p, const comem_msg 
         for (size_t i = 0; i < c->n_entries; i++)
             if (c->entries[i].holder == h->id && c->entries[i].coord_gen != c->gen)
                 more = true; /* added while the holder's id was on its way */
-        if (more) {
-            c->need_sync = true;
-            comem_client_wake(c); /* the service loop looks at need_sync when woken */
-        }
+        if (more)
+            comem_client_want_sync(c);
     } else {
         client_entry *e = comem_tab_entry(c, p->obj);
         if (!e) {
@@ -354,10 +212,8 @@ static void apply_add(comem_client *c, const client_pending *p, const comem_msg 
         e->coord_id = m->u.id.id;
         e->coord_gen = p->gen;
         e->synced_seq = p->snap; /* the add carried the residency of that sequence */
-        if (e->seq != e->synced_seq) {
-            c->need_sync = true;
-            comem_client_wake(c);
-        }
+        if (e->seq != e->synced_seq)
+            comem_client_want_sync(c);
     }
 }
 
@@ -445,4 +301,15 @@ void comem_pending_fail_all(comem_client *c)
             complete(c, p, COMEM_ECLOSED);
         p = next;
     }
+}
+
+void comem_pending_free_all(comem_client *c)
+{
+    client_pending *p = c->pending;
+    while (p) {
+        client_pending *next = p->next;
+        free_pending(p);
+        p = next;
+    }
+    c->pending = NULL;
 }

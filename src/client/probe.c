@@ -21,7 +21,7 @@
 #include "base/log.h"
 #include "base/rundir.h"
 #include "base/token.h"
-#include "client/client_internal.h"
+#include "client/conn.h"
 #include "shm/view.h"
 
 /* What the process behind the socket's view is doing, as a clause ("its process (pid 12) is stopped"). */

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client/client_internal.h"
+#include "client/state.h"
 
 static _Thread_local char tl_reason[COMEM_REASON_MAX];
 

@@ -20,21 +20,40 @@
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/size.h"
-#include "client/client_internal.h"
+#include "client/frames.h"
+#include "client/request.h"
+#include "client/resync.h"
 
 typedef enum step_kind { STEP_NONE, STEP_HOLDER, STEP_ENTRY, STEP_PINS, STEP_SEND } step_kind;
 
-static void put_name(char *dst, const char *src) { snprintf(dst, COMEM_WIRE_NAME_MAX, "%s", src); }
+/* Lock held: whether any of h's registered entries has residency the coordinator was not told. */
+static bool residency_changed(const comem_client *c, const client_holder *h)
+{
+    for (size_t j = 0; j < c->n_entries; j++) {
+        const client_entry *e = &c->entries[j];
+        if (e->holder == h->id && comem_tab_entry_live(c, e) && e->seq != e->synced_seq)
+            return true;
+    }
+    return false;
+}
 
-/* Fills m with the next difference; lock held. */
+/* Lock held: a pin booking's difference as one PIN_ACQUIRE or PIN_RELEASE, begun and awaited. */
+static step_kind pins_step(comem_client *c, comem_msg *m, client_req *r, uint64_t holder_coord, int64_t *pins,
+                           int64_t *synced)
+{
+    int64_t d = comem_sub(*pins, *synced);
+    *synced = *pins;
+    comem_frame_pin(m, d > 0 ? COMEM_MSG_PIN_ACQUIRE : COMEM_MSG_PIN_RELEASE, holder_coord, d > 0 ? d : -d);
+    return comem_req_begin(c, r, PEND_PLAIN, 0, 0, true) == COMEM_OK ? STEP_PINS : STEP_NONE;
+}
+
+/* Fills m with the next difference, built by the calls' own builders (client/frames.h); lock held. */
 static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *what, size_t whatlen)
 {
     uint64_t gen = c->gen;
-    memset(m, 0, sizeof *m);
-    if (c->devmap_gen != gen && comem_devmap_build(c, &m->u.device_map)) {
+    if (c->devmap_gen != gen && comem_frame_device_map(m, c)) {
         /* First: the holders that follow name devices by this process's ordinals. */
         c->devmap_gen = gen;
-        m->type = COMEM_MSG_DEVICE_MAP;
         snprintf(what, whatlen, "the device map");
         return STEP_SEND;
     }
@@ -42,13 +61,9 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
         client_holder *h = &c->holders[i];
         if (h->coord_gen == gen || h->adding_gen == gen || h->refused_gen == gen)
             continue;
-        m->type = COMEM_MSG_HOLDER_ADD;
-        m->u.holder_add.device = (uint16_t)h->device;
-        m->u.holder_add.kind = (uint8_t)h->kind;
-        m->u.holder_add.flags = h->flags;
-        put_name(m->u.holder_add.name, h->name);
         if (comem_req_begin(c, r, PEND_HOLDER_ADD, h->id, 0, true) != COMEM_OK)
             return STEP_NONE;
+        comem_frame_holder_add(m, h);
         h->adding_gen = gen;
         snprintf(what, whatlen, "holder '%s'", h->name);
         return STEP_HOLDER;
@@ -60,15 +75,9 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
         client_holder *h = comem_tab_holder(c, e->holder);
         if (!h || !comem_tab_holder_live(c, h))
             continue; /* its holder was refused: it cannot be registered on this connection */
-        m->type = COMEM_MSG_ENTRY_ADD;
-        m->u.entry_add.holder_id = h->coord_id;
-        m->u.entry_add.size = e->size;
-        m->u.entry_add.resident = e->resident;
-        m->u.entry_add.refs = e->refs;
-        m->u.entry_add.flags = comem_entry_wire_flags(e->flags);
-        put_name(m->u.entry_add.name, e->name);
         if (comem_req_begin(c, r, PEND_ENTRY_ADD, e->id, e->seq, true) != COMEM_OK)
             return STEP_NONE;
+        comem_frame_entry_add(m, e, h->coord_id);
         e->adding_gen = gen;
         snprintf(what, whatlen, "entry '%s'", e->name);
         return STEP_ENTRY;
@@ -77,75 +86,48 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
         client_holder *h = &c->holders[i];
         if (!comem_tab_holder_live(c, h))
             continue;
-        /* Newer residency of this holder's entries, in one census. */
-        comem_msg_census *cs = &m->u.census;
-        for (size_t j = 0; j < c->n_entries && cs->n < COMEM_WIRE_MAX_ITEMS; j++) {
-            client_entry *e = &c->entries[j];
-            if (e->holder != h->id || !comem_tab_entry_live(c, e) || e->seq == e->synced_seq)
-                continue;
-            cs->items[cs->n++] = (comem_wire_residency){e->coord_id, e->seq, e->resident, e->refs};
-            e->synced_seq = e->seq;
-        }
-        if (cs->n) {
-            m->type = COMEM_MSG_CENSUS;
-            cs->holder_id = h->coord_id;
-            cs->seq = h->report_seq;
+        if (residency_changed(c, h)) {
+            /* Newer residency of this holder's entries, in one census. */
+            comem_frame_census(m, h);
+            for (size_t j = 0; j < c->n_entries; j++) {
+                client_entry *e = &c->entries[j];
+                if (e->holder != h->id || !comem_tab_entry_live(c, e) || e->seq == e->synced_seq)
+                    continue;
+                if (!comem_frame_census_item(m, e))
+                    break; /* full: the rest go in the next step's census */
+                e->synced_seq = e->seq;
+            }
             snprintf(what, whatlen, "residency of holder '%s'", h->name);
             return STEP_SEND;
         }
         if (h->report_seq != h->synced_report_seq) {
             h->synced_report_seq = h->report_seq;
             if (h->has) {
-                m->type = COMEM_MSG_CENSUS;
-                cs->holder_id = h->coord_id;
-                cs->seq = h->report_seq;
-                cs->has = h->has;
-                cs->pinned = h->pinned;
-                cs->overhead = h->overhead;
+                comem_frame_report(m, h);
                 snprintf(what, whatlen, "report of holder '%s'", h->name);
                 return STEP_SEND;
             }
         }
         if (h->busy != h->synced_busy) {
             h->synced_busy = h->busy;
-            m->type = COMEM_MSG_ACTIVITY;
-            m->u.activity.holder_id = h->coord_id;
-            m->u.activity.busy = h->busy;
-            put_name(m->u.activity.prompt, h->prompt);
+            comem_frame_activity(m, h->coord_id, h->busy, h->prompt);
             snprintf(what, whatlen, "busy mark of holder '%s'", h->name);
             return STEP_SEND;
         }
         if (h->pins != h->synced_pins) {
-            int64_t d = comem_sub(h->pins, h->synced_pins);
-            h->synced_pins = h->pins;
-            m->type = d > 0 ? COMEM_MSG_PIN_ACQUIRE : COMEM_MSG_PIN_RELEASE;
-            m->u.pin.holder_id = h->coord_id;
-            m->u.pin.bytes = d > 0 ? d : -d;
-            if (comem_req_begin(c, r, PEND_PLAIN, 0, 0, true) != COMEM_OK)
-                return STEP_NONE;
             snprintf(what, whatlen, "pinned RAM of holder '%s'", h->name);
-            return STEP_PINS;
+            return pins_step(c, m, r, h->coord_id, &h->pins, &h->synced_pins);
         }
     }
     if (c->sess_busy != c->synced_sess_busy) {
         c->synced_sess_busy = c->sess_busy;
-        m->type = COMEM_MSG_ACTIVITY;
-        m->u.activity.holder_id = 0;
-        m->u.activity.busy = c->sess_busy;
-        put_name(m->u.activity.prompt, c->sess_prompt);
+        comem_frame_activity(m, 0, c->sess_busy, c->sess_prompt);
         snprintf(what, whatlen, "busy mark of this process");
         return STEP_SEND;
     }
     if (c->sess_pins != c->synced_sess_pins) {
-        int64_t d = comem_sub(c->sess_pins, c->synced_sess_pins);
-        c->synced_sess_pins = c->sess_pins;
-        m->type = d > 0 ? COMEM_MSG_PIN_ACQUIRE : COMEM_MSG_PIN_RELEASE;
-        m->u.pin.holder_id = 0;
-        m->u.pin.bytes = d > 0 ? d : -d;
-        if (comem_req_begin(c, r, PEND_PLAIN, 0, 0, true) != COMEM_OK)
-            return STEP_NONE;
         snprintf(what, whatlen, "pinned RAM of this process");
-        return STEP_PINS;
+        return pins_step(c, m, r, 0, &c->sess_pins, &c->synced_sess_pins);
     }
     return STEP_NONE;
 }

@@ -5,172 +5,25 @@
  * (10 ms doubling to 1 s; every second while it never answered) and has the
  * resync replay the mirror.
  *
- * Only this thread reads the socket and only it closes it; writers share the
+ * It reads as the reader role's default holder (client/reader.c: the reading
+ * and dispatching are there); only it closes the socket; writers share the
  * socket under the write lock (client/conn.c). Release asks are handed to the
  * callback thread (client/callbacks.c), so neither a caller's thread nor this
  * one ever blocks on a release; API calls made from here never wait for
  * replies (they could only come through this thread).
  */
-#include <errno.h>
-#include <stdio.h>
-#include <sys/epoll.h>
-#include <string.h>
 #include <unistd.h>
 
-#include "base/hops.h"
 #include "base/log.h"
-#include "client/client_internal.h"
+#include "client/conn.h"
+#include "client/request.h"
+#include "client/resync.h"
+#include "client/service.h"
+#include "client/shared.h"
 
 #define RETRY_MIN_MS 10
 #define RETRY_MAX_MS 1000
 #define RETRY_REFUSED_MS 10000 /* a refusal (bad token) will not change soon */
-
-static _Thread_local const comem_client *tl_service;
-
-bool comem_on_service_thread(const comem_client *c) { return c && tl_service == c; }
-
-/* A reply nobody waits for: its caller timed out. A late grant is given back at once. */
-static void late_reply(comem_client *c, const comem_msg *m, uint64_t gen)
-{
-    if (m->type == COMEM_MSG_ADMIT_REPLY && m->u.admit_reply.granted) {
-        comem_info("an admission was granted after its caller gave up; giving grant %llu back",
-                   (unsigned long long)m->u.admit_reply.grant_id);
-        comem_msg g;
-        memset(&g, 0, sizeof g);
-        g.type = COMEM_MSG_GRANT_DONE;
-        g.request_id = comem_client_next_req(c);
-        g.u.grant_done.grant_id = m->u.admit_reply.grant_id;
-        g.u.grant_done.entry_id = 0;
-        (void)comem_conn_send(c, gen, &g);
-        return;
-    }
-    comem_debug("dropping a late %s (request %u)", comem_wire_type_name(m->type), m->request_id);
-}
-
-/*
- * An add answered after its object was removed, or a pin granted after its caller
- * gave up: take it back out of the ledger.
- */
-static void give_back(comem_client *c, pend_kind kind, uint64_t coord_id, int64_t bytes, uint64_t gen)
-{
-    comem_msg g;
-    memset(&g, 0, sizeof g);
-    if (kind == PEND_PIN) {
-        comem_info("pinned RAM was granted after its caller gave up; giving %lld bytes back", (long long)bytes);
-        g.type = COMEM_MSG_PIN_RELEASE;
-        g.request_id = comem_client_next_req(c);
-        g.u.pin.holder_id = coord_id;
-        g.u.pin.bytes = bytes;
-        (void)comem_conn_send(c, gen, &g);
-        return;
-    }
-    g.type = kind == PEND_HOLDER_ADD ? COMEM_MSG_HOLDER_REMOVE : COMEM_MSG_ENTRY_REMOVE;
-    g.request_id = comem_client_next_req(c);
-    g.u.id.id = coord_id;
-    (void)comem_conn_send(c, gen, &g);
-}
-
-/* Dispatches the frame in c->in. COMEM_EPROTO for a frame a coordinator must not send. */
-static int dispatch(comem_client *c)
-{
-    const comem_msg *m = c->in;
-    if (m->type == COMEM_MSG_ASK) {
-        comem_hop(COMEM_HOP_ASK_READ);
-        comem_callbacks_queue(c, &m->u.ask); /* run off this thread: replies must keep flowing */
-        return COMEM_OK;
-    }
-    if (m->type < COMEM_MSG_REPLY ||
-        (m->type > COMEM_MSG_STATUS_REPLY && m->type != COMEM_MSG_RELEASE_REPLY && m->type != COMEM_MSG_ADMIT_QUEUED)) {
-        comem_error("the coordinator sent a %s frame, which only clients send; reconnecting",
-                    comem_wire_type_name(m->type));
-        return COMEM_EPROTO;
-    }
-    pend_kind orphan_kind = PEND_PLAIN;
-    uint64_t orphan = 0;
-    int64_t orphan_bytes = 0;
-    pthread_mutex_lock(&c->lock);
-    bool matched = comem_pending_complete(c, m, &orphan_kind, &orphan, &orphan_bytes);
-    uint64_t gen = c->gen;
-    pthread_mutex_unlock(&c->lock);
-    if (!matched)
-        late_reply(c, m, gen);
-    if (orphan_kind != PEND_PLAIN)
-        give_back(c, orphan_kind, orphan, orphan_bytes, gen);
-    return COMEM_OK;
-}
-
-int comem_service_dispatch_all(comem_client *c)
-{
-    int rc;
-    while ((rc = comem_conn_next(c)) == 1)
-        if ((rc = dispatch(c)) != COMEM_OK)
-            return rc;
-    return rc < 0 ? rc : COMEM_OK;
-}
-
-/* *done, read where it is written (a leading caller may complete this thread's requests). */
-static bool is_done(comem_client *c, const bool *done)
-{
-    if (!done)
-        return false;
-    pthread_mutex_lock(&c->lock);
-    bool d = *done;
-    pthread_mutex_unlock(&c->lock);
-    return d;
-}
-
-/*
- * Waits for the socket (unless a caller leads: then it is out of the set) or
- * the wake-up eventfd. 1 readable, 2 woken, 0 timeout, COMEM_EIO.
- */
-static int wait_service(comem_client *c, int timeout_ms)
-{
-    struct epoll_event ev[2];
-    int n = epoll_wait(c->epfd, ev, 2, timeout_ms);
-    if (n < 0)
-        return errno == EINTR ? 0 : COMEM_EIO;
-    int rc = 0;
-    for (int i = 0; i < n; i++) {
-        if (ev[i].data.fd == c->wake_fd) {
-            uint64_t v;
-            ssize_t r = read(c->wake_fd, &v, sizeof v);
-            (void)r;
-            return 2;
-        }
-        rc = 1;
-    }
-    return rc;
-}
-
-int comem_service_pump_until(comem_client *c, const bool *done, int64_t deadline_ns)
-{
-    for (;;) {
-        pthread_mutex_lock(&c->read_lock);
-        int rc = comem_service_dispatch_all(c);
-        pthread_mutex_unlock(&c->read_lock);
-        if (rc != COMEM_OK)
-            return rc;
-        if (is_done(c, done))
-            return COMEM_OK;
-        if (atomic_load(&c->stopping))
-            return COMEM_ECLOSED;
-        int wait = -1;
-        if (deadline_ns >= 0 && (wait = comem_ms_until(deadline_ns)) == 0)
-            return COMEM_ETIMEDOUT;
-        rc = wait_service(c, wait);
-        if (rc < 0)
-            return rc;
-        if (rc == 2 && !done)
-            return COMEM_OK; /* woken: the loop looks at stopping and need_sync */
-        if (rc == 1) {
-            pthread_mutex_lock(&c->read_lock);
-            rc = comem_conn_fill(c); /* 0: a leading caller read it first */
-            pthread_mutex_unlock(&c->read_lock);
-            if (rc < 0)
-                return rc;
-        }
-    }
-}
 
 /* The connection ended: fail what waits on it and decide locally until the next one. */
 static void lost(comem_client *c, int why)
@@ -255,7 +108,7 @@ static int try_connect(comem_client *c)
 static void *service_main(void *arg)
 {
     comem_client *c = arg;
-    tl_service = c;
+    comem_client_thread_mark(c, CLIENT_THREAD_SERVICE);
     while (!atomic_load(&c->stopping)) {
         if (c->fd < 0) {
             if (try_connect(c) == COMEM_OK)
@@ -275,7 +128,7 @@ static void *service_main(void *arg)
         pthread_mutex_lock(&c->lock);
         bool sync = c->need_sync;
         pthread_mutex_unlock(&c->lock);
-        int rc = sync ? comem_resync(c) : comem_service_pump_until(c, NULL, -1);
+        int rc = sync ? comem_resync(c) : comem_reader_pump(c, NULL, -1);
         if (rc != COMEM_OK && !atomic_load(&c->stopping))
             lost(c, rc);
     }

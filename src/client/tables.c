@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/client_internal.h"
+#include "client/state.h"
 
 /* Makes room for one more record of size `size` in *arr. */
 static bool grow(void **arr, size_t n, size_t *cap, size_t size)

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "client/client_internal.h"
+#include "client/shared.h"
 
 void comem_client_view_attach(comem_client *c)
 {

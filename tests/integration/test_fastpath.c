@@ -100,13 +100,13 @@ static void test_fits_without_round_trip(void **state)
     warm(c, holder);
     /* The coordinator cannot answer anything now; an admission that fits needs no answer. */
     kill(h->comemd, SIGSTOP);
-    int64_t fig[COMEM_ADMIT_NFIGURES];
-    int rc = comem_admit_figures(c, 0, holder, GIB, 0, 0, NULL, 0, 300, fig);
+    comem_admission fig;
+    int rc = comem_admit_record(c, 0, holder, GIB, 0, 0, NULL, 0, 300, &fig);
     kill(h->comemd, SIGCONT);
     assert_int_equal(rc, COMEM_OK);
-    assert_true(fig[COMEM_ADMIT_NEED] > GIB);
-    assert_true(fig[COMEM_ADMIT_FREE_BEFORE] >= fig[COMEM_ADMIT_NEED]);
-    assert_int_equal(fig[COMEM_ADMIT_ASKED], 0);
+    assert_true(fig.need > GIB);
+    assert_true(fig.free_before >= fig.need);
+    assert_int_equal(fig.n_asked, 0);
     /* The coordinator reconciles it: the ledger holds the grant, and the load turns it into residency. */
     int64_t t0 = now_ms();
     while (h_status_num(h, "devices.0.granted") != GIB && now_ms() - t0 < 3000)
@@ -115,7 +115,7 @@ static void test_fits_without_round_trip(void **state)
     assert_int_equal(h_status_num(h, "devices.0.booked"), 0);
     uint64_t e;
     assert_int_equal(comem_entry_add(c, holder, "model", 2 * GIB, 0, 0, &e), COMEM_OK);
-    assert_int_equal(comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], e, GIB), COMEM_OK);
+    assert_int_equal(comem_grant_done(c, fig.grant, e, GIB), COMEM_OK);
     assert_int_equal(h_status_num(h, "devices.0.granted"), 0);
     assert_int_equal(h_process_resident(h, "fast"), GIB);
     /* A booking cancelled at once never reaches the ledger, and nothing stays charged. */
@@ -155,11 +155,11 @@ static void test_a_mapped_ordinal_books_its_own_card(void **state)
     assert_int_equal(comem_client_map_device(c, 0, uuid), COMEM_OK);
     assert_int_equal(comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &holder), COMEM_OK);
     int rc = COMEM_ETIMEDOUT;
-    int64_t fig[COMEM_ADMIT_NFIGURES];
+    comem_admission fig;
     for (int attempt = 0; attempt < 20 && rc != COMEM_OK; attempt++) {
         warm(c, holder); /* on its ordinal 0: the coordinator's device 1 */
         kill(h->comemd, SIGSTOP);
-        rc = comem_admit_figures(c, 0, holder, GIB, 0, 0, NULL, 0, 300, fig);
+        rc = comem_admit_record(c, 0, holder, GIB, 0, 0, NULL, 0, 300, &fig);
         kill(h->comemd, SIGCONT);
     }
     assert_int_equal(rc, COMEM_OK); /* booked in its area: its stock on the card its ordinal names */
@@ -168,7 +168,7 @@ static void test_a_mapped_ordinal_books_its_own_card(void **state)
         usleep(2000);
     assert_int_equal(h_status_num(h, "devices.1.granted"), GIB);
     assert_int_equal(h_status_num(h, "devices.0.granted"), 0);
-    assert_int_equal(comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], 0, 0), COMEM_OK);
+    assert_int_equal(comem_grant_done(c, fig.grant, 0, 0), COMEM_OK);
     assert_int_equal(h_status_num(h, "coordinator.booking_strikes"), 0);
     assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
     comem_client_close(c);
@@ -539,8 +539,8 @@ static int honest_main(void *arg)
     if (try_warm(c, holder) != COMEM_OK)
         return 1;
     /* A grant it holds across the attack: nobody may cancel it or take its bytes. */
-    int64_t fig[COMEM_ADMIT_NFIGURES];
-    if (comem_admit_figures(c, 0, holder, 4 * GIB, 0, 0, NULL, 0, 5000, fig) != COMEM_OK)
+    comem_admission fig;
+    if (comem_admit_record(c, 0, holder, 4 * GIB, 0, 0, NULL, 0, 5000, &fig) != COMEM_OK)
         return 2;
     ch_put(o->out, 1);
     int64_t go;
@@ -549,14 +549,14 @@ static int honest_main(void *arg)
     if (comem_sim_alloc(sim, 0, 4 * GIB) != COMEM_OK)
         return 4; /* its granted bytes were not on the card any more */
     if (comem_entry_add(c, holder, "model", 4 * GIB, 0, 0, &e) ||
-        comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], e, 4 * GIB))
+        comem_grant_done(c, fig.grant, e, 4 * GIB))
         return 5;
     /* A second load that fits what is free, with nobody to ask: granted, nobody asked. */
-    if (comem_admit_figures(c, 0, holder, 4 * GIB, 0, 0, NULL, 0, 5000, fig) != COMEM_OK)
+    if (comem_admit_record(c, 0, holder, 4 * GIB, 0, 0, NULL, 0, 5000, &fig) != COMEM_OK)
         return 6;
-    if (fig[COMEM_ADMIT_ASKED] != 0)
+    if (fig.n_asked != 0)
         return 7;
-    comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], 0, 0);
+    comem_grant_done(c, fig.grant, 0, 0);
     ch_put(o->out, 2);
     pause();
     return 0;
@@ -732,12 +732,12 @@ static void test_cancelled_booking_is_room_at_once(void **state)
         assert_true(ch_get(up.rd, &v, 30000));
         assert_int_equal(v, 1); /* it booked 8 GiB and cancelled it */
         /* At once, another process wants 12 GiB of the 16: it fits only if the 8 came back. */
-        int64_t fig[COMEM_ADMIT_NFIGURES];
-        int rc = comem_admit_figures(c, 0, holder, 12 * GIB, 0, 0, NULL, 0, 5000, fig);
+        comem_admission fig;
+        int rc = comem_admit_record(c, 0, holder, 12 * GIB, 0, 0, NULL, 0, 5000, &fig);
         if (rc != COMEM_OK)
             refused++;
         else
-            assert_int_equal(comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], 0, 0), COMEM_OK);
+            assert_int_equal(comem_grant_done(c, fig.grant, 0, 0), COMEM_OK);
     }
     ch_put(down.wr, 0);
     h_wait(p);

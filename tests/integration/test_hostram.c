@@ -123,11 +123,11 @@ static int admit_main(void *arg)
     uint64_t holder;
     if (comem_holder_add(c, "loads", COMEM_DEVICE_HOST_RAM, COMEM_KIND_MODELS, 0, NULL, NULL, &holder))
         return 11;
-    int64_t fig[COMEM_ADMIT_NFIGURES];
-    int rc = comem_admit_figures(c, COMEM_DEVICE_HOST_RAM, holder, a->bytes, 0, 0, NULL, 0, 20000, fig);
+    comem_admission fig;
+    int rc = comem_admit_record(c, COMEM_DEVICE_HOST_RAM, holder, a->bytes, 0, 0, NULL, 0, 20000, &fig);
     ch_put(a->up.wr, rc == COMEM_OK);
-    ch_put(a->up.wr, fig[COMEM_ADMIT_FREED]);
-    ch_put(a->up.wr, fig[COMEM_ADMIT_ASKED]);
+    ch_put(a->up.wr, fig.freed);
+    ch_put(a->up.wr, fig.n_asked);
     if (rc != COMEM_OK)
         return 1;
     void *mem = touch(a->bytes);
@@ -137,7 +137,7 @@ static int admit_main(void *arg)
         return 2;
     uint64_t entry;
     comem_entry_add(c, holder, "offloaded", a->bytes, 0, 0, &entry);
-    comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], entry, a->bytes);
+    comem_grant_done(c, fig.grant, entry, a->bytes);
     ch_put(a->up.wr, 1);
     while (ch_get(a->down.rd, &cmd, 60000) && cmd != 0)
         ch_put(a->up.wr, 1);

@@ -171,23 +171,23 @@ static int requester_main(void *arg)
     ch_put(a->up.wr, 1); /* ready */
     int64_t weights;
     while (ch_get(a->down.rd, &weights, 120000) && weights > 0) {
-        int64_t fig[COMEM_ADMIT_NFIGURES];
-        int rc = comem_admit_figures(c, 0, holder, weights, 0, 0, NULL, 0, 50000, fig);
-        uint64_t ids[MAX_IDS] = {0};
-        size_t n = comem_admit_asked(c, ids, MAX_IDS);
+        comem_admission fig;
+        int rc = comem_admit_record(c, 0, holder, weights, 0, 0, NULL, 0, 50000, &fig);
+        size_t n = (size_t)fig.n_ids < MAX_IDS ? (size_t)fig.n_ids : MAX_IDS; /* whom it asked, from the record */
+        const uint64_t *ids = fig.asked;
         if (rc == COMEM_OK) { /* the load is real: the card holds it, the ledger names it */
             uint64_t entry;
             if (comem_sim_alloc(sim, 0, weights) != COMEM_OK)
                 rc = -1000; /* granted, but it does not fit: a grant that was a lie */
             comem_entry_add(c, holder, "model", weights, 0, 0, &entry);
-            comem_grant_done(c, (uint64_t)fig[COMEM_ADMIT_GRANT], entry, weights);
+            comem_grant_done(c, fig.grant, entry, weights);
         }
         int64_t out[VERDICT_VALUES] = {rc,
-                                       fig[COMEM_ADMIT_NEED],
-                                       fig[COMEM_ADMIT_FREE_BEFORE],
-                                       fig[COMEM_ADMIT_FREED],
-                                       fig[COMEM_ADMIT_ASKED],
-                                       fig[COMEM_ADMIT_BUSY],
+                                       fig.need,
+                                       fig.free_before,
+                                       fig.freed,
+                                       fig.n_asked,
+                                       fig.n_busy,
                                        (int64_t)n};
         for (size_t i = 0; i < n; i++)
             out[7 + i] = (int64_t)ids[i];

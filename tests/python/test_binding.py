@@ -151,6 +151,18 @@ class TestErrors(unittest.TestCase):
         with self.assertRaises(ImportError) as cm:
             _lib.constant("NO_SUCH_THING")
         self.assertIn("COMEM_NO_SUCH_THING", str(cm.exception))
+        # The admission record's layout is the library's, checked at import; a copy that differs is refused.
+        import ctypes
+        self.assertEqual(ctypes.sizeof(_lib.Admission), _lib.constant("ADMISSION_SIZE"))
+        self.assertEqual(_lib.Admission.asked.offset, _lib.constant("ADMISSION_OFFSET_ASKED"))
+
+        class Shifted(ctypes.Structure):
+            _fields_ = [(n, t) for n, t in _lib.Admission._fields_ if n != "fits"] + [("fits", ctypes.c_int64)]
+
+        with self.assertRaises(ImportError) as cm:
+            _lib._check_layout(Shifted, "ADMISSION")
+        self.assertIn("Shifted.need", str(cm.exception))  # the first field out of place
+        self.assertIn("the binding and the library differ", str(cm.exception))
         self.assertEqual(comem.status_str(-99), "unknown status")
         classes = {errors.EBUSY: (comem.Busy, comem.Error), errors.ENOENT: (comem.NotFound, LookupError),
                    errors.ECLOSED: (comem.Closed, ConnectionError), errors.ETIMEDOUT: (comem.TimedOut, TimeoutError),

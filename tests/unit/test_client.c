@@ -189,6 +189,8 @@ static void mock_answer(mock *m, logged *lg)
         o->u.admit_reply.pager_headroom = 555;
         o->u.admit_reply.n_asked = 2;
         o->u.admit_reply.n_busy = 1;
+        o->u.admit_reply.n_ids = 2; /* one holder asked in two rounds */
+        o->u.admit_reply.asked[0] = o->u.admit_reply.asked[1] = 4321;
         break;
     case COMEM_MSG_PRESSURE:
         o->type = COMEM_MSG_PRESSURE_REPLY;
@@ -706,7 +708,12 @@ static void test_constants_by_name(void **state)
     assert_int_equal(comem_constant("EBUSY", &found), COMEM_EBUSY);
     assert_int_equal(found, 1);
     assert_int_equal(comem_constant("KIND_PINS", NULL), COMEM_KIND_PINS);
-    assert_int_equal(comem_constant("ADMIT_NFIGURES", NULL), COMEM_ADMIT_NFIGURES);
+    assert_int_equal(comem_constant("ADMISSION_SIZE", NULL), sizeof(comem_admission));
+    assert_int_equal(comem_constant("ADMISSION_ASKED_MAX", NULL), COMEM_ADMISSION_ASKED_MAX);
+    assert_int_equal(comem_constant("ADMISSION_OFFSET_GRANT", NULL), offsetof(comem_admission, grant));
+    assert_int_equal(comem_constant("ADMISSION_OFFSET_FITS", NULL), offsetof(comem_admission, fits));
+    assert_int_equal(comem_constant("ADMISSION_OFFSET_N_IDS", NULL), offsetof(comem_admission, n_ids));
+    assert_int_equal(comem_constant("ADMISSION_OFFSET_ASKED", NULL), offsetof(comem_admission, asked));
     assert_int_equal(comem_constant("DEVICE_HOST_RAM", NULL), comem_device_host_ram());
     assert_int_equal(comem_constant("MAX_KEEP", NULL), COMEM_WIRE_MAX_ITEMS);
     assert_int_equal(comem_constant("NAME_MAX", NULL), COMEM_WIRE_NAME_MAX - 1);
@@ -955,6 +962,29 @@ static void test_admit(void **state)
     assert_int_equal(busy, 1);
     comem_admit_details(c, NULL, NULL, NULL, NULL, NULL, NULL);
 
+    /* The same admission as one record: every figure of the reply, whom it asked, what fits. */
+    comem_admission rec;
+    memset(&rec, 0xff, sizeof rec);
+    assert_int_equal(comem_admit_record(c, 0, h, COMEM_GIB, 0, 0, NULL, 0, 2000, &rec), COMEM_OK);
+    assert_true(rec.grant != 0 && rec.grant != grant);
+    assert_int_equal(rec.decided, 1);
+    assert_int_equal(rec.short_by, 0);
+    assert_int_equal(rec.fits, COMEM_GIB);
+    assert_int_equal(rec.need, COMEM_GIB + 1000);
+    assert_int_equal(rec.free_before, 111);
+    assert_int_equal(rec.free_after, 222);
+    assert_int_equal(rec.freed, 333);
+    assert_int_equal(rec.n_asked, 2);
+    assert_int_equal(rec.n_busy, 1);
+    assert_int_equal(rec.n_ids, 2);
+    assert_int_equal(rec.asked[0], 4321);
+    assert_int_equal(rec.asked[1], 4321);
+    assert_int_equal(rec.asked[2], 0);
+    assert_int_equal(comem_grant_done(c, rec.grant, 0, 0), COMEM_OK);
+    /* A record is the caller's: the last comem_admit's figures are still what details says. */
+    comem_admit_details(c, &need, NULL, NULL, NULL, NULL, NULL);
+    assert_int_equal(need, 2 * COMEM_GIB + 1000);
+
     /* The grant's bytes land in e1: the coordinator hears its own ids. */
     from = mock_count(g_mock);
     assert_int_equal(comem_grant_done(c, grant, e1, COMEM_GIB), COMEM_OK);
@@ -972,6 +1002,12 @@ static void test_admit(void **state)
     assert_int_equal(short_by, 123456789);
     assert_int_equal(grant, 77);
     assert_int_equal(comem_admit(c, 0, 0, 20 * COMEM_GIB, 0, 0, NULL, 0, -1, NULL, NULL), COMEM_ENOSPC);
+    assert_int_equal(comem_admit_record(c, 0, 0, 20 * COMEM_GIB, 0, 0, NULL, 0, -1, &rec), COMEM_ENOSPC);
+    assert_int_equal(rec.grant, 0);
+    assert_int_equal(rec.short_by, 123456789);
+    assert_int_equal(rec.fits, comem_admit_fits(20 * COMEM_GIB, 123456789));
+    assert_true(rec.fits > 0 && rec.fits < 20 * COMEM_GIB);
+    assert_int_equal(comem_admit_record(c, 0, 0, 20 * COMEM_GIB, 0, 0, NULL, 0, -1, NULL), COMEM_ENOSPC);
 
     /* Unknown ids and bad arguments are refused here. */
     from = mock_count(g_mock);
@@ -982,6 +1018,13 @@ static void test_admit(void **state)
     assert_int_equal(comem_admit(c, -1, 0, 1, 0, 0, NULL, 0, -1, NULL, NULL), COMEM_EINVAL);
     assert_int_equal(comem_admit(c, 0, 0, 1, 0, 0, NULL, 1, -1, NULL, NULL), COMEM_EINVAL);
     assert_int_equal(comem_admit(NULL, 0, 0, 1, 0, 0, NULL, 0, -1, NULL, NULL), COMEM_EINVAL);
+    /* No decision: the record is all zero. */
+    memset(&rec, 0xff, sizeof rec);
+    assert_int_equal(comem_admit_record(c, 0, 424242, 1, 0, 0, NULL, 0, -1, &rec), COMEM_ENOENT);
+    assert_int_equal(rec.decided, 0);
+    assert_int_equal(rec.need, 0);
+    assert_int_equal(rec.n_ids, 0);
+    assert_int_equal(rec.asked[0], 0);
     assert_int_equal(comem_grant_done(c, 424242, 0, 0), COMEM_ENOENT);
     assert_int_equal(comem_grant_done(c, grant, 0, -1), COMEM_EINVAL);
     usleep(50000);

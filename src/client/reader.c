@@ -1,0 +1,322 @@
+/*
+ * client/reader.c - THE READER ROLE in one place (client/state.h draws it):
+ * whoever holds c->read_lock reads the socket and dispatches what it reads,
+ * replies to their waiting records (client/pending.c), asks to the callback
+ * thread (client/callbacks.c), late grants and orphaned adds given back. The
+ * service thread reads while no caller leads (comem_reader_pump); a caller
+ * waiting for a reply takes the role when it finds it free (lead), so the
+ * reply costs no thread wake-up; else it sleeps on its record until the
+ * reader signals it. And a request's whole wait: send, lead or sleep or (on
+ * the service thread) pump, then take the reply or give up.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/hops.h"
+#include "base/log.h"
+#include "client/callbacks.h"
+#include "client/conn.h"
+#include "client/frames.h"
+#include "client/request.h"
+
+/* A reply nobody waits for: its caller timed out. A late grant is given back at once. */
+static void late_reply(comem_client *c, const comem_msg *m, uint64_t gen)
+{
+    if (m->type == COMEM_MSG_ADMIT_REPLY && m->u.admit_reply.granted) {
+        comem_info("an admission was granted after its caller gave up; giving grant %llu back",
+                   (unsigned long long)m->u.admit_reply.grant_id);
+        comem_msg g;
+        comem_frame_grant_done(&g, m->u.admit_reply.grant_id, 0, 0)->request_id = comem_client_next_req(c);
+        (void)comem_conn_send(c, gen, &g);
+        return;
+    }
+    comem_debug("dropping a late %s (request %u)", comem_wire_type_name(m->type), m->request_id);
+}
+
+/*
+ * An add answered after its object was removed, or a pin granted after its caller
+ * gave up: take it back out of the ledger.
+ */
+static void give_back(comem_client *c, pend_kind kind, uint64_t coord_id, int64_t bytes, uint64_t gen)
+{
+    comem_msg g;
+    if (kind == PEND_PIN) {
+        comem_info("pinned RAM was granted after its caller gave up; giving %lld bytes back", (long long)bytes);
+        comem_frame_pin(&g, COMEM_MSG_PIN_RELEASE, coord_id, bytes);
+    } else {
+        comem_frame_id(&g, kind == PEND_HOLDER_ADD ? COMEM_MSG_HOLDER_REMOVE : COMEM_MSG_ENTRY_REMOVE, coord_id);
+    }
+    g.request_id = comem_client_next_req(c);
+    (void)comem_conn_send(c, gen, &g);
+}
+
+/* Dispatches the frame in c->in. COMEM_EPROTO for a frame a coordinator must not send. */
+static int dispatch(comem_client *c)
+{
+    const comem_msg *m = c->in;
+    if (m->type == COMEM_MSG_ASK) {
+        comem_hop(COMEM_HOP_ASK_READ);
+        comem_callbacks_queue(c, &m->u.ask); /* run off this thread: replies must keep flowing */
+        return COMEM_OK;
+    }
+    if (m->type < COMEM_MSG_REPLY ||
+        (m->type > COMEM_MSG_STATUS_REPLY && m->type != COMEM_MSG_RELEASE_REPLY && m->type != COMEM_MSG_ADMIT_QUEUED)) {
+        comem_error("the coordinator sent a %s frame, which only clients send; reconnecting",
+                    comem_wire_type_name(m->type));
+        return COMEM_EPROTO;
+    }
+    pend_kind orphan_kind = PEND_PLAIN;
+    uint64_t orphan = 0;
+    int64_t orphan_bytes = 0;
+    pthread_mutex_lock(&c->lock);
+    bool matched = comem_pending_complete(c, m, &orphan_kind, &orphan, &orphan_bytes);
+    uint64_t gen = c->gen;
+    pthread_mutex_unlock(&c->lock);
+    if (!matched)
+        late_reply(c, m, gen);
+    if (orphan_kind != PEND_PLAIN)
+        give_back(c, orphan_kind, orphan, orphan_bytes, gen);
+    return COMEM_OK;
+}
+
+/*
+ * Reader role held: dispatches every whole frame in the buffer. COMEM_OK, or
+ * COMEM_EPROTO for a frame a coordinator must not send (the service thread
+ * then drops the link).
+ */
+static int dispatch_all(comem_client *c)
+{
+    int rc;
+    while ((rc = comem_conn_next(c)) == 1)
+        if ((rc = dispatch(c)) != COMEM_OK)
+            return rc;
+    return rc < 0 ? rc : COMEM_OK;
+}
+
+/* ---- the service thread as the reader ---- */
+
+/* *done, read where it is written (a leading caller may complete this thread's requests). */
+static bool is_done(comem_client *c, const bool *done)
+{
+    if (!done)
+        return false;
+    pthread_mutex_lock(&c->lock);
+    bool d = *done;
+    pthread_mutex_unlock(&c->lock);
+    return d;
+}
+
+/*
+ * Waits for the socket (unless a caller leads: then it is out of the set) or
+ * the wake-up eventfd. 1 readable, 2 woken, 0 timeout, COMEM_EIO.
+ */
+static int wait_service(comem_client *c, int timeout_ms)
+{
+    struct epoll_event ev[2];
+    int n = epoll_wait(c->epfd, ev, 2, timeout_ms);
+    if (n < 0)
+        return errno == EINTR ? 0 : COMEM_EIO;
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (ev[i].data.fd == c->wake_fd) {
+            uint64_t v;
+            ssize_t r = read(c->wake_fd, &v, sizeof v);
+            (void)r;
+            return 2;
+        }
+        rc = 1;
+    }
+    return rc;
+}
+
+int comem_reader_pump(comem_client *c, const bool *done, int64_t deadline_ns)
+{
+    for (;;) {
+        pthread_mutex_lock(&c->read_lock);
+        int rc = dispatch_all(c);
+        pthread_mutex_unlock(&c->read_lock);
+        if (rc != COMEM_OK)
+            return rc;
+        if (is_done(c, done))
+            return COMEM_OK;
+        if (atomic_load(&c->stopping))
+            return COMEM_ECLOSED;
+        int wait = -1;
+        if (deadline_ns >= 0 && (wait = comem_ms_until(deadline_ns)) == 0)
+            return COMEM_ETIMEDOUT;
+        rc = wait_service(c, wait);
+        if (rc < 0)
+            return rc;
+        if (rc == 2 && !done)
+            return COMEM_OK; /* woken: the loop looks at stopping and need_sync */
+        if (rc == 1) {
+            pthread_mutex_lock(&c->read_lock);
+            rc = comem_conn_fill(c); /* 0: a leading caller read it first */
+            pthread_mutex_unlock(&c->read_lock);
+            if (rc < 0)
+                return rc;
+        }
+    }
+}
+
+/* ---- a caller as the reader: the leader ---- */
+
+/*
+ * Takes the reader role for request r when nobody holds it: the socket leaves
+ * the service thread's epoll set, so the reply wakes this thread and no other.
+ * False: the service thread (or another caller) reads, and this caller waits
+ * to be signalled.
+ */
+static bool lead_begin(comem_client *c, const client_req *r)
+{
+    if (!r->p || !r->p->waiting || comem_on_service_thread(c) || pthread_mutex_trylock(&c->read_lock) != 0)
+        return false;
+    if (c->fd < 0 || c->fd_gen != r->gen) {
+        pthread_mutex_unlock(&c->read_lock);
+        return false;
+    }
+    comem_conn_watch(c, c->fd, false);
+    return true;
+}
+
+/*
+ * When a waiter stops waiting (CLOCK_MONOTONIC ns): the deadline, or the
+ * acknowledgement's (ack_deadline, 0: none) while no ADMIT_QUEUED has come.
+ */
+static int64_t wait_until(comem_client *c, const client_pending *p, int64_t deadline, int64_t ack_deadline)
+{
+    if (!ack_deadline)
+        return deadline;
+    pthread_mutex_lock(&c->lock);
+    bool acked = p->acked;
+    pthread_mutex_unlock(&c->lock);
+    return acked || ack_deadline > deadline ? deadline : ack_deadline;
+}
+
+/*
+ * The leader reads and dispatches until its own reply is there, the deadline passes or the stream fails.
+ * Its first wait is a poll, not a recv that would find nothing: the request went out just now. That empty
+ * recv cost about 2.5 us per call across CPUs on the VM (docs/measurements.md, issue 11).
+ */
+static void lead(comem_client *c, client_pending *p, int64_t deadline, int64_t ack_deadline)
+{
+    bool sent_now = true;
+    for (;;) {
+        if (dispatch_all(c) != COMEM_OK)
+            return; /* a bad frame: the service thread meets it too and drops the link */
+        pthread_mutex_lock(&c->lock);
+        bool done = p->done;
+        pthread_mutex_unlock(&c->lock);
+        if (done || atomic_load(&c->stopping))
+            return;
+        if (!sent_now) {
+            int rc = comem_conn_fill(c);
+            if (rc < 0)
+                return; /* EOF or an error: the service thread sees it as well, and fails what waits */
+            if (rc == 1)
+                continue;
+        }
+        sent_now = false;
+        int wait = comem_ms_until(wait_until(c, p, deadline, ack_deadline));
+        if (wait == 0)
+            return;
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        if (poll(&pfd, 1, wait < 100 ? wait : 100) < 0 && errno != EINTR) /* stopping is looked at every 100 ms */
+            return;
+    }
+}
+
+/* Hands the reader role back: the socket rejoins the service thread's set (it wakes if bytes wait). */
+static void lead_end(comem_client *c)
+{
+    comem_conn_watch(c, c->fd, true);
+    pthread_mutex_unlock(&c->read_lock);
+}
+
+/* ---- a request's wait ---- */
+
+static struct timespec to_timespec(int64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+    return ts;
+}
+
+/* comem_req_finish, and comem_req_finish_acked with ack_ms > 0. */
+static int finish(comem_client *c, client_req *r, comem_msg *m, int ack_ms, int timeout_ms, client_reply *out,
+                  char **text, bool *unanswered)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (unanswered)
+        *unanswered = false;
+    int64_t deadline = comem_now_ns() + (int64_t)timeout_ms * 1000000;
+    int64_t ack_deadline = ack_ms > 0 ? comem_now_ns() + (int64_t)ack_ms * 1000000 : 0;
+    bool leading = lead_begin(c, r);
+    int rc = m ? comem_req_send(c, r, m) : COMEM_OK;
+    client_pending *p = r->p;
+    if (leading) {
+        if (rc == COMEM_OK)
+            lead(c, p, deadline, ack_deadline);
+        lead_end(c);
+    }
+    if (!p)
+        return rc;
+
+    pthread_mutex_lock(&c->lock);
+    if (rc != COMEM_OK) {
+        /* Not sent: nobody will answer it. A detached record is still ours here,
+           since only the service thread makes those and we are on it. */
+        comem_req_abort(c, r);
+        pthread_mutex_unlock(&c->lock);
+        return rc;
+    }
+    if (!p->waiting) {
+        pthread_mutex_unlock(&c->lock); /* detached: the reply is applied by the service thread */
+        return COMEM_OK;
+    }
+    if (comem_on_service_thread(c)) {
+        /* The service thread cannot sleep on its own replies: it reads them. */
+        pthread_mutex_unlock(&c->lock);
+        rc = comem_reader_pump(c, &p->done, deadline);
+        pthread_mutex_lock(&c->lock);
+    } else {
+        rc = COMEM_OK;
+        while (!p->done) {
+            /* Until acknowledged, the wait ends at the acknowledgement's deadline; an ADMIT_QUEUED
+               signals, and the wait then runs to the whole deadline. */
+            bool bounded = ack_deadline && !p->acked && ack_deadline < deadline;
+            struct timespec ts = to_timespec(bounded ? ack_deadline : deadline);
+            int w = pthread_cond_timedwait(&p->cond, &c->lock, &ts);
+            if (w == ETIMEDOUT && !p->done && (!p->acked || comem_now_ns() >= deadline)) {
+                rc = COMEM_ETIMEDOUT;
+                break;
+            }
+        }
+    }
+    if (unanswered)
+        *unanswered = !p->done && ack_deadline && !p->acked;
+    if (!p->done) {
+        comem_req_give_up(c, r);
+        pthread_mutex_unlock(&c->lock);
+        return rc == COMEM_OK ? COMEM_ETIMEDOUT : rc;
+    }
+    rc = comem_req_take(c, r, out, text);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int comem_req_finish(comem_client *c, client_req *r, comem_msg *m, int timeout_ms, client_reply *out, char **text)
+{
+    return finish(c, r, m, 0, timeout_ms, out, text, NULL);
+}
+
+int comem_req_finish_acked(comem_client *c, client_req *r, comem_msg *m, int ack_ms, int timeout_ms, client_reply *out,
+                           bool *unanswered)
+{
+    return finish(c, r, m, ack_ms, timeout_ms, out, NULL, unanswered);
+}
