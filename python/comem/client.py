@@ -107,14 +107,6 @@ def default_socket() -> str:
     return buf.value.decode()
 
 
-def _opt_path(path: Optional[str]) -> Optional[bytes]:
-    if path is None:
-        return None
-    if not isinstance(path, str):
-        raise TypeError(f"socket must be a str path or None, not {type(path).__name__}")
-    return path.encode()
-
-
 class Entry:
     """One model (or buffer) of a holder in the ledger.
 
@@ -363,7 +355,7 @@ class Client:
         rb = -1 if reserve_base is None else errors.size(reserve_base, "reserve_base")
         flags = (_OPEN_EMBED if embed else 0) | (_OPEN_NO_LOCAL if require_coordinator else 0)
         tmo = None if timeout is None else errors.timeout_ms(timeout)  # checked before anything is opened
-        sock = _opt_path(socket)
+        sock = errors.socket_path(socket)
         self.name = name
         self.role = role
         self.socket: Optional[str] = socket  #: the socket as given (None: COMEM_SOCKET, else the per-user one)

@@ -11,9 +11,8 @@ from __future__ import annotations
 from ctypes import byref, c_void_p
 from typing import Optional
 
-from . import _lib
+from . import _lib, errors
 from .autostart import OtherVersion, Running, comemd_path, ensure_running
-from .client import _opt_path
 from .errors import check
 
 _L = _lib.lib
@@ -32,7 +31,7 @@ class Coordinator:
         if device is not None and not isinstance(device, str):
             raise TypeError(f"device must be a str spec or None, not {type(device).__name__}")
         h = c_void_p()
-        check(_L.comem_coord_start(_opt_path(socket), device.encode() if device else None, byref(h)),
+        check(_L.comem_coord_start(errors.socket_path(socket), device.encode() if device else None, byref(h)),
               "comem_coord_start", socket or "the default socket")
         self._handle: Optional[int] = h.value
         self.socket = socket

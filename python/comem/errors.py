@@ -181,6 +181,15 @@ def size(value: object, what: str = "size", allow_negative: bool = False) -> int
     return v
 
 
+def socket_path(path: Optional[str]) -> Optional[bytes]:
+    """A socket path for the library (None: the default one)."""
+    if path is None:
+        return None
+    if not isinstance(path, str):
+        raise TypeError(f"socket must be a str path or None, not {type(path).__name__}")
+    return path.encode()
+
+
 def device(value: object) -> int:
     """A device index 0..15."""
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):

@@ -40,9 +40,9 @@ def coordinator_card(socket: Optional[str] = None) -> Optional[str]:
 
     None when no coordinator answers there or it serves real cards.
     """
-    from .client import Client, _opt_path
+    from .client import Client
     why = ctypes.create_string_buffer(512)
-    if _L.comem_probe(_opt_path(socket), 1000, why, len(why)) != 0:
+    if _L.comem_probe(errors.socket_path(socket), 1000, why, len(why)) != 0:
         return None
     try:
         with Client("simcard", role="tool", socket=socket, require_coordinator=True) as c:

@@ -10,7 +10,6 @@ from ctypes import byref, c_int64, c_void_p
 from typing import Any, NamedTuple, Optional
 
 from . import _lib, errors
-from .client import _opt_path
 from .errors import check
 
 _L = _lib.lib
@@ -44,7 +43,7 @@ class View:
 
     def __init__(self, socket: Optional[str] = None) -> None:
         h = c_void_p()
-        check(_L.comem_view_open(_opt_path(socket), byref(h)), "comem_view_open",
+        check(_L.comem_view_open(errors.socket_path(socket), byref(h)), "comem_view_open",
               "is a coordinator running on that socket?")
         self._handle: Optional[int] = h.value
         self._owner: Any = None
