@@ -24,7 +24,7 @@ packages=(
                                            # prometheus` if it is not wanted; the test starts its own
 )
 
-# `deps.sh windows`: what scripts/windows-check.sh needs instead (MinGW-w64 and wine: ~70 s to install).
+# `deps.sh windows`: what scripts/windows-check.sh needs instead (MinGW-w64 and wine).
 if [ "${1:-}" = windows ]; then
   packages=(mingw-w64 wine wine64 cmake ninja-build xz-utils)
 fi

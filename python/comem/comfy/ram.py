@@ -125,7 +125,6 @@ class RamCache:
         self._prompt = threading.Lock()  # held while the executor runs a prompt: the cache is its then
         self.released = 0  #: bytes given back to asks so far
         self.headroom = 0  #: what ComfyUI keeps free for a node during the prompt now running (0: none runs)
-        self.made_room = 0  #: bytes other processes freed for this process's node headroom so far
         self._reserve: Optional[int] = None  # the coordinator's host-RAM reserve (fixed when host RAM opens)
 
     # ---- the cache ComfyUI hands over ----
@@ -251,7 +250,6 @@ class RamCache:
             log.warning("comem: room in host RAM for %s not asked for: %s", what, e)
             return False
         if g.n_asked:
-            self.made_room += g.freed
             log.info("comem: %d MiB of host RAM given back by other processes (%d holder(s) asked) for %s",
                      g.freed >> 20, g.n_asked, what)
         return True
