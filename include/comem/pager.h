@@ -83,7 +83,9 @@ typedef struct comem_client comem_client;
 #define COMEM_PAGER_STAT_REPORTS 9           /* residency censuses sent (attached pagers) */
 #define COMEM_PAGER_STAT_TOUCHES 10          /* "in use" signs sent to the coordinator (attached pagers) */
 #define COMEM_PAGER_STAT_IDLE_DECLINED 11    /* idle release asks declined: the pager had just faulted */
-#define COMEM_PAGER_STAT_COUNT 12
+#define COMEM_PAGER_STAT_KEPT 12             /* evicted pages whose memory went to the kept pool */
+#define COMEM_PAGER_STAT_REUSED 13           /* commits that mapped kept memory instead of creating it */
+#define COMEM_PAGER_STAT_COUNT 14
 
 /* ---- the pager ---- */
 
@@ -140,12 +142,13 @@ COMEM_API int comem_pager_set_device_wide(comem_pager *p, int on);
 /*
  * The pressure formula, as a fault evaluates it for a commit of `size` bytes:
  *   reading (at most every cache_ms): deficit_sync = device_headroom - device_free,
- *                                     usage_at_poll = usage
- *   simple  = (usage + size) + simple_headroom - capacity
- *   delta   = deficit_sync + (usage - usage_at_poll) + size
+ *                                     usage_at_poll = held
+ *   simple  = (held + size) + simple_headroom - capacity
+ *   delta   = deficit_sync + (held - usage_at_poll) + size
  *   deficit = max(simple, delta) + extra_headroom
- * usage is the pager's own committed bytes; capacity and device_free come from
- * the backend. A positive result is what must be freed; negative is headroom.
+ * held is the pager's own committed bytes plus its kept pool (comem_pager_set_keep;
+ * empty by default, and then this is aimdo's formula); capacity and device_free
+ * come from the backend. A positive result is what must be freed; negative is headroom.
  * May read the device. Returns 0 for NULL.
  */
 COMEM_API int64_t comem_pager_budget_deficit(comem_pager *p, int64_t size);
@@ -167,6 +170,34 @@ COMEM_API int64_t comem_pager_reclaimable(comem_pager *p);
  * Returns COMEM_OK (also when less could be freed) or COMEM_EINVAL.
  */
 COMEM_API int comem_pager_free_memory(comem_pager *p, int64_t bytes, int64_t *freed);
+
+/*
+ * The kept pool: up to `bytes` of evicted pages' device memory stays with the
+ * pager, unmapped, and the next commits of the same page size map it again
+ * instead of creating memory (a cuMemMap and a cuMemSetAccess, where a fresh
+ * page is a cuMemCreate too, and where memory just given back slows the
+ * driver's next copies). 0, the default, keeps nothing (aimdo's behaviour).
+ *
+ * Kept memory is this process's on the card: the pressure formula counts it
+ * as held; while attached the holder has an entry "kept" of that size in the
+ * ledger whose resident bytes are the pool's, so other processes' admissions
+ * see it and ask for it; and every eviction that must give memory back (a
+ * deficit or an out-of-memory at a fault, a release ask, an idle release)
+ * releases the pool before any loaded page. Evictions that make room for the
+ * pager's own pages (a fault's miss, comem_pager_free_memory, unpin above the
+ * watermark, destroy) fill it. So a process that frees pager memory for its
+ * own allocations outside the pager (PyTorch's) keeps the bound at 0.
+ *
+ * Lowering the bound releases the excess at once. Set it before attaching:
+ * while attached a change is COMEM_EBUSY (the ledger's entry is sized then).
+ * Returns COMEM_OK, COMEM_EINVAL, COMEM_EBUSY, or COMEM_ENOTSUP (a backend
+ * that cannot keep memory unmapped).
+ */
+COMEM_API int comem_pager_set_keep(comem_pager *p, int64_t bytes);
+/* The pool's bound (comem_pager_set_keep); 0 for NULL. */
+COMEM_API int64_t comem_pager_keep(comem_pager *p);
+/* Bytes in the kept pool now; 0 for NULL. */
+COMEM_API int64_t comem_pager_kept(comem_pager *p);
 
 /* Sets every VBAR's watermark limit back to 0. */
 COMEM_API int comem_pager_reset_watermark_limits(comem_pager *p);

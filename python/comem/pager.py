@@ -32,7 +32,7 @@ RESIDENT = 0
 OFFLOADED = 1
 DEFAULT_PAGE_SIZE = 32 << 20
 STATS = ("faults", "offloaded", "commits", "evictions", "syncs", "transient_retries", "pressure_retries", "polls",
-         "release_asks", "reports", "touches", "idle_declined")
+         "release_asks", "reports", "touches", "idle_declined", "kept", "reused")
 
 
 class Pager:
@@ -98,6 +98,24 @@ class Pager:
     def usage(self) -> int:
         """Bytes this pager has committed."""
         return _L.comem_pager_usage(self._h())
+
+    @property
+    def keep(self) -> int:
+        """The kept pool's bound: evicted pages' memory kept, unmapped, for the next commits (0: none).
+
+        Kept memory is this process's on the card: the ledger sees it as the holder's entry
+        ``kept`` and every release ask takes it first. Set it before :meth:`attach`; a process
+        that frees pager memory for its own PyTorch allocations leaves it at 0."""
+        return _L.comem_pager_keep(self._h())
+
+    @keep.setter
+    def keep(self, nbytes: int) -> None:
+        check(_L.comem_pager_set_keep(self._h(), errors.size(nbytes, "keep")), "comem_pager_set_keep")
+
+    @property
+    def kept(self) -> int:
+        """Bytes in the kept pool now."""
+        return _L.comem_pager_kept(self._h())
 
     @property
     def reclaimable(self) -> int:

@@ -19,6 +19,10 @@
  * client's callback thread holds the lock through a whole-context sync, so the owner's
  * next fault waits until the kernels queued before it have finished.
  *
+ * The kept pool (keep.c): an eviction puts its page's memory in the pool
+ * unless its batch gives memory back; a commit maps kept memory of its size
+ * before it creates any.
+ *
  * Transient commit failures (F13) are retried up to PAGER_TRANSIENT_RETRIES
  * times, sleeping 50 us doubling to at most 2 ms between tries (about 7 ms
  * in all, under the lock), then reported as COMEM_EDRIVER.
@@ -48,6 +52,16 @@ int comem_pager_commit_page(comem_pager *p, comem_vbar *v, int64_t idx)
     uint64_t va = v->base + (uint64_t)(idx * v->page_size);
     uint64_t handle = 0;
     int rc;
+    if (comem_pager_take_kept(p, v->page_size, &handle)) {
+        rc = p->vmm->ops->remap(p->vmm, va, v->page_size, handle);
+        if (rc == COMEM_OK) {
+            p->stats[COMEM_PAGER_STAT_REUSED]++;
+            goto committed;
+        }
+        comem_pager_drop_kept(p, v->page_size, handle); /* a fresh commit instead */
+        comem_debug("pager: vbar %llu page %lld: kept memory would not map (%s); committing afresh",
+                    (unsigned long long)v->id, (long long)idx, comem_status_str(rc));
+    }
     for (int attempt = 0;; attempt++) {
         backoff(attempt);
         rc = p->vmm->ops->commit(p->vmm, va, v->page_size, &handle);
@@ -64,6 +78,7 @@ int comem_pager_commit_page(comem_pager *p, comem_vbar *v, int64_t idx)
     }
     if (rc != COMEM_OK)
         return rc;
+committed:
     pg->handle = handle;
     pg->resident = true;
     pg->serial++;
@@ -85,7 +100,9 @@ void comem_pager_evict_page(comem_pager *p, comem_vbar *v, int64_t idx, pager_ba
         p->stats[COMEM_PAGER_STAT_SYNCS]++;
         b->synced = true;
     }
-    p->vmm->ops->evict(p->vmm, v->base + (uint64_t)(idx * v->page_size), v->page_size, pg->handle);
+    uint64_t va = v->base + (uint64_t)(idx * v->page_size);
+    if (b->give_back || !comem_pager_keep_page(p, va, v->page_size, pg->handle))
+        p->vmm->ops->evict(p->vmm, va, v->page_size, pg->handle);
     pg->handle = 0;
     pg->resident = false;
     pg->pins = 0;
@@ -120,14 +137,15 @@ bool comem_pager_lower(comem_pager *p, comem_vbar *v, int64_t floor, int64_t wan
     return stopped(stop, stop_page);
 }
 
-int64_t comem_pager_free_lowest(comem_pager *p, int64_t bytes, bool ignore_limits, const comem_vbar *stop,
-                                int64_t stop_page)
+int64_t comem_pager_free_lowest(comem_pager *p, int64_t bytes, int how, const comem_vbar *stop, int64_t stop_page)
 {
     if (bytes <= 0)
         return 0;
-    pager_batch b = {0};
+    pager_batch b = {.give_back = how & PAGER_GIVE_BACK};
+    if (b.give_back)
+        b.freed = comem_pager_drain_kept(p, bytes);
     for (comem_vbar *v = p->bottom; v && b.freed < bytes; v = v->higher)
-        if (comem_pager_lower(p, v, ignore_limits ? 0 : v->limit, bytes, &b, stop, stop_page))
+        if (comem_pager_lower(p, v, how & PAGER_IGNORE_LIMITS ? 0 : v->limit, bytes, &b, stop, stop_page))
             break;
     comem_pager_batch_end(p, &b);
     return b.freed;

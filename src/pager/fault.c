@@ -41,11 +41,12 @@ static int64_t absent_in(const comem_vbar *v, int64_t from, int64_t to)
 static bool make_room(comem_pager *p, comem_vbar *v, int64_t i, int64_t end)
 {
     int64_t need = comem_mul(absent_in(v, i, end), v->page_size);
-    int64_t surplus = comem_sub(p->capacity, comem_add(comem_add(p->usage, need), p->simple_headroom));
+    int64_t grow = comem_sub(need, comem_min(need, comem_pager_kept_of(p, v->page_size))); /* kept: held already */
+    int64_t surplus = comem_sub(p->capacity, comem_add(comem_add(comem_pager_held(p), grow), p->simple_headroom));
     int64_t lower = comem_mul(absent_in(v, 0, i), v->page_size);
     int64_t want = comem_sub(lower, surplus);
     if (want > 0)
-        comem_pager_free_lowest(p, want, false, v, end);
+        comem_pager_free_lowest(p, want, 0, v, end); /* for this pager's own pages: may keep */
     return v->watermark >= end;
 }
 
@@ -53,7 +54,8 @@ static bool make_room(comem_pager *p, comem_vbar *v, int64_t i, int64_t end)
 static int commit_budgeted(comem_pager *p, comem_vbar *v, int64_t i, int64_t end)
 {
     for (int attempt = 0;; attempt++) {
-        int64_t deficit = comem_pager_deficit_locked(p, v->page_size);
+        int64_t grow = comem_pager_kept_of(p, v->page_size) > 0 ? 0 : v->page_size; /* kept: held already */
+        int64_t deficit = comem_pager_deficit_locked(p, grow);
         int rc = deficit > 0 ? COMEM_ENOSPC : comem_pager_commit_page(p, v, i);
         if (rc != COMEM_ENOSPC)
             return rc;
@@ -67,7 +69,7 @@ static int commit_budgeted(comem_pager *p, comem_vbar *v, int64_t i, int64_t end
             return COMEM_ENOSPC;
         }
         p->stats[COMEM_PAGER_STAT_PRESSURE_RETRIES]++;
-        comem_pager_free_lowest(p, comem_max(deficit, v->page_size), false, v, end);
+        comem_pager_free_lowest(p, comem_max(deficit, v->page_size), PAGER_GIVE_BACK, v, end);
         if (v->watermark < end)
             return COMEM_VBAR_OFFLOADED;
     }
@@ -77,7 +79,7 @@ static int fault_locked(comem_pager *p, comem_vbar *v, int64_t first, int64_t en
 {
     int64_t deficit = comem_pager_deficit_locked(p, 0);
     if (deficit > 0)
-        comem_pager_free_lowest(p, deficit, false, NULL, 0);
+        comem_pager_free_lowest(p, deficit, PAGER_GIVE_BACK, NULL, 0);
     if (end > v->watermark)
         return COMEM_VBAR_OFFLOADED;
     bool missed = false;

@@ -7,13 +7,14 @@
  * with every headroom a per-pager setting instead of a global or a constant:
  *
  *   reading, at most every cache_ms:  deficit_sync  = device_headroom - device_free
- *                                     usage_at_poll = usage
- *   simple  = (usage + size) + simple_headroom - capacity
- *   delta   = deficit_sync + (usage - usage_at_poll) + size
+ *                                     usage_at_poll = held
+ *   simple  = (held + size) + simple_headroom - capacity
+ *   delta   = deficit_sync + (held - usage_at_poll) + size
  *   deficit = max(simple, delta) + extra_headroom
  *
- * Between readings the device term is extrapolated by the pager's own usage
- * change, so commits and evictions since the reading count at once; what
+ * held is aimdo's usage plus the kept pool (keep.c; 0 unless a bound is set):
+ * kept memory is on the card as much as a resident page. Between readings the
+ * device term is extrapolated by the pager's own change in what it holds, so commits and evictions since the reading count at once; what
  * other processes did since is seen at the next reading, at most cache_ms
  * late (the tolerated inaccuracy). A failed reading leaves the simple term
  * alone in charge until the next one.
@@ -75,6 +76,8 @@ void comem_pager_close(comem_pager *p)
     (void)comem_pager_detach(p);
     pthread_mutex_lock(&p->attach_mu);
     pthread_mutex_lock(&p->lock);
+    p->keep_limit = 0; /* what the VBARs free now goes back, and so does the pool */
+    (void)comem_pager_drain_kept(p, INT64_MAX);
     while (p->top) {
         comem_vbar *v = p->top;
         comem_pager_evict_all(p, v);
@@ -181,7 +184,7 @@ static void poll_device(comem_pager *p)
                    p->device, comem_status_str(rc));
         p->deficit_sync = PAGER_SIMPLE_ONLY;
     }
-    p->usage_at_poll = p->usage;
+    p->usage_at_poll = comem_pager_held(p);
     p->poll_ms = now;
     p->polled = true;
     p->stats[COMEM_PAGER_STAT_POLLS]++;
@@ -190,8 +193,9 @@ static void poll_device(comem_pager *p)
 int64_t comem_pager_deficit_locked(comem_pager *p, int64_t size)
 {
     poll_device(p);
-    int64_t simple = comem_sub(comem_add(comem_add(p->usage, size), p->simple_headroom), p->capacity);
-    int64_t delta = comem_add(comem_add(p->deficit_sync, comem_sub(p->usage, p->usage_at_poll)), size);
+    int64_t held = comem_pager_held(p);
+    int64_t simple = comem_sub(comem_add(comem_add(held, size), p->simple_headroom), p->capacity);
+    int64_t delta = comem_add(comem_add(p->deficit_sync, comem_sub(held, p->usage_at_poll)), size);
     return comem_add(comem_max(simple, delta), p->extra_headroom);
 }
 
@@ -236,7 +240,7 @@ int comem_pager_free_memory(comem_pager *p, int64_t bytes, int64_t *freed)
     if (!p || bytes < 0)
         return COMEM_EINVAL;
     pthread_mutex_lock(&p->lock);
-    int64_t got = comem_pager_free_lowest(p, bytes, false, NULL, 0);
+    int64_t got = comem_pager_free_lowest(p, bytes, 0, NULL, 0); /* may keep (keep.c) */
     pthread_mutex_unlock(&p->lock);
     if (got > 0)
         comem_pager_report(p);
@@ -321,13 +325,19 @@ int comem_pager_check(comem_pager *p)
                   prev == p->bottom ? "ok" : "wrong");
     if (usage != p->usage)
         VIOLATION("usage %lld, resident pages make %lld", (long long)p->usage, (long long)usage);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < p->n_kept; i++)
+        kept += p->kept[i].size;
+    if (kept != p->kept_bytes || kept > p->keep_limit)
+        VIOLATION("the pool holds %lld bytes, counted %lld, bound %lld", (long long)kept, (long long)p->kept_bytes,
+                  (long long)p->keep_limit);
     if (p->vmm->ops->charged) {
         int64_t charged = 0;
         if (p->vmm->ops->charged(p->vmm, &charged) != COMEM_OK)
             VIOLATION("cannot read what the %s device charges this process", p->vmm->name);
-        if (charged != p->usage)
-            VIOLATION("the card charges this process %lld, the pager's usage is %lld", (long long)charged,
-                      (long long)p->usage);
+        if (charged != comem_pager_held(p))
+            VIOLATION("the card charges this process %lld, the pager holds %lld (%lld kept)", (long long)charged,
+                      (long long)comem_pager_held(p), (long long)p->kept_bytes);
     }
 out:
     pthread_mutex_unlock(&p->lock);

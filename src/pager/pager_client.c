@@ -53,6 +53,9 @@
  *     touch interval, and idle_release_s is far longer in any real setup.
  * Sized asks (another process's admission) are answered as before, also
  * while the pager faults: they are pressure, not idleness.
+ *
+ * The kept pool (keep.c), when it has a bound, is one more entry of the
+ * holder, "kept", reported like a VBAR's; every ask releases it first.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,24 +120,49 @@ static void send_entry(comem_pager *p, comem_client *c, uint64_t entry)
     }
 }
 
+/* Sends the kept pool's figure until it holds still, as send_entry does for a VBAR's. */
+static void send_kept(comem_pager *p, comem_client *c)
+{
+    for (int tries = 0; tries < REPORT_TRIES; tries++) {
+        pthread_mutex_lock(&p->lock);
+        uint64_t entry = p->kept_entry;
+        int64_t value = p->kept_bytes;
+        bool todo = entry && p->client == c && value != p->kept_reported;
+        pthread_mutex_unlock(&p->lock);
+        if (!todo)
+            return;
+        int rc = comem_entry_set_resident(c, entry, value);
+        pthread_mutex_lock(&p->lock);
+        p->stats[COMEM_PAGER_STAT_REPORTS]++;
+        if (p->kept_entry == entry)
+            p->kept_reported = rc == COMEM_OK ? value : -1;
+        pthread_mutex_unlock(&p->lock);
+        if (rc != COMEM_OK)
+            return; /* the next boundary sends it again */
+    }
+}
+
 void comem_pager_report(comem_pager *p)
 {
     uint64_t entries[REPORT_BATCH];
     int k = 0;
     pthread_mutex_lock(&p->lock);
     comem_client *c = p->client;
+    bool kept = c && p->kept_entry && p->kept_bytes != p->kept_reported;
     if (c) {
         for (const comem_vbar *v = p->top; v && k < REPORT_BATCH; v = v->lower)
             if (v->entry && loaded(v) != v->reported)
                 entries[k++] = v->entry;
-        if (k)
+        if (k || kept)
             p->reporters++;
     }
     pthread_mutex_unlock(&p->lock);
-    if (!k)
+    if (!k && !kept)
         return;
     for (int i = 0; i < k; i++)
         send_entry(p, c, entries[i]);
+    if (kept)
+        send_kept(p, c);
     pthread_mutex_lock(&p->lock);
     if (--p->reporters == 0 && p->callbacks == 0)
         pthread_cond_broadcast(&p->idle_cv);
@@ -177,8 +205,8 @@ static bool in_use_locked(comem_pager *p)
 int64_t comem_pager_release_locked(comem_pager *p, int kind, int64_t bytes)
 {
     switch (kind) {
-    case COMEM_RELEASE_BYTES: return comem_pager_free_lowest(p, bytes, false, NULL, 0);
-    case COMEM_RELEASE_IDLE: return comem_pager_free_lowest(p, INT64_MAX, true, NULL, 0);
+    case COMEM_RELEASE_BYTES: return comem_pager_free_lowest(p, bytes, PAGER_GIVE_BACK, NULL, 0);
+    case COMEM_RELEASE_IDLE: return comem_pager_free_lowest(p, INT64_MAX, PAGER_GIVE_BACK | PAGER_IGNORE_LIMITS, NULL, 0);
     default: return 0; /* a pager pins no host RAM */
     }
 }
@@ -251,6 +279,31 @@ void comem_pager_unregister_vbar(comem_pager *p, comem_vbar *v)
         (void)comem_entry_remove(c, entry);
 }
 
+/* The kept pool's entry, when the pool has a bound: its bytes are this process's on the card. */
+static void register_kept(comem_pager *p, comem_client *c, uint64_t holder)
+{
+    pthread_mutex_lock(&p->lock);
+    int64_t bound = p->keep_limit, now = p->kept_bytes;
+    pthread_mutex_unlock(&p->lock);
+    if (bound <= 0)
+        return;
+    uint64_t entry = 0;
+    int rc = comem_entry_add(c, holder, "kept", bound, now, COMEM_ENTRY_PAGED, &entry);
+    if (rc != COMEM_OK) {
+        comem_warn("pager: cannot register its kept pool: %s; nothing is kept while attached", comem_status_str(rc));
+        pthread_mutex_lock(&p->lock);
+        p->keep_limit = 0; /* memory the ledger does not know of must not be held */
+        (void)comem_pager_drain_kept(p, INT64_MAX);
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->kept_entry = entry;
+    p->kept_reported = now;
+    pthread_mutex_unlock(&p->lock);
+    comem_pager_report(p); /* in case it changed since the snapshot */
+}
+
 int comem_pager_attach(comem_pager *p, comem_client *c, const char *name)
 {
     if (!p || !c || !name)
@@ -297,6 +350,7 @@ int comem_pager_attach(comem_pager *p, comem_client *c, const char *name)
     for (size_t i = 0; i < k; i++)
         comem_pager_register_vbar(p, all[i]);
     free(all);
+    register_kept(p, c, holder);
     pthread_mutex_unlock(&p->attach_mu);
     comem_info("pager: attached as holder '%s' on device %d with %zu vbar(s)", name, p->device, k);
     return COMEM_OK;
@@ -337,9 +391,14 @@ int comem_pager_detach(comem_pager *p)
         v->entry = 0;
         v->reported = 0;
     }
+    uint64_t kept_entry = p->kept_entry;
+    p->kept_entry = 0;
+    p->kept_reported = 0;
     pthread_mutex_unlock(&p->lock);
     for (size_t i = 0; i < k; i++)
         (void)comem_entry_remove(c, entries[i]);
+    if (kept_entry)
+        (void)comem_entry_remove(c, kept_entry);
     free(entries);
     /*
      * Removing the holder waits for the coordinator's reply, which the service

@@ -12,6 +12,8 @@
  *   ├── vmm             the backend (vmm.h); called only under the lock
  *   ├── usage [L]       Σ over VBARs of resident_count × page_size (derived,
  *   │                   kept incrementally; comem_pager_check verifies it)
+ *   ├── kept pool [L]   evicted pages' memory, unmapped, not released, at most
+ *   │                   keep_limit bytes (keep.c); held = usage + kept_bytes
  *   ├── headrooms, poll state, clock, stats [L]
  *   ├── top ⇄ ... ⇄ bottom [L]   the priority list, doubly linked through
  *   │                   comem_vbar.higher/lower; top is the highest priority
@@ -36,7 +38,8 @@
  * Invariants (comem_pager_check): usage = Σ resident pages × page size; every
  * resident page at or above its VBAR's watermark is pinned (an eviction that
  * passes an unpinned page frees it; unpin frees what eviction passed); a page
- * that is not resident has no pins; the backend's charge equals usage.
+ * that is not resident has no pins; kept_bytes = Σ the pool's pages and at
+ * most keep_limit; the backend's charge equals usage + kept_bytes.
  *
  * Lock order: attach_mu → lock → (backend: the sim card's lock, the driver).
  * The pager lock is a leaf with respect to the client library: no client call
@@ -89,6 +92,11 @@ struct comem_vbar {
     pager_page *pages;      /* [L] */
 };
 
+typedef struct pager_kept {
+    int64_t size;
+    uint64_t handle; /* the backend's */
+} pager_kept;
+
 struct comem_pager {
     pthread_mutex_t lock;
     pthread_cond_t idle_cv; /* signalled when reporters or callbacks drop to 0 */
@@ -98,6 +106,14 @@ struct comem_pager {
 
     /* [L] accounting */
     int64_t usage;
+    /* [L] the kept pool (keep.c): evicted pages' memory, unmapped, not released; counted with usage
+       wherever the pager's own bytes are (held) */
+    pager_kept *kept;
+    int64_t n_kept, cap_kept;
+    int64_t kept_bytes; /* Σ kept[].size */
+    int64_t keep_limit; /* the pool's bound; 0: nothing is kept */
+    uint64_t kept_entry;    /* the ledger's entry for the pool while attached with a bound; 0: none */
+    int64_t kept_reported;  /* the pool's bytes last sent for it (-1: send again) */
     int64_t capacity; /* from the backend at open, refreshed at each reading */
 
     /* [L] headrooms and the device term */
@@ -138,8 +154,16 @@ struct comem_pager {
 /* One eviction batch: one backend sync before its first unmap and one after its last. */
 typedef struct pager_batch {
     bool synced;
-    int64_t freed; /* bytes */
+    bool give_back; /* the memory goes back to the device: nothing is kept (keep.c) */
+    int64_t freed;  /* bytes */
 } pager_batch;
+
+/* What the pager holds on its device: its pages and its kept pool. Caller holds the lock. */
+static inline int64_t comem_pager_held(const comem_pager *p) { return p->usage + p->kept_bytes; }
+
+/* How free_lowest evicts. */
+#define PAGER_IGNORE_LIMITS 1 /* down to watermark 0, not to each VBAR's limit */
+#define PAGER_GIVE_BACK 2     /* the pool first, then pages, all of it released */
 
 /* ---- pager.c ---- */
 
@@ -178,15 +202,34 @@ bool comem_pager_lower(comem_pager *p, comem_vbar *v, int64_t floor, int64_t wan
 
 /*
  * aimdo's vbars_free: evicts at least `bytes` lowest priority first, within
- * watermark limits (or down to 0 when ignore_limits), stopping early when
- * stop's watermark falls below stop_page. Opens and ends its own batch.
+ * watermark limits (or down to 0 with PAGER_IGNORE_LIMITS), stopping early when
+ * stop's watermark falls below stop_page. With PAGER_GIVE_BACK the kept pool
+ * is released first and counts in what is freed. Opens and ends its own batch.
  * Returns the bytes freed.
  */
-int64_t comem_pager_free_lowest(comem_pager *p, int64_t bytes, bool ignore_limits, const comem_vbar *stop,
+int64_t comem_pager_free_lowest(comem_pager *p, int64_t bytes, int how, const comem_vbar *stop,
                                 int64_t stop_page);
 
 /* Evicts every resident page of v, pinned or not (destroy, close). */
 void comem_pager_evict_all(comem_pager *p, comem_vbar *v);
+
+/* ---- keep.c (every function: caller holds the lock) ---- */
+
+/* Unmaps a committed page into the pool if the bound allows (true: the page is gone from va, kept or,
+   when the backend failed to unmap it, released); false: not kept, the caller evicts it. */
+bool comem_pager_keep_page(comem_pager *p, uint64_t va, int64_t size, uint64_t handle);
+
+/* Bytes of pages of this size in the pool. */
+int64_t comem_pager_kept_of(const comem_pager *p, int64_t size);
+
+/* Takes one kept page of this size out of the pool (false: none). */
+bool comem_pager_take_kept(comem_pager *p, int64_t size, uint64_t *handle);
+
+/* Releases a page taken out of the pool that could not be mapped again. */
+void comem_pager_drop_kept(comem_pager *p, int64_t size, uint64_t handle);
+
+/* Releases kept pages, the newest first, until at least `bytes` went back (or the pool is empty). */
+int64_t comem_pager_drain_kept(comem_pager *p, int64_t bytes);
 
 /* ---- pager_client.c ---- */
 

@@ -19,6 +19,7 @@
 #ifndef COMEM_PAGER_VMM_H
 #define COMEM_PAGER_VMM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct comem_vmm comem_vmm;
@@ -32,6 +33,12 @@ typedef struct comem_vmm_ops {
     int (*commit)(comem_vmm *m, uint64_t va, int64_t size, uint64_t *handle);
     /* Unmaps and releases one committed page. Errors are logged, never returned: the page is gone. */
     void (*evict)(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle);
+    /* The kept pool's three (pager/keep.c): unmaps a committed page and keeps its memory under its handle
+       (false: it could not be unmapped, and is released instead); maps kept memory at [va, va+size),
+       readable and writable; releases kept memory. */
+    bool (*unmap_keep)(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle);
+    int (*remap)(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle);
+    void (*release)(comem_vmm *m, int64_t size, uint64_t handle);
     /* Waits until no kernel can still read a page about to be unmapped (CUDA: cuCtxSynchronize). */
     int (*sync)(comem_vmm *m);
     /* The device's free bytes and the capacity the pager budgets against. */

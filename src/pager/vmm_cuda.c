@@ -7,6 +7,8 @@
  *   commit    cuMemCreate (pinned device memory) + cuMemMap + cuMemSetAccess
  *             (read-write for this device), unwound in reverse on failure
  *   evict     cuMemUnmap + cuMemRelease (errors logged; the page is gone)
+ *   kept pool cuMemUnmap alone (the handle kept); cuMemMap + cuMemSetAccess of
+ *             a kept handle; cuMemRelease of one (pager/keep.c)
  *   sync      cuCtxSynchronize
  *   free      cuMemGetInfo (free and total)
  *   copies    cuMemcpyHtoD / cuMemcpyDtoH
@@ -158,6 +160,52 @@ static void cuda_evict(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle)
     leave(c, prev);
 }
 
+/* The kept pool: the mapping goes, the physical allocation stays under its handle for a later cuMemMap. */
+static bool cuda_unmap_keep(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle)
+{
+    vmm_cuda *c = as_cuda(m);
+    CUcontext prev;
+    if (enter(c, &prev) != COMEM_OK) {
+        comem_warn("pager cuda: cannot unmap a page of %lld bytes: no context; it stays mapped", (long long)size);
+        return false;
+    }
+    bool ok = status_of("cuMemUnmap", c->cu->MemUnmap((CUdeviceptr)va, (size_t)size)) == COMEM_OK;
+    if (!ok)
+        (void)status_of("cuMemRelease", c->cu->MemRelease((CUmemGenericAllocationHandle)handle));
+    leave(c, prev);
+    return ok;
+}
+
+static int cuda_remap(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle)
+{
+    vmm_cuda *c = as_cuda(m);
+    CUcontext prev;
+    int rc = enter(c, &prev);
+    if (rc != COMEM_OK)
+        return rc;
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, c->ordinal}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    rc = status_of("cuMemMap", c->cu->MemMap((CUdeviceptr)va, (size_t)size, 0, (CUmemGenericAllocationHandle)handle, 0));
+    if (rc == COMEM_OK) {
+        rc = status_of("cuMemSetAccess", c->cu->MemSetAccess((CUdeviceptr)va, (size_t)size, &access, 1));
+        if (rc != COMEM_OK)
+            (void)status_of("cuMemUnmap (unwinding a remap)", c->cu->MemUnmap((CUdeviceptr)va, (size_t)size));
+    }
+    leave(c, prev);
+    return rc;
+}
+
+static void cuda_release(comem_vmm *m, int64_t size, uint64_t handle)
+{
+    vmm_cuda *c = as_cuda(m);
+    CUcontext prev;
+    if (enter(c, &prev) != COMEM_OK) {
+        comem_warn("pager cuda: cannot release %lld kept bytes: no context", (long long)size);
+        return;
+    }
+    (void)status_of("cuMemRelease", c->cu->MemRelease((CUmemGenericAllocationHandle)handle));
+    leave(c, prev);
+}
+
 static int cuda_sync(comem_vmm *m)
 {
     vmm_cuda *c = as_cuda(m);
@@ -223,6 +271,9 @@ static const comem_vmm_ops k_cuda_ops = {
     .unreserve = cuda_unreserve,
     .commit = cuda_commit,
     .evict = cuda_evict,
+    .unmap_keep = cuda_unmap_keep,
+    .remap = cuda_remap,
+    .release = cuda_release,
     .sync = cuda_sync,
     .read_free = cuda_read_free,
     .write = cuda_write,

@@ -104,6 +104,39 @@ static void sim_evict(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle)
                    comem_status_str(rc));
 }
 
+static void sim_release(comem_vmm *m, int64_t size, uint64_t handle)
+{
+    (void)handle;
+    vmm_sim *s = as_sim(m);
+    int rc = comem_sim_free(s->sim, s->card, size);
+    if (rc != COMEM_OK)
+        comem_warn("pager sim: giving %lld kept bytes back to the card failed: %s", (long long)size,
+                   comem_status_str(rc));
+}
+
+/* The kept pool: the pages are dropped and closed, the card keeps charging their bytes. */
+static bool sim_unmap_keep(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle)
+{
+    (void)m, (void)handle;
+    void *p = (void *)(uintptr_t)va;
+    if (madvise(p, (size_t)size, MADV_DONTNEED) != 0 || mprotect(p, (size_t)size, PROT_NONE) != 0) {
+        comem_warn("pager sim: dropping a page failed: %s; its bytes go back to the card", strerror(errno));
+        sim_release(m, size, handle);
+        return false;
+    }
+    return true;
+}
+
+static int sim_remap(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle)
+{
+    (void)m, (void)handle;
+    if (mprotect((void *)(uintptr_t)va, (size_t)size, PROT_READ | PROT_WRITE) != 0) {
+        comem_warn("pager sim: cannot open a page: %s", strerror(errno));
+        return COMEM_EIO;
+    }
+    return COMEM_OK;
+}
+
 static int sim_sync(comem_vmm *m)
 {
     (void)m;
@@ -163,6 +196,9 @@ static const comem_vmm_ops k_sim_ops = {
     .unreserve = sim_unreserve,
     .commit = sim_commit,
     .evict = sim_evict,
+    .unmap_keep = sim_unmap_keep,
+    .remap = sim_remap,
+    .release = sim_release,
     .sync = sim_sync,
     .read_free = sim_read_free,
     .read_free_wide = sim_read_free_wide,

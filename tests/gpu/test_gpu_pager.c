@@ -11,6 +11,9 @@
  *      bytes, the upper half comes back with new signatures and is rewritten;
  *   5. with pages 0..3 pinned by this thread, evict everything from another:
  *      the pinned pages survive with their bytes;
+ *   6. the kept pool: evicted pages' memory kept and mapped again by the next
+ *      fault-in, the bytes written through it read back, the card's free
+ *      reading counting it, and released when the bound goes to 0;
  * and prints the measured costs (commit and evict per page, copy rates).
  */
 #include <pthread.h>
@@ -209,6 +212,31 @@ int main(void)
            "with pages 0..3 pinned, %lld MiB evicted and the pinned 128 MiB intact", (long long)(freed / MIB));
     comem_vbar_unpin(v, 0, 4 * PS);
     EXPECT(comem_pager_check(p) == COMEM_OK, "invariants hold");
+
+    /* 6. the kept pool: evicted memory stays this process's, and the next fault-in maps it again */
+    EXPECT(comem_pager_set_keep(p, SIZE) == COMEM_OK, "kept pool bounded at 512 MiB");
+    comem_pager_set_device_poll(p, 0, 0);
+    rc = comem_vbar_free_memory(v, SIZE, &freed);
+    int64_t free_kept = -comem_pager_budget_deficit(p, 0); /* the device term alone: the card's free reading */
+    EXPECT(rc == COMEM_OK && freed == 4 * PS && comem_pager_kept(p) == 4 * PS && resident_pages(v) == 0,
+           "4 pages evicted into the pool (%lld MiB kept)", (long long)(comem_pager_kept(p) / MIB));
+    comem_vbar_prioritize(v);
+    int64_t reused = comem_pager_stat(p, COMEM_PAGER_STAT_REUSED);
+    rc = comem_vbar_fault(v, 0, SIZE, s3, PAGES + 2);
+    fill(pat, SIZE, 3);
+    rc2 = comem_vbar_write(v, 0, pat, SIZE) | comem_vbar_read(v, 0, back, SIZE);
+    EXPECT(rc == COMEM_VBAR_RESIDENT && rc2 == COMEM_OK && !memcmp(pat, back, SIZE) &&
+               comem_pager_stat(p, COMEM_PAGER_STAT_REUSED) - reused == 4 && comem_pager_kept(p) == 0,
+           "re-faulted: 4 pages mapped kept memory, 12 created, all written and read back intact");
+    comem_vbar_unpin(v, 0, SIZE);
+    rc = comem_vbar_free_memory(v, SIZE, &freed);
+    int64_t free_now = -comem_pager_budget_deficit(p, 0);
+    EXPECT(comem_pager_kept(p) == SIZE && free_now <= free_kept - 12 * PS + 64 * MIB,
+           "evicted again: the whole 512 MiB kept, and the card's free reading counts it (%.0f MiB less free)",
+           (double)(free_kept - free_now) / MIB);
+    EXPECT(comem_pager_set_keep(p, 0) == COMEM_OK && comem_pager_kept(p) == 0, "bound 0: the pool released");
+    EXPECT(comem_pager_check(p) == COMEM_OK, "invariants hold");
+    comem_pager_set_device_poll(p, COMEM_PAGER_DEFAULT_DEVICE_HEADROOM, COMEM_PAGER_DEFAULT_POLL_MS);
     printf("stats: commits %lld, evictions %lld, syncs %lld, transient retries %lld\n",
            (long long)comem_pager_stat(p, COMEM_PAGER_STAT_COMMITS),
            (long long)comem_pager_stat(p, COMEM_PAGER_STAT_EVICTIONS),

@@ -244,6 +244,29 @@ class TestPager(PagerCase):
         self.assertEqual(self.card.read().free, 256 * MiB)
         self.assertGreater(p.stats()["evictions"], 0)
 
+    def test_the_kept_pool(self):
+        p = self.p
+        self.assertEqual((p.keep, p.kept), (0, 0))  # off by default
+        p.keep = 2 * PAGE
+        v = p.vbar(3 * PAGE)
+        v.fault(0, 3 * PAGE)
+        v.unpin(0, 3 * PAGE)
+        self.assertEqual(v.free_memory(3 * PAGE), 3 * PAGE)
+        self.assertEqual((p.usage, p.kept), (0, 2 * PAGE))  # two kept, the third released
+        self.assertEqual(self.allocated(), 2 * PAGE)  # kept memory is still this process's on the card
+        self.assertEqual(p.stats()["kept"], 2)
+        v.prioritize()
+        v.fault(0, 3 * PAGE)
+        v.unpin(0, 3 * PAGE)
+        self.assertEqual((p.stats()["reused"], p.kept, self.allocated()), (2, 0, 3 * PAGE))
+        v.free_memory(PAGE)
+        p.keep = 0  # releases what is kept
+        self.assertEqual((p.keep, p.kept, self.allocated()), (0, 0, 2 * PAGE))
+        with self.assertRaises(ValueError):
+            p.keep = -1
+        with self.assertRaises(TypeError):
+            p.keep = 1.5
+
     def test_destroy_and_close(self):
         p = self.p
         v = p.vbar(2 * PAGE)

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/bytes.h"
+#include "comem/comem.h"
 #include "comem/common.h"
 #include "comem/pager.h"
 #include "pager/pager_test.h"
@@ -837,6 +838,127 @@ static void test_data_integrity(void **s)
     close_card();
 }
 
+/* ---------------------------------------------------------------- the kept pool */
+
+/* This process's allocations on the current card, as the card itself counts them. */
+static int64_t card_charge(comem_sim *card)
+{
+    int64_t ctx = -1, alloc = -1;
+    assert_int_equal(comem_sim_usage(card, 0, (int32_t)getpid(), &ctx, &alloc), COMEM_OK);
+    return alloc;
+}
+
+static void test_kept_pool_serves_the_next_commits(void **s)
+{
+    (void)s;
+    open_card("64MiB", true);
+    comem_sim *card = card_handle();
+    assert_int_equal(comem_pager_keep(g_p), 0); /* off by default: aimdo's behaviour */
+    assert_int_equal(comem_pager_set_keep(g_p, -1), COMEM_EINVAL);
+    assert_int_equal(comem_pager_set_keep(g_p, 3 * PS), COMEM_OK);
+    comem_vbar *v = vbar(4, PS);
+    load(v, 0, 4);
+    assert_int_equal(card_charge(card), 4 * PS);
+    /* Four pages freed for the pager's own use: three kept (the bound), one released. */
+    int64_t freed = 0;
+    assert_int_equal(comem_pager_free_memory(g_p, 4 * PS, &freed), COMEM_OK);
+    assert_int_equal(freed, 4 * PS);
+    assert_string_equal(map(v), "....");
+    assert_int_equal(comem_pager_usage(g_p), 0);
+    assert_int_equal(comem_pager_kept(g_p), 3 * PS);
+    assert_int_equal(card_charge(card), 3 * PS); /* kept memory is still this process's on the card */
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_KEPT), 3);
+    assert_int_equal(comem_pager_check(g_p), COMEM_OK);
+    /* Faulted back: three pages map kept memory, the fourth is created. */
+    int64_t commits = pager_stat(COMEM_PAGER_STAT_COMMITS);
+    assert_int_equal(comem_vbar_prioritize(v), COMEM_OK);
+    load(v, 0, 4);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_COMMITS) - commits, 4);
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_REUSED), 3);
+    assert_int_equal(comem_pager_kept(g_p), 0);
+    assert_int_equal(card_charge(card), 4 * PS);
+    assert_int_equal(comem_pager_check(g_p), COMEM_OK);
+    /* Lowering the bound releases the excess at once. */
+    assert_int_equal(comem_pager_free_memory(g_p, 2 * PS, &freed), COMEM_OK);
+    assert_int_equal(comem_pager_kept(g_p), 2 * PS);
+    assert_int_equal(comem_pager_set_keep(g_p, PS), COMEM_OK);
+    assert_int_equal(comem_pager_kept(g_p), PS);
+    assert_int_equal(card_charge(card), 3 * PS);
+    assert_int_equal(comem_pager_check(g_p), COMEM_OK);
+    comem_pager_close(g_p); /* close gives the pool back too */
+    g_p = NULL;
+    assert_int_equal(card_charge(card), 0);
+    comem_sim_close(card);
+}
+
+static void test_kept_memory_comes_back_clean_of_the_budget(void **s)
+{
+    (void)s;
+    /* A 32 MiB card: 8 pages. The pool counts against the budget as resident pages do. */
+    open_card("32MiB", true);
+    comem_sim *card = card_handle();
+    assert_int_equal(comem_pager_set_keep(g_p, 8 * PS), COMEM_OK);
+    comem_vbar *a = vbar(6, PS);
+    load(a, 0, 6);
+    int64_t freed = 0;
+    assert_int_equal(comem_pager_free_memory(g_p, 4 * PS, &freed), COMEM_OK);
+    assert_int_equal(comem_pager_kept(g_p), 4 * PS);
+    assert_int_equal(comem_pager_budget_deficit(g_p, 3 * PS), PS); /* 2 resident + 4 kept + 3 > 8 */
+    /* A second model's fault-in takes the kept pages first, then creates, never past the card. */
+    comem_vbar *b = vbar(6, PS);
+    load(b, 0, 6);
+    assert_string_equal(map(b), "rrrrrr");
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_REUSED), 4);
+    assert_true(comem_pager_usage(g_p) + comem_pager_kept(g_p) <= 8 * PS);
+    assert_int_equal(card_charge(card), comem_pager_usage(g_p) + comem_pager_kept(g_p));
+    assert_int_equal(comem_pager_check(g_p), COMEM_OK);
+    /* Another process's ask: the pool goes first (nothing loaded is lost for it), then pages. */
+    assert_int_equal(comem_pager_free_memory(g_p, 2 * PS, &freed), COMEM_OK);
+    assert_int_equal(comem_pager_kept(g_p), 2 * PS);
+    int64_t loaded = comem_pager_usage(g_p);
+    assert_int_equal(comem_pager_answer_release(g_p, COMEM_RELEASE_BYTES, PS), PS);
+    assert_int_equal(comem_pager_kept(g_p), PS);
+    assert_int_equal(comem_pager_usage(g_p), loaded);
+    assert_int_equal(comem_pager_answer_release(g_p, COMEM_RELEASE_BYTES, 2 * PS), 2 * PS);
+    assert_int_equal(comem_pager_usage(g_p), loaded - PS);
+    assert_int_equal(comem_pager_kept(g_p), 0); /* what an ask frees is given back, never kept */
+    assert_int_equal(card_charge(card), loaded - PS);
+    /* An idle release empties everything and keeps nothing. */
+    assert_true(comem_pager_answer_release(g_p, COMEM_RELEASE_IDLE, 0) > 0);
+    assert_int_equal(comem_pager_kept(g_p), 0);
+    assert_int_equal(card_charge(card), comem_pager_usage(g_p));
+    comem_sim_close(card);
+    close_card();
+}
+
+static void test_kept_pool_makes_room_at_a_deficit(void **s)
+{
+    (void)s;
+    open_card("32MiB", true); /* 8 pages */
+    comem_sim *card = card_handle();
+    assert_int_equal(comem_pager_set_keep(g_p, 8 * PS), COMEM_OK);
+    comem_vbar *v = vbar(8, PS);
+    load(v, 0, 8);
+    int64_t freed = 0;
+    assert_int_equal(comem_pager_free_memory(g_p, 8 * PS, &freed), COMEM_OK);
+    assert_int_equal(comem_pager_kept(g_p), 8 * PS); /* the whole card kept */
+    /* Two pages more of headroom: the next fault's deficit is met from the pool, released, not from
+       loaded pages, and the rest of the pool serves the commits. */
+    assert_int_equal(comem_pager_set_extra_headroom(g_p, 2 * PS), COMEM_OK);
+    assert_int_equal(comem_vbar_prioritize(v), COMEM_OK);
+    assert_int_equal(fault(v, 0, 1), COMEM_VBAR_RESIDENT);
+    unpin(v, 0, 1);
+    assert_int_equal(comem_pager_kept(g_p), 5 * PS);
+    assert_int_equal(card_charge(card), 6 * PS);
+    load(v, 1, 5);
+    assert_string_equal(map(v), "rrrrrr..");
+    assert_int_equal(pager_stat(COMEM_PAGER_STAT_REUSED), 6);
+    assert_int_equal(comem_pager_kept(g_p), 0);
+    assert_int_equal(card_charge(card), 6 * PS);
+    comem_sim_close(card);
+    close_card();
+}
+
 /* ---------------------------------------------------------------- lifetime */
 
 static void test_destroy_and_close(void **s)
@@ -888,6 +1010,9 @@ int main(void)
         cmocka_unit_test(test_oom_is_recovered_once),
         cmocka_unit_test(test_persistent_deficit_is_an_error),
         cmocka_unit_test(test_data_integrity),
+        cmocka_unit_test(test_kept_pool_serves_the_next_commits),
+        cmocka_unit_test(test_kept_memory_comes_back_clean_of_the_budget),
+        cmocka_unit_test(test_kept_pool_makes_room_at_a_deficit),
         cmocka_unit_test(test_destroy_and_close),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

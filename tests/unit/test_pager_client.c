@@ -248,6 +248,56 @@ static void test_release_semantics(void **s)
     comem_pager_close(p);
 }
 
+/* ---- the kept pool in the ledger ---- */
+
+static void test_kept_pool_is_in_the_ledger_and_asked_first(void **s)
+{
+    (void)s;
+    comem_coord *coord = NULL;
+    assert_int_equal(comem_coord_start(g_sock, g_spec, &coord), COMEM_OK);
+    comem_client *c = NULL, *other = NULL;
+    assert_int_equal(comem_client_open(g_sock, COMEM_CLIENT_WORKER, "pager", -1, COMEM_OPEN_NO_LOCAL, &c), COMEM_OK);
+    assert_int_equal(comem_client_open(g_sock, COMEM_CLIENT_WORKER, "other", -1, COMEM_OPEN_NO_LOCAL, &other),
+                     COMEM_OK);
+    comem_client_set_timeout(c, 5000);
+    comem_client_set_timeout(other, 5000);
+    comem_pager *p = NULL;
+    assert_int_equal(comem_pager_open(COMEM_PAGER_SIM, 0, g_spec, &p), COMEM_OK);
+    assert_int_equal(comem_pager_set_keep(p, 4 * PS), COMEM_OK);
+    comem_vbar *a = NULL;
+    assert_int_equal(comem_vbar_create(p, 8 * PS, PS, &a), COMEM_OK);
+    load(a, 0, 6);
+    assert_int_equal(comem_pager_attach(p, c, "weights"), COMEM_OK);
+    assert_int_equal(comem_pager_set_keep(p, 2 * PS), COMEM_EBUSY); /* the entry was sized at attach */
+    assert_int_equal(comem_pager_set_keep(p, 4 * PS), COMEM_OK);    /* no change: fine */
+    view w = look(c);
+    assert_int_equal(w.entries, 2);
+    assert_int_equal(resident_of(&w, "kept"), 0);
+    /* Three pages evicted for the pager's own use: kept, and the ledger says so. */
+    int64_t freed = 0;
+    assert_int_equal(comem_pager_free_memory(p, 3 * PS, &freed), COMEM_OK);
+    w = look(c);
+    assert_int_equal(resident_of(&w, "kept"), 3 * PS);
+    assert_int_equal(resident_of(&w, "vbar-1"), 3 * PS);
+    assert_int_equal(w.total, 6 * PS); /* what the card charges this process */
+    /* Another session's ask for two pages takes them from the pool: nothing loaded is lost. */
+    assert_int_equal(comem_pressure(other, 0, 2 * PS, 5000, &freed), COMEM_OK);
+    assert_int_equal(freed, 2 * PS);
+    assert_int_equal(comem_vbar_loaded_size(a), 3 * PS);
+    assert_int_equal(comem_pager_kept(p), PS);
+    w = look(c);
+    assert_int_equal(resident_of(&w, "kept"), PS);
+    assert_int_equal(resident_of(&w, "vbar-1"), 3 * PS);
+    assert_int_equal(comem_pager_check(p), COMEM_OK);
+    /* Detached: the pool's entry goes with the holder. */
+    assert_int_equal(comem_pager_detach(p), COMEM_OK);
+    assert_false(look(c).found);
+    comem_pager_close(p);
+    comem_client_close(other);
+    comem_client_close(c);
+    comem_coord_stop(coord);
+}
+
 /* ---- an idle ask to a pager that has just faulted ---- */
 
 static _Atomic int64_t g_clock_ms = 100000; /* the pager's clock: moves only when the test moves it */
@@ -328,6 +378,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attached_holder),
         cmocka_unit_test(test_release_semantics),
+        cmocka_unit_test(test_kept_pool_is_in_the_ledger_and_asked_first),
         cmocka_unit_test(test_idle_ask_declined_while_in_use),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
