@@ -29,7 +29,7 @@ cmake --build "$work/fh" -j"${JOBS:-2}" >/dev/null
 a="$tp/comfy-aimdo"
 for mib in "${sizes[@]}"; do
   src="$work/src-$mib"
-  cp -r "$a" "$src"
+  cp -rL "$a/." "$src" # a copy, also when THIRDPARTY holds links: the sed below edits it
   # the one constant that fixes aimdo's page size; fail loudly if upstream renamed it
   grep -q '^#define VBAR_PAGE_SIZE (32 << 20)$' "$src/src/model-vbar.c" ||
     { echo "$0: VBAR_PAGE_SIZE not found as expected in model-vbar.c" >&2; exit 1; }
