@@ -2,7 +2,7 @@
  * bench/bench_pager_aimdo.c - comem's pager and comfy-aimdo side by side, in C, on one GPU.
  *
  *   bench_pager_aimdo --aimdo PATTERN [--gib N] [--rounds R] [--pages 32,64,128] [--settle-ms MS]
- *                     [--profile]
+ *                     [--profile] [--refault]
  *
  * PATTERN names comfy-aimdo's library for each page size, "%d" standing for
  * the MiB (bench/build_aimdo_pages.sh builds one per size: aimdo fixes its page
@@ -17,11 +17,18 @@
  *     bare     the bare driver: cuMemCreate + cuMemMap + cuMemSetAccess per page
  *     comem    comem_vbar_fault / comem_vbar_unpin
  *     aimdo    vbar_fault / vbar_unpin
+ *     kept     comem with its kept pool bounded at the whole size
+ *              (comem_pager_set_keep): what an eviction unmaps stays the
+ *              pager's, and the next fault-in maps it again; the pool is
+ *              given back after each of its rounds
  *   evict      all N GiB of resident pages, right after that implementation's fault-in.
  *     bare     cuCtxSynchronize, cuMemUnmap + cuMemRelease per page top down, cuCtxSynchronize
  *     bare1    the same with one cuMemUnmap over every page (fault-in as bare)
- *     comem    comem_pager_free_memory
+ *     comem    comem_pager_free_memory (and kept, into its pool)
  *     aimdo    vbar_free_memory (which syncs before and after, as comem does)
+ *   --refault  a second fault-in right after each eviction, with no pause:
+ *              what a model evicted and faulted back copies at
+ *              (refault_*_gbps, and against the settled plain copy).
  *
  * One warm-up pass of each, then R rounds, the order rotating every round;
  * medians over the rounds (spread: min..max, and every round's figure in run
@@ -36,7 +43,9 @@
  * against the same after settling. A table, then name=value lines per page
  * size: fault_in_vs_aimdo_<MiB> (> 1: comem ahead), fault_in_vs_copy_<MiB>,
  * evict_vs_aimdo_<MiB> (< 1: comem ahead), evict_vs_bare_<MiB>, and the same
- * two of the eviction's fastest rounds (evict_min_vs_*).
+ * two of the eviction's fastest rounds (evict_min_vs_*). Every round's bare
+ * eviction is printed in parts (the syncs, the sums of cuMemUnmap and
+ * cuMemRelease, the slowest call): where a slow round's time goes.
  *
  * Without a GPU it says so and exits 0; without an aimdo library it exits 2.
  */
@@ -61,8 +70,8 @@
 #define MAX_ROUNDS 31
 #define MAX_SIZES 8
 
-enum { I_COPY, I_BARE, I_BARE1, I_COMEM, I_AIMDO, N_IMPL };
-static const char *const k_impl[N_IMPL] = {"copy", "bare", "bare1", "comem", "aimdo"};
+enum { I_COPY, I_BARE, I_BARE1, I_COMEM, I_AIMDO, I_KEPT, N_IMPL };
+static const char *const k_impl[N_IMPL] = {"copy", "bare", "bare1", "comem", "aimdo", "kept"};
 
 /* What a child sends back for one page size. */
 typedef struct result {
@@ -72,6 +81,12 @@ typedef struct result {
     int32_t rounds;
     double fault_s[N_IMPL][MAX_ROUNDS]; /* fault-in seconds per round */
     double evict_s[N_IMPL][MAX_ROUNDS]; /* eviction seconds per round (copy: unused) */
+    int32_t refault;                      /* --refault: the second fault-in, right after the eviction */
+    double refault_s[N_IMPL][MAX_ROUNDS];
+    /* bare's eviction per round, in parts (ms): the syncs before and after, Σ cuMemUnmap, Σ cuMemRelease,
+       the slowest single call of each */
+    double ev_sync0[MAX_ROUNDS], ev_sync1[MAX_ROUNDS], ev_unmap[MAX_ROUNDS], ev_release[MAX_ROUNDS];
+    double ev_unmap_max[MAX_ROUNDS], ev_release_max[MAX_ROUNDS];
     /* --profile: medians per page, microseconds */
     int32_t profiled;
     double fault_us[N_IMPL];   /* host time of the make-resident step */
@@ -118,6 +133,8 @@ typedef struct bench {
     CUevent *ev_a, *ev_b, ev0;
     double *t_fault;
     double t_create, t_map, t_access, t_unmap, t_release;
+    /* bare's last eviction in parts (ms), for the bimodality study */
+    double e_sync0, e_sync1, e_unmap_max, e_release_max;
 } bench;
 
 static char g_why[200];
@@ -216,8 +233,11 @@ static bool prepare(bench *b, int impl)
     switch (impl) {
     case I_BARE:
     case I_BARE1: CU(b, MemAddressReserve(&b->bare_base, (size_t)b->bytes, 0, 0, 0)); return true;
-    case I_COMEM: {
-        int rc = comem_vbar_create(b->p, b->bytes, b->page, &b->vbar);
+    case I_COMEM:
+    case I_KEPT: {
+        int rc = comem_pager_set_keep(b->p, impl == I_KEPT ? b->bytes : 0);
+        if (rc == COMEM_OK)
+            rc = comem_vbar_create(b->p, b->bytes, b->page, &b->vbar);
         return rc == COMEM_OK ? true : fail("comem_vbar_create: %s", comem_status_str(rc));
     }
     case I_AIMDO:
@@ -249,7 +269,8 @@ static bool fault_in(bench *b, int impl, double *s)
                 return false;
             to = b->bare_base + (CUdeviceptr)off;
             break;
-        case I_COMEM: {
+        case I_COMEM:
+        case I_KEPT: {
             int rc = comem_vbar_fault(b->vbar, off, b->page, sig, 4);
             if (rc != COMEM_VBAR_RESIDENT)
                 return fail("comem_vbar_fault at %lld MiB: %d", (long long)(off / MIB), rc);
@@ -268,7 +289,7 @@ static bool fault_in(bench *b, int impl, double *s)
             b->t_fault[i] = (double)(now_ns() - f0) / 1e3;
         if (!copy_page(b, to, i))
             return false;
-        if (impl == I_COMEM)
+        if (impl == I_COMEM || impl == I_KEPT)
             comem_vbar_unpin(b->vbar, off, b->page);
         else if (impl == I_AIMDO)
             b->a.vbar_unpin(b->a.devctx, b->avbar, (uint64_t)off, (uint64_t)b->page);
@@ -283,21 +304,29 @@ static bool evict(bench *b, int impl, double *s)
 {
     int64_t t0 = now_ns();
     switch (impl) {
-    case I_BARE:
+    case I_BARE: {
         CU(b, CtxSynchronize());
-        b->t_unmap = b->t_release = 0;
+        int64_t s0 = now_ns();
+        b->e_sync0 = (double)(s0 - t0) / 1e6;
+        b->t_unmap = b->t_release = b->e_unmap_max = b->e_release_max = 0;
         for (int64_t i = b->n; i-- > 0;) {
             int64_t u0 = now_ns();
             CU(b, MemUnmap(b->bare_base + (CUdeviceptr)(i * b->page), (size_t)b->page));
             int64_t u1 = now_ns();
             CU(b, MemRelease(b->bare_h[i]));
-            b->t_unmap += (double)(u1 - u0) / 1e3;
-            b->t_release += (double)(now_ns() - u1) / 1e3;
+            double un = (double)(u1 - u0) / 1e3, re = (double)(now_ns() - u1) / 1e3;
+            b->t_unmap += un;
+            b->t_release += re;
+            b->e_unmap_max = un > b->e_unmap_max ? un : b->e_unmap_max;
+            b->e_release_max = re > b->e_release_max ? re : b->e_release_max;
         }
+        int64_t s1 = now_ns();
         CU(b, CtxSynchronize());
+        b->e_sync1 = (double)(now_ns() - s1) / 1e6;
         *s = (double)(now_ns() - t0) / 1e9;
         CU(b, MemAddressFree(b->bare_base, (size_t)b->bytes));
         return true;
+    }
     case I_BARE1: { /* one cuMemUnmap over every page, then a release each */
         CU(b, CtxSynchronize());
         CUresult rc = b->cu->MemUnmap(b->bare_base, (size_t)b->bytes);
@@ -312,7 +341,8 @@ static bool evict(bench *b, int impl, double *s)
         CU(b, MemAddressFree(b->bare_base, (size_t)b->bytes));
         return true;
     }
-    case I_COMEM: {
+    case I_COMEM:
+    case I_KEPT: { /* kept: the pages' memory goes to the pager's pool (its bound is the whole size) */
         int64_t freed = 0;
         int rc = comem_pager_free_memory(b->p, b->bytes, &freed);
         *s = (double)(now_ns() - t0) / 1e9;
@@ -472,23 +502,53 @@ static bool setup(bench *b, const char *aimdo_so)
     return load_aimdo(&b->a, aimdo_so);
 }
 
-static bool run_size(bench *b, int rounds, bool profile, result *r)
+/* After a round of kept: its pool goes back, so no other implementation runs beside 8 GiB held. */
+static bool drain(bench *b, int impl)
 {
-    double s, e;
+    if (impl != I_KEPT)
+        return true;
+    int rc = comem_pager_set_keep(b->p, 0);
+    return rc == COMEM_OK ? true : fail("comem_pager_set_keep: %s", comem_status_str(rc));
+}
+
+/*
+ * One round of impl: settle, fault-in, eviction; with refault, a second
+ * fault-in right after the eviction (nothing in between) and its eviction.
+ */
+static bool one_round(bench *b, int impl, bool refault, result *r, int k)
+{
+    double e2;
+    if (!settle(b) || !fault_in(b, impl, &r->fault_s[impl][k]) || !evict(b, impl, &r->evict_s[impl][k]))
+        return false;
+    if (impl == I_BARE) {
+        r->ev_sync0[k] = b->e_sync0;
+        r->ev_sync1[k] = b->e_sync1;
+        r->ev_unmap[k] = b->t_unmap / 1e3;
+        r->ev_release[k] = b->t_release / 1e3;
+        r->ev_unmap_max[k] = b->e_unmap_max / 1e3;
+        r->ev_release_max[k] = b->e_release_max / 1e3;
+    }
+    if (refault && (!fault_in(b, impl, &r->refault_s[impl][k]) || !evict(b, impl, &e2)))
+        return false;
+    return drain(b, impl);
+}
+
+static bool run_size(bench *b, int rounds, bool profile, bool refault, result *r)
+{
+    static result warm;
     for (int impl = 0; impl < N_IMPL; impl++) /* warm-up, not recorded */
-        if (!settle(b) || !fault_in(b, impl, &s) || !evict(b, impl, &e))
+        if (!one_round(b, impl, refault, &warm, 0))
             return false;
     for (int k = 0; k < rounds; k++)
-        for (int j = 0; j < N_IMPL; j++) {
-            int impl = (j + k) % N_IMPL;
-            if (!settle(b) || !fault_in(b, impl, &r->fault_s[impl][k]) || !evict(b, impl, &r->evict_s[impl][k]))
+        for (int j = 0; j < N_IMPL; j++)
+            if (!one_round(b, (j + k) % N_IMPL, refault, r, k))
                 return false;
-        }
     r->rounds = rounds;
+    r->refault = refault;
     r->run_unmap_rc = b->run_unmap_rc;
     if (profile) {
         for (int impl = 0; impl < N_IMPL; impl++)
-            if (!settle(b) || !profile_one(b, impl, r))
+            if (!settle(b) || !profile_one(b, impl, r) || !drain(b, impl))
                 return false;
         if (!probe_after_evict(b, r))
             return false;
@@ -498,7 +558,8 @@ static bool run_size(bench *b, int rounds, bool profile, result *r)
 }
 
 /* The child for one page size: measures, writes the result to fd, exits. */
-static void child(int fd, const char *pattern, int64_t page_mib, int64_t gib, int rounds, int settle_ms, bool profile)
+static void child(int fd, const char *pattern, int64_t page_mib, int64_t gib, int rounds, int settle_ms, bool profile,
+                  bool refault)
 {
     static result r;
     static bench b;
@@ -512,7 +573,7 @@ static void child(int fd, const char *pattern, int64_t page_mib, int64_t gib, in
     r.bytes = b.bytes;
     const char *at = strstr(pattern, "%d"); /* main checked it is there */
     snprintf(so, sizeof so, "%.*s%d%s", (int)(at - pattern), pattern, (int)page_mib, at + 2);
-    r.ok = setup(&b, so) && run_size(&b, rounds, profile, &r);
+    r.ok = setup(&b, so) && run_size(&b, rounds, profile, refault, &r);
     if (!r.ok)
         snprintf(r.why, sizeof r.why, "%s", g_why);
     ssize_t w = write(fd, &r, sizeof r);
@@ -536,6 +597,10 @@ static bool read_all(int fd, void *buf, size_t n)
 
 static double gbs(const result *r, int impl) { return (double)r->bytes / median_of(r->fault_s[impl], r->rounds) / 1e9; }
 static double evms(const result *r, int impl) { return median_of(r->evict_s[impl], r->rounds) * 1e3; }
+static double refault_gbs(const result *r, int impl)
+{
+    return (double)r->bytes / median_of(r->refault_s[impl], r->rounds) / 1e9;
+}
 
 static void print_result(const result *r)
 {
@@ -560,6 +625,19 @@ static void print_result(const result *r)
         printf("\n");
     }
     printf("  bare1's one cuMemUnmap over all pages returned %d (0: success)\n", r->run_unmap_rc);
+    printf("  bare's eviction per round, in run order (ms): total = sync before + sum of unmaps + sum of releases"
+           " + sync after; slowest unmap / release\n");
+    for (int k = 0; k < n; k++)
+        printf("    %2d %7.2f = %5.2f + %6.2f + %6.2f + %5.2f; %6.3f / %6.3f\n", k, r->evict_s[I_BARE][k] * 1e3,
+               r->ev_sync0[k], r->ev_unmap[k], r->ev_release[k], r->ev_sync1[k], r->ev_unmap_max[k],
+               r->ev_release_max[k]);
+    if (r->refault) {
+        printf("  re-fault (the fault-in right after the eviction, no pause), GB/s and vs the settled plain copy:\n");
+        for (int i = 0; i < N_IMPL; i++)
+            printf("  %-6s %8.2f (%6.2f..%6.2f) %9.1f%%\n", k_impl[i], refault_gbs(r, i),
+                   (double)r->bytes / max_of(r->refault_s[i], n) / 1e9,
+                   (double)r->bytes / min_of(r->refault_s[i], n) / 1e9, 100 * refault_gbs(r, i) / gbs(r, I_COPY));
+    }
     if (r->profiled) {
         printf("  profile, one pass each: %-6s %10s %10s %12s\n", "", "fault us", "copy us", "queue empty");
         for (int i = 0; i < N_IMPL; i++)
@@ -590,6 +668,16 @@ static void print_values(const result *r)
     double cmin = min_of(r->evict_s[I_COMEM], r->rounds);
     printf("evict_min_vs_aimdo_%d=%.4f\n", mib, cmin / min_of(r->evict_s[I_AIMDO], r->rounds));
     printf("evict_min_vs_bare_%d=%.4f\n", mib, cmin / min_of(r->evict_s[I_BARE], r->rounds));
+    if (r->refault) {
+        for (int i = I_BARE; i < N_IMPL; i++)
+            if (i != I_BARE1)
+                printf("refault_%s_gbps_%d=%.2f\n", k_impl[i], mib, refault_gbs(r, i));
+        printf("refault_kept_vs_copy_%d=%.4f\n", mib, refault_gbs(r, I_KEPT) / gbs(r, I_COPY));
+        printf("refault_kept_vs_aimdo_%d=%.4f\n", mib, refault_gbs(r, I_KEPT) / refault_gbs(r, I_AIMDO));
+        printf("refault_comem_vs_copy_%d=%.4f\n", mib, refault_gbs(r, I_COMEM) / gbs(r, I_COPY));
+        printf("refault_aimdo_vs_copy_%d=%.4f\n", mib, refault_gbs(r, I_AIMDO) / gbs(r, I_COPY));
+        printf("refault_bare_vs_copy_%d=%.4f\n", mib, refault_gbs(r, I_BARE) / gbs(r, I_COPY));
+    }
     if (r->profiled) {
         printf("copy_after_evict_gbps_%d=%.2f\n", mib, r->after_evict_gbs);
         printf("copy_settled_gbps_%d=%.2f\n", mib, r->settled_gbs);
@@ -599,7 +687,7 @@ static void print_values(const result *r)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_pager_aimdo --aimdo PATTERN [--gib N] [--rounds R] [--pages 32,64,128]\n"
-               "                         [--settle-ms MS] [--profile]\n"
+               "                         [--settle-ms MS] [--profile] [--refault]\n"
                "  PATTERN: comfy-aimdo's library per page size, %%d = MiB (default: $AIMDO_SO)\n");
 }
 
@@ -608,7 +696,7 @@ int main(int argc, char **argv)
     const char *pattern = getenv("AIMDO_SO");
     int64_t gib = 8, sizes[MAX_SIZES] = {32, 64, 128};
     int nsizes = 3, rounds = 7, settle_ms = 300;
-    bool profile = false;
+    bool profile = false, refault = false;
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--aimdo") && i + 1 < argc)
@@ -625,6 +713,8 @@ int main(int argc, char **argv)
             settle_ms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--profile"))
             profile = true;
+        else if (!strcmp(argv[i], "--refault"))
+            refault = true;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -669,7 +759,7 @@ int main(int argc, char **argv)
         pid_t pid = fork();
         if (pid == 0) {
             close(fds[0]);
-            child(fds[1], pattern, sizes[k], gib, rounds, settle_ms, profile);
+            child(fds[1], pattern, sizes[k], gib, rounds, settle_ms, profile, refault);
         }
         close(fds[1]);
         bool got = pid > 0 && read_all(fds[0], &res[k], sizeof res[k]);
