@@ -13,7 +13,10 @@
  * admissions per second; an admission that needs one cross-process release;
  * the plan over 64 holders x 1000 entries; a read of the shared-memory view;
  * how soon a ledger change (and a booking) reaches the view, and whether a
- * reader tells an exited coordinator; the comfy-env shape (a Python socket +
+ * reader tells an exited coordinator; one admission through the coordinator
+ * in hops (base/hops.h), the bare client's and the library's side by side
+ * (hop_<step>_bare_us, hop_<step>_library_us: where the library's extra
+ * microseconds go); the comfy-env shape (a Python socket +
  * pickle server, bench/pickle_pingpong.py; COMEM_SOURCE_DIR says where bench/
  * is); and how soon a killed session's bytes are released. Figures are
  * printed, not asserted; name=value lines close the run.
@@ -248,6 +251,36 @@ static void stop_comemd(pid_t p)
 
 static double g_coord_cpu_us = NAN; /* comemd's CPU per admission (with its GRANT_DONE) */
 
+/* One frame out, one frame back, as a bare protocol client does: exactly what the ping-pong does. */
+static void raw_exchange(int fd, const comem_msg *m, comem_msg *r)
+{
+    static uint8_t buf[COMEM_WIRE_MAX_FRAME];
+    int k = comem_wire_encode(m, buf, sizeof buf);
+    write_all(fd, buf, (size_t)k);
+    comem_wire_header hh;
+    read_all(fd, buf, COMEM_WIRE_HEADER_SIZE);
+    comem_wire_decode_header(buf, COMEM_WIRE_HEADER_SIZE, &hh);
+    read_all(fd, buf + COMEM_WIRE_HEADER_SIZE, hh.length);
+    comem_wire_decode(&hh, buf + COMEM_WIRE_HEADER_SIZE, r);
+}
+
+/* A bare protocol client's connection, said hello to; -1 when it cannot connect. */
+static int raw_connect(const char *sock)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", sock);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        return -1;
+    comem_msg m = {.type = COMEM_MSG_HELLO, .request_id = 1}, r;
+    m.u.hello.proto_version = COMEM_WIRE_VERSION;
+    m.u.hello.role = COMEM_ROLE_WORKER;
+    m.u.hello.reserve_base = -1;
+    snprintf(m.u.hello.name, sizeof m.u.hello.name, "raw");
+    raw_exchange(fd, &m, &r);
+    return fd;
+}
+
 static double bench_admit_raw(const char *sock, pid_t comemd)
 {
     double cpu0 = cpu_seconds(comemd);
@@ -257,44 +290,24 @@ static double bench_admit_raw(const char *sock, pid_t comemd)
     pid_t p = fork();
     if (p == 0) {
         pin_cpu(g_client_cpu);
-        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        struct sockaddr_un a = {.sun_family = AF_UNIX};
-        snprintf(a.sun_path, sizeof a.sun_path, "%s", sock);
-        if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        int fd = raw_connect(sock);
+        if (fd < 0)
             _exit(1);
-        static uint8_t buf[COMEM_WIRE_MAX_FRAME];
-        comem_msg m = {.type = COMEM_MSG_HELLO, .request_id = 1}, r;
-        m.u.hello.proto_version = COMEM_WIRE_VERSION;
-        m.u.hello.role = COMEM_ROLE_WORKER;
-        m.u.hello.reserve_base = -1;
-        snprintf(m.u.hello.name, sizeof m.u.hello.name, "raw");
-        /* one frame out, one frame back: exactly what the ping-pong does */
-        #define XCHG()                                                                         \
-            do {                                                                               \
-                int k = comem_wire_encode(&m, buf, sizeof buf);                                \
-                write_all(fd, buf, (size_t)k);                                                 \
-                comem_wire_header hh;                                                          \
-                read_all(fd, buf, COMEM_WIRE_HEADER_SIZE);                                     \
-                comem_wire_decode_header(buf, COMEM_WIRE_HEADER_SIZE, &hh);                    \
-                read_all(fd, buf + COMEM_WIRE_HEADER_SIZE, hh.length);                         \
-                comem_wire_decode(&hh, buf + COMEM_WIRE_HEADER_SIZE, &r);                      \
-            } while (0)
-        XCHG();
+        comem_msg m, r;
         double *lat = malloc(sizeof *lat * (size_t)n);
         for (int i = 0; i < n + 1000; i++) {
             m = (comem_msg){.type = COMEM_MSG_ADMIT, .request_id = (uint32_t)i + 2};
             m.u.admit.weights = COMEM_MIB;
             m.u.admit.timeout_ms = 10000;
             int64_t t0 = now_ns();
-            XCHG();
+            raw_exchange(fd, &m, &r);
             if (i >= 1000)
                 lat[i - 1000] = (double)(now_ns() - t0) / 1e3;
             uint64_t gid = r.u.admit_reply.grant_id; /* give it back, outside the timing */
             m = (comem_msg){.type = COMEM_MSG_GRANT_DONE, .request_id = (uint32_t)i + 2};
             m.u.grant_done.grant_id = gid;
-            XCHG();
+            raw_exchange(fd, &m, &r);
         }
-        #undef XCHG
         write_all(sv[1], lat, sizeof *lat * (size_t)n);
         _exit(0);
     }
@@ -579,6 +592,142 @@ static release_result bench_release(const char *dir)
     return res;
 }
 
+/* ---- 3b. where the library's microseconds go: one admission through the coordinator, in hops ---- */
+
+/* An admission that fits, through the coordinator: the steps a bare client and the library share. */
+static const struct {
+    const char *name;
+    int from, to; /* -1: the caller's call (from) or its return (to) */
+} g_admit_hops[] = {
+    {"send", -1, COMEM_HOP_ADMIT_SENT},                      /* the library's own work before the write */
+    {"admit_read", COMEM_HOP_ADMIT_SENT, COMEM_HOP_ADMIT_READ}, /* the socket and the coordinator's wake-up */
+    {"decide", COMEM_HOP_ADMIT_READ, COMEM_HOP_REPLY_SENT},     /* the coordinator's work */
+    {"reply", COMEM_HOP_REPLY_SENT, COMEM_HOP_REPLY_READ},      /* the socket and the caller's wake-up */
+    {"wake", COMEM_HOP_REPLY_READ, -1},                         /* the library's work after the read */
+};
+#define N_ADMIT_HOPS (sizeof g_admit_hops / sizeof g_admit_hops[0])
+
+typedef struct admit_hops {
+    double p50;
+    double hop_p50[N_ADMIT_HOPS];
+} admit_hops;
+
+/*
+ * One client process admitting 1 MiB through the coordinator and cancelling it, n times, with
+ * every step stamped: the bare protocol client (which stamps its own write and read, the
+ * coordinator stamping its read and its reply) or the library (COMEM_NO_FAST, stamping its
+ * steps itself). Writes the medians to out.
+ */
+static void admit_hops_child(const char *sock, bool library, int64_t *slots, int n, int out)
+{
+    pin_cpu(g_client_cpu);
+    double *lat = malloc(sizeof *lat * (size_t)n), *hop = malloc(sizeof *hop * (size_t)n * N_ADMIT_HOPS);
+    comem_client *c = NULL;
+    uint64_t h = 0, g = 0;
+    int fd = -1;
+    if (library) {
+        setenv("COMEM_NO_FAST", "1", 1);
+        if (comem_client_open(sock, COMEM_CLIENT_WORKER, "bench", -1, COMEM_OPEN_NO_LOCAL, &c) ||
+            comem_holder_add(c, "m", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &h))
+            _exit(1);
+    } else if ((fd = raw_connect(sock)) < 0) {
+        _exit(1);
+    }
+    int stamped = 0;
+    for (int i = 0; i < n + 500; i++) { /* 500 to warm up */
+        memset(slots, 0, COMEM_HOPS * sizeof(int64_t));
+        int64_t t0 = now_ns(), t1;
+        if (library) {
+            int rc = comem_admit(c, 0, h, COMEM_MIB, 0, 0, NULL, 0, 10000, &g, NULL);
+            t1 = now_ns();
+            if (rc == COMEM_OK)
+                comem_grant_done(c, g, 0, 0);
+        } else {
+            comem_msg m = {.type = COMEM_MSG_ADMIT, .request_id = (uint32_t)i + 2}, r;
+            m.u.admit.weights = COMEM_MIB;
+            m.u.admit.timeout_ms = 10000;
+            slots[COMEM_HOP_ADMIT_SENT] = t0;
+            raw_exchange(fd, &m, &r);
+            t1 = now_ns();
+            slots[COMEM_HOP_REPLY_READ] = t1;
+            m = (comem_msg){.type = COMEM_MSG_GRANT_DONE, .request_id = (uint32_t)i + 2};
+            m.u.grant_done.grant_id = r.u.admit_reply.grant_id;
+            raw_exchange(fd, &m, &r);
+        }
+        if (i < 500)
+            continue;
+        bool whole = true;
+        for (size_t k = 0; k < N_ADMIT_HOPS; k++)
+            whole = whole && (g_admit_hops[k].from < 0 || slots[g_admit_hops[k].from]) &&
+                    (g_admit_hops[k].to < 0 || slots[g_admit_hops[k].to]);
+        if (!whole)
+            continue;
+        lat[stamped] = (double)(t1 - t0) / 1e3;
+        for (size_t k = 0; k < N_ADMIT_HOPS; k++) {
+            int64_t from = g_admit_hops[k].from < 0 ? t0 : slots[g_admit_hops[k].from];
+            int64_t to = g_admit_hops[k].to < 0 ? t1 : slots[g_admit_hops[k].to];
+            hop[k * (size_t)n + (size_t)stamped] = (double)(to - from) / 1e3;
+        }
+        stamped++;
+    }
+    admit_hops r = {.p50 = NAN};
+    for (size_t k = 0; k < N_ADMIT_HOPS; k++)
+        r.hop_p50[k] = NAN;
+    if (stamped) {
+        char what[96];
+        snprintf(what, sizeof what, "admission in hops, %s", library ? "the library" : "bare protocol client");
+        r.p50 = report(what, lat, (size_t)stamped);
+        for (size_t k = 0; k < N_ADMIT_HOPS; k++) {
+            snprintf(what, sizeof what, "  hop %s", g_admit_hops[k].name);
+            r.hop_p50[k] = report(what, hop + k * (size_t)n, (size_t)stamped);
+        }
+    }
+    fflush(stdout);
+    write_all(out, &r, sizeof r);
+    if (c)
+        comem_client_close(c);
+    _exit(0);
+}
+
+/* The bare client and the library side by side, hop by hop (issue 24 item 2). */
+static void bench_admit_hops(const char *dir, admit_hops *bare, admit_hops *lib)
+{
+    char sock[256], spec[320], hops[256];
+    snprintf(sock, sizeof sock, "%s/hops.sock", dir);
+    snprintf(spec, sizeof spec, "sim:8GiB:reserved=0:ctx=0:path=%s/hopscard", dir);
+    snprintf(hops, sizeof hops, "%s/admit-hops", dir);
+    *bare = *lib = (admit_hops){.p50 = NAN};
+    int hfd = open(hops, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    int64_t *slots = MAP_FAILED;
+    if (hfd >= 0 && ftruncate(hfd, COMEM_HOPS * sizeof(int64_t)) == 0)
+        slots = mmap(NULL, COMEM_HOPS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, hfd, 0);
+    if (hfd >= 0)
+        close(hfd);
+    if (slots == MAP_FAILED)
+        return;
+    setenv("COMEM_HOPS", hops, 1);
+    pid_t d = start_comemd(sock, spec);
+    int n = g_quick ? 3000 : 10000;
+    for (int variant = 0; variant < 2; variant++) {
+        int out[2];
+        must_pipe(out);
+        pid_t p = fork();
+        if (p == 0) {
+            close(out[0]);
+            admit_hops_child(sock, variant == 1, slots, n, out[1]);
+        }
+        close(out[1]);
+        admit_hops *r = variant ? lib : bare;
+        if (!read_all(out[0], r, sizeof *r))
+            *r = (admit_hops){.p50 = NAN};
+        close(out[0]);
+        waitpid(p, NULL, 0);
+    }
+    unsetenv("COMEM_HOPS");
+    stop_comemd(d);
+    munmap(slots, COMEM_HOPS * sizeof(int64_t));
+}
+
 /* ---- 4. the plan over 64 holders x 1000 entries ---- */
 
 static void bench_plan(void)
@@ -850,6 +999,8 @@ int main(int argc, char **argv)
     if (lv)
         comem_view_close(lv);
     release_result rel = bench_release(g_dir);
+    admit_hops hb, hl;
+    bench_admit_hops(g_dir, &hb, &hl);
     bench_plan();
 
     char cmd[1024], line[512] = "";
@@ -898,6 +1049,11 @@ int main(int argc, char **argv)
     for (size_t k = 0; k < N_HOPS; k++)
         printf("release_hop_%s_us=%.1f\n", g_hops[k].name, rel.hop_p50[k]);
     printf("release_card_reads=%.0f\n", rel.card_reads);
+    printf("hops_bare_admit_us=%.2f\nhops_library_admit_us=%.2f\nhops_library_over_bare_us=%.2f\n", hb.p50, hl.p50,
+           hl.p50 - hb.p50);
+    for (size_t k = 0; k < N_ADMIT_HOPS; k++)
+        printf("hop_%s_bare_us=%.2f\nhop_%s_library_us=%.2f\n", g_admit_hops[k].name, hb.hop_p50[k],
+               g_admit_hops[k].name, hl.hop_p50[k]);
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     return system(cmd) == 0 ? 0 : 1;
 }
