@@ -6,6 +6,8 @@
 #include <string.h>
 #include <windows.h>
 
+#include "os/wide_win.h"
+
 /* The system's words for the last error, without its line break. */
 static void last_error(char *why, size_t whylen, DWORD code)
 {
@@ -21,10 +23,8 @@ static void last_error(char *why, size_t whylen, DWORD code)
 
 comem_dl *comem_dl_open(const char *path, bool prefer_loaded, char *why, size_t whylen)
 {
-    int n = MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, NULL, 0);
-    wchar_t *wide = n > 0 ? malloc((size_t)n * sizeof *wide) : NULL;
-    if (!wide || MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, wide, n) != n) {
-        free(wide);
+    wchar_t *wide = comem_wide(path);
+    if (!wide) {
         if (why && whylen)
             snprintf(why, whylen, "the path is not UTF-8");
         return NULL;
