@@ -405,16 +405,6 @@ size_t coord_device_warnings(comem_coord_srv *s, char (*out)[COORD_WARNING_MAX],
 /* ---- hostram.c: host RAM as the ledger's last device ---- */
 /* Reads device d from its source (a card, or host RAM with the ledger's processes tracked). */
 int coord_read_device(comem_coord_srv *s, int d, comem_device_reading *r);
-/*
- * Before an entry of holder is added with `resident` bytes (or a census raises its entries' residency
- * by that much): on host RAM those bytes were already in
- * the process's RSS, so its floor (RSS beyond what it registered) gives them up, or the same bytes
- * would be counted twice until the next reading. Returns the floor before (to put back if the
- * entry is refused), or -1 when the holder is not the session's or not on host RAM.
- */
-int64_t coord_ram_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, int64_t resident);
-/* The residency a census of host RAM entries adds (Σ of its entries' growth), for coord_ram_claim; 0 elsewhere. */
-int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m);
 /* After a reading of host RAM: says once in the log each process whose unregistered RAM stayed beyond the bound. */
 void coord_ram_warn(comem_coord_srv *s);
 /* Status warnings: every process whose unregistered RAM is beyond the bound now. */
@@ -453,6 +443,18 @@ typedef struct coord_floor_split {
     int64_t overhead, context, unregistered;
 } coord_floor_split;
 coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, int device);
+/*
+ * Before an entry of holder is added with `resident` bytes (or a census raises its entries'
+ * residency by that much): those bytes may already be in the process's floor, as what it held
+ * beyond its entries when the device was last read (host RAM: its RSS; a card: its unregistered
+ * bytes, never its context or overhead). The floor gives them up, or the same bytes would be
+ * counted twice until the next reading, and an entry registered after its bytes were read
+ * refused for a device that "cannot hold that much". Returns the floor before (to put back if the
+ * entry is refused), or -1 when the holder is not the session's.
+ */
+int64_t coord_floor_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, int64_t resident);
+/* The residency a census adds (Σ of its entries' growth), for coord_floor_claim. */
+int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m);
 /* The same split, given Σ overhead of the session's holders on device (a caller that has it: no scan). */
 coord_floor_split coord_split_floor_given(const comem_coord_srv *s, uint64_t session, int device, int64_t overhead);
 

@@ -76,13 +76,13 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
         coord_reply(s, c, rid, COMEM_EINVAL, "an entry is a cache entry or a file's copy, not both");
         return;
     }
-    int64_t floor_was = coord_ram_claim(s, c->session, e->holder_id, e->resident); /* host RAM: its RSS had them */
+    const ledger_holder *h = comem_ledger_holder(&s->ledger, e->holder_id);
+    int64_t floor_was = coord_floor_claim(s, c->session, e->holder_id, e->resident); /* read as its floor already? */
     int rc = comem_ledger_entry_add(&s->ledger, c->session, e->holder_id, e->name, e->size, e->resident,
                                     (e->flags & COMEM_ENTRY_DYNAMIC) != 0, comem_now_ns(), &id);
     if (rc != COMEM_OK && floor_was >= 0)
-        (void)comem_ledger_set_floor(&s->ledger, c->session, s->ram_index, floor_was); /* as it was: it fitted */
+        (void)comem_ledger_set_floor(&s->ledger, c->session, h->device, floor_was); /* as it was: it fitted */
     if (rc != COMEM_OK) {
-        const ledger_holder *h = comem_ledger_holder(&s->ledger, e->holder_id);
         char why[COMEM_WIRE_TEXT_MAX];
         snprintf(why, sizeof why, "%s", rc == COMEM_ENOENT ? "no such holder" : "bad entry");
         if (rc == COMEM_ERANGE && h && e->size > s->ledger.devices[h->device].entry_max)
@@ -106,7 +106,7 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
 static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_census *m)
 {
     ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
-    int64_t floor_was = coord_ram_claim(s, c->session, m->holder_id, coord_census_growth(s, m));
+    int64_t floor_was = coord_floor_claim(s, c->session, m->holder_id, coord_census_growth(s, m));
     ledger_residency items[COMEM_WIRE_MAX_ITEMS];
     coord_residency(m->items, m->n, items);
     int64_t pinned, overhead;
@@ -114,7 +114,7 @@ static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg
     int rc = comem_ledger_census(&s->ledger, c->session, m->holder_id, m->seq, pinned, overhead, items, m->n,
                                  comem_now_ns(), NULL);
     if (rc != COMEM_OK && floor_was >= 0)
-        (void)comem_ledger_set_floor(&s->ledger, c->session, s->ram_index, floor_was); /* as it was: it fitted */
+        (void)comem_ledger_set_floor(&s->ledger, c->session, h->device, floor_was); /* as it was: it fitted */
     coord_reply(s, c, rid, rc,
                 rc == COMEM_ERANGE   ? "census claims more than the device holds"
                 : rc == COMEM_EINVAL ? "census lists an entry more than once"

@@ -5,7 +5,6 @@
  * order, the idle release) treats host RAM as one more device. What is its
  * own lives here: which processes its reading tracks (every session's pid but
  * a tool's: `comem status` reading the ledger would otherwise move it),
- * the floor an entry's registered bytes leave (they were in its RSS already),
  * the warning about RAM a process holds outside anything it registered
  * (shown, never trusted: it is a floor, never counted as reclaimable and never
  * asked for), and the budget, cgroup and ask figures status shows. Its
@@ -37,32 +36,6 @@ int coord_read_device(comem_coord_srv *s, int d, comem_device_reading *r)
     int rc = comem_device_read(s->ram_src, 0, r);
     r->index = d;
     return rc;
-}
-
-int64_t coord_ram_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, int64_t resident)
-{
-    const ledger_holder *h = comem_ledger_holder(&s->ledger, holder);
-    const ledger_session *ss = comem_ledger_session(&s->ledger, session);
-    if (s->ram_index < 0 || !h || !ss || h->session != session || h->device != s->ram_index)
-        return -1;
-    int64_t was = ss->floor[s->ram_index];
-    if (resident > 0 && was > 0)
-        (void)comem_ledger_set_floor(&s->ledger, session, s->ram_index, comem_sub(was, comem_min(was, resident)));
-    return was;
-}
-
-int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m)
-{
-    const ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
-    if (s->ram_index < 0 || !h || h->device != s->ram_index)
-        return 0;
-    int64_t grow = 0;
-    for (uint16_t i = 0; i < m->n && i < COMEM_WIRE_MAX_ITEMS; i++) {
-        const ledger_entry *e = comem_ledger_entry(&s->ledger, m->items[i].entry_id);
-        if (e && e->holder == m->holder_id)
-            grow = comem_add(grow, comem_clamp0(comem_sub(m->items[i].resident, e->resident)));
-    }
-    return grow; /* an item the ledger drops as stale makes this an overestimate until the next reading */
 }
 
 /* The slot following pid's unregistered RAM (a new one, the oldest reused, when make), or NULL. */

@@ -184,6 +184,38 @@ static void update_floors(comem_coord_srv *s, int device, const comem_device_rea
     }
 }
 
+int64_t coord_floor_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, int64_t resident)
+{
+    const ledger_holder *h = comem_ledger_holder(&s->ledger, holder);
+    const ledger_session *ss = comem_ledger_session(&s->ledger, session);
+    if (!h || !ss || h->session != session)
+        return -1;
+    int d = h->device;
+    int64_t was = ss->floor[d];
+    if (resident <= 0 || was <= 0)
+        return was;
+    /* Host RAM's floor is all RSS beyond what was registered; a card's also holds the context and
+       the holders' overhead, which no entry's bytes ever were. */
+    int64_t claimable = d == s->ram_index ? was : coord_split_floor(s, session, d).unregistered;
+    if (claimable > 0)
+        (void)comem_ledger_set_floor(&s->ledger, session, d, comem_sub(was, comem_min(claimable, resident)));
+    return was;
+}
+
+int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m)
+{
+    const ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
+    if (!h)
+        return 0;
+    int64_t grow = 0;
+    for (uint16_t i = 0; i < m->n && i < COMEM_WIRE_MAX_ITEMS; i++) {
+        const ledger_entry *e = comem_ledger_entry(&s->ledger, m->items[i].entry_id);
+        if (e && e->holder == m->holder_id)
+            grow = comem_add(grow, comem_clamp0(comem_sub(m->items[i].resident, e->resident)));
+    }
+    return grow; /* an item the ledger drops as stale makes this an overestimate until the next reading */
+}
+
 coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, int device)
 {
     int64_t overhead = 0;

@@ -1178,6 +1178,21 @@ class TestAdmission(MachineCase):
         self.assertEqual(out.stdout.count("unregistered 2"), 2, out.stdout)  # the device's line and the process's
         self.m.check_ledger(self)
 
+    def test_bytes_registered_after_a_reading_are_not_counted_twice(self):
+        # A worker loads 6 GiB, the coordinator reads the card (its floor: those bytes, unregistered),
+        # then the worker registers them: the entry takes them out of the floor instead of being
+        # refused for a card that "cannot hold that much" (6 GiB floor + 6 GiB entry > 8 GiB).
+        w = self.child("w")
+        w.ask("hold", holder="models")
+        w.ask("fill", mib=6144)
+        self.assertTrue(wait_for(lambda: self.process("w")["unregistered"] == 6 * GiB))
+        w.ask("register", holder="models", entry="big", mib=6144)
+        p = self.process("w")
+        self.assertEqual((p["resident"], p["unregistered"]), (6 * GiB, 0))
+        self.assertEqual(p["context"], CONTEXT)  # the context stays the floor's
+        self.assertTrue(wait_for(lambda: self.process("w")["context_floor"] == CONTEXT))  # and a reading agrees
+        self.m.check_ledger(self)
+
     def test_sigkill_mid_admission_leaves_nothing_in_the_ledger(self):
         holder = self.child("holder")
         holder.ask("hold", holder="models", entry="big", mib=5120, mode="slow")

@@ -19,7 +19,8 @@ Commands (one JSON line each; see _driver.py):
   busy(on, holder): a node boundary (holder None: the whole process)
   pin(mib, holder): pinned host RAM booked for holder (a "pins" ask gives it back)
   pressure(mib), card() -> this process's (context, allocated) on the card, fill(mib): bytes on
-  the card that no ledger entry accounts for, entries() -> each entry's resident bytes.
+  the card that no ledger entry accounts for, register(holder, entry, mib): those bytes registered
+  as an entry afterwards, entries() -> each entry's resident bytes.
   raw(holder, mib): allocates mib on the card for a raw holder with no entries, which reports them
       as its bytes (census overhead) and, asked, frees what it is asked for and reports what is left.
 """
@@ -104,6 +105,12 @@ def hold(holder, entry=None, mib=0, mode="free", answers=("release", "idle"), wh
     card.alloc(mib * MiB)
     entries[entry] = h.add_entry(entry, mib * MiB, mib * MiB)
     return {"holder": h.id, "entry": entries[entry].id}
+
+
+def register(holder, entry, mib):
+    """Registers bytes this process allocated earlier (fill) as an entry: a worker that loaded first."""
+    entries[entry] = holders[holder].add_entry(entry, mib * MiB, mib * MiB)
+    return {"entry": entries[entry].id}
 
 
 def mode(holder, mode):
@@ -193,6 +200,6 @@ def get_entries():
 
 
 serve({"hold": hold, "mode": mode, "go": go, "asks": get_asks, "admit": admit, "done": done, "cancel": cancel,
-       "busy": busy, "pressure": pressure, "card": card_usage, "fill": fill, "pin": pin, "entries": get_entries,
+       "busy": busy, "pressure": pressure, "card": card_usage, "fill": fill, "register": register, "pin": pin, "entries": get_entries,
        "raw": raw},
       {"pid": os.getpid(), "session": client.session})
