@@ -159,6 +159,7 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
         rc = comem_conn_hello(c, fd, &session, &refused, why, sizeof why);
         if (rc == COMEM_OK) {
             up = true;
+            c->fd_blocks = comem_conn_adopt(fd);
             c->fd = c->wfd = fd;
             c->gen = c->wgen = c->fd_gen = 1;
             comem_conn_watch(c, fd, true);

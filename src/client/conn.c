@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +62,7 @@ static int send_all(int fd, const uint8_t *buf, size_t len, int timeout_ms)
     int64_t deadline = comem_now_ns() + (int64_t)timeout_ms * 1000000;
     size_t off = 0;
     while (off < len) {
-        ssize_t w = send(fd, buf + off, len - off, MSG_NOSIGNAL);
+        ssize_t w = send(fd, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT); /* the socket may block: see adopt */
         if (w > 0) {
             off += (size_t)w;
             continue;
@@ -166,7 +167,7 @@ static ssize_t read_taking_fd(comem_client *c, int fd, uint8_t *buf, size_t len)
         char buf[CMSG_SPACE(4 * sizeof(int))];
     } ctl;
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-    ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (r < 0)
         return r;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
@@ -219,6 +220,26 @@ int comem_conn_fill(comem_client *c)
         return COMEM_ECLOSED;
     ssize_t r = recv(c->fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen, MSG_DONTWAIT);
     return took_bytes(c, r);
+}
+
+int comem_conn_fill_wait(comem_client *c)
+{
+    compact(c);
+    if (c->fd < 0)
+        return COMEM_ECLOSED;
+    ssize_t r = recv(c->fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen, 0); /* SO_RCVTIMEO bounds it */
+    return took_bytes(c, r);
+}
+
+bool comem_conn_adopt(int fd)
+{
+    int flags = fcntl(fd, F_GETFL);
+    struct timeval slice = {0, COMEM_CONN_WAIT_SLICE_MS * 1000};
+    if (flags >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &slice, sizeof slice) == 0 &&
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0)
+        return true;
+    comem_debug("client: the socket stays non-blocking (%s): a leader waits in poll", strerror(errno));
+    return false;
 }
 
 void comem_conn_watch(comem_client *c, int fd, bool on)

@@ -11,7 +11,8 @@
 #include "client/state.h"
 
 /*
- * Connects to path; returns the socket (non-blocking, close-on-exec) or a
+ * Connects to path; returns the socket (non-blocking, close-on-exec; the
+ * client makes it its own with comem_conn_adopt) or a
  * negative status: COMEM_ENOENT (nothing there), COMEM_ECLOSED (nobody
  * listens), COMEM_EBUSY (its queue is full), COMEM_EPERM, COMEM_EIO.
  */
@@ -41,6 +42,26 @@ int comem_conn_next(comem_client *c);
  * 1 bytes came, 0 none, COMEM_ECLOSED on EOF, COMEM_EIO.
  */
 int comem_conn_fill(comem_client *c);
+
+/* How long a leader's blocking read waits at most before it looks at its deadline and at stopping again. */
+#define COMEM_CONN_WAIT_SLICE_MS 100
+
+/*
+ * Reader role held: waits for bytes on c->fd in a blocking recv, as a bare
+ * protocol client waits for its reply (one wake-up, one system call), at most
+ * COMEM_CONN_WAIT_SLICE_MS. 1 bytes came, 0 none (the slice passed),
+ * COMEM_ECLOSED on EOF, COMEM_EIO.
+ */
+int comem_conn_fill_wait(comem_client *c);
+
+/*
+ * Makes a connected socket the client's: blocking, with reads bounded by
+ * COMEM_CONN_WAIT_SLICE_MS (SO_RCVTIMEO), for comem_conn_fill_wait. Every
+ * other read and every write on it passes MSG_DONTWAIT, so nothing else ever
+ * waits in the socket: a stalled coordinator cannot hold a write past its
+ * deadline. False when it stays non-blocking (then leaders wait in poll).
+ */
+bool comem_conn_adopt(int fd);
 
 /* The socket fd joins (events EPOLLIN) or leaves (0) the service thread's epoll set. */
 void comem_conn_watch(comem_client *c, int fd, bool on);

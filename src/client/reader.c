@@ -200,12 +200,13 @@ static int64_t wait_until(comem_client *c, const client_pending *p, int64_t dead
 
 /*
  * The leader reads and dispatches until its own reply is there, the deadline passes or the stream fails.
- * Its first wait is a poll, not a recv that would find nothing: the request went out just now. That empty
- * recv cost about 2.5 us per call across CPUs on the VM (docs/measurements.md, issue 11).
+ * It waits as a bare protocol client does, in a blocking recv (comem_conn_fill_wait): one wake-up and
+ * one system call when the reply comes. A poll and then a recv cost 3.8-4.5 us more per call across
+ * CPUs on the H200 host (docs/measurements.md, issue 24 item 2). A wait shorter than the recv's slice
+ * (an acknowledgement's deadline) is a poll, so no deadline is overshot.
  */
 static void lead(comem_client *c, client_pending *p, int64_t deadline, int64_t ack_deadline)
 {
-    bool sent_now = true;
     for (;;) {
         if (dispatch_all(c) != COMEM_OK)
             return; /* a bad frame: the service thread meets it too and drops the link */
@@ -214,20 +215,20 @@ static void lead(comem_client *c, client_pending *p, int64_t deadline, int64_t a
         pthread_mutex_unlock(&c->lock);
         if (done || atomic_load(&c->stopping))
             return;
-        if (!sent_now) {
-            int rc = comem_conn_fill(c);
-            if (rc < 0)
-                return; /* EOF or an error: the service thread sees it as well, and fails what waits */
-            if (rc == 1)
-                continue;
-        }
-        sent_now = false;
         int wait = comem_ms_until(wait_until(c, p, deadline, ack_deadline));
         if (wait == 0)
             return;
-        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-        if (poll(&pfd, 1, wait < 100 ? wait : 100) < 0 && errno != EINTR) /* stopping is looked at every 100 ms */
-            return;
+        int rc;
+        if (c->fd_blocks && wait >= COMEM_CONN_WAIT_SLICE_MS) {
+            rc = comem_conn_fill_wait(c); /* stopping is looked at every slice */
+        } else {
+            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+            if (poll(&pfd, 1, wait) < 0 && errno != EINTR)
+                return;
+            rc = comem_conn_fill(c);
+        }
+        if (rc < 0)
+            return; /* EOF or an error: the service thread sees it as well, and fails what waits */
     }
 }
 

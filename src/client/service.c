@@ -85,6 +85,7 @@ static int try_connect(comem_client *c)
     c->synced_sess_pins = 0;
     uint64_t gen = c->gen;
     pthread_mutex_unlock(&c->lock);
+    bool blocks = comem_conn_adopt(fd);
     pthread_mutex_lock(&c->write_lock);
     c->wfd = fd;
     c->wgen = gen;
@@ -92,6 +93,7 @@ static int try_connect(comem_client *c)
     pthread_mutex_lock(&c->read_lock);
     c->fd = fd;
     c->fd_gen = gen;
+    c->fd_blocks = blocks;
     comem_conn_watch(c, fd, true);
     pthread_mutex_unlock(&c->read_lock);
     comem_fast_attach(c, gen, session);

@@ -254,6 +254,7 @@ struct comem_client {
     pthread_mutex_t read_lock; /* the reader role: fd reads, rbuf, in (above) */
     int epfd;                  /* the service thread waits here: wake_fd, and the socket while nobody leads */
     uint64_t fd_gen;           /* the generation fd belongs to (under read_lock) */
+    bool fd_blocks;            /* fd waits in recv (comem_conn_adopt); false: a leader waits in poll (read_lock) */
 
     pthread_mutex_t write_lock;
     int wfd;       /* the socket writers use; -1 when down */
