@@ -461,6 +461,21 @@ typedef struct release_result {
     int asked_once, n;
 } release_result;
 
+/* The stamps' file at path (base/hops.h), mapped, and COMEM_HOPS naming it for every process started
+   from here on; MAP_FAILED (and COMEM_HOPS left unset) when it cannot be made. */
+static int64_t *hops_open(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    int64_t *slots = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, COMEM_HOPS * sizeof(int64_t)) == 0)
+        slots = mmap(NULL, COMEM_HOPS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0)
+        close(fd);
+    if (slots != MAP_FAILED)
+        setenv("COMEM_HOPS", path, 1);
+    return slots;
+}
+
 static release_result bench_release(const char *dir)
 {
     release_result res = {.p50 = NAN, .card_reads = NAN};
@@ -470,14 +485,7 @@ static release_result bench_release(const char *dir)
     snprintf(sock, sizeof sock, "%s/rel.sock", dir);
     snprintf(spec, sizeof spec, "sim:8GiB:reserved=0:ctx=0:path=%s/relcard", dir);
     snprintf(hops, sizeof hops, "%s/hops", dir);
-    int hfd = open(hops, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    int64_t *slots = MAP_FAILED;
-    if (hfd >= 0 && ftruncate(hfd, COMEM_HOPS * sizeof(int64_t)) == 0)
-        slots = mmap(NULL, COMEM_HOPS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, hfd, 0);
-    if (hfd >= 0)
-        close(hfd);
-    if (slots != MAP_FAILED)
-        setenv("COMEM_HOPS", hops, 1); /* comemd, the holder and the requester stamp their steps */
+    int64_t *slots = hops_open(hops); /* comemd, the holder and the requester stamp their steps */
     pid_t d = start_comemd(sock, spec);
     int to_h[2], to_r[2], out[2];
     must_pipe(to_h);
@@ -697,15 +705,9 @@ static void bench_admit_hops(const char *dir, admit_hops *bare, admit_hops *lib)
     snprintf(spec, sizeof spec, "sim:8GiB:reserved=0:ctx=0:path=%s/hopscard", dir);
     snprintf(hops, sizeof hops, "%s/admit-hops", dir);
     *bare = *lib = (admit_hops){.p50 = NAN};
-    int hfd = open(hops, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    int64_t *slots = MAP_FAILED;
-    if (hfd >= 0 && ftruncate(hfd, COMEM_HOPS * sizeof(int64_t)) == 0)
-        slots = mmap(NULL, COMEM_HOPS * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, hfd, 0);
-    if (hfd >= 0)
-        close(hfd);
+    int64_t *slots = hops_open(hops);
     if (slots == MAP_FAILED)
         return;
-    setenv("COMEM_HOPS", hops, 1);
     pid_t d = start_comemd(sock, spec);
     int n = g_quick ? 3000 : 10000;
     for (int variant = 0; variant < 2; variant++) {
