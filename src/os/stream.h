@@ -1,0 +1,54 @@
+/*
+ * os/stream.h - the coordinator's transport: a local byte stream between processes of one
+ * machine, with the peer's identity from the system, not from anything it sends. One interface,
+ * one backend per platform, chosen at build time:
+ *
+ *   stream_posix.c  a Unix stream socket at a path; the peer's pid and uid from SO_PEERCRED
+ *   stream_win.c    a named pipe \\.\pipe\NAME, byte mode, local clients only
+ *                   (PIPE_REJECT_REMOTE_CLIENTS), its first instance claimed
+ *                   (FILE_FLAG_FIRST_PIPE_INSTANCE), an access list for this user alone; the
+ *                   peer's pid from GetNamedPipeClientProcessId, its user from that process's token
+ *
+ * Every wait takes a timeout in milliseconds (-1: none) and every call says what went wrong
+ * with a comem status: COMEM_ETIMEDOUT, COMEM_ECLOSED (the other end went away), COMEM_ENOENT
+ * (nothing listens under that name), COMEM_EEXIST (another listener has it), COMEM_EPERM,
+ * COMEM_EIO. Names are UTF-8 (UTF-16 at the Windows API). Not thread-safe per object: one
+ * reader and one writer at a time, as the wire's frames need anyway.
+ *
+ * Today it serves the tests and the Windows build (issue 26); the coordinator and the client
+ * on Linux still use their own socket code (coord/socket.c, client/conn.c), which this
+ * interface is to replace.
+ */
+#ifndef COMEM_OS_STREAM_H
+#define COMEM_OS_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct comem_listener comem_listener;
+typedef struct comem_stream comem_stream;
+
+/* Who is at the other end, as the system says. */
+typedef struct comem_peer {
+    int64_t pid;
+    bool same_user; /* the same user as this process (uid; the token's SID) */
+    char user[192]; /* that user: a uid or a SID, as text */
+} comem_peer;
+
+/* Listens under name (a socket path; a pipe's name \\.\pipe\...). COMEM_EEXIST when another has it. */
+int comem_listen(const char *name, comem_listener **out, char *why, size_t whylen);
+/* The next client, waiting up to timeout_ms; *peer (may be NULL) says who it is. */
+int comem_accept(comem_listener *l, int timeout_ms, comem_stream **out, comem_peer *peer);
+/* Stops listening: the name is given back (a socket path is removed). */
+void comem_listener_close(comem_listener *l);
+
+/* Connects to name, waiting up to timeout_ms for a listener that is busy accepting others. */
+int comem_connect(const char *name, int timeout_ms, comem_stream **out);
+/* Writes all len bytes, waiting up to timeout_ms for room. */
+int comem_stream_write(comem_stream *s, const void *buf, size_t len, int timeout_ms);
+/* Reads what is there, at most cap bytes, waiting up to timeout_ms for some: the count (> 0), or a status. */
+int comem_stream_read(comem_stream *s, void *buf, size_t cap, int timeout_ms);
+void comem_stream_close(comem_stream *s);
+
+#endif

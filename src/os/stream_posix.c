@@ -1,0 +1,217 @@
+/* os/stream_posix.c - os/stream.h over a Unix stream socket (Linux). */
+#include "os/stream.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "comem/common.h"
+
+struct comem_listener {
+    int fd;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+struct comem_stream {
+    int fd;
+};
+
+static int address(const char *name, struct sockaddr_un *a)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    if (n >= sizeof a->sun_path)
+        return COMEM_ERANGE;
+    memcpy(a->sun_path, name, n + 1);
+    return COMEM_OK;
+}
+
+/* Waits up to timeout_ms for events on fd: COMEM_OK, COMEM_ETIMEDOUT or COMEM_EIO. */
+static int wait_for(int fd, short events, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = events};
+    for (;;) {
+        int r = poll(&p, 1, timeout_ms);
+        if (r > 0)
+            return COMEM_OK;
+        if (r == 0)
+            return COMEM_ETIMEDOUT;
+        if (errno != EINTR)
+            return COMEM_EIO;
+    }
+}
+
+/* A socket of this user's at name that nobody listens on any more: removed (true), or left (false). */
+static bool stale(const char *name, const struct sockaddr_un *a)
+{
+    struct stat st;
+    if (lstat(name, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != getuid())
+        return false;
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool dead = probe >= 0 && connect(probe, (const struct sockaddr *)a, sizeof *a) != 0 && errno == ECONNREFUSED;
+    if (probe >= 0)
+        close(probe);
+    return dead && unlink(name) == 0;
+}
+
+int comem_listen(const char *name, comem_listener **out, char *why, size_t whylen)
+{
+    struct sockaddr_un a;
+    if (!name || !out || address(name, &a) != COMEM_OK) {
+        if (why && whylen)
+            snprintf(why, whylen, "the socket path is too long for a Unix socket");
+        return COMEM_ERANGE;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return COMEM_EIO;
+    mode_t old = umask(0077); /* born 0600 */
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    if (rc != 0 && errno == EADDRINUSE && stale(name, &a))
+        rc = bind(fd, (struct sockaddr *)&a, sizeof a); /* a dead listener's socket of ours, removed */
+    umask(old);
+    if (rc != 0 || listen(fd, 128) != 0) {
+        int err = errno;
+        close(fd);
+        if (why && whylen)
+            snprintf(why, whylen, "cannot listen on %s: %s", name, strerror(err));
+        return err == EADDRINUSE ? COMEM_EEXIST : err == EACCES ? COMEM_EPERM : COMEM_EIO;
+    }
+    comem_listener *l = calloc(1, sizeof *l);
+    if (!l) {
+        close(fd);
+        unlink(name);
+        return COMEM_ENOMEM;
+    }
+    l->fd = fd;
+    memcpy(l->path, a.sun_path, sizeof l->path);
+    *out = l;
+    return COMEM_OK;
+}
+
+int comem_accept(comem_listener *l, int timeout_ms, comem_stream **out, comem_peer *peer)
+{
+    int rc = wait_for(l->fd, POLLIN, timeout_ms);
+    if (rc != COMEM_OK)
+        return rc;
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+        return errno == EAGAIN ? COMEM_ETIMEDOUT : COMEM_EIO;
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        close(fd);
+        return COMEM_EIO;
+    }
+    comem_stream *s = malloc(sizeof *s);
+    if (!s) {
+        close(fd);
+        return COMEM_ENOMEM;
+    }
+    s->fd = fd;
+    if (peer) {
+        peer->pid = cred.pid;
+        peer->same_user = cred.uid == getuid();
+        snprintf(peer->user, sizeof peer->user, "%u", (unsigned)cred.uid);
+    }
+    *out = s;
+    return COMEM_OK;
+}
+
+void comem_listener_close(comem_listener *l)
+{
+    if (!l)
+        return;
+    close(l->fd);
+    unlink(l->path);
+    free(l);
+}
+
+int comem_connect(const char *name, int timeout_ms, comem_stream **out)
+{
+    struct sockaddr_un a;
+    if (!name || !out || address(name, &a) != COMEM_OK)
+        return COMEM_ERANGE;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return COMEM_EIO;
+    /* A Unix stream connect does not wait for accept: it succeeds at once, or fails with EAGAIN while
+       the listener's queue is full, which is what the timeout waits out. */
+    for (int waited = 0;; waited += 10) {
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+            break;
+        int err = errno;
+        if (err == EAGAIN && (timeout_ms < 0 || waited < timeout_ms)) {
+            usleep(10000);
+            continue;
+        }
+        close(fd);
+        return err == ENOENT ? COMEM_ENOENT : err == ECONNREFUSED ? COMEM_ENOENT : err == EAGAIN ? COMEM_ETIMEDOUT
+               : err == EACCES                                 ? COMEM_EPERM
+                                                               : COMEM_EIO;
+    }
+    comem_stream *s = malloc(sizeof *s);
+    if (!s) {
+        close(fd);
+        return COMEM_ENOMEM;
+    }
+    s->fd = fd;
+    *out = s;
+    return COMEM_OK;
+}
+
+int comem_stream_write(comem_stream *s, const void *buf, size_t len, int timeout_ms)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = send(s->fd, p, len, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            len -= (size_t)w;
+        } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+            int rc = errno == EINTR ? COMEM_OK : wait_for(s->fd, POLLOUT, timeout_ms);
+            if (rc != COMEM_OK)
+                return rc;
+        } else {
+            return errno == EPIPE || errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
+        }
+    }
+    return COMEM_OK;
+}
+
+int comem_stream_read(comem_stream *s, void *buf, size_t cap, int timeout_ms)
+{
+    if (cap > (size_t)INT32_MAX)
+        cap = INT32_MAX;
+    for (;;) {
+        ssize_t r = recv(s->fd, buf, cap, 0);
+        if (r > 0)
+            return (int)r;
+        if (r == 0)
+            return COMEM_ECLOSED;
+        if (errno == ECONNRESET)
+            return COMEM_ECLOSED;
+        if (errno != EAGAIN && errno != EINTR)
+            return COMEM_EIO;
+        if (errno == EAGAIN) {
+            int rc = wait_for(s->fd, POLLIN, timeout_ms);
+            if (rc != COMEM_OK)
+                return rc;
+        }
+    }
+}
+
+void comem_stream_close(comem_stream *s)
+{
+    if (!s)
+        return;
+    close(s->fd);
+    free(s);
+}

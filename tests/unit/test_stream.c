@@ -1,0 +1,215 @@
+/*
+ * tests/unit/test_stream.c - the transport (os/stream.h), the same assertions on Linux (a Unix
+ * socket) and on Windows (a named pipe, under wine in CI).
+ *
+ * A client thread connects and sends a HELLO frame made by the wire codec; the listener accepts
+ * it, the system's word on the peer is this process and this user, the frame decodes whole, and
+ * the REPLY sent back reaches the client. Then: a second listener under a taken name is refused
+ * (on Windows FILE_FLAG_FIRST_PIPE_INSTANCE, which wine does not enforce: there the test says so
+ * and skips that one check), a read with nothing to read times out, a read after the peer left
+ * says closed, and a connect where nobody listens says so.
+ */
+#include "unit/cmocka_all.h"
+#ifndef _WIN32
+#include "unit/tmpdir.h"
+#endif
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#ifdef _WIN32
+#include <windows.h>
+#else
+#include <unistd.h>
+#endif
+
+#include "comem/common.h"
+#include "os/stream.h"
+#include "wire/wire.h"
+
+#ifndef _WIN32
+static char g_dir[256];
+#endif
+static char g_name[400];
+
+static int64_t own_pid(void)
+{
+#ifdef _WIN32
+    return (int64_t)GetCurrentProcessId();
+#else
+    return (int64_t)getpid();
+#endif
+}
+
+static int setup(void **s)
+{
+    (void)s;
+#ifdef _WIN32
+    snprintf(g_name, sizeof g_name, "\\\\.\\pipe\\comem-test-stream-%lld", (long long)own_pid());
+#else
+    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "stream"), 0);
+    snprintf(g_name, sizeof g_name, "%s/s", g_dir);
+#endif
+    return 0;
+}
+
+static int teardown(void **s)
+{
+    (void)s;
+#ifdef _WIN32
+    return 0;
+#else
+    return test_tmpdir_remove(g_dir);
+#endif
+}
+
+/* Reads one whole frame from s into buf; its length, or a status. */
+static int read_frame(comem_stream *s, uint8_t *buf, size_t cap)
+{
+    size_t have = 0, need = COMEM_WIRE_HEADER_SIZE;
+    bool header = false;
+    while (have < need) {
+        int n = comem_stream_read(s, buf + have, need - have, 5000);
+        if (n < 0)
+            return n;
+        have += (size_t)n;
+        if (!header && have >= COMEM_WIRE_HEADER_SIZE) {
+            comem_wire_header h;
+            if (comem_wire_decode_header(buf, have, &h) != COMEM_OK || COMEM_WIRE_HEADER_SIZE + h.length > cap)
+                return COMEM_EPROTO;
+            need = COMEM_WIRE_HEADER_SIZE + h.length;
+            header = true;
+        }
+    }
+    return (int)have;
+}
+
+static void *client_main(void *arg)
+{
+    int *result = arg;
+    comem_stream *s = NULL;
+    *result = comem_connect(g_name, 5000, &s);
+    if (*result != COMEM_OK)
+        return NULL;
+    comem_msg m = {.type = COMEM_MSG_HELLO, .request_id = 7};
+    m.u.hello.proto_version = COMEM_WIRE_VERSION;
+    m.u.hello.role = COMEM_ROLE_WORKER;
+    m.u.hello.reserve_base = -1;
+    snprintf(m.u.hello.name, sizeof m.u.hello.name, "stream-test");
+    static uint8_t buf[COMEM_WIRE_MAX_FRAME];
+    int n = comem_wire_encode(&m, buf, sizeof buf);
+    *result = n > 0 ? comem_stream_write(s, buf, (size_t)n, 5000) : n;
+    if (*result == COMEM_OK) {
+        int got = read_frame(s, buf, sizeof buf);
+        comem_wire_header h;
+        comem_msg r;
+        *result = got < 0 ? got
+                  : comem_wire_decode_header(buf, (size_t)got, &h) == COMEM_OK &&
+                          comem_wire_decode(&h, buf + COMEM_WIRE_HEADER_SIZE, &r) == COMEM_OK &&
+                          r.type == COMEM_MSG_REPLY && r.request_id == 7
+                      ? COMEM_OK
+                      : COMEM_EPROTO;
+    }
+    comem_stream_close(s);
+    return NULL;
+}
+
+static bool under_wine(void)
+{
+#ifdef _WIN32
+    HMODULE nt = GetModuleHandleW(L"ntdll.dll");
+    return nt && GetProcAddress(nt, "wine_get_version") != NULL;
+#else
+    return false;
+#endif
+}
+
+static void test_a_frame_each_way_and_the_peer_said_by_the_system(void **s)
+{
+    (void)s;
+    comem_listener *l = NULL;
+    char why[200] = "";
+    assert_int_equal(comem_listen(g_name, &l, why, sizeof why), COMEM_OK);
+    int client_rc = -1;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, client_main, &client_rc), 0);
+    comem_stream *srv = NULL;
+    comem_peer peer;
+    assert_int_equal(comem_accept(l, 5000, &srv, &peer), COMEM_OK);
+    assert_int_equal(peer.pid, own_pid());
+    assert_true(peer.same_user);
+    assert_true(peer.user[0] != '\0');
+    static uint8_t buf[COMEM_WIRE_MAX_FRAME];
+    int n = read_frame(srv, buf, sizeof buf);
+    assert_true(n > 0);
+    comem_wire_header h;
+    comem_msg m;
+    assert_int_equal(comem_wire_decode_header(buf, (size_t)n, &h), COMEM_OK);
+    assert_int_equal(comem_wire_decode(&h, buf + COMEM_WIRE_HEADER_SIZE, &m), COMEM_OK);
+    assert_int_equal(m.type, COMEM_MSG_HELLO);
+    assert_string_equal(m.u.hello.name, "stream-test");
+    comem_msg r = {.type = COMEM_MSG_REPLY, .request_id = m.request_id};
+    n = comem_wire_encode(&r, buf, sizeof buf);
+    assert_true(n > 0);
+    assert_int_equal(comem_stream_write(srv, buf, (size_t)n, 5000), COMEM_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(client_rc, COMEM_OK);
+    /* The client has gone: the server's next read says so. */
+    assert_int_equal(comem_stream_read(srv, buf, sizeof buf, 5000), COMEM_ECLOSED);
+    comem_stream_close(srv);
+
+    /* A second listener under the name is refused while the first listens. */
+    comem_listener *l2 = NULL;
+    int rc = comem_listen(g_name, &l2, why, sizeof why);
+    if (under_wine() && rc == COMEM_OK) {
+        print_message("wine does not enforce FILE_FLAG_FIRST_PIPE_INSTANCE: a second listener was not refused "
+                      "(docs/windows.md, what wine cannot prove)\n");
+        comem_listener_close(l2);
+    } else {
+        assert_int_equal(rc, COMEM_EEXIST);
+    }
+    comem_listener_close(l);
+}
+
+static void *idle_client(void *arg)
+{
+    comem_stream **out = arg;
+    if (comem_connect(g_name, 5000, out) != COMEM_OK)
+        *out = NULL;
+    return NULL;
+}
+
+static void test_timeouts_and_absence(void **s)
+{
+    (void)s;
+    comem_stream *c = NULL;
+    assert_int_equal(comem_connect(g_name, 100, &c), COMEM_ENOENT); /* nobody listens */
+    comem_listener *l = NULL;
+    assert_int_equal(comem_listen(g_name, &l, NULL, 0), COMEM_OK);
+    comem_stream *srv = NULL;
+    assert_int_equal(comem_accept(l, 50, &srv, NULL), COMEM_ETIMEDOUT); /* nobody came */
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, idle_client, &c), 0);
+    assert_int_equal(comem_accept(l, 5000, &srv, NULL), COMEM_OK);
+    pthread_join(t, NULL);
+    assert_non_null(c);
+    char b[16];
+    assert_int_equal(comem_stream_read(srv, b, sizeof b, 50), COMEM_ETIMEDOUT); /* nothing was said */
+    assert_int_equal(comem_stream_write(c, "ok", 2, 1000), COMEM_OK);
+    assert_int_equal(comem_stream_read(srv, b, sizeof b, 5000), 2); /* and a read after a timeout still works */
+    assert_memory_equal(b, "ok", 2);
+    comem_stream_close(c);
+    assert_int_equal(comem_stream_read(srv, b, sizeof b, 5000), COMEM_ECLOSED);
+    comem_stream_close(srv);
+    comem_listener_close(l);
+    assert_int_equal(comem_connect(g_name, 100, &c), COMEM_ENOENT); /* the name was given back */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_frame_each_way_and_the_peer_said_by_the_system),
+        cmocka_unit_test(test_timeouts_and_absence),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
