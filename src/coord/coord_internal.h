@@ -443,6 +443,8 @@ typedef struct coord_floor_split {
     int64_t overhead, context, unregistered;
 } coord_floor_split;
 coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, int device);
+/* The same split, given Σ overhead of the session's holders on device (a caller that has it: no scan). */
+coord_floor_split coord_split_floor_given(const comem_coord_srv *s, uint64_t session, int device, int64_t overhead);
 /*
  * Before an entry of holder is added with `resident` bytes (or a census raises its entries'
  * residency by that much): those bytes may already be in the process's floor, as what it held
@@ -455,8 +457,6 @@ coord_floor_split coord_split_floor(const comem_coord_srv *s, uint64_t session, 
 int64_t coord_floor_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, int64_t resident);
 /* The residency a census adds (Σ of its entries' growth), for coord_floor_claim. */
 int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m);
-/* The same split, given Σ overhead of the session's holders on device (a caller that has it: no scan). */
-coord_floor_split coord_split_floor_given(const comem_coord_srv *s, uint64_t session, int device, int64_t overhead);
 
 /* Republishes the shared-memory view of device (figures that changed in the ledger). */
 void coord_publish_view(comem_coord_srv *s, int device);

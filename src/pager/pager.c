@@ -14,8 +14,9 @@
  *
  * held is aimdo's usage plus the kept pool (keep.c; 0 unless a bound is set):
  * kept memory is on the card as much as a resident page. Between readings the
- * device term is extrapolated by the pager's own change in what it holds, so commits and evictions since the reading count at once; what
- * other processes did since is seen at the next reading, at most cache_ms
+ * device term is extrapolated by the pager's own change in what it holds, so
+ * commits and evictions since the reading count at once; what other processes
+ * did since is seen at the next reading, at most cache_ms
  * late (the tolerated inaccuracy). A failed reading leaves the simple term
  * alone in charge until the next one.
  */
