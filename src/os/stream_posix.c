@@ -16,6 +16,8 @@
 struct comem_listener {
     int fd;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    dev_t dev; /* the socket this listener bound: the only one close removes */
+    ino_t ino;
 };
 
 struct comem_stream {
@@ -92,6 +94,11 @@ int comem_listen(const char *name, comem_listener **out, char *why, size_t whyle
     }
     l->fd = fd;
     memcpy(l->path, a.sun_path, sizeof l->path);
+    struct stat st;
+    if (lstat(name, &st) == 0) {
+        l->dev = st.st_dev;
+        l->ino = st.st_ino;
+    }
     *out = l;
     return COMEM_OK;
 }
@@ -129,8 +136,10 @@ void comem_listener_close(comem_listener *l)
 {
     if (!l)
         return;
+    struct stat st; /* never a socket someone else put at the path since */
+    if (l->ino && lstat(l->path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == l->dev && st.st_ino == l->ino)
+        unlink(l->path);
     close(l->fd);
-    unlink(l->path);
     free(l);
 }
 

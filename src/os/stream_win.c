@@ -7,7 +7,10 @@
  * local clients only, with an access list for this user alone; the first is created with
  * FILE_FLAG_FIRST_PIPE_INSTANCE, so a second listener under the same name is refused
  * (ERROR_ACCESS_DENIED: COMEM_EEXIST). The peer's pid comes from
- * GetNamedPipeClientProcessId and its user from that process's token.
+ * GetNamedPipeClientProcessId and its user from that process's token. A client
+ * talks only to a server of its own user (GetNamedPipeServerProcessId and its
+ * token): pipe names are shared by every user, and another could create the
+ * name first.
  */
 #include "os/stream.h"
 
@@ -228,6 +231,20 @@ int comem_connect(const char *name, int timeout_ms, comem_stream **out)
         }
     }
     free(w);
+    /* Pipe names are one namespace for every user: whoever created the name first serves it. Talk only
+       to a server of this user's, as on Linux only this user can reach the socket's folder. */
+    ULONG spid = 0;
+    char theirs[192], mine[192];
+    HANDLE proc = GetNamedPipeServerProcessId(h, &spid) ? OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, spid)
+                                                         : NULL;
+    bool same = proc && user_sid_text(proc, theirs, sizeof theirs) &&
+                user_sid_text(GetCurrentProcess(), mine, sizeof mine) && strcmp(theirs, mine) == 0;
+    if (proc)
+        CloseHandle(proc);
+    if (!same) {
+        CloseHandle(h);
+        return COMEM_EPERM;
+    }
     comem_stream *s = stream_of(h);
     if (!s) {
         CloseHandle(h);
