@@ -1,7 +1,7 @@
 /*
  * bench/bench_coord.c - what the coordinator costs, side by side with what it replaces.
  *
- *   bench_coord [--placement same|cross] [--quick]
+ *   bench_coord [--placement same|cross] [--quick] [--pm-qos]
  *
  * same:  every process on CPU 0 (a same-core ping-pong);
  * cross: the coordinator (or echo server) on CPU 1, clients on CPU 0 (a cross-core wake-up).
@@ -39,6 +39,7 @@
 
 #include "base/bytes.h"
 #include "base/hops.h"
+#include "base/spin.h"
 #include "comem/comem.h"
 #include "coord/plan.h"
 #include "shm/view.h"
@@ -952,19 +953,43 @@ static void bench_dead(const char *sock)
     close(fd);
 }
 
+/*
+ * --pm-qos: asks the kernel to keep every CPU out of deep idle states for the run (a PM QoS request
+ * of 0 us on /dev/cpu_dma_latency, held while the file is open; root, usually). With it, a wake-up
+ * after idle costs what a hot one does: the run then shows how much of a figure is the machine's
+ * idle states and how much the protocol's. 1 when held, 0 when it could not be (said why).
+ */
+static int hold_pm_qos(void)
+{
+    int fd = open("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
+    int32_t zero = 0;
+    if (fd < 0 || write(fd, &zero, sizeof zero) != (ssize_t)sizeof zero) {
+        fprintf(stderr, "bench_coord: --pm-qos: /dev/cpu_dma_latency: %s; the CPUs keep their idle states\n",
+                strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    return 1; /* the fd stays open until the process exits (forked children share it) */
+}
+
 int main(int argc, char **argv)
 {
     const char *placement = "cross";
+    bool pm_qos = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--placement") && i + 1 < argc)
             placement = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
             g_quick = true;
+        else if (!strcmp(argv[i], "--pm-qos"))
+            pm_qos = true;
         else {
-            fprintf(stderr, "usage: bench_coord [--placement same|cross] [--quick]\n");
+            fprintf(stderr, "usage: bench_coord [--placement same|cross] [--quick] [--pm-qos]\n");
             return 2;
         }
     }
+    int pm_qos_held = pm_qos ? hold_pm_qos() : 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     g_client_cpu = 0;
     g_coord_cpu = (!strcmp(placement, "same") || cpus < 2) ? 0 : 1;
@@ -1028,6 +1053,7 @@ int main(int argc, char **argv)
            "%.1fx on the fast path\n", py / raw, py / a1, py / f1.p50);
     printf("\n");
     printf("placement=%s\n", placement);
+    printf("pm_qos=%d\nspin_us=%lld\n", pm_qos_held, (long long)(comem_spin_ns() / 1000));
     printf("ping_us=%.2f\n", ping);
     printf("bare_admit_us=%.2f\n", raw);
     printf("coord_over_ping_us=%.2f\n", raw - ping);

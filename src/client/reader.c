@@ -11,14 +11,17 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/bytes.h"
 #include "base/clock.h"
 #include "base/hops.h"
 #include "base/log.h"
+#include "base/spin.h"
 #include "client/callbacks.h"
 #include "client/conn.h"
 #include "client/frames.h"
@@ -200,13 +203,16 @@ static int64_t wait_until(comem_client *c, const client_pending *p, int64_t dead
 
 /*
  * The leader reads and dispatches until its own reply is there, the deadline passes or the stream fails.
- * It waits as a bare protocol client does, in a blocking recv (comem_conn_fill_wait): one wake-up and
- * one system call when the reply comes. A poll and then a recv cost 3.8-4.5 us more per call across
- * CPUs on the H200 host (docs/measurements.md, issue 24 item 2). A wait shorter than the recv's slice
- * (an acknowledgement's deadline) is a poll, so no deadline is overshot.
+ * For the spin budget (base/spin.h) it looks for the reply without sleeping, yielding the CPU between
+ * looks (a coordinator on the same CPU runs): a reply due within microseconds then costs no wake-up.
+ * After that it waits as a bare protocol client does, in a blocking recv (comem_conn_fill_wait): one
+ * wake-up and one system call when the reply comes. A poll and then a recv cost 3.8-4.5 us more per
+ * call across CPUs on the H200 host (docs/measurements.md, issue 24 item 2). A wait shorter than the
+ * recv's slice (an acknowledgement's deadline) is a poll, so no deadline is overshot.
  */
 static void lead(comem_client *c, client_pending *p, int64_t deadline, int64_t ack_deadline)
 {
+    int64_t spin_until = comem_add(comem_now_ns(), comem_spin_ns());
     for (;;) {
         if (dispatch_all(c) != COMEM_OK)
             return; /* a bad frame: the service thread meets it too and drops the link */
@@ -219,7 +225,12 @@ static void lead(comem_client *c, client_pending *p, int64_t deadline, int64_t a
         if (wait == 0)
             return;
         int rc;
-        if (c->fd_blocks && wait >= COMEM_CONN_WAIT_SLICE_MS) {
+        if (comem_now_ns() < spin_until) {
+            if ((rc = comem_conn_fill(c)) == 0) {
+                sched_yield();
+                continue;
+            }
+        } else if (c->fd_blocks && wait >= COMEM_CONN_WAIT_SLICE_MS) {
             rc = comem_conn_fill_wait(c); /* stopping is looked at every slice */
         } else {
             struct pollfd pfd = {.fd = c->fd, .events = POLLIN};

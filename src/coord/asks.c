@@ -19,6 +19,7 @@
 #include "base/hops.h"
 #include "base/log.h"
 #include "base/size.h"
+#include "base/spin.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
 
@@ -78,6 +79,8 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
         w->items[i] = items[i];
     comem_hop(COMEM_HOP_ASK_SENT);
     coord_send(s, c, &m);
+    /* A holder that answers at once does so within microseconds: look for its receipt before sleeping. */
+    s->spin_until_ns = comem_add(comem_now_ns(), comem_spin_ns());
     s->counters.asks++;
     s->counters.bytes_asked = comem_add(s->counters.bytes_asked, comem_clamp0(bytes));
     if (h->device >= 0 && h->device < COMEM_MAX_DEVICES) {

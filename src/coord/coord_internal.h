@@ -324,6 +324,7 @@ typedef struct comem_coord_srv {
     uint64_t idle_asking[64]; /* holders with an idle ask out */
     int n_idle_asking;
     int acks_due; /* jobs with an ack_due_ns set: the loop wakes for them within a millisecond */
+    int64_t spin_until_ns; /* while asks are out, the loop polls until then before it sleeps (base/spin.h) */
     comem_view_writer view;
     coord_book book;
     view_mark view_mark[COMEM_MAX_DEVICES]; /* what each device's view was last published from */

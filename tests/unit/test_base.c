@@ -1,4 +1,4 @@
-/* tests/unit/test_base.c - saturating byte arithmetic, size parsing, round-trip printing. */
+/* tests/unit/test_base.c - saturating byte arithmetic, size parsing, round-trip printing, the spin budget. */
 #include "unit/cmocka_all.h"
 
 #include <math.h>
@@ -8,6 +8,7 @@
 #include "base/bytes.h"
 #include "base/size.h"
 #include "base/sort.h"
+#include "base/spin.h"
 #include "comem/common.h"
 
 static void test_saturation(void **s)
@@ -161,6 +162,44 @@ static void test_status_strings(void **s)
     assert_string_equal(comem_status_str(12345), "unknown status");
 }
 
+/* Sets (or with NULL removes) a variable of this process's environment, as getenv sees it. */
+static void set_env(const char *name, const char *value)
+{
+#ifdef _WIN32
+    _putenv_s(name, value ? value : "");
+#else
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+#endif
+}
+
+/* COMEM_SPIN_US: microseconds from 0 to the bound; nothing else is taken, and the budget is read once. */
+static void test_spin_budget(void **s)
+{
+    (void)s;
+    int64_t ns = -1;
+    assert_true(comem_spin_parse("0", &ns));
+    assert_int_equal(ns, 0);
+    assert_true(comem_spin_parse("50", &ns));
+    assert_int_equal(ns, 50000);
+    assert_true(comem_spin_parse("10000", &ns));
+    assert_int_equal(ns, (int64_t)COMEM_SPIN_MAX_US * 1000);
+    const char *bad[] = {"", "-1", "10001", "5us", " 5", "1e3", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ns = -1;
+        assert_false(comem_spin_parse(bad[i], &ns));
+        assert_int_equal(ns, -1); /* untouched */
+    }
+    assert_false(comem_spin_parse(NULL, &ns));
+    set_env("COMEM_SPIN_US", "7");
+    assert_int_equal(comem_spin_ns(), 7000);
+    set_env("COMEM_SPIN_US", "900"); /* read once: a later change is not seen */
+    assert_int_equal(comem_spin_ns(), 7000);
+    set_env("COMEM_SPIN_US", NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -168,6 +207,7 @@ int main(void)
         cmocka_unit_test(test_python_max_min_tie), cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_format_double), cmocka_unit_test(test_format_bytes),
         cmocka_unit_test(test_status_strings), cmocka_unit_test(test_sort_is_stable_and_ordered),
+        cmocka_unit_test(test_spin_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
