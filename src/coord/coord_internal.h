@@ -28,6 +28,7 @@
 #include "coord/plan.h"
 #include "shm/view.h"
 #include "ledger/ledger.h"
+#include "os/proc.h"
 #include "ledger/slab.h"
 #include "probe/device.h"
 #include "wire/wire.h"
@@ -63,7 +64,7 @@ typedef struct ep_tag {
 
 typedef struct conn {
     int fd;
-    int pidfd;
+    comem_proc_watch *watch; /* the session's process (os/proc.h); its pidfd is in the loop's set */
     int32_t pid;
     uint32_t uid;
     uint64_t session; /* 0 before HELLO */

@@ -180,7 +180,6 @@ void coord_accept(comem_coord_srv *s)
             continue;
         }
         c->fd = fd;
-        c->pidfd = -1;
         c->pass_fd[0] = c->pass_fd[1] = -1;
         c->pid = cred.pid;
         c->uid = cred.uid;
@@ -293,9 +292,9 @@ void coord_conn_close(comem_coord_srv *s, conn *c)
     for (int i = 0; i < 2; i++)
         if (c->pass_fd[i] >= 0)
             close(c->pass_fd[i]);
-    if (c->pidfd >= 0) {
-        epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
-        close(c->pidfd);
+    if (c->watch) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, (int)comem_proc_watch_handle(c->watch), NULL);
+        comem_proc_watch_close(c->watch);
     }
     s->conns[c->slot] = NULL;
     s->out_total -= c->out_len;

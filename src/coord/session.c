@@ -1,14 +1,10 @@
 /* coord/session.c - HELLO, authentication, and the end of a session. */
-#include <errno.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #include "base/log.h"
-#include "base/pidfd.h"
 #include "base/name.h"
 #include "base/size.h"
 #include "comem/common.h"
@@ -88,9 +84,8 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     }
     c->session = id;
     /* Watch the process itself: its death ends the session even if the socket is inherited. */
-    c->pidfd = comem_pidfd_open(c->pid);
-    if (c->pidfd >= 0)
-        coord_watch(s, c->pidfd, EPOLLIN, &c->pid_tag);
+    if (comem_proc_watch_open(c->pid, &c->watch) == COMEM_OK)
+        coord_watch(s, (int)comem_proc_watch_handle(c->watch), EPOLLIN, &c->pid_tag);
     if (h->scope == COMEM_SCOPE_PROCESS_LOCAL && s->max_pinned_windows < s->ledger.max_pinned &&
         s->ledger.total_pinned <= s->max_pinned_windows) {
         /* A WDDM process: this is Windows, where ComfyUI pins at most 40 % of RAM. */
@@ -114,36 +109,21 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     return COMEM_OK;
 }
 
-#define PF_EXITING_FLAG 0x4u /* the kernel's PF_EXITING: set when a task enters do_exit */
-
 /*
  * Is c's process exiting or gone? A killed process's socket is closed inside its exit, before
- * its pidfd turns readable, so the connection's end can come first: the leader's PF_EXITING
- * (/proc/PID/stat, set before the kernel closes its files) or a zombie state answers then. A
- * client that closes its socket and lives on (comem_client_close) is neither.
+ * its pidfd turns readable, so the connection's end can come first: the process inside its exit
+ * (Linux's PF_EXITING, set before the kernel closes its files) or ended answers then. A client
+ * that closes its socket and lives on (comem_client_close) is neither.
  */
 static bool process_gone(const conn *c)
 {
-    if (c->pidfd >= 0) {
-        struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
-        if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN))
-            return true;
-    }
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)c->pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return errno == ENOENT || (kill((pid_t)c->pid, 0) != 0 && errno == ESRCH);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    char state = 0;
-    unsigned long flags = 0;
-    /* after "(comm)": state ppid pgrp session tty_nr tpgid flags */
-    if (!rp || sscanf(rp + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
-        return false;
-    return state == 'Z' || state == 'X' || (flags & PF_EXITING_FLAG);
+    if (c->watch && comem_proc_watch_wait(c->watch, 0) == COMEM_OK)
+        return true;
+    comem_proc_info in;
+    int rc = comem_proc_look(c->pid, &in);
+    if (rc != COMEM_OK)
+        return rc == COMEM_ENOENT; /* one this user may not describe is there */
+    return in.ended || in.exiting;
 }
 
 void coord_session_end(comem_coord_srv *s, conn *c, const char *why)

@@ -42,6 +42,7 @@
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/pidfd.h"
+#include "os/proc.h"
 #include "base/rundir.h"
 #include "comem/common.h"
 
@@ -113,44 +114,10 @@ struct comem_sim {
 
 /* ---- processes ---- */
 
-/* Reads state and start time from /proc/<which>/stat; false when the process is gone. */
-static bool stat_file(const char *which, char *state, uint64_t *start)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%s/stat", which);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
-    if (!p)
-        return false;
-    p++;
-    unsigned long long st = 0;
-    char s = '?';
-    /* fields after comm: 3 state ... 22 starttime */
-    if (sscanf(p, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &s, &st) != 2)
-        return false;
-    *state = s;
-    *start = st;
-    return true;
-}
-
-static bool proc_stat(int32_t pid, char *state, uint64_t *start)
-{
-    char which[16];
-    snprintf(which, sizeof which, "%d", (int)pid);
-    return stat_file(which, state, start);
-}
-
 /* This process as its slot records it (WHO A SLOT BELONGS TO); getpid() and 0s where /proc cannot say. */
 static void self_identity(int32_t *pid, uint64_t *proc_dev, uint64_t *start)
 {
-    char buf[24], state;
+    char buf[24];
     struct stat st;
     ssize_t n = readlink("/proc/self", buf, sizeof buf - 1);
     long v = 0;
@@ -163,22 +130,15 @@ static void self_identity(int32_t *pid, uint64_t *proc_dev, uint64_t *start)
     }
     *pid = v > 0 ? (int32_t)v : (int32_t)getpid();
     *proc_dev = v > 0 && stat("/proc/self", &st) == 0 ? (uint64_t)st.st_dev : 0;
-    if (v <= 0 || !stat_file("self", &state, start))
-        *start = 0;
+    comem_proc_info in;
+    *start = v > 0 && comem_proc_look(v, &in) == COMEM_OK ? in.start : 0; /* v: this /proc's number for us */
 }
 
 /* Whether the slot's pid is numbered by the /proc of device proc_dev. */
 static bool same_proc(const sim_slot *s, uint64_t proc_dev) { return s->proc_dev == proc_dev; }
 
-static bool proc_alive(int32_t pid, uint64_t start_time)
-{
-    char state;
-    uint64_t start;
-    if (!proc_stat(pid, &state, &start))
-        return false;
-    /* A zombie has exited: the driver has already released its memory. */
-    return state != 'Z' && state != 'X' && start == start_time;
-}
+/* A zombie has exited: the driver has already released its memory. */
+static bool proc_alive(int32_t pid, uint64_t start_time) { return comem_proc_alive(pid, start_time); }
 
 /* Whether the slot is this process's. */
 static bool is_self(const comem_sim *sim, const sim_slot *s)
@@ -305,9 +265,8 @@ static void reap(comem_sim *sim, sim_shared *sh)
 /* True when pid is stopped or traced (it cannot let go of anything until it is continued). */
 static bool proc_stopped(int32_t pid)
 {
-    char state;
-    uint64_t start;
-    return pid > 0 && proc_stat(pid, &state, &start) && (state == 'T' || state == 't');
+    comem_proc_info in;
+    return pid > 0 && comem_proc_look(pid, &in) == COMEM_OK && in.stopped;
 }
 
 /* wait_ns < 0: until the lock is had; else ETIMEDOUT after about wait_ns, or once its holder is stopped. */
