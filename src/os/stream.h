@@ -51,4 +51,8 @@ int comem_stream_write(comem_stream *s, const void *buf, size_t len, int timeout
 int comem_stream_read(comem_stream *s, void *buf, size_t cap, int timeout_ms);
 void comem_stream_close(comem_stream *s);
 
+/* What the system names the object by: the socket's descriptor; the pipe's HANDLE. For os/loop. */
+intptr_t comem_stream_handle(const comem_stream *s);
+intptr_t comem_listener_handle(const comem_listener *l);
+
 #endif

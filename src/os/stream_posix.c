@@ -224,3 +224,7 @@ void comem_stream_close(comem_stream *s)
     close(s->fd);
     free(s);
 }
+
+intptr_t comem_stream_handle(const comem_stream *s) { return s->fd; }
+
+intptr_t comem_listener_handle(const comem_listener *l) { return l->fd; }

@@ -13,6 +13,7 @@
  * name first.
  */
 #include "os/stream.h"
+#include "os/stream_win.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,19 +25,6 @@
 #include "os/wide_win.h"
 
 #define PIPE_BUFFER (64 * 1024)
-
-struct comem_listener {
-    wchar_t *name;
-    HANDLE next;  /* the instance waiting for the next client */
-    OVERLAPPED ov; /* its ConnectNamedPipe */
-    bool pending; /* that connect is in progress */
-    SECURITY_ATTRIBUTES sa;
-};
-
-struct comem_stream {
-    HANDLE h;
-    OVERLAPPED rd, wr;
-};
 
 static bool user_sid_text(HANDLE process, char *buf, size_t len)
 {
@@ -58,7 +46,7 @@ static bool user_sid_text(HANDLE process, char *buf, size_t len)
 /* Waits for an overlapped operation on h up to timeout_ms; cancels it when the time is up. */
 static int finish(HANDLE h, OVERLAPPED *ov, DWORD *bytes, int timeout_ms)
 {
-    DWORD w = WaitForSingleObject(ov->hEvent, timeout_ms < 0 ? INFINITE : (DWORD)timeout_ms);
+    DWORD w = WaitForSingleObject(comem_ov_event(ov), timeout_ms < 0 ? INFINITE : (DWORD)timeout_ms);
     if (w == WAIT_TIMEOUT) {
         CancelIoEx(h, ov);
         GetOverlappedResult(h, ov, bytes, TRUE); /* the cancelled I/O is over before ov is reused */
@@ -190,6 +178,8 @@ int comem_accept(comem_listener *l, int timeout_ms, comem_stream **out, comem_pe
     int rc = make_instance(l, false); /* the next client's */
     if (rc != COMEM_OK)
         l->next = INVALID_HANDLE_VALUE;
+    else if (l->reg)
+        comem_loop_win_rearm(l->reg);
     return COMEM_OK;
 }
 
@@ -259,7 +249,7 @@ int comem_stream_write(comem_stream *s, const void *buf, size_t len, int timeout
     const char *p = buf;
     while (len > 0) {
         DWORD chunk = len > (1u << 30) ? (1u << 30) : (DWORD)len, n = 0;
-        ResetEvent(s->wr.hEvent);
+        ResetEvent(comem_ov_event(&s->wr));
         int rc = COMEM_OK;
         if (!WriteFile(s->h, p, chunk, &n, &s->wr)) {
             DWORD err = GetLastError();
@@ -279,8 +269,22 @@ int comem_stream_write(comem_stream *s, const void *buf, size_t len, int timeout
 
 int comem_stream_read(comem_stream *s, void *buf, size_t cap, int timeout_ms)
 {
+    if (s->reg)
+        return comem_loop_win_read(s->reg, buf, cap); /* the loop's read brings the bytes */
+    if (s->left) { /* what a loop read before the stream left it comes first */
+        DWORD n = s->left_len - s->left_pos;
+        if (cap < n)
+            n = (DWORD)cap;
+        memcpy(buf, s->left + s->left_pos, n);
+        s->left_pos += n;
+        if (s->left_pos == s->left_len) {
+            free(s->left);
+            s->left = NULL;
+        }
+        return (int)n;
+    }
     DWORD want = cap > (size_t)INT32_MAX ? (DWORD)INT32_MAX : (DWORD)cap, n = 0;
-    ResetEvent(s->rd.hEvent);
+    ResetEvent(comem_ov_event(&s->rd));
     if (!ReadFile(s->h, buf, want, &n, &s->rd)) {
         DWORD err = GetLastError();
         if (err == ERROR_BROKEN_PIPE || err == ERROR_PIPE_NOT_CONNECTED)
@@ -301,7 +305,12 @@ void comem_stream_close(comem_stream *s)
     if (!s)
         return;
     CloseHandle(s->h); /* no flush: a flush waits for the peer to read, which may never come */
-    CloseHandle(s->rd.hEvent);
-    CloseHandle(s->wr.hEvent);
+    CloseHandle(comem_ov_event(&s->rd));
+    CloseHandle(comem_ov_event(&s->wr));
+    free(s->left);
     free(s);
 }
+
+intptr_t comem_stream_handle(const comem_stream *s) { return (intptr_t)s->h; }
+
+intptr_t comem_listener_handle(const comem_listener *l) { return (intptr_t)l->next; }

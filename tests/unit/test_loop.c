@@ -1,0 +1,237 @@
+/*
+ * tests/unit/test_loop.c - the event loop (os/loop.h), the same assertions on Linux (epoll) and on
+ * Windows (an I/O completion port, under wine in CI).
+ *
+ * A listener in the loop is reported when a client connects, and the stream accepted is reported
+ * when bytes come: once per wait, again while bytes are left unread (level-triggered), not at all
+ * once they are read; a stream removed from the loop is reported no more; a peer gone is reported
+ * and its read says so. A wake-up from another thread ends a wait that has no deadline, and a
+ * child process is reported when it is ended, not before.
+ */
+#include "unit/cmocka_all.h"
+#ifndef _WIN32
+#include "unit/tmpdir.h"
+#endif
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comem/common.h"
+#include "os/loop.h"
+#include "os/proc.h"
+#include "os/stream.h"
+#include "unit/child.h"
+
+#ifndef _WIN32
+static char g_dir[256];
+#endif
+static char g_name[400];
+static int g_tag_listener, g_tag_stream, g_tag_child; /* their addresses are the tags */
+
+static int setup(void **s)
+{
+    (void)s;
+#ifdef _WIN32
+    snprintf(g_name, sizeof g_name, "\\\\.\\pipe\\comem-test-loop-%lld", (long long)own_pid());
+#else
+    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "loop"), 0);
+    snprintf(g_name, sizeof g_name, "%s/s", g_dir);
+#endif
+    return 0;
+}
+
+static int teardown(void **s)
+{
+    (void)s;
+#ifdef _WIN32
+    return 0;
+#else
+    return test_tmpdir_remove(g_dir);
+#endif
+}
+
+/* Waits up to timeout_ms for the event of tag: its what, or 0 when it did not come. Other events fail. */
+static unsigned wait_for(comem_loop *l, void *tag, int timeout_ms)
+{
+    comem_loop_event ev[8];
+    int n = comem_loop_wait(l, ev, 8, timeout_ms);
+    assert_true(n >= 0);
+    unsigned what = 0;
+    for (int i = 0; i < n; i++) {
+        assert_ptr_equal(ev[i].tag, tag);
+        assert_int_equal(what, 0); /* once per wait */
+        what = ev[i].what;
+    }
+    return what;
+}
+
+/* Nothing is ready now. */
+static void assert_quiet(comem_loop *l)
+{
+    comem_loop_event ev[8];
+    assert_int_equal(comem_loop_wait(l, ev, 8, 0), 0);
+}
+
+typedef struct client {
+    comem_stream *s;
+    int rc;
+} client;
+
+static void *connect_main(void *arg)
+{
+    client *c = arg;
+    c->rc = comem_connect(g_name, 5000, &c->s);
+    return NULL;
+}
+
+/* A listener in l with a client connected and accepted: *srv the server's end, the client's in *cl. */
+static comem_listener *connected(comem_loop *l, comem_stream **srv, client *cl)
+{
+    comem_listener *ls = NULL;
+    char why[200] = "";
+    assert_int_equal(comem_listen(g_name, &ls, why, sizeof why), COMEM_OK);
+    assert_int_equal(comem_loop_add_listener(l, ls, &g_tag_listener), COMEM_OK);
+    assert_quiet(l); /* nobody has connected */
+    pthread_t t;
+    *cl = (client){.rc = -1};
+    assert_int_equal(pthread_create(&t, NULL, connect_main, cl), 0);
+    assert_int_equal(wait_for(l, &g_tag_listener, 10000), COMEM_LOOP_ACCEPT);
+    comem_peer peer;
+    assert_int_equal(comem_accept(ls, 0, srv, &peer), COMEM_OK);
+    assert_int_equal(peer.pid, own_pid());
+    pthread_join(t, NULL);
+    assert_int_equal(cl->rc, COMEM_OK);
+    return ls;
+}
+
+static void test_accept_read_level_triggered_and_removed(void **s)
+{
+    (void)s;
+    comem_loop *l = NULL;
+    assert_int_equal(comem_loop_open(&l), COMEM_OK);
+    comem_stream *srv = NULL;
+    client cl;
+    comem_listener *ls = connected(l, &srv, &cl);
+    assert_int_equal(comem_loop_add_stream(l, srv, &g_tag_stream), COMEM_OK);
+
+    char buf[256];
+    /* A wait with nothing sent ends at its deadline; the stream's read says "nothing yet". */
+    assert_int_equal(wait_for(l, &g_tag_stream, 0), 0);
+    assert_int_equal(comem_stream_read(srv, buf, sizeof buf, 0), COMEM_ETIMEDOUT);
+
+    assert_int_equal(comem_stream_write(cl.s, "hello, loop", 11, 5000), COMEM_OK);
+    assert_int_equal(wait_for(l, &g_tag_stream, 10000), COMEM_LOOP_READ);
+    /* Read a part: the rest keeps it ready at the next wait. */
+    assert_int_equal(comem_stream_read(srv, buf, 5, 0), 5);
+    assert_memory_equal(buf, "hello", 5);
+    assert_int_equal(wait_for(l, &g_tag_stream, 0), COMEM_LOOP_READ);
+    assert_int_equal(comem_stream_read(srv, buf, sizeof buf, 0), 6);
+    assert_memory_equal(buf, ", loop", 6);
+    assert_int_equal(comem_stream_read(srv, buf, sizeof buf, 0), COMEM_ETIMEDOUT);
+    /* All read: quiet (a packet posted while bytes were left may make one more report, never bytes). */
+    if (wait_for(l, &g_tag_stream, 0) == COMEM_LOOP_READ)
+        assert_int_equal(comem_stream_read(srv, buf, sizeof buf, 0), COMEM_ETIMEDOUT);
+    assert_quiet(l);
+
+    /* The other way: writes of a stream in a loop are as without one. */
+    assert_int_equal(comem_stream_write(srv, "back", 4, 5000), COMEM_OK);
+    assert_int_equal(comem_stream_read(cl.s, buf, sizeof buf, 5000), 4);
+    assert_memory_equal(buf, "back", 4);
+    assert_quiet(l);
+
+    /* Removed, it is reported no more, though bytes come; out of the loop it reads as before. */
+    comem_loop_remove_stream(l, srv);
+    assert_int_equal(comem_stream_write(cl.s, "late", 4, 5000), COMEM_OK);
+    assert_int_equal(wait_for(l, NULL, 200), 0);
+    assert_int_equal(comem_stream_read(srv, buf, sizeof buf, 5000), 4);
+    assert_memory_equal(buf, "late", 4);
+
+    /* Added again, and then the peer goes: reported, and the read says closed. */
+    assert_int_equal(comem_loop_add_stream(l, srv, &g_tag_stream), COMEM_OK);
+    assert_int_equal(comem_stream_write(cl.s, "bye", 3, 5000), COMEM_OK);
+    comem_stream_close(cl.s);
+    assert_int_equal(wait_for(l, &g_tag_stream, 10000), COMEM_LOOP_READ);
+    int n = comem_stream_read(srv, buf, sizeof buf, 0);
+    if (n == 3) { /* the bytes first, then the end */
+        assert_memory_equal(buf, "bye", 3);
+        for (int i = 0; i < 100 && (n = comem_stream_read(srv, buf, sizeof buf, 0)) == COMEM_ETIMEDOUT; i++)
+            wait_for(l, &g_tag_stream, 100);
+    }
+    assert_int_equal(n, COMEM_ECLOSED);
+
+    /* Removed and closed with its read pending (the completion port's packet still due), then the loop. */
+    comem_loop_remove_stream(l, srv);
+    comem_stream_close(srv);
+    comem_loop_remove_listener(l, ls);
+    comem_listener_close(ls);
+    assert_quiet(l);
+    comem_loop_close(l);
+}
+
+typedef struct waker {
+    comem_loop *l;
+} waker;
+
+static void *wake_main(void *arg)
+{
+    waker *w = arg;
+#ifdef _WIN32
+    Sleep(50);
+#else
+    usleep(50000);
+#endif
+    comem_loop_wake(w->l);
+    return NULL;
+}
+
+static void test_wake_from_another_thread(void **s)
+{
+    (void)s;
+    comem_loop *l = NULL;
+    assert_int_equal(comem_loop_open(&l), COMEM_OK);
+    waker w = {l};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wake_main, &w), 0);
+    comem_loop_event ev[4];
+    int n = comem_loop_wait(l, ev, 4, -1); /* no deadline: only the wake-up ends it */
+    assert_int_equal(n, 1);
+    assert_null(ev[0].tag);
+    assert_int_equal(ev[0].what, COMEM_LOOP_WOKEN);
+    pthread_join(t, NULL);
+    assert_quiet(l); /* taken once */
+    comem_loop_close(l);
+}
+
+static void test_a_child_reported_when_it_is_ended(void **s)
+{
+    (void)s;
+    comem_loop *l = NULL;
+    assert_int_equal(comem_loop_open(&l), COMEM_OK);
+    void *handle;
+    int64_t pid = start_child(120000, &handle);
+    comem_proc_watch *w;
+    assert_int_equal(comem_proc_watch_open(pid, &w), COMEM_OK);
+    assert_int_equal(comem_loop_add_process(l, w, &g_tag_child), COMEM_OK);
+    assert_int_equal(wait_for(l, &g_tag_child, 100), 0); /* it sleeps */
+    end_child(pid, handle);
+    assert_int_equal(wait_for(l, &g_tag_child, 30000), COMEM_LOOP_EXITED);
+    assert_int_equal(wait_for(l, &g_tag_child, 10000), COMEM_LOOP_EXITED); /* until it is removed */
+    comem_loop_remove_process(l, w);
+    comem_proc_watch_close(w);
+    release_child(pid, handle);
+    assert_int_equal(wait_for(l, NULL, 100), 0);
+    comem_loop_close(l);
+}
+
+int main(int argc, char **argv)
+{
+    if (child_main(argc, argv))
+        return 0;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_accept_read_level_triggered_and_removed, setup, teardown),
+        cmocka_unit_test(test_wake_from_another_thread),
+        cmocka_unit_test(test_a_child_reported_when_it_is_ended),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
