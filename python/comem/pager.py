@@ -27,12 +27,25 @@ from .errors import check
 
 _L = _lib.lib
 
-BACKENDS = {"sim": 1, "cuda": 2}
-RESIDENT = 0
-OFFLOADED = 1
-DEFAULT_PAGE_SIZE = 32 << 20
-STATS = ("faults", "offloaded", "commits", "evictions", "syncs", "transient_retries", "pressure_retries", "polls",
-         "release_asks", "reports", "touches", "idle_declined", "kept", "reused")
+_c = _lib.constant  # the library's values (comem_constant): never copies of its headers
+
+BACKENDS = {"sim": _c("PAGER_SIM"), "cuda": _c("PAGER_CUDA")}
+RESIDENT = _c("VBAR_RESIDENT")
+OFFLOADED = _c("VBAR_OFFLOADED")
+DEFAULT_PAGE_SIZE = _c("PAGER_DEFAULT_PAGE_SIZE")
+
+
+def _stat_names() -> tuple:
+    """The pager's counters in the library's order (their COMEM_PAGER_STAT_* indices), every one named."""
+    names = ("faults", "offloaded", "commits", "evictions", "syncs", "transient_retries", "pressure_retries",
+             "polls", "release_asks", "reports", "touches", "idle_declined", "kept", "reused")
+    by_index = sorted(names, key=lambda n: _c("PAGER_STAT_" + n.upper()))
+    if [_c("PAGER_STAT_" + n.upper()) for n in by_index] != list(range(_c("PAGER_STAT_COUNT"))):
+        raise ImportError("libcomem's pager counters are not the ones this binding names: the two differ")
+    return tuple(by_index)
+
+
+STATS = _stat_names()
 
 
 class Pager:

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "comem/comem.h"
+#include "comem/pager.h"
 #include "wire/wire.h"
 
 typedef struct constant {
@@ -33,6 +34,12 @@ static const constant k_constants[] = {
     C(ANSWERS_RELEASE), C(ANSWERS_IDLE), C(ANSWERS_PINS), C(RELEASES_WHILE_BUSY),
     C(RELEASE_BYTES), C(RELEASE_IDLE), C(RELEASE_PINS),
     C(ENTRY_PAGED), C(ENTRY_RAM_CACHE), C(ENTRY_RAM_FILE),
+    /* the pager: backends, a fault's answers, the default page, its counters' indices */
+    C(PAGER_SIM), C(PAGER_CUDA), C(VBAR_RESIDENT), C(VBAR_OFFLOADED), C(PAGER_DEFAULT_PAGE_SIZE),
+    C(PAGER_STAT_FAULTS), C(PAGER_STAT_OFFLOADED), C(PAGER_STAT_COMMITS), C(PAGER_STAT_EVICTIONS),
+    C(PAGER_STAT_SYNCS), C(PAGER_STAT_TRANSIENT_RETRIES), C(PAGER_STAT_PRESSURE_RETRIES), C(PAGER_STAT_POLLS),
+    C(PAGER_STAT_RELEASE_ASKS), C(PAGER_STAT_REPORTS), C(PAGER_STAT_TOUCHES), C(PAGER_STAT_IDLE_DECLINED),
+    C(PAGER_STAT_KEPT), C(PAGER_STAT_REUSED), C(PAGER_STAT_COUNT),
     /* comem_admission's layout: a binding's copy of the record is checked against these */
     {"ADMISSION_SIZE", sizeof(comem_admission)}, C(ADMISSION_ASKED_MAX),
     F(GRANT, grant), F(SHORT_BY, short_by), F(FITS, fits), F(NEED, need), F(FREE_BEFORE, free_before),
