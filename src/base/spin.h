@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define COMEM_SPIN_DEFAULT_US 50
+#define COMEM_SPIN_DEFAULT_US 200
 #define COMEM_SPIN_MAX_US 10000
 
 /* The budget in nanoseconds: COMEM_SPIN_US (0 to COMEM_SPIN_MAX_US; anything else: the default, said once). */
