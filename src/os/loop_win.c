@@ -275,11 +275,12 @@ void comem_loop_win_rearm(loop_reg *r)
     watch(r);
 }
 
-int comem_loop_add_listener(comem_loop *l, comem_listener *ls, void *tag)
+/* A registration whose readiness is handle signalled, watched from now: COMEM_OK with *out, or a status. */
+static int add_watched(comem_loop *l, unsigned what, void *tag, void *owner, HANDLE handle, loop_reg **out)
 {
-    if (!tag || ls->reg)
+    if (!tag)
         return COMEM_EINVAL;
-    loop_reg *r = reg_new(l, COMEM_LOOP_ACCEPT, tag, ls, comem_ov_event(&ls->ov));
+    loop_reg *r = reg_new(l, what, tag, owner, handle);
     if (!r)
         return COMEM_ENOMEM;
     if (!watch(r)) {
@@ -287,8 +288,15 @@ int comem_loop_add_listener(comem_loop *l, comem_listener *ls, void *tag)
         reg_settle(r);
         return COMEM_EIO;
     }
-    ls->reg = r;
+    *out = r;
     return COMEM_OK;
+}
+
+int comem_loop_add_listener(comem_loop *l, comem_listener *ls, void *tag)
+{
+    if (ls->reg)
+        return COMEM_EINVAL;
+    return add_watched(l, COMEM_LOOP_ACCEPT, tag, ls, comem_ov_event(&ls->ov), &ls->reg);
 }
 
 void comem_loop_remove_listener(comem_loop *l, comem_listener *ls)
@@ -305,17 +313,8 @@ void comem_loop_remove_listener(comem_loop *l, comem_listener *ls)
 
 int comem_loop_add_process(comem_loop *l, comem_proc_watch *w, void *tag)
 {
-    if (!tag)
-        return COMEM_EINVAL;
-    loop_reg *r = reg_new(l, COMEM_LOOP_EXITED, tag, w, (HANDLE)comem_proc_watch_handle(w));
-    if (!r)
-        return COMEM_ENOMEM;
-    if (!watch(r)) {
-        r->owner = NULL;
-        reg_settle(r);
-        return COMEM_EIO;
-    }
-    return COMEM_OK;
+    loop_reg *r;
+    return add_watched(l, COMEM_LOOP_EXITED, tag, w, (HANDLE)comem_proc_watch_handle(w), &r);
 }
 
 void comem_loop_remove_process(comem_loop *l, comem_proc_watch *w)

@@ -1,11 +1,12 @@
 /*
  * tests/unit/child.h - a child process for the platform layer's tests, on Linux and Windows: the
  * test program itself run again with --child MS (child_main: it sleeps MS milliseconds and exits).
- * Header-only: each test that starts children includes it once.
+ * Header-only (inline: a test that uses only own_pid includes it too).
  */
 #ifndef COMEM_TEST_CHILD_H
 #define COMEM_TEST_CHILD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@
 
 static const char *g_child_self; /* argv[0], to start the child */
 
-static int64_t own_pid(void)
+static inline int64_t own_pid(void)
 {
 #ifdef _WIN32
     return (int64_t)GetCurrentProcessId();
@@ -31,7 +32,7 @@ static int64_t own_pid(void)
 }
 
 /* In main, first: true when this process is a child (it has slept and the caller returns 0). */
-static bool child_main(int argc, char **argv)
+static inline bool child_main(int argc, char **argv)
 {
     g_child_self = argv[0];
     if (argc != 3 || strcmp(argv[1], "--child") != 0)
@@ -45,7 +46,7 @@ static bool child_main(int argc, char **argv)
 }
 
 /* Starts a child that sleeps ms: its pid; *handle (Windows) its process handle. */
-static int64_t start_child(int ms, void **handle)
+static inline int64_t start_child(int ms, void **handle)
 {
 #ifdef _WIN32
     wchar_t exe[MAX_PATH], cmd[MAX_PATH + 32];
@@ -69,7 +70,7 @@ static int64_t start_child(int ms, void **handle)
 }
 
 /* Ends the child now. */
-static void end_child(int64_t pid, void *handle)
+static inline void end_child(int64_t pid, void *handle)
 {
 #ifdef _WIN32
     (void)pid;
@@ -81,7 +82,7 @@ static void end_child(int64_t pid, void *handle)
 }
 
 /* Lets the child's pid go (Linux: reaps the zombie; Windows: closes the handle). */
-static void release_child(int64_t pid, void *handle)
+static inline void release_child(int64_t pid, void *handle)
 {
 #ifdef _WIN32
     (void)pid;

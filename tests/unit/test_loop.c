@@ -9,9 +9,6 @@
  * child process is reported when it is ended, not before.
  */
 #include "unit/cmocka_all.h"
-#ifndef _WIN32
-#include "unit/tmpdir.h"
-#endif
 
 #include <pthread.h>
 #include <stdio.h>
@@ -21,34 +18,14 @@
 #include "os/loop.h"
 #include "os/proc.h"
 #include "os/stream.h"
-#include "unit/child.h"
+#include "unit/endpoint.h"
 
-#ifndef _WIN32
-static char g_dir[256];
-#endif
-static char g_name[400];
 static int g_tag_listener, g_tag_stream, g_tag_child; /* their addresses are the tags */
 
 static int setup(void **s)
 {
     (void)s;
-#ifdef _WIN32
-    snprintf(g_name, sizeof g_name, "\\\\.\\pipe\\comem-test-loop-%lld", (long long)own_pid());
-#else
-    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "loop"), 0);
-    snprintf(g_name, sizeof g_name, "%s/s", g_dir);
-#endif
-    return 0;
-}
-
-static int teardown(void **s)
-{
-    (void)s;
-#ifdef _WIN32
-    return 0;
-#else
-    return test_tmpdir_remove(g_dir);
-#endif
+    return endpoint_make("loop");
 }
 
 /* Waits up to timeout_ms for the event of tag: its what, or 0 when it did not come. Other events fail. */
@@ -81,7 +58,7 @@ typedef struct client {
 static void *connect_main(void *arg)
 {
     client *c = arg;
-    c->rc = comem_connect(g_name, 5000, &c->s);
+    c->rc = comem_connect(g_endpoint.name, 5000, &c->s);
     return NULL;
 }
 
@@ -90,7 +67,7 @@ static comem_listener *connected(comem_loop *l, comem_stream **srv, client *cl)
 {
     comem_listener *ls = NULL;
     char why[200] = "";
-    assert_int_equal(comem_listen(g_name, &ls, why, sizeof why), COMEM_OK);
+    assert_int_equal(comem_listen(g_endpoint.name, &ls, why, sizeof why), COMEM_OK);
     assert_int_equal(comem_loop_add_listener(l, ls, &g_tag_listener), COMEM_OK);
     assert_quiet(l); /* nobody has connected */
     pthread_t t;
@@ -229,7 +206,7 @@ int main(int argc, char **argv)
     if (child_main(argc, argv))
         return 0;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_accept_read_level_triggered_and_removed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_accept_read_level_triggered_and_removed, setup, endpoint_teardown),
         cmocka_unit_test(test_wake_from_another_thread),
         cmocka_unit_test(test_a_child_reported_when_it_is_ended),
     };

@@ -10,9 +10,6 @@
  * says closed, and a connect where nobody listens says so.
  */
 #include "unit/cmocka_all.h"
-#ifndef _WIN32
-#include "unit/tmpdir.h"
-#endif
 
 #include <pthread.h>
 #include <stdio.h>
@@ -25,42 +22,13 @@
 
 #include "comem/common.h"
 #include "os/stream.h"
+#include "unit/endpoint.h"
 #include "wire/wire.h"
-
-#ifndef _WIN32
-static char g_dir[256];
-#endif
-static char g_name[400];
-
-static int64_t own_pid(void)
-{
-#ifdef _WIN32
-    return (int64_t)GetCurrentProcessId();
-#else
-    return (int64_t)getpid();
-#endif
-}
 
 static int setup(void **s)
 {
     (void)s;
-#ifdef _WIN32
-    snprintf(g_name, sizeof g_name, "\\\\.\\pipe\\comem-test-stream-%lld", (long long)own_pid());
-#else
-    assert_int_equal(test_tmpdir_make(g_dir, sizeof g_dir, "stream"), 0);
-    snprintf(g_name, sizeof g_name, "%s/s", g_dir);
-#endif
-    return 0;
-}
-
-static int teardown(void **s)
-{
-    (void)s;
-#ifdef _WIN32
-    return 0;
-#else
-    return test_tmpdir_remove(g_dir);
-#endif
+    return endpoint_make("stream");
 }
 
 /* Reads one whole frame from s into buf; its length, or a status. */
@@ -88,7 +56,7 @@ static void *client_main(void *arg)
 {
     int *result = arg;
     comem_stream *s = NULL;
-    *result = comem_connect(g_name, 5000, &s);
+    *result = comem_connect(g_endpoint.name, 5000, &s);
     if (*result != COMEM_OK)
         return NULL;
     comem_msg m = {.type = COMEM_MSG_HELLO, .request_id = 7};
@@ -129,7 +97,7 @@ static void test_a_frame_each_way_and_the_peer_said_by_the_system(void **s)
     (void)s;
     comem_listener *l = NULL;
     char why[200] = "";
-    assert_int_equal(comem_listen(g_name, &l, why, sizeof why), COMEM_OK);
+    assert_int_equal(comem_listen(g_endpoint.name, &l, why, sizeof why), COMEM_OK);
     int client_rc = -1;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, client_main, &client_rc), 0);
@@ -160,7 +128,7 @@ static void test_a_frame_each_way_and_the_peer_said_by_the_system(void **s)
 
     /* A second listener under the name is refused while the first listens. */
     comem_listener *l2 = NULL;
-    int rc = comem_listen(g_name, &l2, why, sizeof why);
+    int rc = comem_listen(g_endpoint.name, &l2, why, sizeof why);
     if (under_wine() && rc == COMEM_OK) {
         print_message("wine does not enforce FILE_FLAG_FIRST_PIPE_INSTANCE: a second listener was not refused "
                       "(docs/windows.md, what wine cannot prove)\n");
@@ -174,7 +142,7 @@ static void test_a_frame_each_way_and_the_peer_said_by_the_system(void **s)
 static void *idle_client(void *arg)
 {
     comem_stream **out = arg;
-    if (comem_connect(g_name, 5000, out) != COMEM_OK)
+    if (comem_connect(g_endpoint.name, 5000, out) != COMEM_OK)
         *out = NULL;
     return NULL;
 }
@@ -183,9 +151,9 @@ static void test_timeouts_and_absence(void **s)
 {
     (void)s;
     comem_stream *c = NULL;
-    assert_int_equal(comem_connect(g_name, 100, &c), COMEM_ENOENT); /* nobody listens */
+    assert_int_equal(comem_connect(g_endpoint.name, 100, &c), COMEM_ENOENT); /* nobody listens */
     comem_listener *l = NULL;
-    assert_int_equal(comem_listen(g_name, &l, NULL, 0), COMEM_OK);
+    assert_int_equal(comem_listen(g_endpoint.name, &l, NULL, 0), COMEM_OK);
     comem_stream *srv = NULL;
     assert_int_equal(comem_accept(l, 50, &srv, NULL), COMEM_ETIMEDOUT); /* nobody came */
     pthread_t t;
@@ -202,7 +170,7 @@ static void test_timeouts_and_absence(void **s)
     assert_int_equal(comem_stream_read(srv, b, sizeof b, 5000), COMEM_ECLOSED);
     comem_stream_close(srv);
     comem_listener_close(l);
-    assert_int_equal(comem_connect(g_name, 100, &c), COMEM_ENOENT); /* the name was given back */
+    assert_int_equal(comem_connect(g_endpoint.name, 100, &c), COMEM_ENOENT); /* the name was given back */
 }
 
 int main(void)
@@ -211,5 +179,5 @@ int main(void)
         cmocka_unit_test(test_a_frame_each_way_and_the_peer_said_by_the_system),
         cmocka_unit_test(test_timeouts_and_absence),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, endpoint_teardown);
 }
