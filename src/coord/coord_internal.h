@@ -306,7 +306,7 @@ typedef struct comem_coord_srv {
     comem_coord_config cfg;
     int epfd, listen_fd, wake_fd, timer_fd;
     int spare_fd; /* /dev/null, closed to accept-and-refuse one connection when out of descriptors */
-    int lock_fd;  /* <socket>.lock, flock'ed for the coordinator's life */
+    struct comem_lockfile *lock; /* <socket>.lock, held for the coordinator's life (os/lock.h) */
     dev_t sock_dev; /* the socket this process bound: the only one it removes at exit */
     ino_t sock_ino;
     ep_tag listen_tag, wake_tag, timer_tag;

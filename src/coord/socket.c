@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -12,6 +11,7 @@
 #include "base/log.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
+#include "os/lock.h"
 
 /*
  * The socket path, and what may be done to it. A coordinator first makes sure
@@ -55,27 +55,12 @@ static int take_lock(comem_coord_srv *s)
     char lock[PATH_MAX + 8];
     if ((size_t)snprintf(lock, sizeof lock, "%s.lock", s->cfg.socket_path) >= sizeof lock)
         return COMEM_ERANGE;
-    int fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        comem_error("cannot open the lock file %s: %s", lock, strerror(errno));
-        return COMEM_EIO;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid()) {
+    int rc = comem_lockfile_take(lock, &s->lock);
+    if (rc == COMEM_EPERM)
         comem_error("refusing %s: the lock file must be a regular file of uid %u", lock, (unsigned)getuid());
-        close(fd);
-        return COMEM_EPERM;
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int err = errno;
-        close(fd);
-        if (err == EWOULDBLOCK)
-            return COMEM_EEXIST; /* another coordinator owns this socket path */
-        comem_error("cannot lock %s: %s", lock, strerror(err));
-        return COMEM_EIO;
-    }
-    s->lock_fd = fd;
-    return COMEM_OK;
+    else if (rc != COMEM_OK && rc != COMEM_EEXIST) /* EEXIST: another coordinator owns this socket path */
+        comem_error("cannot lock %s: %s", lock, comem_status_str(rc));
+    return rc;
 }
 
 /* The path's inode now, to tell at exit whether the socket there is still the one we bound. */
@@ -147,6 +132,6 @@ void coord_socket_release(comem_coord_srv *s)
             unlink(s->cfg.socket_path);
         close(s->listen_fd);
     }
-    if (s->lock_fd >= 0)
-        close(s->lock_fd); /* the lock goes with it; the file stays for the next coordinator */
+    comem_lockfile_release(s->lock); /* the file stays for the next coordinator */
+    s->lock = NULL;
 }

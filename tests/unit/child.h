@@ -1,6 +1,7 @@
 /*
  * tests/unit/child.h - a child process for the platform layer's tests, on Linux and Windows: the
- * test program itself run again with --child MS (child_main: it sleeps MS milliseconds and exits).
+ * test program itself run again with --child MS [ARG] (child_main: it runs the test's hook with ARG,
+ * sleeps MS milliseconds and exits).
  * Header-only (inline: a test that uses only own_pid includes it too).
  */
 #ifndef COMEM_TEST_CHILD_H
@@ -31,12 +32,17 @@ static inline int64_t own_pid(void)
 #endif
 }
 
-/* In main, first: true when this process is a child (it has slept and the caller returns 0). */
-static inline bool child_main(int argc, char **argv)
+/* What a child does before it sleeps, with the argument it was started with (start_child_with). */
+typedef void (*child_hook)(const char *arg);
+
+/* In main, first: true when this process is a child (it has run hook and slept; the caller returns 0). */
+static inline bool child_main(int argc, char **argv, child_hook hook)
 {
     g_child_self = argv[0];
-    if (argc != 3 || strcmp(argv[1], "--child") != 0)
+    if (argc < 3 || argc > 4 || strcmp(argv[1], "--child") != 0)
         return false;
+    if (argc == 4 && hook)
+        hook(argv[3]);
 #ifdef _WIN32
     Sleep((DWORD)atoi(argv[2]));
 #else
@@ -45,13 +51,16 @@ static inline bool child_main(int argc, char **argv)
     return true;
 }
 
-/* Starts a child that sleeps ms: its pid; *handle (Windows) its process handle. */
-static inline int64_t start_child(int ms, void **handle)
+/* Starts a child that runs the hook with arg (NULL: none) and sleeps ms: its pid; *handle (Windows) its process. */
+static inline int64_t start_child_with(int ms, const char *arg, void **handle)
 {
 #ifdef _WIN32
-    wchar_t exe[MAX_PATH], cmd[MAX_PATH + 32];
+    wchar_t exe[MAX_PATH], cmd[2 * MAX_PATH + 64];
     assert_true(GetModuleFileNameW(NULL, exe, MAX_PATH) > 0);
-    swprintf(cmd, sizeof cmd / sizeof cmd[0], L"\"%ls\" --child %d", exe, ms);
+    if (arg)
+        swprintf(cmd, sizeof cmd / sizeof cmd[0], L"\"%ls\" --child %d \"%hs\"", exe, ms, arg);
+    else
+        swprintf(cmd, sizeof cmd / sizeof cmd[0], L"\"%ls\" --child %d", exe, ms);
     STARTUPINFOW si = {.cb = sizeof si};
     PROCESS_INFORMATION pi;
     assert_true(CreateProcessW(exe, cmd, NULL, NULL, FALSE, 0, NULL, NULL, &si, &pi));
@@ -59,15 +68,18 @@ static inline int64_t start_child(int ms, void **handle)
     *handle = pi.hProcess;
     return (int64_t)pi.dwProcessId;
 #else
-    char arg[16];
-    snprintf(arg, sizeof arg, "%d", ms);
-    char *argv[] = {(char *)g_child_self, "--child", arg, NULL};
+    char ms_text[16];
+    snprintf(ms_text, sizeof ms_text, "%d", ms);
+    char *argv[] = {(char *)g_child_self, "--child", ms_text, (char *)arg, NULL};
     pid_t pid;
     assert_int_equal(posix_spawn(&pid, g_child_self, NULL, NULL, argv, NULL), 0);
     *handle = NULL;
     return (int64_t)pid;
 #endif
 }
+
+/* Starts a child that sleeps ms. */
+static inline int64_t start_child(int ms, void **handle) { return start_child_with(ms, NULL, handle); }
 
 /* Ends the child now. */
 static inline void end_child(int64_t pid, void *handle)

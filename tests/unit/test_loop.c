@@ -203,7 +203,7 @@ static void test_a_child_reported_when_it_is_ended(void **s)
 
 int main(int argc, char **argv)
 {
-    if (child_main(argc, argv))
+    if (child_main(argc, argv, NULL))
         return 0;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_accept_read_level_triggered_and_removed, setup, endpoint_teardown),

@@ -97,7 +97,7 @@ static void test_no_such_process(void **s)
 
 int main(int argc, char **argv)
 {
-    if (child_main(argc, argv)) /* the child of the tests above */
+    if (child_main(argc, argv, NULL)) /* the child of the tests above */
         return 0;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_self_is_running_with_its_start_time),
