@@ -18,7 +18,7 @@ file(GLOB COMEM_OS_SOURCES CONFIGURE_DEPENDS src/os/*_win.c src/base/*_win.c src
 file(GLOB COMEM_PORTABLE_LAYERS CONFIGURE_DEPENDS src/arith/*.c src/wire/*.c src/ledger/*.c)
 add_library(comem_portable STATIC ${COMEM_PORTABLE_SOURCES} ${COMEM_PORTABLE_LAYERS} ${COMEM_OS_SOURCES})
 target_include_directories(comem_portable PUBLIC include src)
-target_link_libraries(comem_portable PUBLIC Threads::Threads advapi32)
+target_link_libraries(comem_portable PUBLIC Threads::Threads advapi32 dxgi dxguid)
 # Each exe carries what it needs: wine finds no MinGW runtime DLLs beside it.
 target_link_options(comem_portable PUBLIC -static)
 
@@ -30,7 +30,7 @@ if(COMEM_BUILD_TESTS)
   find_library(COMEM_CMOCKA_LIB NAMES cmocka-static libcmocka-static.a HINTS ${COMEM_WIN_DEPS}/lib
                NO_CMAKE_FIND_ROOT_PATH REQUIRED)
   enable_testing()
-  foreach(name test_arith test_base test_calc test_hostmem_win test_ledger test_lock test_loop test_os test_plan test_proc test_rundir_win test_stream test_wire)
+  foreach(name test_arith test_base test_calc test_hostmem_win test_ledger test_lock test_loop test_os test_plan test_proc test_rundir_win test_stream test_wddm_win test_wire)
     add_executable(${name} tests/unit/${name}.c)
     target_include_directories(${name} PRIVATE tests ${COMEM_CMOCKA_INCLUDE})
     target_link_libraries(${name} PRIVATE comem_portable ${COMEM_CMOCKA_LIB})

@@ -24,9 +24,10 @@ packages=(
                                            # prometheus` if it is not wanted; the test starts its own
 )
 
-# `deps.sh windows`: what scripts/windows-check.sh needs instead (MinGW-w64 and wine).
+# `deps.sh windows`: what scripts/windows-check.sh needs instead (MinGW-w64, wine, and a virtual
+# display for wine's DXGI).
 if [ "${1:-}" = windows ]; then
-  packages=(mingw-w64 wine wine64 cmake ninja-build xz-utils)
+  packages=(mingw-w64 wine wine64 cmake ninja-build xz-utils xvfb xauth)
 fi
 
 missing=()
