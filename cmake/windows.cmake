@@ -11,8 +11,8 @@ find_package(Threads REQUIRED)
 add_compile_definitions(__USE_MINGW_ANSI_STDIO=1)
 
 set(COMEM_PORTABLE_SOURCES
-  src/base/clock.c src/base/log.c src/base/name.c src/base/size.c src/base/sort.c src/base/spin.c
-  src/base/status.c src/base/token.c src/coord/plan.c)
+  src/base/clock.c src/base/log.c src/base/name.c src/base/size.c src/base/socket_name.c src/base/sort.c
+  src/base/spin.c src/base/status.c src/base/token.c src/coord/plan.c)
 # The platform layer's Windows backends, as far as they are written (os/, base/ and probe/ *_win.c).
 file(GLOB COMEM_OS_SOURCES CONFIGURE_DEPENDS src/os/*_win.c src/base/*_win.c src/probe/*_win.c)
 file(GLOB COMEM_PORTABLE_LAYERS CONFIGURE_DEPENDS src/arith/*.c src/wire/*.c src/ledger/*.c)

@@ -90,25 +90,14 @@ int comem_default_socket_why(char *buf, size_t len, char *why, size_t whylen)
     return COMEM_OK;
 }
 
-int comem_default_socket(char *buf, size_t len) { return comem_default_socket_why(buf, len, NULL, 0); }
-
-int comem_socket_resolve_why(const char *arg, char *buf, size_t len, char *why, size_t whylen)
+int comem_socket_name_check(const char *name, char *buf, size_t len, char *why, size_t whylen)
 {
-    const char *env = getenv("COMEM_SOCKET");
-    const char *path = arg && *arg ? arg : env && *env ? env : NULL;
-    if (!path)
-        return comem_default_socket_why(buf, len, why, whylen);
     /* A Unix socket path must fit sun_path with its NUL; say so rather than truncate. */
-    int n = snprintf(buf, len, "%s", path);
+    int n = snprintf(buf, len, "%s", name);
     if (n < 0 || (size_t)n >= len) {
         if (why && whylen)
             snprintf(why, whylen, "the socket path is too long for a Unix socket");
         return COMEM_ERANGE;
     }
     return COMEM_OK;
-}
-
-int comem_socket_resolve(const char *arg, char *buf, size_t len)
-{
-    return comem_socket_resolve_why(arg, buf, len, NULL, 0);
 }

@@ -43,4 +43,11 @@ int comem_socket_resolve(const char *arg, char *buf, size_t len);
 /* The same, with why it failed written to why (whylen 0: not written). */
 int comem_socket_resolve_why(const char *arg, char *buf, size_t len, char *why, size_t whylen);
 
+/*
+ * The platform's part (rundir.c, rundir_win.c; the choice is base/socket_name.c's): name, given by
+ * the caller or $COMEM_SOCKET, copied into buf if it can be a coordinator's address here.
+ * COMEM_OK, COMEM_ERANGE (too long), COMEM_EINVAL (Windows: not a pipe's name).
+ */
+int comem_socket_name_check(const char *name, char *buf, size_t len, char *why, size_t whylen);
+
 #endif

@@ -227,31 +227,20 @@ int comem_default_socket_why(char *buf, size_t len, char *why, size_t whylen)
     return COMEM_OK;
 }
 
-int comem_default_socket(char *buf, size_t len) { return comem_default_socket_why(buf, len, NULL, 0); }
-
-int comem_socket_resolve_why(const char *arg, char *buf, size_t len, char *why, size_t whylen)
+int comem_socket_name_check(const char *name, char *buf, size_t len, char *why, size_t whylen)
 {
-    const char *env = getenv("COMEM_SOCKET");
-    const char *path = arg && *arg ? arg : env && *env ? env : NULL;
-    if (!path)
-        return comem_default_socket_why(buf, len, why, whylen);
-    int n = snprintf(buf, len, "%s", path);
+    int n = snprintf(buf, len, "%s", name);
     if (n < 0 || (size_t)n >= len || (size_t)n >= PIPE_NAME_MAX) {
         if (why && whylen)
             snprintf(why, whylen, "the pipe's name is too long (a pipe's name has at most %d characters)",
                      PIPE_NAME_MAX);
         return COMEM_ERANGE;
     }
-    if (strncmp(path, "\\\\.\\pipe\\", 9) != 0) {
+    if (strncmp(name, "\\\\.\\pipe\\", 9) != 0) {
         if (why && whylen)
             snprintf(why, whylen, "'%s' is not a pipe's name: on Windows the coordinator listens on \\\\.\\pipe\\NAME",
-                     path);
+                     name);
         return COMEM_EINVAL;
     }
     return COMEM_OK;
-}
-
-int comem_socket_resolve(const char *arg, char *buf, size_t len)
-{
-    return comem_socket_resolve_why(arg, buf, len, NULL, 0);
 }
