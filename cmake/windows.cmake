@@ -30,7 +30,7 @@ if(COMEM_BUILD_TESTS)
   find_library(COMEM_CMOCKA_LIB NAMES cmocka-static libcmocka-static.a HINTS ${COMEM_WIN_DEPS}/lib
                NO_CMAKE_FIND_ROOT_PATH REQUIRED)
   enable_testing()
-  foreach(name test_arith test_base test_calc test_hostmem_win test_ledger test_lock test_loop test_os test_plan test_proc test_rundir_win test_stream test_wddm_win test_wire)
+  foreach(name test_arith test_base test_calc test_hostmem_win test_ledger test_lock test_loop test_os test_plan test_proc test_rundir_win test_shm test_stream test_wddm_win test_wire)
     add_executable(${name} tests/unit/${name}.c)
     target_include_directories(${name} PRIVATE tests ${COMEM_CMOCKA_INCLUDE})
     target_link_libraries(${name} PRIVATE comem_portable ${COMEM_CMOCKA_LIB})

@@ -19,29 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <windows.h>
-#include <sddl.h>
 
 #include "comem/common.h"
+#include "os/user_win.h"
 #include "os/wide_win.h"
 
 #define PIPE_BUFFER (64 * 1024)
-
-static bool user_sid_text(HANDLE process, char *buf, size_t len)
-{
-    HANDLE tok;
-    if (!OpenProcessToken(process, TOKEN_QUERY, &tok))
-        return false;
-    BYTE info[sizeof(TOKEN_USER) + SECURITY_MAX_SID_SIZE];
-    DWORD n = 0;
-    bool ok = GetTokenInformation(tok, TokenUser, info, sizeof info, &n);
-    CloseHandle(tok);
-    LPWSTR s = NULL;
-    if (!ok || !ConvertSidToStringSidW(((TOKEN_USER *)info)->User.Sid, &s))
-        return false;
-    ok = comem_narrow(s, buf, len);
-    LocalFree(s);
-    return ok;
-}
 
 /* Waits for an overlapped operation on h up to timeout_ms; cancels it when the time is up. */
 static int finish(HANDLE h, OVERLAPPED *ov, DWORD *bytes, int timeout_ms)
@@ -91,19 +74,10 @@ int comem_listen(const char *name, comem_listener **out, char *why, size_t whyle
     comem_listener *l = calloc(1, sizeof *l);
     if (!l)
         return COMEM_ENOMEM;
-    char me[192], sddl[256];
     int rc = COMEM_EIO;
     l->name = comem_wide(name);
     l->ov.hEvent = CreateEventW(NULL, TRUE, FALSE, NULL);
-    l->sa.nLength = sizeof l->sa;
-    if (!l->name || !l->ov.hEvent || !user_sid_text(GetCurrentProcess(), me, sizeof me))
-        goto fail;
-    snprintf(sddl, sizeof sddl, "D:P(A;;GA;;;%s)", me); /* this user alone */
-    wchar_t *wsddl = comem_wide(sddl);
-    bool sd = wsddl && ConvertStringSecurityDescriptorToSecurityDescriptorW(wsddl, SDDL_REVISION_1,
-                                                                             &l->sa.lpSecurityDescriptor, NULL);
-    free(wsddl);
-    if (!sd)
+    if (!l->name || !l->ov.hEvent || !comem_user_only(&l->sa)) /* this user alone */
         goto fail;
     rc = make_instance(l, true);
     if (rc != COMEM_OK)
@@ -167,8 +141,8 @@ int comem_accept(comem_listener *l, int timeout_ms, comem_stream **out, comem_pe
             peer->pid = (int64_t)pid;
             HANDLE proc = OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, pid);
             char mine[192];
-            if (proc && user_sid_text(proc, peer->user, sizeof peer->user) &&
-                user_sid_text(GetCurrentProcess(), mine, sizeof mine))
+            if (proc && comem_user_sid_text(proc, peer->user, sizeof peer->user) &&
+                comem_user_sid_text(GetCurrentProcess(), mine, sizeof mine))
                 peer->same_user = strcmp(peer->user, mine) == 0;
             if (proc)
                 CloseHandle(proc);
@@ -227,8 +201,8 @@ int comem_connect(const char *name, int timeout_ms, comem_stream **out)
     char theirs[192], mine[192];
     HANDLE proc = GetNamedPipeServerProcessId(h, &spid) ? OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, spid)
                                                          : NULL;
-    bool same = proc && user_sid_text(proc, theirs, sizeof theirs) &&
-                user_sid_text(GetCurrentProcess(), mine, sizeof mine) && strcmp(theirs, mine) == 0;
+    bool same = proc && comem_user_sid_text(proc, theirs, sizeof theirs) &&
+                comem_user_sid_text(GetCurrentProcess(), mine, sizeof mine) && strcmp(theirs, mine) == 0;
     if (proc)
         CloseHandle(proc);
     if (!same) {

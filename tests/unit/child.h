@@ -93,6 +93,24 @@ static inline void end_child(int64_t pid, void *handle)
 #endif
 }
 
+/* Waits for the child to end by itself and lets its pid go: its exit code. */
+static inline int wait_child(int64_t pid, void *handle)
+{
+#ifdef _WIN32
+    (void)pid;
+    DWORD code = 255;
+    assert_int_equal(WaitForSingleObject(handle, 60000), WAIT_OBJECT_0);
+    assert_true(GetExitCodeProcess(handle, &code));
+    CloseHandle(handle);
+    return (int)code;
+#else
+    (void)handle;
+    int st = 0;
+    assert_int_equal(waitpid((pid_t)pid, &st, 0), (pid_t)pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+#endif
+}
+
 /* Lets the child's pid go (Linux: reaps the zombie; Windows: closes the handle). */
 static inline void release_child(int64_t pid, void *handle)
 {

@@ -1,0 +1,18 @@
+/* os/user_win.h - who a process runs as, and objects only that user may open (Windows; for os/). */
+#ifndef COMEM_OS_USER_WIN_H
+#define COMEM_OS_USER_WIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <windows.h>
+
+/* The user SID of process's token as text (S-1-5-...) into buf; false when it cannot be read. */
+bool comem_user_sid_text(HANDLE process, char *buf, size_t len);
+
+/*
+ * Fills sa with a protected access list that lets this process's user alone in (free
+ * sa->lpSecurityDescriptor with LocalFree). False when it cannot be made.
+ */
+bool comem_user_only(SECURITY_ATTRIBUTES *sa);
+
+#endif
