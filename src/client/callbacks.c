@@ -1,17 +1,17 @@
 /*
- * client/callbacks.c - the thread that runs release callbacks.
+ * client/callbacks.c - the queue of release asks the callback thread answers (client/answer.c).
  *
- * The service thread reads every frame and must never wait on anything a
- * caller holds: it delivers the replies callers are waiting for. A release
- * callback, though, is application code that may take the application's own
- * locks, and the thread holding such a lock may be waiting for a reply. So
- * asks are queued here and run on this thread, one at a time and in arrival
- * order, while the service thread keeps delivering replies; calls made from a
- * callback may therefore wait like any other call. A queue that grows past
- * CALLBACK_QUEUE_MAX (a holder far behind) answers new asks busy at once.
+ * Whoever reads the socket must never wait on anything a caller holds: it delivers the replies
+ * callers are waiting for. A release callback, though, is application code that may take the
+ * application's own locks, and the thread holding such a lock may be waiting for a reply. So asks
+ * are queued here and answered on the callback thread, one at a time and in arrival order. A
+ * queue that grows past CALLBACK_QUEUE_MAX (a holder far behind) answers new asks busy at once.
+ * Each ask queued writes the eventfd c->cb_efd, which the callback thread waits on.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "client/ask.h"
@@ -24,39 +24,19 @@ typedef struct ask_node {
     comem_msg_ask ask;
 } ask_node;
 
-static void *callback_main(void *arg)
+static void signal_thread(comem_client *c)
 {
-    comem_client *c = arg;
-    comem_client_thread_mark(c, CLIENT_THREAD_CALLBACKS);
-    pthread_mutex_lock(&c->cb_lock);
-    for (;;) {
-        while (!c->cb_head && !c->cb_stop)
-            pthread_cond_wait(&c->cb_cond, &c->cb_lock);
-        if (!c->cb_head)
-            break; /* stopping, and nothing left to answer */
-        ask_node *n = c->cb_head;
-        c->cb_head = n->next;
-        if (!c->cb_head)
-            c->cb_tail = NULL;
-        c->cb_len--;
-        pthread_mutex_unlock(&c->cb_lock);
-        comem_ask_handle(c, &n->ask, false);
-        free(n);
-        pthread_mutex_lock(&c->cb_lock);
-    }
-    pthread_mutex_unlock(&c->cb_lock);
-    return NULL;
+    uint64_t one = 1;
+    ssize_t w = write(c->cb_efd, &one, sizeof one);
+    (void)w;
 }
 
-int comem_callbacks_start(comem_client *c)
+int comem_callbacks_init(comem_client *c)
 {
     pthread_mutex_init(&c->cb_lock, NULL);
-    pthread_cond_init(&c->cb_cond, NULL);
     c->cb_ready = true;
-    if (pthread_create(&c->cb_thread, NULL, callback_main, c) != 0)
-        return COMEM_ENOMEM;
-    c->cb_started = true;
-    return COMEM_OK;
+    c->cb_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    return c->cb_efd >= 0 ? COMEM_OK : COMEM_EIO;
 }
 
 void comem_callbacks_queue(comem_client *c, const comem_msg_ask *ask)
@@ -88,23 +68,52 @@ void comem_callbacks_queue(comem_client *c, const comem_msg_ask *ask)
         c->cb_head = n;
     c->cb_tail = n;
     c->cb_len++;
-    pthread_cond_signal(&c->cb_cond);
     pthread_mutex_unlock(&c->cb_lock);
+    if (!comem_on_callback_thread(c))
+        signal_thread(c); /* the callback thread read it itself: it looks at the queue next */
 }
 
-void comem_callbacks_stop(comem_client *c)
+int comem_callbacks_pop(comem_client *c, comem_msg_ask *ask)
+{
+    pthread_mutex_lock(&c->cb_lock);
+    ask_node *n = c->cb_head;
+    int rc = n ? 1 : c->cb_stop ? -1 : 0;
+    if (n) {
+        c->cb_head = n->next;
+        if (!c->cb_head)
+            c->cb_tail = NULL;
+        c->cb_len--;
+    }
+    pthread_mutex_unlock(&c->cb_lock);
+    if (n) {
+        memcpy(ask, &n->ask, sizeof *ask);
+        free(n);
+    }
+    return rc;
+}
+
+void comem_callbacks_close(comem_client *c)
 {
     if (!c->cb_ready)
         return;
-    if (c->cb_started) {
-        pthread_mutex_lock(&c->cb_lock);
-        c->cb_stop = true;
-        pthread_cond_signal(&c->cb_cond);
-        pthread_mutex_unlock(&c->cb_lock);
-        pthread_join(c->cb_thread, NULL); /* runs what was queued first: each ask gets its receipt */
-        c->cb_started = false;
+    pthread_mutex_lock(&c->cb_lock);
+    c->cb_stop = true;
+    pthread_mutex_unlock(&c->cb_lock);
+    signal_thread(c);
+}
+
+void comem_callbacks_free(comem_client *c)
+{
+    if (!c->cb_ready)
+        return;
+    while (c->cb_head) { /* none: the thread pops every ask before it ends */
+        ask_node *n = c->cb_head;
+        c->cb_head = n->next;
+        free(n);
     }
-    pthread_cond_destroy(&c->cb_cond);
+    if (c->cb_efd >= 0)
+        close(c->cb_efd);
+    c->cb_efd = -1;
     pthread_mutex_destroy(&c->cb_lock);
     c->cb_ready = false;
 }

@@ -1,19 +1,23 @@
 /*
- * client/callbacks.h - the callback thread and its queue (client/callbacks.c):
- * release asks, answered off the reader's thread, one at a time, each by
- * client/ask.h. The reader hands every ASK here; nothing here waits for a
- * reply. For the reader and client.c (which starts and stops the thread).
+ * client/callbacks.h - the queue of release asks (client/callbacks.c) that the
+ * callback thread (client/answer.c) answers, one at a time, each by
+ * client/ask.h. Whoever reads the socket queues every ASK here; nothing here
+ * waits for a reply. For the reader, the callback thread and client.c.
  */
 #ifndef COMEM_CLIENT_CALLBACKS_H
 #define COMEM_CLIENT_CALLBACKS_H
 
 #include "client/state.h"
 
-/* Starts the callback thread. */
-int comem_callbacks_start(comem_client *c);
-/* Stops it after it has answered every queued ask. Not from the callback thread. */
-void comem_callbacks_stop(comem_client *c);
-/* Queues a copy of an ask for the callback thread (from the reader); a full or stopped queue answers busy at once. */
+/* Makes the queue and its eventfd (c->cb_efd): COMEM_OK, COMEM_ENOMEM, COMEM_EIO. */
+int comem_callbacks_init(comem_client *c);
+/* Queues a copy of an ask (from the reader); a full or stopped queue answers busy at once. */
 void comem_callbacks_queue(comem_client *c, const comem_msg_ask *ask);
+/* The callback thread: the next ask into *ask (1), none now (0), or stopping with none left (-1). */
+int comem_callbacks_pop(comem_client *c, comem_msg_ask *ask);
+/* No more asks are queued (they are answered busy); what is queued is still popped. */
+void comem_callbacks_close(comem_client *c);
+/* Frees the queue (the thread is gone). */
+void comem_callbacks_free(comem_client *c);
 
 #endif

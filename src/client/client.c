@@ -16,7 +16,7 @@
 #include "base/name.h"
 #include "base/rundir.h"
 #include "base/token.h"
-#include "client/callbacks.h"
+#include "client/answer.h"
 #include "client/conn.h"
 #include "client/frames.h"
 #include "client/local.h"
@@ -33,6 +33,7 @@ _Static_assert(COMEM_TOKEN_MAX == COMEM_WIRE_TEXT_MAX - 1, "a token is the HELLO
 /* Frees everything open allocated; the service thread is not running. */
 static void client_free(comem_client *c)
 {
+    comem_answer_free(c);
     comem_pending_free_all(c);
     if (c->fd >= 0)
         close(c->fd);
@@ -73,6 +74,11 @@ static comem_client *client_alloc(void)
     atomic_init(&c->timeout_ms, COMEM_CLIENT_DEFAULT_TIMEOUT_MS);
     atomic_init(&c->next_req, 1u);
     atomic_init(&c->stopping, false);
+    c->cb_epfd = c->cb_efd = -1; /* the callback thread's, made when it starts (client/answer.c) */
+    atomic_init(&c->rest_epfd, -1);
+    atomic_init(&c->cb_idle, false);
+    atomic_init(&c->service_reads, false);
+    atomic_init(&c->read_failed, 0);
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     c->epfd = epoll_create1(EPOLL_CLOEXEC);
     pthread_mutex_init(&c->read_lock, NULL);
@@ -162,7 +168,7 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
             c->fd_blocks = comem_conn_adopt(fd);
             c->fd = c->wfd = fd;
             c->gen = c->wgen = c->fd_gen = 1;
-            comem_conn_watch(c, fd, true);
+            comem_reader_rest_new(c);
             c->link = LINK_UP;
             c->session_id = session;
             c->ever_connected = true;
@@ -192,8 +198,8 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
     /* After a loss the service thread retries fast; a process that started alone checks every
        second; a refused one rarely (a bad token stays bad until the coordinator changes). */
     c->retry_ms = up ? 10 : refused ? 10000 : 1000;
-    if ((rc = comem_callbacks_start(c)) != COMEM_OK || (rc = comem_service_start(c)) != COMEM_OK) {
-        comem_callbacks_stop(c);
+    if ((rc = comem_answer_start(c)) != COMEM_OK || (rc = comem_service_start(c)) != COMEM_OK) {
+        comem_answer_stop(c);
         client_free(c);
         return rc;
     }
@@ -219,7 +225,11 @@ static void close_forked_copy(comem_client *c)
         close(c->wake_fd);
     if (c->epfd >= 0)
         close(c->epfd);
-    c->wake_fd = c->epfd = -1;
+    if (c->cb_epfd >= 0)
+        close(c->cb_epfd);
+    if (c->cb_efd >= 0)
+        close(c->cb_efd);
+    c->wake_fd = c->epfd = c->cb_epfd = c->cb_efd = -1;
 }
 
 void comem_client_close(comem_client *c)
@@ -244,7 +254,7 @@ void comem_client_close(comem_client *c)
         comem_msg m;
         (void)comem_conn_send(c, gen, comem_frame_bare(&m, COMEM_MSG_GOODBYE));
     }
-    comem_callbacks_stop(c); /* first, while the service thread still delivers its replies */
+    comem_answer_stop(c); /* first, while the service thread still delivers its replies */
     comem_service_stop(c);
     client_free(c);
 }

@@ -242,11 +242,11 @@ bool comem_conn_adopt(int fd)
     return false;
 }
 
-void comem_conn_watch(comem_client *c, int fd, bool on)
+void comem_conn_watch(int epfd, int fd, bool on)
 {
     struct epoll_event ev = {.events = on ? EPOLLIN : 0, .data.fd = fd};
-    if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, fd, &ev) != 0 && on)
-        epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev); /* first time on this socket */
+    if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) != 0 && on)
+        epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev); /* first time on this socket */
 }
 
 int comem_conn_next(comem_client *c)

@@ -63,8 +63,8 @@ int comem_conn_fill_wait(comem_client *c);
  */
 bool comem_conn_adopt(int fd);
 
-/* The socket fd joins (events EPOLLIN) or leaves (0) the service thread's epoll set. */
-void comem_conn_watch(comem_client *c, int fd, bool on);
+/* The socket fd joins (events EPOLLIN) or leaves (0) the epoll set epfd (a thread's: client/request.h's rest). */
+void comem_conn_watch(int epfd, int fd, bool on);
 
 /*
  * Says HELLO on a fresh socket and reads the reply. COMEM_OK with *session; a

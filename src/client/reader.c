@@ -2,8 +2,10 @@
  * client/reader.c - THE READER ROLE in one place (client/state.h draws it):
  * whoever holds c->read_lock reads the socket and dispatches what it reads,
  * replies to their waiting records (client/pending.c), asks to the callback
- * thread (client/callbacks.c), late grants and orphaned adds given back. The
- * service thread reads while no caller leads (comem_reader_pump); a caller
+ * thread's queue (client/callbacks.c), late grants and orphaned adds given
+ * back. Where the socket rests while no caller leads: the callback thread's
+ * set while it idles (comem_reader_idle), else the service thread's
+ * (comem_reader_pump); a caller
  * waiting for a reply takes the role when it finds it free (lead), so the
  * reply costs no thread wake-up; else it sleeps on its record until the
  * reader signals it. And a request's whole wait: send, lead or sleep or (on
@@ -64,7 +66,7 @@ static int dispatch(comem_client *c)
     const comem_msg *m = c->in;
     if (m->type == COMEM_MSG_ASK) {
         comem_hop(COMEM_HOP_ASK_READ);
-        comem_callbacks_queue(c, &m->u.ask); /* run off this thread: replies must keep flowing */
+        comem_callbacks_queue(c, &m->u.ask); /* answered by the callback thread, which may be this one */
         return COMEM_OK;
     }
     if (m->type < COMEM_MSG_REPLY ||
@@ -82,6 +84,8 @@ static int dispatch(comem_client *c)
     pthread_mutex_unlock(&c->lock);
     if (!matched)
         late_reply(c, m, gen);
+    else if (atomic_load(&c->service_reads) && !comem_on_service_thread(c))
+        comem_client_wake(c); /* it may be the service thread's reply, and it waits in epoll, not on a cond */
     if (orphan_kind != PEND_PLAIN)
         give_back(c, orphan_kind, orphan, orphan_bytes, gen);
     return COMEM_OK;
@@ -100,8 +104,6 @@ static int dispatch_all(comem_client *c)
             return rc;
     return rc < 0 ? rc : COMEM_OK;
 }
-
-/* ---- the service thread as the reader ---- */
 
 /* *done, read where it is written (a leading caller may complete this thread's requests). */
 static bool is_done(comem_client *c, const bool *done)
@@ -137,12 +139,103 @@ static int wait_service(comem_client *c, int timeout_ms)
     return rc;
 }
 
+static int pump(comem_client *c, const bool *done, int64_t deadline_ns);
+
+/* ---- where the socket rests (request.h) ---- */
+
+static int rest_wanted(comem_client *c)
+{
+    bool with_callback = atomic_load(&c->cb_idle) && !atomic_load(&c->service_reads) && !atomic_load(&c->read_failed);
+    return with_callback ? c->cb_epfd : c->epfd;
+}
+
+/* Reader role held: the socket waits in set (-1: in none; a leader reads it). */
+static void rest_in(comem_client *c, int set)
+{
+    int now = atomic_load(&c->rest_epfd);
+    if (c->fd < 0 || now == set)
+        return;
+    if (now >= 0)
+        comem_conn_watch(now, c->fd, false);
+    if (set >= 0)
+        comem_conn_watch(set, c->fd, true);
+    atomic_store(&c->rest_epfd, set);
+}
+
+void comem_reader_settle(comem_client *c)
+{
+    /* Whoever changes the wish tries the role after; whoever holds the role looks at the wish after
+       letting go (reader_unlock): one of the two always moves the socket. */
+    for (;;) {
+        if (atomic_load(&c->rest_epfd) == rest_wanted(c) || pthread_mutex_trylock(&c->read_lock) != 0)
+            return;
+        int before = atomic_load(&c->rest_epfd);
+        if (before >= 0)
+            rest_in(c, rest_wanted(c));
+        bool moved = atomic_load(&c->rest_epfd) != before;
+        pthread_mutex_unlock(&c->read_lock);
+        if (!moved)
+            return; /* no socket, or it is out with a leader, which settles it as it hands it back */
+    }
+}
+
+void comem_reader_rest_with(comem_client *c, bool callback)
+{
+    atomic_store(&c->cb_idle, callback);
+    comem_reader_settle(c);
+}
+
+void comem_reader_rest_new(comem_client *c)
+{
+    atomic_store(&c->rest_epfd, -1);
+    rest_in(c, rest_wanted(c));
+}
+
+/* Lets the reader role go, the socket left where it is wished. */
+static void reader_unlock(comem_client *c)
+{
+    if (atomic_load(&c->rest_epfd) >= 0)
+        rest_in(c, rest_wanted(c));
+    pthread_mutex_unlock(&c->read_lock);
+    comem_reader_settle(c);
+}
+
+void comem_reader_idle(comem_client *c)
+{
+    if (pthread_mutex_trylock(&c->read_lock) != 0)
+        return; /* a leader or the service thread has the role: it reads */
+    int rc = c->fd >= 0 ? comem_conn_fill(c) : 0;
+    if (rc >= 0)
+        rc = dispatch_all(c);
+    if (rc < 0)
+        atomic_store(&c->read_failed, rc); /* the socket rests with the service thread from now on */
+    reader_unlock(c);
+    if (rc < 0)
+        comem_client_wake(c); /* it drops the link */
+}
+
+/* ---- the service thread as the reader ---- */
+
 int comem_reader_pump(comem_client *c, const bool *done, int64_t deadline_ns)
+{
+    if (done) { /* replies to the service thread's own requests: the socket rests with it meanwhile */
+        atomic_store(&c->service_reads, true);
+        comem_reader_settle(c);
+    }
+    int rc = pump(c, done, deadline_ns);
+    if (done) {
+        atomic_store(&c->service_reads, false);
+        comem_reader_settle(c);
+    }
+    return rc;
+}
+
+static int pump(comem_client *c, const bool *done, int64_t deadline_ns)
 {
     for (;;) {
         pthread_mutex_lock(&c->read_lock);
         int rc = dispatch_all(c);
-        pthread_mutex_unlock(&c->read_lock);
+        reader_unlock(c);
         if (rc != COMEM_OK)
             return rc;
         if (is_done(c, done))
@@ -160,7 +253,7 @@ int comem_reader_pump(comem_client *c, const bool *done, int64_t deadline_ns)
         if (rc == 1) {
             pthread_mutex_lock(&c->read_lock);
             rc = comem_conn_fill(c); /* 0: a leading caller read it first */
-            pthread_mutex_unlock(&c->read_lock);
+            reader_unlock(c);
             if (rc < 0)
                 return rc;
         }
@@ -183,7 +276,7 @@ static bool lead_begin(comem_client *c, const client_req *r)
         pthread_mutex_unlock(&c->read_lock);
         return false;
     }
-    comem_conn_watch(c, c->fd, false);
+    rest_in(c, -1); /* out of whichever set it rested in: the reply wakes this thread alone */
     return true;
 }
 
@@ -243,11 +336,12 @@ static void lead(comem_client *c, client_pending *p, int64_t deadline, int64_t a
     }
 }
 
-/* Hands the reader role back: the socket rejoins the service thread's set (it wakes if bytes wait). */
+/* Hands the reader role back: the socket rests where it is wished (its waiter wakes if bytes wait). */
 static void lead_end(comem_client *c)
 {
-    comem_conn_watch(c, c->fd, true);
+    rest_in(c, rest_wanted(c));
     pthread_mutex_unlock(&c->read_lock);
+    comem_reader_settle(c);
 }
 
 /* ---- a request's wait ---- */

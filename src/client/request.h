@@ -154,4 +154,31 @@ int comem_req_finish_acked(comem_client *c, client_req *r, comem_msg *m, int ack
  */
 int comem_reader_pump(comem_client *c, const bool *done, int64_t deadline_ns);
 
+/*
+ * WHERE THE SOCKET RESTS while nobody leads: in the callback thread's epoll set
+ * (c->cb_epfd) while that thread has nothing to answer, so the ask it reads is
+ * answered where it was read; else in the service thread's (c->epfd): while a
+ * callback runs, while the service thread reads for its own requests (the
+ * resync), and once the callback thread's read has failed. A wish changes
+ * without the reader role; the role's holder moves the socket when it lets go
+ * (c->rest_epfd, under read_lock; -1 while a leader reads or there is no socket).
+ */
+
+/* The callback thread: it idles (true: the socket may rest with it) or answers (false). */
+void comem_reader_rest_with(comem_client *c, bool callback);
+
+/* Moves the socket where it is wished, if the reader role is free now (else its holder does). */
+void comem_reader_settle(comem_client *c);
+
+/* Reader role held (or no thread yet): a new socket in c->fd starts resting where it is wished. */
+void comem_reader_rest_new(comem_client *c);
+
+/*
+ * The callback thread, the socket resting with it and readable: reads and
+ * dispatches what came (ASKs to its own queue). A failed read is left in
+ * c->read_failed for the service thread, which it wakes, and the socket rests
+ * with the service thread from then on.
+ */
+void comem_reader_idle(comem_client *c);
+
 #endif

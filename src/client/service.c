@@ -5,12 +5,14 @@
  * (10 ms doubling to 1 s; every second while it never answered) and has the
  * resync replay the mirror.
  *
- * It reads as the reader role's default holder (client/reader.c: the reading
- * and dispatching are there); only it closes the socket; writers share the
- * socket under the write lock (client/conn.c). Release asks are handed to the
- * callback thread (client/callbacks.c), so neither a caller's thread nor this
- * one ever blocks on a release; API calls made from here never wait for
- * replies (they could only come through this thread).
+ * It reads while the socket rests with it (client/request.h: while the callback
+ * thread answers an ask, while it reads for its own requests, after the callback
+ * thread's read failed; the reading and dispatching are client/reader.c's);
+ * only it closes the socket; writers share the socket under the write lock
+ * (client/conn.c). Release asks are answered on the callback thread
+ * (client/answer.c), so neither a caller's thread nor this one ever blocks on a
+ * release; API calls made from here never wait for replies (they could only
+ * come through this thread).
  */
 #include <unistd.h>
 
@@ -38,8 +40,10 @@ static void lost(comem_client *c, int why)
     c->wfd = -1; /* no writer can reach the socket once this is seen */
     pthread_mutex_unlock(&c->write_lock);
     pthread_mutex_lock(&c->read_lock); /* a leading caller finishes its read first */
-    close(c->fd); /* leaves the epoll set with it */
+    close(c->fd); /* leaves the epoll sets with it */
     c->fd = -1;
+    atomic_store(&c->rest_epfd, -1);
+    atomic_store(&c->read_failed, 0); /* a failure the callback thread met was this socket's */
     c->fd_gen = 0;
     c->rlen = c->rpos = 0;
     pthread_mutex_unlock(&c->read_lock);
@@ -94,7 +98,7 @@ static int try_connect(comem_client *c)
     c->fd = fd;
     c->fd_gen = gen;
     c->fd_blocks = blocks;
-    comem_conn_watch(c, fd, true);
+    comem_reader_rest_new(c);
     pthread_mutex_unlock(&c->read_lock);
     comem_fast_attach(c, gen, session);
     comem_client_view_attach(c);
@@ -125,6 +129,11 @@ static void *service_main(void *arg)
             if (comem_conn_read(c, -1, wait) < 0)
                 usleep((useconds_t)wait * 1000); /* poll failed: still never spin */
             c->retry_ms = wait >= RETRY_MAX_MS / 2 ? RETRY_MAX_MS : wait * 2;
+            continue;
+        }
+        int failed = atomic_load(&c->read_failed);
+        if (failed) { /* the callback thread's read of the socket failed (client/answer.c) */
+            lost(c, failed);
             continue;
         }
         pthread_mutex_lock(&c->lock);

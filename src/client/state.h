@@ -16,8 +16,10 @@
  *      service.c   (service.h)          the service thread: reconnects, has the resync replay the mirror
  *   6  call.c      (call.h)             THE CALL HELPER: route, begin, send, wait, the reply's status
  *      resync.c    (resync.h)           the replay after a HELLO, with the calls' own builders
- *   5  reader.c    (request.h)          THE READER ROLE: reading and dispatching frames, a request's wait
- *   4  callbacks.c (callbacks.h)        the callback thread and its queue of asks
+ *      answer.c    (answer.h)           the callback thread: answers asks; idle, the socket rests with it
+ *   5  reader.c    (request.h)          THE READER ROLE: reading and dispatching frames, where the socket
+ *                                       rests, a request's wait
+ *   4  callbacks.c (callbacks.h)        the queue of asks the callback thread answers
  *   3  pending.c   (request.h)          requests waiting for replies
  *      ask.c       (ask.h)              one ask's answer: the busy rule, the callback, the RECEIPT
  *      fast.c view.c (shared.h)         what a session maps: the booking area, the sealed view
@@ -48,22 +50,27 @@
  *   ├── write_lock      guards wfd/wgen and every frame write, so two frames
  *   │                   never interleave; taken after lock, never before it
  *   ├── read_lock       THE READER ROLE: whoever holds it may read the socket
- *   │                   and owns rbuf and in. Normally the service thread; a
- *   │                   caller that finds it free while it waits for a reply
- *   │                   takes it (the leader), takes the socket out of the
- *   │                   service thread's epoll set, and reads and dispatches
- *   │                   every frame itself until its own reply comes (asks
- *   │                   still go to the callback thread, other replies to
- *   │                   their waiters), so the reply costs no thread wake-up
+ *   │                   and owns rbuf and in. At rest the socket waits in one
+ *   │                   thread's epoll set (client/request.h): the callback
+ *   │                   thread's while it has nothing to answer, else the
+ *   │                   service thread's, and that thread reads what comes. A
+ *   │                   caller that finds the role free while it waits for a
+ *   │                   reply takes it (the leader), takes the socket out of
+ *   │                   the set, and reads and dispatches every frame itself
+ *   │                   until its own reply comes (asks still go to the
+ *   │                   callback thread's queue, other replies to their
+ *   │                   waiters), so the reply costs no thread wake-up
  *   │                   (client/reader.c). Taken before lock and write_lock,
  *   │                   never after them.
- *   ├── service thread  owns fd (changed under read_lock) and out: reads every
- *   │                   frame while no caller leads, matches replies, hands
- *   │                   release asks to the callback thread, reconnects and
- *   │                   runs the resync (client/service.c)
+ *   ├── service thread  owns fd (changed under read_lock) and out: reads while
+ *   │                   the socket rests with it, matches replies, queues
+ *   │                   release asks, reconnects and runs the resync
+ *   │                   (client/service.c)
  *   ├── callback thread owns receipt, ask_ids, ask_amounts and answering: runs
  *   │                   the holders' release callbacks one at a time, with no
- *   │                   lock held, and sends their receipts (callbacks.c, ask.c)
+ *   │                   lock held, and sends their receipts (answer.c, ask.c);
+ *   │                   idle, reads the socket resting with it, so an ask is
+ *   │                   answered on the thread that read it
  *   └── dev_lock        the device source for local-only decisions
  *
  * The mirror is the truth: every call updates it first and then, when the
@@ -252,7 +259,12 @@ struct comem_client {
     client_last_admit last_admit; /* the last decision a comem_admit made on c (all 0: none yet) */
 
     pthread_mutex_t read_lock; /* the reader role: fd reads, rbuf, in (above) */
-    int epfd;                  /* the service thread waits here: wake_fd, and the socket while nobody leads */
+    int epfd;                  /* the service thread waits here: wake_fd, and the socket while it rests here */
+    int cb_epfd;               /* the callback thread waits here: cb_efd, and the socket while it rests here */
+    atomic_int rest_epfd;      /* the set the socket rests in now (changed under read_lock; -1: none, a leader has it) */
+    atomic_bool cb_idle;       /* the callback thread has nothing to answer: the socket may rest with it */
+    atomic_bool service_reads; /* the service thread reads for its own requests: the socket rests with it */
+    atomic_int read_failed;    /* how the callback thread's read failed (0: it did not); the service thread drops the link */
     uint64_t fd_gen;           /* the generation fd belongs to (under read_lock) */
     bool fd_blocks;            /* fd waits in recv (comem_conn_adopt); false: a leader waits in poll (read_lock) */
 
@@ -287,7 +299,7 @@ struct comem_client {
     uint64_t answering_gen; /* generation its receipt goes out on */
     size_t n_in_receipt;    /* entries whose census rides on that receipt */
     pthread_mutex_t cb_lock; /* guards the queue below; never held while a callback runs */
-    pthread_cond_t cb_cond;
+    int cb_efd;              /* eventfd: an ask queued, or stopping (client/callbacks.c) */
     struct ask_node *cb_head, *cb_tail;
     int cb_len;
     bool cb_stop, cb_started, cb_ready;
