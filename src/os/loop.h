@@ -9,8 +9,8 @@
  *                 wait; what completes is reported as ready, as epoll would report it
  *
  * Readiness is level-triggered on both: a stream with bytes left unread is reported again at the
- * next wait. A stream in a loop is read without waiting (comem_stream_read with timeout 0): it
- * gives what has come, COMEM_ETIMEDOUT when nothing has, COMEM_ECLOSED once the peer has gone and
+ * next wait. A stream in a loop is read through the loop (comem_loop_read), never waiting: it gives
+ * what has come, COMEM_ETIMEDOUT when nothing has, COMEM_ECLOSED once the peer has gone and
  * everything it sent has been read. Writes are as without a loop. Every object is removed from the
  * loop before it is closed, and the loop is closed last. One thread waits; comem_loop_wake may be
  * called from any.
@@ -57,6 +57,9 @@ void comem_loop_remove_process(comem_loop *l, comem_proc_watch *w);
  * events: their count, 0 when the time passed, COMEM_EIO. One event per object and wait.
  */
 int comem_loop_wait(comem_loop *l, comem_loop_event *ev, int max, int timeout_ms);
+
+/* Reads a stream in l, at most cap bytes, without waiting: the count, COMEM_ETIMEDOUT, COMEM_ECLOSED, COMEM_EIO. */
+int comem_loop_read(comem_loop *l, comem_stream *s, void *buf, size_t cap);
 
 /* Makes the waiting thread's comem_loop_wait return (a COMEM_LOOP_WOKEN event); any thread. */
 void comem_loop_wake(comem_loop *l);

@@ -127,6 +127,12 @@ int comem_loop_wait(comem_loop *l, comem_loop_event *ev, int max, int timeout_ms
     return n;
 }
 
+int comem_loop_read(comem_loop *l, comem_stream *s, void *buf, size_t cap)
+{
+    (void)l; /* the socket itself is what epoll watches: read it, not waiting */
+    return comem_stream_read(s, buf, cap, 0);
+}
+
 void comem_loop_wake(comem_loop *l)
 {
     uint64_t one = 1;

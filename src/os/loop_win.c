@@ -3,7 +3,7 @@
  *
  * Named pipes have no readiness to wait for, only I/O that completes. So each stream in the loop
  * keeps one read of its own pending, into a buffer of its registration; when it completes, the
- * stream is reported readable and comem_stream_read hands out that buffer, arming the next read
+ * stream is reported readable and comem_loop_read hands out that buffer, arming the next read
  * once it is empty (and posting a packet of its own while bytes are left, so that readiness is
  * level-triggered as epoll's is). A listener's connect and a process's end are events: a wait
  * registered on each (RegisterWaitForSingleObject) posts a packet to the port when it fires.
@@ -197,7 +197,7 @@ void comem_loop_remove_stream(comem_loop *l, comem_stream *s)
     reg_settle(r);
 }
 
-int comem_loop_win_read(loop_reg *r, void *buf, size_t cap)
+static int reg_read(loop_reg *r, void *buf, size_t cap)
 {
     if (r->pos < r->len) {
         DWORD n = r->len - r->pos;
@@ -265,14 +265,6 @@ static void unwatch(loop_reg *r)
     r->wait = NULL;
     if (!atomic_load(&r->fired))
         r->posted_due--;
-}
-
-void comem_loop_win_rearm(loop_reg *r)
-{
-    comem_listener *ls = r->owner;
-    unwatch(r);
-    r->handle = comem_ov_event(&ls->ov); /* the next instance's connect, on the same event */
-    watch(r);
 }
 
 /* A registration whose readiness is handle signalled, watched from now: COMEM_OK with *out, or a status. */
@@ -389,6 +381,12 @@ int comem_loop_wait(comem_loop *l, comem_loop_event *ev, int max, int timeout_ms
             ev[out++] = e;
     }
     return out;
+}
+
+int comem_loop_read(comem_loop *l, comem_stream *s, void *buf, size_t cap)
+{
+    (void)l;
+    return s->reg ? reg_read(s->reg, buf, cap) : comem_stream_read(s, buf, cap, 0);
 }
 
 void comem_loop_wake(comem_loop *l) { PostQueuedCompletionStatus(l->port, 0, KEY_WAKE, NULL); }

@@ -151,9 +151,7 @@ int comem_accept(comem_listener *l, int timeout_ms, comem_stream **out, comem_pe
     *out = s;
     int rc = make_instance(l, false); /* the next client's */
     if (rc != COMEM_OK)
-        l->next = INVALID_HANDLE_VALUE;
-    else if (l->reg)
-        comem_loop_win_rearm(l->reg);
+        l->next = INVALID_HANDLE_VALUE; /* in a loop, the next connect signals the same event, watched there */
     return COMEM_OK;
 }
 
@@ -244,7 +242,7 @@ int comem_stream_write(comem_stream *s, const void *buf, size_t len, int timeout
 int comem_stream_read(comem_stream *s, void *buf, size_t cap, int timeout_ms)
 {
     if (s->reg)
-        return comem_loop_win_read(s->reg, buf, cap); /* the loop's read brings the bytes */
+        return COMEM_EINVAL; /* in a loop, whose pending read brings its bytes: comem_loop_read */
     if (s->left) { /* what a loop read before the stream left it comes first */
         DWORD n = s->left_len - s->left_pos;
         if (cap < n)

@@ -1,8 +1,8 @@
 /*
  * os/stream_win.h - for os/ only: the named pipe's objects (stream_win.c), which the event loop
- * (loop_win.c) registers. A stream in a loop is read through the loop's buffer (its pending read
- * lands there); a listener in a loop has its connect's event watched by a registered wait, which
- * comem_accept renews.
+ * (loop_win.c) registers. A stream in a loop is read through the loop (its pending read lands in
+ * the loop's buffer), so the stream's own read refuses it; a listener in a loop has its connect's
+ * event watched by a registered wait (every instance's connect signals the same event).
  */
 #ifndef COMEM_OS_STREAM_WIN_H
 #define COMEM_OS_STREAM_WIN_H
@@ -35,11 +35,5 @@ struct comem_stream {
 
 /* An OVERLAPPED's event as a handle to wait on: without the low bit that keeps its packet out of a port. */
 static inline HANDLE comem_ov_event(const OVERLAPPED *ov) { return (HANDLE)((ULONG_PTR)ov->hEvent & ~(ULONG_PTR)1); }
-
-/* loop_win.c: a read of a stream in a loop (os/loop.h's rules: never waits). */
-int comem_loop_win_read(loop_reg *r, void *buf, size_t cap);
-
-/* loop_win.c: the listener took its client and has a new connect pending: watch it again. */
-void comem_loop_win_rearm(loop_reg *r);
 
 #endif

@@ -4,8 +4,8 @@
  *
  * A listener in the loop is reported when a client connects, and the stream accepted is reported
  * when bytes come: once per wait, again while bytes are left unread (level-triggered), not at all
- * once they are read; a stream removed from the loop is reported no more; a peer gone is reported
- * and its read says so. A wake-up from another thread ends a wait that has no deadline, and a
+ * once they are read (all read through the loop); a stream removed from the loop is reported no
+ * more and reads on its own again; a peer gone is reported and its read says so. A wake-up from another thread ends a wait that has no deadline, and a
  * child process is reported when it is ended, not before.
  */
 #include "unit/cmocka_all.h"
@@ -95,20 +95,20 @@ static void test_accept_read_level_triggered_and_removed(void **s)
     char buf[256];
     /* A wait with nothing sent ends at its deadline; the stream's read says "nothing yet". */
     assert_int_equal(wait_for(l, &g_tag_stream, 0), 0);
-    assert_int_equal(comem_stream_read(srv, buf, sizeof buf, 0), COMEM_ETIMEDOUT);
+    assert_int_equal(comem_loop_read(l, srv, buf, sizeof buf), COMEM_ETIMEDOUT);
 
     assert_int_equal(comem_stream_write(cl.s, "hello, loop", 11, 5000), COMEM_OK);
     assert_int_equal(wait_for(l, &g_tag_stream, 10000), COMEM_LOOP_READ);
     /* Read a part: the rest keeps it ready at the next wait. */
-    assert_int_equal(comem_stream_read(srv, buf, 5, 0), 5);
+    assert_int_equal(comem_loop_read(l, srv, buf, 5), 5);
     assert_memory_equal(buf, "hello", 5);
     assert_int_equal(wait_for(l, &g_tag_stream, 0), COMEM_LOOP_READ);
-    assert_int_equal(comem_stream_read(srv, buf, sizeof buf, 0), 6);
+    assert_int_equal(comem_loop_read(l, srv, buf, sizeof buf), 6);
     assert_memory_equal(buf, ", loop", 6);
-    assert_int_equal(comem_stream_read(srv, buf, sizeof buf, 0), COMEM_ETIMEDOUT);
+    assert_int_equal(comem_loop_read(l, srv, buf, sizeof buf), COMEM_ETIMEDOUT);
     /* All read: quiet (a packet posted while bytes were left may make one more report, never bytes). */
     if (wait_for(l, &g_tag_stream, 0) == COMEM_LOOP_READ)
-        assert_int_equal(comem_stream_read(srv, buf, sizeof buf, 0), COMEM_ETIMEDOUT);
+        assert_int_equal(comem_loop_read(l, srv, buf, sizeof buf), COMEM_ETIMEDOUT);
     assert_quiet(l);
 
     /* The other way: writes of a stream in a loop are as without one. */
@@ -129,10 +129,10 @@ static void test_accept_read_level_triggered_and_removed(void **s)
     assert_int_equal(comem_stream_write(cl.s, "bye", 3, 5000), COMEM_OK);
     comem_stream_close(cl.s);
     assert_int_equal(wait_for(l, &g_tag_stream, 10000), COMEM_LOOP_READ);
-    int n = comem_stream_read(srv, buf, sizeof buf, 0);
+    int n = comem_loop_read(l, srv, buf, sizeof buf);
     if (n == 3) { /* the bytes first, then the end */
         assert_memory_equal(buf, "bye", 3);
-        for (int i = 0; i < 100 && (n = comem_stream_read(srv, buf, sizeof buf, 0)) == COMEM_ETIMEDOUT; i++)
+        for (int i = 0; i < 100 && (n = comem_loop_read(l, srv, buf, sizeof buf)) == COMEM_ETIMEDOUT; i++)
             wait_for(l, &g_tag_stream, 100);
     }
     assert_int_equal(n, COMEM_ECLOSED);
