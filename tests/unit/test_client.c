@@ -1870,6 +1870,106 @@ static const logged *wait_named_add(mock *m, const char *name)
     return NULL;
 }
 
+/* A release callback that holds on until it is let go: while it runs, other calls must get their replies. */
+typedef struct held_cb {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool inside, let_go;
+} held_cb;
+
+static int held_release(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
+                        const int64_t *amounts, size_t n, int64_t *freed)
+{
+    (void)holder, (void)kind, (void)bytes, (void)entries, (void)amounts, (void)n;
+    held_cb *h = user;
+    struct timespec ts = deadline_in(20000);
+    pthread_mutex_lock(&h->mu);
+    h->inside = true;
+    pthread_cond_broadcast(&h->cv);
+    while (!h->let_go && pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0) {
+    }
+    h->inside = false;
+    pthread_mutex_unlock(&h->mu);
+    *freed = 0;
+    return COMEM_OK;
+}
+
+static void *pressure_worker(void *arg)
+{
+    worker_arg *a = arg;
+    int64_t freed = 0;
+    for (int i = 0; i < 20 && a->rc == 0; i++)
+        a->rc = comem_pressure(a->c, 0, COMEM_MIB, 5000, &freed) == COMEM_OK && freed == 7 ? 0 : 1;
+    return NULL;
+}
+
+/*
+ * While a release callback runs (here: until it is let go), the socket is read by another thread:
+ * calls from other threads, several at once (one leads, the others wait for whoever reads), all get
+ * their replies, and the callback is still running when they have.
+ */
+static void test_replies_flow_while_a_callback_runs(void **state)
+{
+    (void)state;
+    assert_int_equal(mock_start(g_mock, g_sock), 0);
+    comem_client *c = open_up(COMEM_CLIENT_WORKER, "w");
+    held_cb h = {.inside = false, .let_go = false};
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_condattr_t ca; /* deadline_in counts on CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    size_t from = mock_count(g_mock);
+    uint64_t id = 0;
+    assert_int_equal(comem_holder_add(c, "held", 0, COMEM_KIND_MODELS, COMEM_ANSWERS_RELEASE, held_release, &h, &id),
+                     COMEM_OK);
+    uint64_t hc = mock_at(g_mock, (size_t)mock_find(g_mock, COMEM_MSG_HOLDER_ADD, from))->replied_id;
+    MOCK_SET(g_mock, pressure_freed, 7);
+
+    comem_msg ask_msg;
+    memset(&ask_msg, 0, sizeof ask_msg);
+    ask_msg.type = COMEM_MSG_ASK;
+    ask_msg.u.ask = (comem_msg_ask){.ask_id = 77, .holder_id = hc, .kind = COMEM_ASK_RELEASE, .bytes = 1,
+                                    .deadline_ms = 30000};
+    from = mock_count(g_mock);
+    mock_send(g_mock, &ask_msg);
+    struct timespec ts = deadline_in(WAIT_MS);
+    pthread_mutex_lock(&h.mu);
+    while (!h.inside && pthread_cond_timedwait(&h.cv, &h.mu, &ts) == 0) {
+    }
+    bool started = h.inside;
+    pthread_mutex_unlock(&h.mu);
+    assert_true(started);
+
+    enum { N = 3 };
+    pthread_t t[N];
+    worker_arg a[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (worker_arg){c, 0, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, pressure_worker, &a[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        struct timespec jt;
+        clock_gettime(CLOCK_REALTIME, &jt);
+        jt.tv_sec += 20;
+        assert_int_equal(pthread_timedjoin_np(t[i], NULL, &jt), 0);
+        assert_int_equal(a[i].rc, 0); /* every reply came, and said what the mock said */
+    }
+    pthread_mutex_lock(&h.mu);
+    bool still = h.inside; /* they did not wait for the callback to end */
+    h.let_go = true;
+    pthread_cond_broadcast(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    assert_true(still);
+    int ri = mock_find(g_mock, COMEM_MSG_RECEIPT, from);
+    assert_int_equal(mock_at(g_mock, (size_t)ri)->msg.u.receipt.ask_id, 77);
+    assert_int_equal(mock_count_type(g_mock, COMEM_MSG_PRESSURE, from), N * 20);
+    comem_client_close(c);
+    pthread_cond_destroy(&h.cv);
+    pthread_mutex_destroy(&h.mu);
+}
+
 static void test_flapping_connection(void **state)
 {
     (void)state;
@@ -1981,6 +2081,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_embedded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callback_registers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replies_flow_while_a_callback_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flapping_connection, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
