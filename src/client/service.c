@@ -100,6 +100,7 @@ static int try_connect(comem_client *c)
     c->fd_blocks = blocks;
     comem_reader_rest_new(c);
     pthread_mutex_unlock(&c->read_lock);
+    comem_reader_settle(c); /* a wish made meanwhile (the callback thread began or ended an answer) */
     comem_fast_attach(c, gen, session);
     comem_client_view_attach(c);
     rc = comem_resync(c);
