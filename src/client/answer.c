@@ -9,7 +9,6 @@
  * answers, the socket rests with the service thread, so replies keep flowing to callers that wait,
  * whatever the callback does and however long it takes.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <unistd.h>

@@ -55,11 +55,13 @@ static int take_lock(comem_coord_srv *s)
     char lock[PATH_MAX + 8];
     if ((size_t)snprintf(lock, sizeof lock, "%s.lock", s->cfg.socket_path) >= sizeof lock)
         return COMEM_ERANGE;
+    errno = 0;
     int rc = comem_lockfile_take(lock, &s->lock);
+    int err = errno;
     if (rc == COMEM_EPERM)
         comem_error("refusing %s: the lock file must be a regular file of uid %u", lock, (unsigned)getuid());
     else if (rc != COMEM_OK && rc != COMEM_EEXIST) /* EEXIST: another coordinator owns this socket path */
-        comem_error("cannot lock %s: %s", lock, comem_status_str(rc));
+        comem_error("cannot lock %s: %s", lock, err ? strerror(err) : comem_status_str(rc));
     return rc;
 }
 

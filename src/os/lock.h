@@ -17,7 +17,8 @@
 
 typedef struct comem_lockfile comem_lockfile;
 
-/* Takes the lock at path (made if missing) without waiting: COMEM_OK with *out, or a status. */
+/* Takes the lock at path (made if missing) without waiting: COMEM_OK with *out, or a status (POSIX:
+   with COMEM_EIO, errno says what the system said). */
 int comem_lockfile_take(const char *path, comem_lockfile **out);
 
 /* Lets it go; the file stays. */

@@ -18,7 +18,7 @@ int comem_lockfile_take(const char *path, comem_lockfile **out)
 {
     *out = NULL;
     int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
+    if (fd < 0) /* errno stays the system's, for the caller's message */
         return errno == ELOOP || errno == EISDIR || errno == EACCES ? COMEM_EPERM : COMEM_EIO;
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid()) {
@@ -28,6 +28,7 @@ int comem_lockfile_take(const char *path, comem_lockfile **out)
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
         close(fd);
+        errno = err; /* the system's reason, for the caller's message */
         return err == EWOULDBLOCK ? COMEM_EEXIST : COMEM_EIO;
     }
     comem_lockfile *l = malloc(sizeof *l);

@@ -217,7 +217,7 @@ static int reg_read(loop_reg *r, void *buf, size_t cap)
 }
 
 /* A stream's read completed: what it brought is the buffer's. */
-static void read_done(loop_reg *r, DWORD bytes)
+static void read_done(loop_reg *r)
 {
     r->reading = false;
     if (!r->owner)
@@ -231,7 +231,6 @@ static void read_done(loop_reg *r, DWORD bytes)
     } else {
         r->status = pipe_status(GetLastError());
     }
-    (void)bytes;
 }
 
 /* ---- listeners and processes: registered waits ---- */
@@ -329,7 +328,7 @@ static loop_reg *take(comem_loop *l, const OVERLAPPED_ENTRY *e)
     (void)l;
     if (e->lpCompletionKey == KEY_IO) {
         loop_reg *r = CONTAINING_RECORD(e->lpOverlapped, loop_reg, read);
-        read_done(r, e->dwNumberOfBytesTransferred);
+        read_done(r);
         loop_reg *report = r->owner && (r->len > r->pos || r->status != COMEM_OK) ? r : NULL;
         reg_settle(r);
         return report;

@@ -10,7 +10,7 @@
  * A pid can be reused once its process is gone: the start time tells a later process from the
  * one a pid was learnt for, and a watch names one process for its whole life, whatever its pid
  * becomes. Statuses: COMEM_ENOENT (no such process), COMEM_EPERM (one the system will not describe
- * to this user), COMEM_ETIMEDOUT, COMEM_ENOMEM, COMEM_EINVAL.
+ * to this user), COMEM_ETIMEDOUT, COMEM_ENOMEM, COMEM_EINVAL, COMEM_EIO.
  */
 #ifndef COMEM_OS_PROC_H
 #define COMEM_OS_PROC_H
@@ -26,7 +26,7 @@ typedef struct comem_proc_info {
     bool stopped;   /* it is stopped (Linux: by a signal or a tracer; Windows does not say) */
 } comem_proc_info;
 
-/* Describes pid into *info: COMEM_OK, COMEM_ENOENT, COMEM_EPERM. */
+/* Describes pid into *info: COMEM_OK, COMEM_ENOENT, COMEM_EPERM, COMEM_EIO (there, but not readable as expected). */
 int comem_proc_look(int64_t pid, comem_proc_info *info);
 
 /* True when pid is a process that started at start and has not ended. */

@@ -39,7 +39,7 @@ int comem_proc_look(int64_t pid, comem_proc_info *info)
     /* after "(comm)": 3 state, 4 ppid, 5 pgrp, 6 session, 7 tty_nr, 8 tpgid, 9 flags, ..., 22 starttime */
     if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
                      &state, &flags, &start) != 3)
-        return COMEM_ENOENT;
+        return COMEM_EIO; /* there, but unreadable: not taken for gone */
     *info = (comem_proc_info){.start = start, .ended = state == 'Z' || state == 'X',
                               .exiting = (flags & PF_EXITING_FLAG) != 0, .stopped = state == 'T' || state == 't'};
     return COMEM_OK;

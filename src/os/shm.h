@@ -44,7 +44,11 @@ int comem_shm_share(comem_shm *m, int64_t peer_pid, bool writable, comem_shm_tok
 /* The sender's part of a token once it has been sent (Linux: closes the descriptor; Windows: nothing). */
 void comem_shm_token_drop(comem_shm_token t);
 
-/* Opens a share received, mapped read-only or writable: COMEM_EINVAL when it is not size bytes. Takes t. */
+/*
+ * Opens a share received, mapped read-only or writable: COMEM_EINVAL when it is not size bytes. Takes t.
+ * On Windows t is a handle value; one read from another process's frame must first be checked to
+ * name a section (not yet: nothing takes a token from a frame so far), since a failed open closes it.
+ */
 int comem_shm_open(comem_shm_token t, size_t size, bool writable, comem_shm **out);
 
 void *comem_shm_addr(const comem_shm *m);
