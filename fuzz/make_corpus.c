@@ -151,6 +151,8 @@ static void sample(comem_msg *m, uint16_t type)
         m->u.hello_reply.coord_pid = 1234;
         m->u.hello_reply.proto_version = COMEM_WIRE_VERSION;
         m->u.hello_reply.n_devices = 2;
+        m->u.hello_reply.view_share = 1;
+        m->u.hello_reply.area_share = 2;
         break;
     case COMEM_MSG_DEVICES_REPLY:
         m->u.devices_reply.n = 2;

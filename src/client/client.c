@@ -68,7 +68,6 @@ static comem_client *client_alloc(void)
     pthread_mutex_init(&c->write_lock, NULL);
     pthread_mutex_init(&c->dev_lock, NULL);
     c->fd = c->wfd = -1;
-    c->area_fd = c->view_fd = -1;
     c->opener = comem_client_this_process();
     atomic_init(&c->fork_told, false);
     atomic_init(&c->timeout_ms, COMEM_CLIENT_DEFAULT_TIMEOUT_MS);

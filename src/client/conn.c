@@ -156,15 +156,16 @@ static int took_bytes(comem_client *c, ssize_t r)
 }
 
 /*
- * A read that also takes a descriptor riding on the bytes (SCM_RIGHTS): the coordinator sends this
- * session's booking area with its HELLO_REPLY. The first one is kept in c->area_fd, any other closed.
+ * A read that also takes the descriptors riding on the bytes (SCM_RIGHTS): the coordinator sends this
+ * session's shares with its HELLO_REPLY, which names them by their place (os/shm.h). They are kept
+ * until the reply is read; any beyond room are closed.
  */
-static ssize_t read_taking_fd(comem_client *c, int fd, uint8_t *buf, size_t len)
+static ssize_t read_taking_shares(comem_client *c, int fd, uint8_t *buf, size_t len)
 {
     struct iovec iov = {.iov_base = buf, .iov_len = len};
     union {
         struct cmsghdr h;
-        char buf[CMSG_SPACE(4 * sizeof(int))];
+        char buf[CMSG_SPACE(CLIENT_BESIDE_MAX * sizeof(int))];
     } ctl;
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
@@ -177,18 +178,27 @@ static ssize_t read_taking_fd(comem_client *c, int fd, uint8_t *buf, size_t len)
         for (size_t i = 0; i < n; i++) {
             int got;
             memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof got);
-            struct stat st; /* the view and the booking area differ in size: that says which is which */
-            int *slot = fstat(got, &st) != 0 ? NULL
-                        : st.st_size == (off_t)sizeof(book_area)        ? &c->area_fd
-                        : st.st_size == (off_t)sizeof(comem_view_shared) ? &c->view_fd
-                                                                          : NULL;
-            if (slot && *slot < 0)
-                *slot = got;
+            if (c->n_beside < CLIENT_BESIDE_MAX)
+                c->beside[c->n_beside++] = got;
             else
                 close(got);
         }
     }
     return r;
+}
+
+/* The shares the HELLO_REPLY r names, taken from what rode on it; the rest let go. */
+static void take_shares(comem_client *c, const comem_msg_hello_reply *r)
+{
+    comem_shm_token t;
+    if (comem_shm_token_named(r->view_share, c->beside, c->n_beside, &t) == COMEM_OK)
+        c->view_share = (client_share){.t = t, .named = true};
+    if (comem_shm_token_named(r->area_share, c->beside, c->n_beside, &t) == COMEM_OK)
+        c->area = (client_share){.t = t, .named = true};
+    for (int i = 0; i < c->n_beside; i++)
+        if (c->beside[i] >= 0)
+            comem_shm_token_discard(c->beside[i]);
+    c->n_beside = 0;
 }
 
 int comem_conn_read(comem_client *c, int fd, int timeout_ms)
@@ -209,7 +219,7 @@ int comem_conn_read(comem_client *c, int fd, int timeout_ms)
     if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
         return 0;
     /* A frame is at most COMEM_WIRE_MAX_FRAME and the buffer holds one, so there is room. */
-    ssize_t r = read_taking_fd(c, fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen);
+    ssize_t r = read_taking_shares(c, fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen);
     return took_bytes(c, r);
 }
 
@@ -360,14 +370,18 @@ int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, 
         return COMEM_EPROTO;
     }
     *session = r->u.hello_reply.session_id;
+    take_shares(c, &r->u.hello_reply);
     return COMEM_OK;
 }
 
 void comem_conn_drop_area(comem_client *c)
 {
-    if (c->area_fd >= 0)
-        close(c->area_fd);
-    if (c->view_fd >= 0)
-        close(c->view_fd);
-    c->area_fd = c->view_fd = -1;
+    for (int i = 0; i < c->n_beside; i++)
+        comem_shm_token_discard(c->beside[i]);
+    c->n_beside = 0;
+    if (c->area.named)
+        comem_shm_token_discard(c->area.t);
+    if (c->view_share.named)
+        comem_shm_token_discard(c->view_share.t);
+    c->area = c->view_share = (client_share){0};
 }

@@ -69,12 +69,12 @@ void comem_conn_watch(int epfd, int fd, bool on);
 /*
  * Says HELLO on a fresh socket and reads the reply. COMEM_OK with *session; a
  * refusal's status with *refused set and its message in why; COMEM_ETIMEDOUT,
- * COMEM_ECLOSED or COMEM_EPROTO when the exchange failed. A booking area and a
- * sealed view that ride on the reply are kept in c->area_fd and c->view_fd.
+ * COMEM_ECLOSED or COMEM_EPROTO when the exchange failed. The booking area and
+ * sealed view the reply names (os/shm.h) are kept in c->area and c->view_share.
  */
 int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, char *why, size_t whylen);
 
-/* Closes a booking area or view received and not mapped (a failed HELLO, a new one coming). */
+/* Lets go of the shares received and not mapped (a failed HELLO, a new one coming). */
 void comem_conn_drop_area(comem_client *c);
 
 #endif

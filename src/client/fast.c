@@ -3,9 +3,10 @@
  * booking area without a round trip (shm/book.h has the layout and the
  * rules, docs/booking.md the whole story and the threat model).
  *
- * The area rides on the HELLO_REPLY (SCM_RIGHTS): the coordinator makes one
- * per session and gives it to this process alone; it is mapped here and the
- * descriptor closed, so nothing names it any more. A booking is charged
+ * The area comes with the HELLO_REPLY, which names it (os/shm.h): the
+ * coordinator makes one per session and shares it with this process alone; it
+ * is mapped here and nothing else names it any more (os/shm.h: a sealed memfd
+ * whose descriptor is gone; a section whose handle is closed). A booking is charged
  * first, compared with the limit, and rolled back when it does not fit, so
  * this process's threads never share bytes; a booking that does not fit, or
  * any doubt (no area, a closed limit, no free record), goes to the
@@ -13,11 +14,8 @@
  * unmapped while the client lives (a caller may still be inside it); a new
  * connection maps the new session's area beside it.
  */
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "arith/cross_reserve.h"
@@ -30,43 +28,39 @@
 #include "shm/book.h"
 
 struct client_fast {
-    book_area *a;
+    comem_shm *m;
+    book_area *a; /* m's memory */
     uint64_t gen;
     int n_devices;
     _Atomic uint32_t hint; /* where the next claim starts looking */
     struct client_fast *next;
 };
 
-/* The area that came with the HELLO_REPLY, if it is one: a sealed memfd of the area's size. */
-static book_area *map_area(int fd)
-{
-    struct stat st;
-    int seals = fcntl(fd, F_GET_SEALS);
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof(book_area) || seals < 0 ||
-        (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
-        return NULL; /* it could be shrunk under the mapping: not mapped */
-    book_area *a = mmap(NULL, sizeof *a, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    return a == MAP_FAILED ? NULL : a;
-}
-
 void comem_fast_attach(comem_client *c, uint64_t gen, uint64_t session)
 {
-    int fd = c->area_fd;
-    c->area_fd = -1;
-    if (fd < 0)
-        return; /* an older coordinator, COMEM_NO_FAST there, or a tool: every admission goes through the socket */
+    client_share share = c->area;
+    c->area = (client_share){0};
+    if (!share.named)
+        return; /* COMEM_NO_FAST at the coordinator, or a tool: every admission goes through the socket */
     const char *off = getenv("COMEM_NO_FAST");
-    book_area *a = off && *off && strcmp(off, "0") != 0 ? NULL : map_area(fd);
-    close(fd);
-    if (!a)
+    comem_shm *m = NULL;
+    if (off && *off && strcmp(off, "0") != 0) {
+        comem_shm_token_discard(share.t);
         return;
+    }
+    /* Only a region of the area's size that cannot shrink under the mapping is mapped (os/shm.h). */
+    if (comem_shm_open(share.t, sizeof(book_area), COMEM_SHM_WRITABLE, &m) != COMEM_OK)
+        return;
+    book_area *a = comem_shm_addr(m);
     bool ours = a->magic == BOOK_MAGIC && a->version == BOOK_VERSION && a->n_devices <= COMEM_MAX_DEVICES &&
                 a->session == session && a->pid == (int32_t)getpid();
     client_fast *f = ours ? calloc(1, sizeof *f) : NULL;
     if (!f) {
-        munmap(a, sizeof *a);
+        comem_shm_close(m);
         return;
     }
+    comem_shm_stop_sharing(m); /* nothing here names it any more */
+    f->m = m;
     f->a = a;
     f->gen = gen;
     f->n_devices = (int)a->n_devices;
@@ -85,7 +79,7 @@ void comem_fast_free(comem_client *c)
     client_fast *f = c->fast_all;
     while (f) {
         client_fast *next = f->next;
-        munmap(f->a, sizeof *f->a);
+        comem_shm_close(f->m);
         free(f);
         f = next;
     }

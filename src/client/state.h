@@ -141,6 +141,7 @@
 #include <sys/un.h>
 
 #include "comem/comem.h"
+#include "os/shm.h"
 #include "shm/view.h"
 #include "probe/device.h"
 #include "wire/wire.h"
@@ -221,6 +222,15 @@ typedef struct client_last_admit {
 } client_last_admit;
 
 typedef struct client_fast client_fast;         /* one coordinator's booking area, mapped (client/fast.c) */
+
+/* The most shares that may ride on a HELLO_REPLY's bytes (os/stream.h's COMEM_STREAM_SHARES_MAX). */
+#define CLIENT_BESIDE_MAX 4
+
+/* A share a HELLO_REPLY named (os/shm.h), not yet opened. */
+typedef struct client_share {
+    comem_shm_token t;
+    bool named;
+} client_share;
 typedef struct client_pending client_pending;   /* one request waiting for its reply (client/request.h) */
 struct ask_node;                                /* one queued ask (client/callbacks.c) */
 
@@ -280,10 +290,13 @@ struct comem_client {
     pthread_t thread;
     bool thread_started;
     int wake_fd; /* eventfd: close and need_sync wake the service thread */
-    int area_fd; /* the booking area that rode on the last HELLO_REPLY, until mapped (-1: none) */
-    int view_fd; /* the sealed view that rode on it, until mapped (-1: none) */
+    /* What rode on the bytes of this connection's HELLO_REPLY, until the reply names them (os/shm.h). */
+    comem_shm_token beside[CLIENT_BESIDE_MAX];
+    int n_beside;
+    client_share area; /* the booking area the last HELLO_REPLY named, until mapped */
+    client_share view_share; /* the sealed view it named, until mapped */
     const comem_view_shared *_Atomic view; /* the current session's sealed view, mapped read-only (NULL: none) */
-    const comem_view_shared **views_all;  /* every one mapped, unmapped at close (under lock) */
+    comem_shm **views_all; /* every one mapped, closed at close (under lock) */
     size_t n_views;
     int fd;
     uint8_t *rbuf;

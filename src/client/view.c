@@ -1,8 +1,8 @@
 /*
  * client/view.c - the coordinator's view as this session received it.
  *
- * With each HELLO_REPLY the coordinator sends a copy of its view in a memfd
- * sealed against any write but its own mapping (shm/view.h): unlike the view
+ * With each HELLO_REPLY the coordinator shares a copy of its view frozen
+ * against any write but its own mapping (shm/view.h, os/shm.h): unlike the view
  * file beside the socket, which any process of the user can write, nothing but
  * the coordinator changes it. It is mapped read-only and kept as the current
  * one; a reconnect maps the new coordinator's beside it, and a reader made by
@@ -10,39 +10,36 @@
  * at close (a reader may be inside one).
  */
 #include <stdlib.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "client/shared.h"
 
 void comem_client_view_attach(comem_client *c)
 {
-    int fd = c->view_fd;
-    c->view_fd = -1;
-    if (fd < 0)
-        return; /* an older coordinator, or one that could not seal a copy */
-    const comem_view_shared *sh = comem_view_map_sealed(fd);
-    close(fd);
-    if (!sh)
+    client_share share = c->view_share;
+    c->view_share = (client_share){0};
+    if (!share.named)
+        return; /* a coordinator that could not make a sealed copy */
+    comem_shm *m = comem_view_open_sealed(share.t);
+    if (!m)
         return;
     pthread_mutex_lock(&c->lock);
-    const comem_view_shared **all = realloc(c->views_all, (c->n_views + 1) * sizeof *all);
+    comem_shm **all = realloc(c->views_all, (c->n_views + 1) * sizeof *all);
     if (all) {
         c->views_all = all;
-        all[c->n_views++] = sh;
-        atomic_store_explicit(&c->view, sh, memory_order_release);
+        all[c->n_views++] = m;
+        atomic_store_explicit(&c->view, (const comem_view_shared *)comem_shm_addr(m), memory_order_release);
     }
     pthread_mutex_unlock(&c->lock);
     if (!all)
-        munmap((void *)sh, sizeof *sh);
+        comem_shm_close(m);
 }
 
 void comem_client_view_free(comem_client *c)
 {
     atomic_store(&c->view, NULL);
     for (size_t i = 0; i < c->n_views; i++)
-        munmap((void *)c->views_all[i], sizeof *c->views_all[i]);
+        comem_shm_close(c->views_all[i]);
     free(c->views_all);
     c->views_all = NULL;
     c->n_views = 0;

@@ -12,13 +12,9 @@
  * grant, then the lower limit is published, and only then are its bytes taken
  * out of `charged` (for a moment they count twice: safe).
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/bytes.h"
@@ -92,34 +88,32 @@ static void strike(comem_coord_srv *s, book_sess *bs, uint64_t session, const ch
     }
 }
 
-void coord_book_session_start(comem_coord_srv *s, conn *c, int role)
+bool coord_book_session_start(comem_coord_srv *s, conn *c, int role, comem_shm_token *share)
 {
     coord_book *b = &s->book;
     if (b->off || role == COMEM_ROLE_TOOL || c->slot < 0 || c->slot >= COORD_MAX_CONNS || c->out_len != 0)
-        return; /* a tool admits nothing; the area must ride on the first bytes the client reads */
+        return false; /* a tool admits nothing; the area must ride on the first bytes the client reads */
     book_sess *bs = &b->sess[c->slot];
     *bs = (book_sess){0};
-    int fd = memfd_create("comem-stock", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0 || fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)sizeof(book_area)) != 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    comem_shm *m = NULL;
+    int rc = comem_shm_create("comem-stock", sizeof(book_area), &m);
+    if (rc == COMEM_OK && (rc = comem_shm_share(m, c->pid, true, share)) != COMEM_OK)
+        comem_shm_close(m);
+    if (rc != COMEM_OK) {
         if (!b->warned)
-            comem_warn("booking areas: cannot create one (%s); admissions go through the socket", strerror(errno));
+            comem_warn("booking areas: cannot create one (%s); admissions go through the socket", comem_status_str(rc));
         b->warned = true;
-        if (fd >= 0)
-            close(fd);
-        return;
+        return false;
     }
-    book_area *a = mmap(NULL, sizeof *a, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (a == MAP_FAILED) {
-        close(fd);
-        return;
-    }
+    comem_shm_stop_sharing(m); /* the share is the only way in now: it goes to the client alone */
+    book_area *a = comem_shm_addr(m);
     a->magic = BOOK_MAGIC;
     a->version = BOOK_VERSION;
     a->n_devices = (uint32_t)s->ledger.n_devices;
     a->session = c->session;
     a->coord_pid = (int32_t)getpid();
     a->pid = c->pid;
+    bs->m = m;
     bs->a = a;
     for (int d = 0; d < COMEM_MAX_DEVICES; d++) {
         atomic_store(&a->dev[d].limit, BOOK_CLOSED);
@@ -128,7 +122,7 @@ void coord_book_session_start(comem_coord_srv *s, conn *c, int role)
         atomic_store(&a->map[d], -1);
     }
     b->live[b->n_live++] = c->slot;
-    c->pass_fd[1] = fd; /* sent with the HELLO_REPLY, then closed: the client holds the only other copy */
+    return true;
 }
 
 void coord_book_session_end(comem_coord_srv *s, conn *c)
@@ -137,7 +131,7 @@ void coord_book_session_end(comem_coord_srv *s, conn *c)
     book_sess *bs = sess_of(s, c);
     if (!bs)
         return;
-    munmap(bs->a, sizeof *bs->a);
+    comem_shm_close(bs->m);
     *bs = (book_sess){0}; /* its stock goes with it; the ledger drops its grants next */
     for (int i = 0; i < b->n_live; i++)
         if (b->live[i] == c->slot) {

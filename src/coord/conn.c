@@ -49,13 +49,12 @@ static void want_out(comem_coord_srv *s, conn *c, bool on)
     c->want_out = on;
 }
 
-/* Sends what is queued with the session's descriptors riding on its first byte (SCM_RIGHTS). */
-static ssize_t send_with_fds(conn *c)
+/* Sends what is queued with the session's shares riding on its first byte (SCM_RIGHTS), in their places. */
+static ssize_t send_with_shares(conn *c)
 {
-    int fds[2], n_fds = 0;
-    for (int i = 0; i < 2; i++)
-        if (c->pass_fd[i] >= 0)
-            fds[n_fds++] = c->pass_fd[i];
+    int fds[2], n_fds = c->n_pass;
+    for (int i = 0; i < n_fds; i++)
+        fds[i] = (int)c->pass[i];
     struct iovec iov = {.iov_base = c->out, .iov_len = c->out_len};
     union {
         struct cmsghdr h;
@@ -70,20 +69,18 @@ static ssize_t send_with_fds(conn *c)
     cm->cmsg_len = CMSG_LEN((size_t)n_fds * sizeof(int));
     memcpy(CMSG_DATA(cm), fds, (size_t)n_fds * sizeof(int));
     ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-    if (n > 0) /* they went with those bytes: the client holds the only other copies now */
-        for (int i = 0; i < 2; i++)
-            if (c->pass_fd[i] >= 0) {
-                close(c->pass_fd[i]);
-                c->pass_fd[i] = -1;
-            }
+    if (n > 0) { /* they went with those bytes: the client holds the only other copies now */
+        for (int i = 0; i < n_fds; i++)
+            comem_shm_token_drop(c->pass[i]);
+        c->n_pass = 0;
+    }
     return n;
 }
 
 bool coord_flush(comem_coord_srv *s, conn *c)
 {
     while (c->out_len > 0) {
-        ssize_t n = c->pass_fd[0] >= 0 || c->pass_fd[1] >= 0 ? send_with_fds(c)
-                                                              : send(c->fd, c->out, c->out_len, MSG_NOSIGNAL);
+        ssize_t n = c->n_pass > 0 ? send_with_shares(c) : send(c->fd, c->out, c->out_len, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

@@ -29,6 +29,7 @@
 #include "shm/view.h"
 #include "ledger/ledger.h"
 #include "os/proc.h"
+#include "os/shm.h"
 #include "ledger/slab.h"
 #include "probe/device.h"
 #include "wire/wire.h"
@@ -77,7 +78,8 @@ typedef struct conn {
     size_t out_len, out_cap;
     ep_tag tag, pid_tag;
     int slot;
-    int pass_fd[2];      /* to send with the first bytes (SCM_RIGHTS): the sealed view, the booking area; -1 none */
+    comem_shm_token pass[2]; /* shares to send beside the first bytes (os/shm.h): the sealed view, the booking area */
+    int n_pass;
     int64_t accepted_ns; /* a connection without HELLO is closed hello_timeout_ms after this */
     int jobs;     /* admissions and pressure requests of this connection's session in flight */
     int releases; /* RELEASE requests of this connection's session waiting for a receipt */
@@ -244,7 +246,8 @@ typedef struct view_mark {
 
 /* One session's booking area, as the coordinator holds it (coord/book.c); the area's words are its word. */
 typedef struct book_sess {
-    book_area *a;                              /* NULL: none (a tool, or none could be made) */
+    comem_shm *m;                              /* the area's region (os/shm.h) */
+    book_area *a;                              /* m's memory; NULL: none (a tool, or none could be made) */
     bool off;                                  /* it wrote nonsense: its fast path is closed for its life */
     uint32_t seen;                             /* its `posted` when last looked at */
     int64_t stock[COMEM_MAX_DEVICES];          /* held out of everyone's room for its bookings: the truth */
@@ -486,8 +489,8 @@ int64_t coord_need(comem_coord_srv *s, uint64_t session, int dev, int64_t weight
 /* ---- book.c: the booking areas (shm/book.h) ---- */
 /* Reads COMEM_NO_FAST; areas are made per session. */
 void coord_book_open(comem_coord_srv *s);
-/* At HELLO, before the reply: a host's or worker's area, its fd left in c->pass_fd to ride on the reply. */
-void coord_book_session_start(comem_coord_srv *s, conn *c, int role);
+/* At HELLO, before the reply: a host's or worker's area, shared with its process (*share); false: none. */
+bool coord_book_session_start(comem_coord_srv *s, conn *c, int role, comem_shm_token *share);
 /* A session ends: its area and its stock go (before the ledger drops its grants). */
 void coord_book_session_end(comem_coord_srv *s, conn *c);
 /* The coordinator decides on device itself: every stock there is taken back (to what may be charged). */

@@ -180,7 +180,6 @@ void coord_accept(comem_coord_srv *s)
             continue;
         }
         c->fd = fd;
-        c->pass_fd[0] = c->pass_fd[1] = -1;
         c->pid = cred.pid;
         c->uid = cred.uid;
         c->slot = slot;
@@ -289,9 +288,8 @@ void coord_conn_close(comem_coord_srv *s, conn *c)
         coord_session_end(s, c, "connection closed");
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
-    for (int i = 0; i < 2; i++)
-        if (c->pass_fd[i] >= 0)
-            close(c->pass_fd[i]);
+    for (int i = 0; i < c->n_pass; i++)
+        comem_shm_token_drop(c->pass[i]); /* never sent */
     if (c->watch) {
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, (int)comem_proc_watch_handle(c->watch), NULL);
         comem_proc_watch_close(c->watch);

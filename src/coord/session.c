@@ -94,9 +94,18 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     }
     if (h->role == COMEM_ROLE_HOST && h->reserve_base >= 0)
         offer_base(s, id, h);
-    if (c->out_len == 0) /* rides on the reply's first byte: nothing may go before it */
-        c->pass_fd[0] = comem_view_sealed_fd(&s->view); /* the view no other process can write */
-    coord_book_session_start(s, c, h->role); /* its area rides on the reply */
+    /* The shares ride beside the reply's first byte (Linux), so nothing may go before it; the reply
+       names each by its number (os/shm.h). */
+    uint64_t view_share = 0, area_share = 0;
+    comem_shm_token t;
+    if (c->out_len == 0 && comem_view_sealed_share(&s->view, c->pid, &t) == COMEM_OK) {
+        view_share = comem_shm_token_number(t, c->n_pass); /* the view no other process can write */
+        c->pass[c->n_pass++] = t;
+    }
+    if (c->out_len == 0 && coord_book_session_start(s, c, h->role, &t)) {
+        area_share = comem_shm_token_number(t, c->n_pass);
+        c->pass[c->n_pass++] = t;
+    }
     comem_info("session %llx: %s '%s' pid %d joined", (unsigned long long)id,
                h->role == COMEM_ROLE_HOST ? "host" : h->role == COMEM_ROLE_WORKER ? "worker" : "tool", h->name,
                (int)c->pid);
@@ -105,6 +114,8 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     m.u.hello_reply.coord_pid = (uint32_t)getpid();
     m.u.hello_reply.proto_version = COMEM_WIRE_VERSION;
     m.u.hello_reply.n_devices = (uint16_t)s->ledger.n_devices;
+    m.u.hello_reply.view_share = view_share;
+    m.u.hello_reply.area_share = area_share;
     coord_send(s, c, &m);
     return COMEM_OK;
 }

@@ -12,9 +12,17 @@
  *
  * A read-only share cannot be mapped writable by its receiver, on either system. On Linux a process
  * of the same user that may read the maker's /proc (as it may trace it) can open the memfd again
- * writable from there: what must stay unwritten is frozen, which binds every opening. Statuses:
- * COMEM_EINVAL (a size that is not the region's), COMEM_EPERM (writable asked of what is not),
- * COMEM_ENOENT (no such peer), COMEM_ENOMEM, COMEM_EIO.
+ * writable from there: what must stay unwritten is frozen, which binds every opening. On Windows a
+ * process of the same user that may duplicate the maker's handles (PROCESS_DUP_HANDLE on it) can
+ * take its writable one: there "frozen" holds only as far as the maker's process is shut to
+ * others. Statuses: COMEM_EINVAL (a size that is not the region's, or not a region at all),
+ * COMEM_EPERM (writable asked of what is not, or frozen of what is not), COMEM_ENOENT (no such
+ * peer), COMEM_ENOMEM, COMEM_EIO.
+ *
+ * Shares travel beside a frame of the wire and are named in it by a number (0: none), so one
+ * protocol serves both systems: on Linux the descriptors ride on the frame's bytes (SCM_RIGHTS,
+ * os/stream.h) and the number is a share's place among them, from 1; on Windows nothing rides,
+ * the share is already a handle in the receiver's process and the number is its value.
  */
 #ifndef COMEM_OS_SHM_H
 #define COMEM_OS_SHM_H
@@ -44,12 +52,33 @@ int comem_shm_share(comem_shm *m, int64_t peer_pid, bool writable, comem_shm_tok
 /* The sender's part of a token once it has been sent (Linux: closes the descriptor; Windows: nothing). */
 void comem_shm_token_drop(comem_shm_token t);
 
+/* A share received and not to be opened: let go (Linux: the descriptor; Windows: the handle, if a section's). */
+void comem_shm_token_discard(comem_shm_token t);
+
+/* No more shares of m: the system's object goes (a descriptor, a section handle), the mapping stays. */
+void comem_shm_stop_sharing(comem_shm *m);
+
+/* How comem_shm_open maps a share, and what it demands of it. */
+#define COMEM_SHM_WRITABLE 1u /* mapped writable (else read-only) */
+#define COMEM_SHM_FROZEN 2u   /* refused (COMEM_EPERM) unless its maker froze it */
+
 /*
- * Opens a share received, mapped read-only or writable: COMEM_EINVAL when it is not size bytes. Takes t.
- * On Windows t is a handle value; one read from another process's frame must first be checked to
- * name a section (not yet: nothing takes a token from a frame so far), since a failed open closes it.
+ * Opens a share received, as `how` says: COMEM_EINVAL when it is not a region of size bytes that
+ * cannot change size under the mapping (Linux: sealed against shrinking and growing; Windows: a
+ * section, which never can). Takes t, except on Windows when t is not a section handle at all: a
+ * number from another process's frame may name any handle of this process, which is left alone.
  */
-int comem_shm_open(comem_shm_token t, size_t size, bool writable, comem_shm **out);
+int comem_shm_open(comem_shm_token t, size_t size, unsigned how, comem_shm **out);
+
+/* The number that names share t in a frame, given its place among the shares sent beside it (from 0). */
+uint64_t comem_shm_token_number(comem_shm_token t, int place);
+
+/*
+ * The share a frame's number names, from the n shares that came beside the frame (Linux; none on
+ * Windows). On Linux the one named is taken out of beside[] (set to -1) and the caller drops the rest
+ * (comem_shm_token_drop). COMEM_ENOENT: the number is 0; COMEM_EINVAL: it names nothing that came.
+ */
+int comem_shm_token_named(uint64_t number, comem_shm_token *beside, int n, comem_shm_token *out);
 
 void *comem_shm_addr(const comem_shm *m);
 size_t comem_shm_size(const comem_shm *m);

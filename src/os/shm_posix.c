@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -65,6 +66,8 @@ int comem_shm_share(comem_shm *m, int64_t peer_pid, bool writable, comem_shm_tok
     (void)peer_pid; /* a descriptor goes to whoever the socket's peer is */
     if (writable && m->frozen)
         return COMEM_EPERM;
+    if (m->fd < 0)
+        return COMEM_EINVAL; /* it stopped sharing */
     int fd;
     if (writable) {
         fd = fcntl(m->fd, F_DUPFD_CLOEXEC, 0);
@@ -81,18 +84,54 @@ int comem_shm_share(comem_shm *m, int64_t peer_pid, bool writable, comem_shm_tok
 
 void comem_shm_token_drop(comem_shm_token t)
 {
-    if (t >= 0)
+    if (t >= 0 && t <= INT32_MAX)
         close((int)t);
 }
 
-int comem_shm_open(comem_shm_token t, size_t size, bool writable, comem_shm **out)
+void comem_shm_token_discard(comem_shm_token t) { comem_shm_token_drop(t); }
+
+void comem_shm_stop_sharing(comem_shm *m)
+{
+    if (m->fd >= 0)
+        close(m->fd);
+    m->fd = -1;
+}
+
+uint64_t comem_shm_token_number(comem_shm_token t, int place)
+{
+    (void)t; /* the descriptor itself rides beside the frame */
+    return place >= 0 ? (uint64_t)place + 1 : 0;
+}
+
+int comem_shm_token_named(uint64_t number, comem_shm_token *beside, int n, comem_shm_token *out)
+{
+    *out = -1;
+    if (number == 0)
+        return COMEM_ENOENT;
+    if (number > (uint64_t)n || beside[number - 1] < 0)
+        return COMEM_EINVAL; /* names a place nothing came in, or one already taken */
+    *out = beside[number - 1];
+    beside[number - 1] = -1;
+    return COMEM_OK;
+}
+
+int comem_shm_open(comem_shm_token t, size_t size, unsigned how, comem_shm **out)
 {
     *out = NULL;
+    if (t < 0 || t > INT32_MAX)
+        return COMEM_EINVAL;
     int fd = (int)t;
+    bool writable = how & COMEM_SHM_WRITABLE;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || size == 0 || st.st_size != (off_t)size) {
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || size == 0 || st.st_size != (off_t)size || seals < 0 ||
+        (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
         close(fd);
-        return COMEM_EINVAL; /* not a region of that size: nothing mapped */
+        return COMEM_EINVAL; /* not a region of that size that stays that size (a shrink would fault here) */
+    }
+    if ((how & COMEM_SHM_FROZEN) && !(seals & F_SEAL_FUTURE_WRITE)) {
+        close(fd);
+        return COMEM_EPERM; /* someone could still write it */
     }
     comem_shm *m = calloc(1, sizeof *m);
     if (!m) {
@@ -121,6 +160,7 @@ void comem_shm_close(comem_shm *m)
     if (!m)
         return;
     munmap(m->addr, m->size);
-    close(m->fd);
+    if (m->fd >= 0)
+        close(m->fd);
     free(m);
 }

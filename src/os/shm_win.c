@@ -2,7 +2,9 @@
 #include "os/shm.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <windows.h>
+#include <winternl.h>
 
 #include "comem/common.h"
 #include "os/user_win.h"
@@ -54,6 +56,8 @@ int comem_shm_share(comem_shm *m, int64_t peer_pid, bool writable, comem_shm_tok
 {
     if (writable && m->frozen)
         return COMEM_EPERM;
+    if (!m->section)
+        return COMEM_EINVAL; /* it stopped sharing */
     if (peer_pid <= 0 || peer_pid > (int64_t)UINT32_MAX)
         return COMEM_ENOENT;
     HANDLE peer = OpenProcess(PROCESS_DUP_HANDLE, FALSE, (DWORD)peer_pid);
@@ -71,10 +75,80 @@ int comem_shm_share(comem_shm *m, int64_t peer_pid, bool writable, comem_shm_tok
 
 void comem_shm_token_drop(comem_shm_token t) { (void)t; /* the handle is the peer's, not this process's */ }
 
-int comem_shm_open(comem_shm_token t, size_t size, bool writable, comem_shm **out)
+typedef NTSTATUS(NTAPI *query_object_fn)(HANDLE, OBJECT_INFORMATION_CLASS, PVOID, ULONG, PULONG);
+
+/* ntdll's NtQueryObject, the one way to ask what kind of object a handle names and what it grants. */
+static query_object_fn query_object(void)
+{
+    HMODULE nt = GetModuleHandleW(L"ntdll.dll");
+    return nt ? (query_object_fn)(void (*)(void))GetProcAddress(nt, "NtQueryObject") : NULL;
+}
+
+/* Whether h is a handle of this process that names a section, and if so what it grants. */
+static bool is_section(HANDLE h, ACCESS_MASK *granted)
+{
+    query_object_fn q = query_object();
+    union {
+        PUBLIC_OBJECT_TYPE_INFORMATION info;
+        char bytes[sizeof(PUBLIC_OBJECT_TYPE_INFORMATION) + 64 * sizeof(WCHAR)];
+    } type;
+    PUBLIC_OBJECT_BASIC_INFORMATION basic;
+    ULONG len = 0;
+    if (!q || !NT_SUCCESS(q(h, ObjectTypeInformation, &type, sizeof type, &len)) ||
+        !NT_SUCCESS(q(h, ObjectBasicInformation, &basic, sizeof basic, &len)))
+        return false; /* not a handle here at all */
+    static const WCHAR k_section[] = L"Section";
+    const UNICODE_STRING *name = &type.info.TypeName;
+    *granted = basic.GrantedAccess;
+    return name->Length == sizeof k_section - sizeof(WCHAR) && memcmp(name->Buffer, k_section, name->Length) == 0;
+}
+
+void comem_shm_token_discard(comem_shm_token t)
+{
+    ACCESS_MASK granted;
+    if (is_section((HANDLE)t, &granted))
+        CloseHandle((HANDLE)t);
+}
+
+void comem_shm_stop_sharing(comem_shm *m)
+{
+    /* The mapping keeps the section alive: the handle was only needed to share it. */
+    if (m->section)
+        CloseHandle(m->section);
+    m->section = NULL;
+}
+
+uint64_t comem_shm_token_number(comem_shm_token t, int place)
+{
+    (void)place; /* nothing rides beside the frame: the handle is the peer's already */
+    return (uint64_t)t;
+}
+
+int comem_shm_token_named(uint64_t number, comem_shm_token *beside, int n, comem_shm_token *out)
+{
+    (void)beside;
+    (void)n;
+    *out = 0;
+    if (number == 0)
+        return COMEM_ENOENT;
+    if (number > UINT32_MAX || (number & 3) != 0)
+        return COMEM_EINVAL; /* handle values are small multiples of 4; this is none */
+    *out = (comem_shm_token)number;
+    return COMEM_OK;
+}
+
+int comem_shm_open(comem_shm_token t, size_t size, unsigned how, comem_shm **out)
 {
     *out = NULL;
     HANDLE section = (HANDLE)t;
+    ACCESS_MASK granted = 0;
+    if (!is_section(section, &granted))
+        return COMEM_EINVAL; /* a number that names something else of this process: left alone */
+    bool writable = how & COMEM_SHM_WRITABLE;
+    if ((how & COMEM_SHM_FROZEN) && (granted & SECTION_MAP_WRITE)) {
+        CloseHandle(section);
+        return COMEM_EPERM; /* a frozen region's shares never grant writing; this one does */
+    }
     comem_shm *m = calloc(1, sizeof *m);
     if (!m) {
         CloseHandle(section);
@@ -110,6 +184,7 @@ void comem_shm_close(comem_shm *m)
     if (!m)
         return;
     UnmapViewOfFile(m->addr);
-    CloseHandle(m->section);
+    if (m->section)
+        CloseHandle(m->section);
     free(m);
 }

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "os/shm.h"
+
 typedef struct comem_listener comem_listener;
 typedef struct comem_stream comem_stream;
 
@@ -50,6 +52,24 @@ int comem_stream_write(comem_stream *s, const void *buf, size_t len, int timeout
 /* Reads what is there, at most cap bytes, waiting up to timeout_ms for some: the count (> 0), or a status. */
 int comem_stream_read(comem_stream *s, void *buf, size_t cap, int timeout_ms);
 void comem_stream_close(comem_stream *s);
+
+/* The most shares one write carries. */
+#define COMEM_STREAM_SHARES_MAX 4
+
+/*
+ * Writes all len bytes with n shares riding on them (os/shm.h; at most COMEM_STREAM_SHARES_MAX).
+ * Linux: the descriptors go with the first byte (SCM_RIGHTS); the sender drops its copies after
+ * (comem_shm_token_drop). Windows: nothing rides, the shares are handles the peer holds already;
+ * the frame names them (comem_shm_token_number), on both systems.
+ */
+int comem_stream_write_shares(comem_stream *s, const void *buf, size_t len, const comem_shm_token *shares, int n,
+                              int timeout_ms);
+/*
+ * Reads as comem_stream_read, keeping the shares that rode on the bytes in shares[] (at most cap;
+ * any more are let go) and their count in *n (Linux; always 0 on Windows).
+ */
+int comem_stream_read_shares(comem_stream *s, void *buf, size_t len, comem_shm_token *shares, int cap, int *n,
+                             int timeout_ms);
 
 /* What the system names the object by: the socket's descriptor; the pipe's HANDLE. For os/loop. */
 intptr_t comem_stream_handle(const comem_stream *s);

@@ -217,6 +217,87 @@ int comem_stream_read(comem_stream *s, void *buf, size_t cap, int timeout_ms)
     }
 }
 
+int comem_stream_write_shares(comem_stream *s, const void *buf, size_t len, const comem_shm_token *shares, int n,
+                              int timeout_ms)
+{
+    if (n < 0 || n > COMEM_STREAM_SHARES_MAX || len == 0)
+        return COMEM_EINVAL; /* descriptors need a byte to ride on */
+    if (n == 0)
+        return comem_stream_write(s, buf, len, timeout_ms);
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(COMEM_STREAM_SHARES_MAX * sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int))};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) {
+        int fd = (int)shares[i];
+        memcpy(CMSG_DATA(cm) + (size_t)i * sizeof fd, &fd, sizeof fd);
+    }
+    for (;;) {
+        ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL);
+        if (w > 0) /* the descriptors went with these bytes; the rest is plain */
+            return comem_stream_write(s, (const char *)buf + w, len - (size_t)w, timeout_ms);
+        if (w < 0 && errno == EAGAIN) {
+            int rc = wait_for(s->fd, POLLOUT, timeout_ms);
+            if (rc != COMEM_OK)
+                return rc;
+        } else if (w < 0 && errno != EINTR) {
+            return errno == EPIPE || errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
+        }
+    }
+}
+
+int comem_stream_read_shares(comem_stream *s, void *buf, size_t len, comem_shm_token *shares, int cap, int *n,
+                             int timeout_ms)
+{
+    *n = 0;
+    if (len > (size_t)INT32_MAX)
+        len = INT32_MAX;
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(COMEM_STREAM_SHARES_MAX * sizeof(int))];
+    } ctl;
+    for (;;) {
+        struct iovec iov = {.iov_base = buf, .iov_len = len};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+        ssize_t r = recvmsg(s->fd, &mh, MSG_CMSG_CLOEXEC);
+        if (r < 0 && errno == EAGAIN) {
+            int rc = wait_for(s->fd, POLLIN, timeout_ms);
+            if (rc != COMEM_OK)
+                return rc;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        /* Whatever rode on these bytes is this process's now: kept, or closed when there is no room. */
+        for (struct cmsghdr *cm = r >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(cm) + i * sizeof fd, sizeof fd);
+                if (*n < cap)
+                    shares[(*n)++] = fd;
+                else
+                    close(fd);
+            }
+        }
+        if (r > 0)
+            return (int)r;
+        if (r == 0)
+            return COMEM_ECLOSED;
+        return errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
+    }
+}
+
 void comem_stream_close(comem_stream *s)
 {
     if (!s)

@@ -78,37 +78,33 @@ static int create_new(const char *path, int n_devices, bool replace)
     return rc;
 }
 
-/* The sealed twin: a memfd the coordinator maps writable and then seals, so no other mapping and no
-   write() can change it (F_SEAL_FUTURE_WRITE); handed to sessions over the socket. */
+/* The sealed twin: shared memory the coordinator maps writable and then freezes, so no other mapping
+   can change it (os/shm.h); shared read-only with each session. */
 static void open_sealed(comem_view_writer *w, int n_devices)
 {
-    int fd = memfd_create("comem-view", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0 || ftruncate(fd, (off_t)sizeof(comem_view_shared)) != 0) {
-        if (fd >= 0)
-            close(fd);
+    comem_shm *m = NULL;
+    int rc = comem_shm_create("comem-view", sizeof(comem_view_shared), &m);
+    if (rc == COMEM_OK && (rc = comem_shm_freeze(m)) != COMEM_OK)
+        comem_shm_close(m);
+    if (rc != COMEM_OK) {
+        comem_warn("cannot make a sealed copy of the status view (%s); sessions read the file only",
+                   comem_status_str(rc));
         return;
     }
-    comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (sh == MAP_FAILED || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
-        comem_warn("cannot seal a copy of the status view (%s); sessions read the file only", strerror(errno));
-        if (sh != MAP_FAILED)
-            munmap(sh, sizeof *sh);
-        close(fd);
-        return;
-    }
+    comem_view_shared *sh = comem_shm_addr(m);
     sh->magic = VIEW_MAGIC;
     sh->version = VIEW_VERSION;
     atomic_store(&sh->n_devices, (uint32_t)n_devices);
     atomic_store(&sh->coord_pid, (int32_t)getpid());
     atomic_store(&sh->heartbeat_ns, comem_now_ns());
     w->sealed = sh;
-    w->sealed_fd = fd;
+    w->sealed_shm = m;
 }
 
 int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_devices)
 {
     memset(w, 0, sizeof *w);
-    w->fd = w->sealed_fd = -1;
+    w->fd = -1;
     comem_view_path(socket_path, w->path, sizeof w->path);
     int fd = -1;
     bool old = false;
@@ -149,7 +145,10 @@ int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_
     return COMEM_OK;
 }
 
-int comem_view_sealed_fd(const comem_view_writer *w) { return w->sealed_fd >= 0 ? dup(w->sealed_fd) : -1; }
+int comem_view_sealed_share(const comem_view_writer *w, int64_t pid, comem_shm_token *out)
+{
+    return w->sealed_shm ? comem_shm_share(w->sealed_shm, pid, false, out) : COMEM_ENOENT;
+}
 
 static void publish_one(comem_view_shared *sh, int device, const comem_view_values *v);
 
@@ -195,14 +194,13 @@ void comem_view_writer_close(comem_view_writer *w)
     }
     if (w->sealed) {
         atomic_store(&w->sealed->heartbeat_ns, 0);
-        munmap(w->sealed, sizeof *w->sealed);
+        comem_shm_close(w->sealed_shm);
     }
     if (w->fd >= 0)
         close(w->fd);
-    if (w->sealed_fd >= 0)
-        close(w->sealed_fd);
     w->sh = w->sealed = NULL;
-    w->fd = w->sealed_fd = -1;
+    w->sealed_shm = NULL;
+    w->fd = -1;
 }
 
 /* ---- the reader side (public API in comem/comem.h) ---- */
@@ -219,22 +217,17 @@ static const comem_view_shared *shared_of(const comem_view *v)
     return v->slot ? atomic_load_explicit(v->slot, memory_order_acquire) : v->sh;
 }
 
-const comem_view_shared *comem_view_map_sealed(int fd)
+comem_shm *comem_view_open_sealed(comem_shm_token t)
 {
-    struct stat st;
-    int seals = fcntl(fd, F_GET_SEALS);
-    int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof(comem_view_shared) || seals < 0 ||
-        (seals & need) != need)
+    comem_shm *m = NULL;
+    if (comem_shm_open(t, sizeof(comem_view_shared), COMEM_SHM_FROZEN, &m) != COMEM_OK)
         return NULL; /* not a copy nobody else can write */
-    const comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ, MAP_SHARED, fd, 0);
-    if (sh == MAP_FAILED)
-        return NULL;
+    const comem_view_shared *sh = comem_shm_addr(m);
     if (sh->magic != VIEW_MAGIC || sh->version != VIEW_VERSION) {
-        munmap((void *)sh, sizeof *sh);
+        comem_shm_close(m);
         return NULL;
     }
-    return sh;
+    return m;
 }
 
 comem_view *comem_view_bound(const comem_view_shared *_Atomic *slot)

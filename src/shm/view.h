@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "os/shm.h"
 #include "probe/device.h"
 
 typedef struct comem_view_values {
@@ -56,11 +57,11 @@ typedef struct comem_view_writer {
     comem_view_shared *sh;
     int fd;
     char path[PATH_MAX];
-    /* The same view in a memfd sealed against writes by anyone but this mapping
-       (F_SEAL_FUTURE_WRITE), handed to each session with its HELLO_REPLY: the copy a
-       process of the user cannot forge (the file above is the user's to write). */
+    /* The same view in shared memory frozen against writes by anyone but this mapping
+       (os/shm.h), handed to each session with its HELLO_REPLY: the copy a process of the
+       user cannot forge (the file above is the user's to write). */
+    comem_shm *sealed_shm;
     comem_view_shared *sealed;
-    int sealed_fd;
 } comem_view_writer;
 
 /*
@@ -69,8 +70,8 @@ typedef struct comem_view_writer {
  * that path is left untouched and refused with COMEM_EPERM.
  */
 int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_devices);
-/* A descriptor of the sealed copy for one session (a dup: the caller sends and closes it); -1 none. */
-int comem_view_sealed_fd(const comem_view_writer *w);
+/* A read-only share of the sealed copy for the session of process pid (os/shm.h); COMEM_ENOENT: none. */
+int comem_view_sealed_share(const comem_view_writer *w, int64_t pid, comem_shm_token *out);
 void comem_view_publish(comem_view_writer *w, int device, const comem_view_values *v);
 /* Writes the heartbeat (now_ns, CLOCK_MONOTONIC). */
 void comem_view_heartbeat(comem_view_writer *w, int64_t now_ns);
@@ -84,10 +85,10 @@ int32_t comem_view_coord_pid(const struct comem_view *v);
  * The sealed copy a session received, mapped read-only: a client keeps the current one in *slot
  * (swapped at each new session, never unmapped while the client lives). comem_view_bound makes a
  * reader of whatever *slot holds at each read (NULL: none now, COMEM_ECLOSED); its close frees
- * only the reader. comem_view_map_sealed checks the descriptor (a memfd of the view's size,
- * sealed against growing, shrinking and any new write) and maps it; NULL when it is not that.
+ * only the reader. comem_view_open_sealed opens the share the HELLO_REPLY named, only if it is a
+ * frozen region of the view's size carrying the view's magic and version; NULL when it is not that.
  */
-const comem_view_shared *comem_view_map_sealed(int fd);
+comem_shm *comem_view_open_sealed(comem_shm_token t);
 struct comem_view *comem_view_bound(const comem_view_shared *_Atomic *slot);
 
 /* The view file that belongs to a socket path. */

@@ -40,7 +40,7 @@
  *   GOODBYE, BOOKED, ADMIT_QUEUED (empty)
  *   REPLY           i32 status, text<128> message
  *   HELLO_REPLY     u64 session_id, u32 coord_pid, u16 proto_version,
- *                   u16 n_devices (<= 16)
+ *                   u16 n_devices (<= 16), u64 view_share, u64 area_share
  *   DEVICES_REPLY   list<device, 16> devices
  *   ADMIT_REPLY     u8 granted (0..1), u64 grant_id, i64 bytes, i64 need,
  *                   i64 free_before, i64 free_after, i64 short_by, i64 freed,
@@ -207,6 +207,8 @@ static void walk_hello_reply(comem_wire_cur *c, comem_msg_hello_reply *b)
     io_u16(c, &b->proto_version);
     io_u16(c, &b->n_devices);
     check(c, b->n_devices <= COMEM_MAX_DEVICES);
+    io_u64(c, &b->view_share);
+    io_u64(c, &b->area_share);
 }
 
 static void walk_device(comem_wire_cur *c, comem_wire_device *d)

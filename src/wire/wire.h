@@ -37,7 +37,7 @@
 #include "comem/common.h" /* COMEM_MAX_DEVICES; comem_status and comem_scope travel as integers */
 
 #define COMEM_WIRE_MAGIC 0x4d454d43u
-#define COMEM_WIRE_VERSION 2 /* 2: entries carry their reference count (ENTRY_ADD, residency) */
+#define COMEM_WIRE_VERSION 3 /* 2: entries carry their reference count (ENTRY_ADD, residency); 3: HELLO_REPLY names its shares */
 #define COMEM_WIRE_HEADER_SIZE 16
 #define COMEM_WIRE_MAX_PAYLOAD (64 * 1024)
 #define COMEM_WIRE_MAX_FRAME (COMEM_WIRE_HEADER_SIZE + COMEM_WIRE_MAX_PAYLOAD)
@@ -157,6 +157,10 @@ typedef struct comem_msg_hello_reply {
     uint32_t coord_pid;
     uint16_t proto_version;
     uint16_t n_devices; /* at most COMEM_MAX_DEVICES */
+    /* The shared memory that came with the reply, each named by a number (os/shm.h: on Linux its
+       place among the descriptors beside the frame, from 1; on Windows a handle value); 0: none. */
+    uint64_t view_share; /* the sealed view (shm/view.h) */
+    uint64_t area_share; /* this session's booking area (shm/book.h) */
 } comem_msg_hello_reply;
 
 typedef struct comem_wire_device {

@@ -7,7 +7,8 @@
  * the REPLY sent back reaches the client. Then: a second listener under a taken name is refused
  * (on Windows FILE_FLAG_FIRST_PIPE_INSTANCE, which wine does not enforce: there the test says so
  * and skips that one check), a read with nothing to read times out, a read after the peer left
- * says closed, and a connect where nobody listens says so.
+ * says closed, and a connect where nobody listens says so. Last, shared memory handed over with the
+ * frame that names it (os/shm.h), as the coordinator hands a session its view.
  */
 #include "unit/cmocka_all.h"
 
@@ -173,11 +174,98 @@ static void test_timeouts_and_absence(void **s)
     assert_int_equal(comem_connect(g_endpoint.name, 100, &c), COMEM_ENOENT); /* the name was given back */
 }
 
+/* ---- a share beside a frame ---- */
+
+#define SHARE_SIZE 4096
+static const char k_shared[] = "the coordinator's figures";
+
+/* The client's side: reads the HELLO_REPLY with what rode on it, opens the share it names frozen. */
+static void *share_client(void *arg)
+{
+    int *result = arg;
+    comem_stream *s = NULL;
+    if ((*result = comem_connect(g_endpoint.name, 5000, &s)) != COMEM_OK)
+        return NULL;
+    static uint8_t buf[COMEM_WIRE_MAX_FRAME];
+    comem_shm_token beside[COMEM_STREAM_SHARES_MAX];
+    int n_beside = 0, have = 0, need = COMEM_WIRE_HEADER_SIZE;
+    comem_wire_header h;
+    while (have < need) { /* whatever rides comes with the frame's first byte */
+        int got = 0;
+        int n = have == 0 ? comem_stream_read_shares(s, buf, (size_t)need, beside, COMEM_STREAM_SHARES_MAX, &got, 5000)
+                          : comem_stream_read(s, buf + have, (size_t)(need - have), 5000);
+        if (n < 0) {
+            *result = n;
+            comem_stream_close(s);
+            return NULL;
+        }
+        n_beside += got;
+        have += n;
+        if (have == COMEM_WIRE_HEADER_SIZE && comem_wire_decode_header(buf, (size_t)have, &h) == COMEM_OK)
+            need += (int)h.length;
+    }
+    comem_msg r;
+    comem_shm_token view, area;
+    comem_shm *m = NULL;
+    *result = comem_wire_decode(&h, buf + COMEM_WIRE_HEADER_SIZE, &r) != COMEM_OK || r.type != COMEM_MSG_HELLO_REPLY
+                  ? COMEM_EPROTO
+              : comem_shm_token_named(r.u.hello_reply.area_share, beside, n_beside, &area) != COMEM_ENOENT
+                  ? COMEM_EINVAL /* it named none */
+              : comem_shm_token_named(r.u.hello_reply.view_share, beside, n_beside, &view) != COMEM_OK
+                  ? COMEM_ENOENT
+                  : comem_shm_open(view, SHARE_SIZE, COMEM_SHM_FROZEN, &m);
+    if (m && strcmp(comem_shm_addr(m), k_shared) != 0)
+        *result = COMEM_EIO;
+    comem_shm_close(m);
+    for (int i = 0; i < n_beside; i++)
+        comem_shm_token_discard(beside[i]); /* those not taken (none here) */
+    comem_stream_close(s);
+    return NULL;
+}
+
+/*
+ * The coordinator's way of handing over shared memory, on both systems: a region made and frozen,
+ * shared read-only with the peer the system named, written with the frame that names it; the
+ * client finds it by the frame's number, opens it frozen and reads what the maker wrote.
+ */
+static void test_a_share_rides_with_the_frame_that_names_it(void **s)
+{
+    (void)s;
+    comem_shm *region = NULL;
+    assert_int_equal(comem_shm_create("comem-test", SHARE_SIZE, &region), COMEM_OK);
+    memcpy(comem_shm_addr(region), k_shared, sizeof k_shared);
+    assert_int_equal(comem_shm_freeze(region), COMEM_OK);
+    comem_listener *l = NULL;
+    assert_int_equal(comem_listen(g_endpoint.name, &l, NULL, 0), COMEM_OK);
+    int client_rc = -1;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, share_client, &client_rc), 0);
+    comem_stream *srv = NULL;
+    comem_peer peer;
+    assert_int_equal(comem_accept(l, 5000, &srv, &peer), COMEM_OK);
+    comem_shm_token share;
+    assert_int_equal(comem_shm_share(region, peer.pid, false, &share), COMEM_OK);
+    comem_msg m = {.type = COMEM_MSG_HELLO_REPLY, .request_id = 1};
+    m.u.hello_reply.proto_version = COMEM_WIRE_VERSION;
+    m.u.hello_reply.view_share = comem_shm_token_number(share, 0);
+    static uint8_t buf[COMEM_WIRE_MAX_FRAME];
+    int n = comem_wire_encode(&m, buf, sizeof buf);
+    assert_true(n > 0);
+    assert_int_equal(comem_stream_write_shares(srv, buf, (size_t)n, &share, 1, 5000), COMEM_OK);
+    comem_shm_token_drop(share);
+    pthread_join(t, NULL);
+    assert_int_equal(client_rc, COMEM_OK);
+    comem_stream_close(srv);
+    comem_listener_close(l);
+    comem_shm_close(region);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_frame_each_way_and_the_peer_said_by_the_system),
         cmocka_unit_test(test_timeouts_and_absence),
+        cmocka_unit_test(test_a_share_rides_with_the_frame_that_names_it),
     };
     return cmocka_run_group_tests(tests, setup, endpoint_teardown);
 }

@@ -165,6 +165,8 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         m->u.hello_reply.coord_pid = 4242;
         m->u.hello_reply.proto_version = 0xffff;
         m->u.hello_reply.n_devices = COMEM_MAX_DEVICES;
+        m->u.hello_reply.view_share = s == EMPTY ? 0 : UINT64_MAX;
+        m->u.hello_reply.area_share = s == EMPTY ? 0 : 0x0102030405060708ULL;
         break;
     case COMEM_MSG_DEVICES_REPLY: {
         comem_msg_devices_reply *b = &m->u.devices_reply;
@@ -289,7 +291,7 @@ static size_t expected_payload(const comem_msg *m)
     case COMEM_MSG_STATUS: return 1;
     case COMEM_MSG_RECEIPT: return 8 + 1 + 8 + 2 + 32 * (size_t)m->u.receipt.n;
     case COMEM_MSG_REPLY: return 4 + TXT(m->u.reply.message);
-    case COMEM_MSG_HELLO_REPLY: return 8 + 4 + 2 + 2;
+    case COMEM_MSG_HELLO_REPLY: return 8 + 4 + 2 + 2 + 8 + 8;
     case COMEM_MSG_DEVICES_REPLY: {
         size_t n = 2;
         for (size_t i = 0; i < m->u.devices_reply.n; i++)
@@ -424,6 +426,8 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         assert_int_equal(a->u.hello_reply.coord_pid, b->u.hello_reply.coord_pid);
         assert_int_equal(a->u.hello_reply.proto_version, b->u.hello_reply.proto_version);
         assert_int_equal(a->u.hello_reply.n_devices, b->u.hello_reply.n_devices);
+        assert_int_equal(a->u.hello_reply.view_share, b->u.hello_reply.view_share);
+        assert_int_equal(a->u.hello_reply.area_share, b->u.hello_reply.area_share);
         break;
     case COMEM_MSG_DEVICES_REPLY:
         assert_int_equal(a->u.devices_reply.n, b->u.devices_reply.n);
@@ -674,7 +678,7 @@ static void test_golden_reserve(void **st)
     (void)st;
     static const uint8_t golden[] = {
         0x43, 0x4d, 0x45, 0x4d, /* magic: "CMEM" */
-        0x02, 0x00,             /* version 2 */
+        0x03, 0x00,             /* version 3 */
         0x0e, 0x00,             /* type 14: RESERVE */
         0x07, 0x00, 0x00, 0x00, /* request_id 7 */
         0x02, 0x00, 0x00, 0x00, /* length 2 */
@@ -689,7 +693,7 @@ static void test_golden_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x02, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
         0x40, 0x00,             /* type 64: REPLY */
         0x04, 0x03, 0x02, 0x01, /* request_id 0x01020304 */
         0x07, 0x00, 0x00, 0x00, /* length 7 */
@@ -702,11 +706,36 @@ static void test_golden_reply(void **st)
     check_golden(&m, golden, sizeof golden);
 }
 
+static void test_golden_hello_reply(void **st)
+{
+    (void)st;
+    static const uint8_t golden[] = {
+        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
+        0x41, 0x00,             /* type 65: HELLO_REPLY */
+        0x01, 0x00, 0x00, 0x00, /* request_id 1 */
+        0x20, 0x00, 0x00, 0x00, /* length 32 */
+        0x0b, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* session_id 11 */
+        0x39, 0x30, 0x00, 0x00, /* coord_pid 12345 */
+        0x03, 0x00,             /* proto_version 3 */
+        0x02, 0x00,             /* n_devices 2 */
+        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* view_share 1: the first descriptor beside */
+        0x2c, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* area_share 0x12c: a handle's value */
+    };
+    comem_msg m = {.type = COMEM_MSG_HELLO_REPLY, .request_id = 1};
+    m.u.hello_reply.session_id = 11;
+    m.u.hello_reply.coord_pid = 12345;
+    m.u.hello_reply.proto_version = 3;
+    m.u.hello_reply.n_devices = 2;
+    m.u.hello_reply.view_share = 1;
+    m.u.hello_reply.area_share = 0x12c;
+    check_golden(&m, golden, sizeof golden);
+}
+
 static void test_golden_hello(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x02, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
         0x01, 0x00,             /* type 1: HELLO */
         0x01, 0x00, 0x00, 0x00, /* request_id 1 */
         0x18, 0x00, 0x00, 0x00, /* length 24 */
@@ -734,7 +763,7 @@ static void test_golden_ask(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x02, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
         0x49, 0x00,             /* type 73: ASK */
         0x00, 0x00, 0x00, 0x00, /* request_id 0: unsolicited */
         0x31, 0x00, 0x00, 0x00, /* length 49 */
@@ -765,7 +794,7 @@ static void test_golden_census_refs(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x02, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
         0x07, 0x00,             /* type 7: CENSUS */
         0x03, 0x00, 0x00, 0x00, /* request_id 3 */
         0x43, 0x00, 0x00, 0x00, /* length 67 */
@@ -799,7 +828,7 @@ static void test_golden_status_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x02, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
         0x48, 0x00,             /* type 72: STATUS_REPLY */
         0x09, 0x00, 0x00, 0x00, /* request_id 9 */
         0x0f, 0x00, 0x00, 0x00, /* length 15 */
@@ -891,7 +920,7 @@ static void test_bad_headers_refused(void **st)
         g_buf[i] ^= 0x20;
         assert_int_equal(comem_wire_decode_header(g_buf, sizeof good, &h), COMEM_EPROTO);
     }
-    static const uint16_t versions[] = {0, 1, 3, 0x0200, 0xffff};
+    static const uint16_t versions[] = {0, 1, 2, 4, 0x0300, 0xffff}; /* every one but COMEM_WIRE_VERSION (3) */
     for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
         memcpy(g_buf, good, sizeof good);
         put_le(g_buf + 4, versions[i], 2);
@@ -1084,6 +1113,7 @@ static void test_list_limits(void **st)
         fb_start(&g_f, COMEM_MSG_HELLO_REPLY);
         fb_fill(&g_f, 0, 8 + 4 + 2);
         fb_int(&g_f, n, 2);
+        fb_fill(&g_f, 0, 8 + 8);
         assert_int_equal(fb_decode(&g_f, &g_b), n == 16 ? 0 : COMEM_EPROTO);
     }
 
@@ -1353,6 +1383,7 @@ int main(void)
         cmocka_unit_test(test_golden_reserve),
         cmocka_unit_test(test_golden_reply),
         cmocka_unit_test(test_golden_hello),
+        cmocka_unit_test(test_golden_hello_reply),
         cmocka_unit_test(test_golden_ask),
         cmocka_unit_test(test_golden_census_refs),
         cmocka_unit_test(test_golden_status_reply),
