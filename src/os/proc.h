@@ -32,6 +32,14 @@ int comem_proc_look(int64_t pid, comem_proc_info *info);
 /* True when pid is a process that started at start and has not ended. */
 bool comem_proc_alive(int64_t pid, uint64_t start);
 
+/*
+ * This process as the system numbers it to others, and which numbering that is. Linux: the pid the
+ * mounted /proc gives it (readlink /proc/self; in a pid namespace of its own getpid() is another
+ * number) and that /proc's device. Windows: its pid and 0. COMEM_EIO when /proc cannot say: then
+ * getpid() and 0.
+ */
+int comem_proc_self(int64_t *pid, uint64_t *numbering);
+
 /* A watch on one process. */
 typedef struct comem_proc_watch comem_proc_watch;
 
@@ -44,6 +52,24 @@ int comem_proc_watch_wait(comem_proc_watch *w, int timeout_ms);
 /* What an event loop waits on for this watch: the pidfd (Linux), the process HANDLE (Windows). */
 intptr_t comem_proc_watch_handle(const comem_proc_watch *w);
 
+/* What comem_proc_watch_look found of each watch. */
+enum {
+    COMEM_PROC_WATCH_QUIET = 0, /* its process runs */
+    COMEM_PROC_WATCH_FIRED = 1, /* its process has exited (or the descriptor names something else now) */
+    COMEM_PROC_WATCH_UNSURE = 2 /* the watch is not what it was (Linux: its descriptor was closed behind it) */
+};
+
+/*
+ * Looks at n watches at once without waiting (Linux: one poll), filling seen[i]: the count not
+ * quiet. A program may close descriptors it does not own, and the number may be reused: a watch
+ * found FIRED whose process still lives, or UNSURE, is to be forgotten (comem_proc_watch_forget), not
+ * closed, and its process judged another way.
+ */
+int comem_proc_watch_look(comem_proc_watch *const *w, int n, uint8_t *seen);
+
 void comem_proc_watch_close(comem_proc_watch *w);
+
+/* Frees a watch without closing what it held (it may be another's now: comem_proc_watch_look). */
+void comem_proc_watch_forget(comem_proc_watch *w);
 
 #endif

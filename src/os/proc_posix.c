@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -51,6 +52,29 @@ bool comem_proc_alive(int64_t pid, uint64_t start)
     return comem_proc_look(pid, &in) == COMEM_OK && !in.ended && in.start == start;
 }
 
+int comem_proc_self(int64_t *pid, uint64_t *numbering)
+{
+    char buf[24];
+    struct stat st;
+    ssize_t n = readlink("/proc/self", buf, sizeof buf - 1);
+    long long v = 0;
+    if (n > 0) {
+        buf[n] = '\0';
+        char *end;
+        v = strtoll(buf, &end, 10);
+        if (*end != '\0' || v <= 0 || v > INT32_MAX)
+            v = 0;
+    }
+    if (v <= 0 || stat("/proc/self", &st) != 0) {
+        *pid = getpid();
+        *numbering = 0;
+        return COMEM_EIO; /* no /proc of ours mounted */
+    }
+    *pid = v;
+    *numbering = (uint64_t)st.st_dev;
+    return COMEM_OK;
+}
+
 int comem_proc_watch_open(int64_t pid, comem_proc_watch **out)
 {
     *out = NULL;
@@ -84,6 +108,31 @@ int comem_proc_watch_wait(comem_proc_watch *w, int timeout_ms)
 }
 
 intptr_t comem_proc_watch_handle(const comem_proc_watch *w) { return w->fd; }
+
+int comem_proc_watch_look(comem_proc_watch *const *w, int n, uint8_t *seen)
+{
+    enum { BATCH = 64 };
+    int found = 0;
+    for (int at = 0; at < n; at += BATCH) {
+        struct pollfd p[BATCH];
+        int k = n - at < BATCH ? n - at : BATCH;
+        for (int i = 0; i < k; i++)
+            p[i] = (struct pollfd){.fd = w[at + i]->fd, .events = POLLIN};
+        int r;
+        while ((r = poll(p, (nfds_t)k, 0)) < 0 && errno == EINTR)
+            ;
+        for (int i = 0; i < k; i++) {
+            short ev = r > 0 ? p[i].revents : 0;
+            seen[at + i] = ev == 0                                  ? COMEM_PROC_WATCH_QUIET
+                           : (ev & POLLIN) && !(ev & POLLNVAL) ? COMEM_PROC_WATCH_FIRED
+                                                                    : COMEM_PROC_WATCH_UNSURE;
+            found += seen[at + i] != COMEM_PROC_WATCH_QUIET;
+        }
+    }
+    return found;
+}
+
+void comem_proc_watch_forget(comem_proc_watch *w) { free(w); }
 
 void comem_proc_watch_close(comem_proc_watch *w)
 {

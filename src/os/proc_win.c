@@ -48,6 +48,13 @@ bool comem_proc_alive(int64_t pid, uint64_t start)
     return comem_proc_look(pid, &in) == COMEM_OK && !in.ended && in.start == start;
 }
 
+int comem_proc_self(int64_t *pid, uint64_t *numbering)
+{
+    *pid = (int64_t)GetCurrentProcessId();
+    *numbering = 0; /* one numbering for the whole system */
+    return COMEM_OK;
+}
+
 int comem_proc_watch_open(int64_t pid, comem_proc_watch **out)
 {
     *out = NULL;
@@ -72,6 +79,21 @@ int comem_proc_watch_wait(comem_proc_watch *w, int timeout_ms)
 }
 
 intptr_t comem_proc_watch_handle(const comem_proc_watch *w) { return (intptr_t)w->process; }
+
+int comem_proc_watch_look(comem_proc_watch *const *w, int n, uint8_t *seen)
+{
+    int found = 0;
+    for (int i = 0; i < n; i++) { /* WaitForMultipleObjects names only the first that is signalled */
+        DWORD r = WaitForSingleObject(w[i]->process, 0);
+        seen[i] = r == WAIT_TIMEOUT      ? COMEM_PROC_WATCH_QUIET
+                  : r == WAIT_OBJECT_0 ? COMEM_PROC_WATCH_FIRED
+                                       : COMEM_PROC_WATCH_UNSURE;
+        found += seen[i] != COMEM_PROC_WATCH_QUIET;
+    }
+    return found;
+}
+
+void comem_proc_watch_forget(comem_proc_watch *w) { free(w); }
 
 void comem_proc_watch_close(comem_proc_watch *w)
 {

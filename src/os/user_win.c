@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <aclapi.h>
 #include <sddl.h>
 
 #include "os/wide_win.h"
@@ -26,14 +27,36 @@ bool comem_user_sid_text(HANDLE process, char *buf, size_t len)
 
 bool comem_user_only(SECURITY_ATTRIBUTES *sa)
 {
-    char me[192], sddl[256];
+    char me[192], sddl[448];
     *sa = (SECURITY_ATTRIBUTES){.nLength = sizeof *sa};
     if (!comem_user_sid_text(GetCurrentProcess(), me, sizeof me))
         return false;
-    snprintf(sddl, sizeof sddl, "D:P(A;;GA;;;%s)", me); /* protected: nothing inherited; this user alone */
+    /* Owned by this user (not the Administrators an elevated token names for new objects, so an owner
+       check finds it), protected (nothing inherited), and this user alone let in. */
+    snprintf(sddl, sizeof sddl, "O:%sD:P(A;;GA;;;%s)", me, me);
     wchar_t *w = comem_wide(sddl);
     bool ok = w && ConvertStringSecurityDescriptorToSecurityDescriptorW(w, SDDL_REVISION_1, &sa->lpSecurityDescriptor,
                                                                          NULL);
     free(w);
     return ok;
+}
+
+bool comem_user_owns(HANDLE h)
+{
+    PSID owner = NULL;
+    PSECURITY_DESCRIPTOR sd = NULL;
+    if (GetSecurityInfo(h, SE_KERNEL_OBJECT, OWNER_SECURITY_INFORMATION, &owner, NULL, NULL, NULL, &sd) !=
+        ERROR_SUCCESS)
+        return false;
+    HANDLE tok;
+    BYTE info[sizeof(TOKEN_USER) + SECURITY_MAX_SID_SIZE];
+    DWORD n = 0;
+    bool mine = false;
+    if (OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok)) {
+        mine = GetTokenInformation(tok, TokenUser, info, sizeof info, &n) && owner &&
+               EqualSid(owner, ((TOKEN_USER *)info)->User.Sid);
+        CloseHandle(tok);
+    }
+    LocalFree(sd);
+    return mine;
 }

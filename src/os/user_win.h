@@ -1,4 +1,4 @@
-/* os/user_win.h - who a process runs as, and objects only that user may open (Windows; for os/). */
+/* os/user_win.h - who a process runs as, and objects only that user may open (Windows; for the *_win.c backends). */
 #ifndef COMEM_OS_USER_WIN_H
 #define COMEM_OS_USER_WIN_H
 
@@ -10,9 +10,12 @@
 bool comem_user_sid_text(HANDLE process, char *buf, size_t len);
 
 /*
- * Fills sa with a protected access list that lets this process's user alone in (free
- * sa->lpSecurityDescriptor with LocalFree). False when it cannot be made.
+ * Fills sa with a security descriptor owned by this process's user whose protected access list
+ * lets that user alone in (free sa->lpSecurityDescriptor with LocalFree). False when it cannot be made.
  */
 bool comem_user_only(SECURITY_ATTRIBUTES *sa);
+
+/* Whether the kernel object behind h is owned by this process's user (a named one another may have made first). */
+bool comem_user_owns(HANDLE h);
 
 #endif

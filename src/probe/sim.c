@@ -16,38 +16,33 @@
  *
  * WATCHING THEM CHEAPLY. Every lock looks for dead slots, and a /proc read per
  * slot per lock cost 8-12 us hot (80 us from idle) on the admission's path. A
- * handle therefore keeps a pidfd per slot it judged alive once (up to
- * SIM_WATCH_MAX), opened and then checked against the slot's start time (a
- * pidfd opened after a pid was reused names the new process, whose start time
- * differs), and later locks ask all of them at once with one poll(): a pidfd
- * is readable once its process exited, zombie or not. Slots beyond that, and
- * every slot where getpid() is not the /proc's numbering (a pidfd is opened in
- * the caller's namespace), are read from /proc as before.
+ * handle therefore keeps a watch (os/proc.h: a pidfd; on Windows a process
+ * handle) per slot it judged alive once (up to SIM_WATCH_MAX), opened and then
+ * checked against the slot's start time (a watch opened after a pid was reused
+ * names the new process, whose start time differs), and later locks ask all of
+ * them at once (one poll() on Linux): a pidfd is readable once its process
+ * exited, zombie or not. Slots beyond that, and every slot where getpid() is
+ * not the /proc's numbering (a pidfd is opened in the caller's namespace), are
+ * read from /proc as before.
  */
 #include "probe/sim.h"
+#include "probe/sim_store.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/bytes.h"
 #include "base/log.h"
-#include "base/pidfd.h"
 #include "os/proc.h"
+#include "os/xlock.h"
 #include "base/rundir.h"
 #include "comem/common.h"
 
 #define SIM_MAGIC 0x4d49534d454d4f43ULL /* "COMEMSIM" */
-#define SIM_VERSION 3u /* 2: host bytes per slot (uma); 3: the /proc a slot's pid is numbered in */
+#define SIM_VERSION 4u /* 2: host bytes per slot (uma); 3: the /proc a slot's pid is numbered in; 4: os/xlock */
 
 typedef struct sim_card {
     int64_t capacity;
@@ -72,7 +67,7 @@ typedef struct sim_shared {
     uint64_t magic;
     uint32_t version;
     uint32_t size;
-    pthread_mutex_t lock; /* robust and process-shared; guards everything below */
+    _Alignas(8) unsigned char lock[COMEM_XLOCK_STORAGE]; /* os/xlock.h: survives a dead holder; guards what follows */
     uint64_t recoveries;  /* locks recovered from dead owners */
     int32_t n_cards;
     int32_t owner; /* the pid holding the lock, 0 when free (written by its holder; read racily by waiters) */
@@ -88,18 +83,19 @@ typedef struct sim_view {
     bool owns;  /* closing the source closes the sim */
 } sim_view;
 
-#define SIM_WATCH_MAX 32 /* pidfds one handle keeps (WATCHING THEM CHEAPLY) */
+#define SIM_WATCH_MAX 32 /* watches one handle keeps (WATCHING THEM CHEAPLY) */
 
-/* A slot's process as this handle watches it: fd -1 when not watched by a pidfd. */
+/* A slot's process as this handle watches it: w NULL when not watched (os/proc.h). */
 typedef struct sim_watch {
     int32_t pid;
     uint64_t start_time;
-    int fd;
+    comem_proc_watch *w;
 } sim_watch;
 
 struct comem_sim {
-    sim_shared *sh;
-    int fd;
+    sim_shared *sh;  /* the store's memory */
+    sim_store *store;
+    comem_xlock *xl; /* this handle's way to sh->lock */
     comem_sim_spec spec; /* spec.path is the resolved file */
     int32_t self;        /* getpid() of the process this handle belongs to (a forked child is another) */
     int32_t pid;         /* that process as its slot records it: pid in /proc's numbering, */
@@ -109,7 +105,7 @@ struct comem_sim {
     char uuid_base[40];
     sim_view device_view, local_view;
     sim_watch watch[COMEM_SIM_MAX_PROCS]; /* per slot; guarded by the card lock */
-    int n_watched;                        /* pidfds open in watch[] */
+    int n_watched;                        /* watches open in watch[] */
 };
 
 /* ---- processes ---- */
@@ -117,21 +113,11 @@ struct comem_sim {
 /* This process as its slot records it (WHO A SLOT BELONGS TO); getpid() and 0s where /proc cannot say. */
 static void self_identity(int32_t *pid, uint64_t *proc_dev, uint64_t *start)
 {
-    char buf[24];
-    struct stat st;
-    ssize_t n = readlink("/proc/self", buf, sizeof buf - 1);
-    long v = 0;
-    if (n > 0) {
-        buf[n] = '\0';
-        char *end;
-        v = strtol(buf, &end, 10);
-        if (*end != '\0' || v <= 0 || v > INT32_MAX)
-            v = 0;
-    }
-    *pid = v > 0 ? (int32_t)v : (int32_t)getpid();
-    *proc_dev = v > 0 && stat("/proc/self", &st) == 0 ? (uint64_t)st.st_dev : 0;
+    int64_t v = 0;
+    bool known = comem_proc_self(&v, proc_dev) == COMEM_OK;
+    *pid = (int32_t)v;
     comem_proc_info in;
-    *start = v > 0 && comem_proc_look(v, &in) == COMEM_OK ? in.start : 0; /* v: this /proc's number for us */
+    *start = known && comem_proc_look(v, &in) == COMEM_OK ? in.start : 0; /* v: this /proc's number for us */
 }
 
 /* Whether the slot's pid is numbered by the /proc of device proc_dev. */
@@ -164,11 +150,11 @@ static int32_t card_pid(const comem_sim *sim, int32_t pid) { return pid == sim->
 
 static void unwatch(comem_sim *sim, int i)
 {
-    if (sim->watch[i].fd >= 0) {
-        close(sim->watch[i].fd);
+    if (sim->watch[i].w) {
+        comem_proc_watch_close(sim->watch[i].w);
         sim->n_watched--;
     }
-    sim->watch[i] = (sim_watch){.fd = -1};
+    sim->watch[i] = (sim_watch){0};
 }
 
 static void reap_slot(comem_sim *sim, sim_slot *s, int i)
@@ -179,24 +165,24 @@ static void reap_slot(comem_sim *sim, sim_slot *s, int i)
 }
 
 /*
- * Whether slot i's process is alive, watching it by a pidfd from now on where
- * one can be had; false when it is gone (the pidfd is then not kept).
+ * Whether slot i's process is alive, watching it from now on where a watch can be
+ * had; false when it is gone (the watch is then not kept).
  */
 static bool judge_and_watch(comem_sim *sim, const sim_slot *s, int i)
 {
     sim_watch *w = &sim->watch[i];
-    if (w->fd >= 0 && (w->pid != s->pid || w->start_time != s->start_time))
+    if (w->w && (w->pid != s->pid || w->start_time != s->start_time))
         unwatch(sim, i); /* the slot was freed and taken again since */
-    int fd = -1;
-    if (w->fd < 0 && sim->pid == sim->self && sim->n_watched < SIM_WATCH_MAX)
-        fd = comem_pidfd_open(s->pid);
-    if (!proc_alive(s->pid, s->start_time)) { /* after the open: the pidfd is then known to name this process */
-        if (fd >= 0)
-            close(fd);
+    comem_proc_watch *pw = NULL;
+    if (!w->w && sim->pid == sim->self && sim->n_watched < SIM_WATCH_MAX &&
+        comem_proc_watch_open(s->pid, &pw) != COMEM_OK)
+        pw = NULL;
+    if (!proc_alive(s->pid, s->start_time)) { /* after the open: the watch is then known to name this process */
+        comem_proc_watch_close(pw);
         return false;
     }
-    if (fd >= 0) {
-        *w = (sim_watch){.pid = s->pid, .start_time = s->start_time, .fd = fd};
+    if (pw) {
+        *w = (sim_watch){.pid = s->pid, .start_time = s->start_time, .w = pw};
         sim->n_watched++;
     }
     return true;
@@ -205,35 +191,36 @@ static bool judge_and_watch(comem_sim *sim, const sim_slot *s, int i)
 /* Frees the slots of processes that are gone, of those this process can judge. Caller holds the lock. */
 static void reap(comem_sim *sim, sim_shared *sh)
 {
-    struct pollfd pfd[SIM_WATCH_MAX];
+    comem_proc_watch *watched[SIM_WATCH_MAX];
     int slot_of[SIM_WATCH_MAX], n = 0;
     for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++) {
         sim_slot *s = &sh->slots[i];
         sim_watch *w = &sim->watch[i];
         if (s->pid == 0 || is_self(sim, s) || !same_proc(s, sim->proc_dev)) {
-            if (w->fd >= 0)
+            if (w->w)
                 unwatch(sim, i);
             continue; /* free, this process, or numbered by another /proc: not this reader's to judge */
         }
-        if (w->fd >= 0 && w->pid == s->pid && w->start_time == s->start_time) {
-            pfd[n] = (struct pollfd){.fd = w->fd, .events = POLLIN};
+        if (w->w && w->pid == s->pid && w->start_time == s->start_time && n < SIM_WATCH_MAX) {
+            watched[n] = w->w;
             slot_of[n++] = i;
         } else if (!judge_and_watch(sim, s, i)) {
             reap_slot(sim, s, i);
         }
     }
-    if (n > 0 && poll(pfd, (nfds_t)n, 0) > 0) {
+    uint8_t seen[SIM_WATCH_MAX];
+    if (n > 0 && comem_proc_watch_look(watched, n, seen) > 0) {
         for (int k = 0; k < n; k++) {
-            if (!pfd[k].revents)
+            if (seen[k] == COMEM_PROC_WATCH_QUIET)
                 continue;
             int i = slot_of[k];
             sim_slot *s = &sh->slots[i];
-            /* /proc confirms either way: a descriptor the program closed (POLLNVAL) or that now names
-               another file must never reap a live process; such a watch is forgotten, not closed. */
-            bool exited = (pfd[k].revents & POLLIN) && !(pfd[k].revents & POLLNVAL);
+            /* The process table confirms either way: a watch whose descriptor the program closed, or
+               that now names another file, must never reap a live process; it is forgotten, not closed. */
             bool alive = proc_alive(s->pid, s->start_time);
-            if (!exited || alive) {
-                sim->watch[i] = (sim_watch){.fd = -1};
+            if (seen[k] == COMEM_PROC_WATCH_UNSURE || alive) {
+                comem_proc_watch_forget(sim->watch[i].w);
+                sim->watch[i] = (sim_watch){0};
                 sim->n_watched--;
             }
             if (!alive)
@@ -269,46 +256,37 @@ static bool proc_stopped(int32_t pid)
     return pid > 0 && comem_proc_look(pid, &in) == COMEM_OK && in.stopped;
 }
 
-/* wait_ns < 0: until the lock is had; else ETIMEDOUT after about wait_ns, or once its holder is stopped. */
-static int lock_slices(sim_shared *sh, int64_t wait_ns)
+/* wait_ns < 0: until the lock is had; else COMEM_ETIMEDOUT after about wait_ns, or once its holder is stopped. */
+static int lock_slices(comem_sim *sim, int64_t wait_ns, bool *recovered)
 {
-    pthread_mutex_t *m = &sh->lock;
-    int first = pthread_mutex_trylock(m); /* uncontended: no clock reading */
-    if (first != EBUSY)
+    int first = comem_xlock_take(sim->xl, 0, recovered); /* uncontended: no clock reading */
+    if (first != COMEM_ETIMEDOUT || wait_ns == 0)
         return first;
     int64_t give_up = wait_ns < 0 ? INT64_MAX : comem_add(comem_now_ns(), wait_ns);
     for (int slice = 0;; slice++) {
         if (slice > 0 && wait_ns >= 0 &&
-            (comem_now_ns() >= give_up || proc_stopped(__atomic_load_n(&sh->owner, __ATOMIC_RELAXED))))
-            return ETIMEDOUT;
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until); /* timedlock's clock; a jump only shortens or stretches a slice */
-        until.tv_nsec += SIM_LOCK_SLICE_NS;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        int rc = pthread_mutex_timedlock(m, &until);
-        if (rc != ETIMEDOUT)
+            (comem_now_ns() >= give_up || proc_stopped(__atomic_load_n(&sim->sh->owner, __ATOMIC_RELAXED))))
+            return COMEM_ETIMEDOUT;
+        int rc = comem_xlock_take(sim->xl, SIM_LOCK_SLICE_NS, recovered);
+        if (rc != COMEM_ETIMEDOUT)
             return rc;
     }
 }
 
 static int lock_within(comem_sim *sim, int64_t wait_ns)
 {
-    int rc = lock_slices(sim->sh, wait_ns);
-    if (rc == ETIMEDOUT && wait_ns >= 0)
+    bool recovered = false;
+    int rc = lock_slices(sim, wait_ns, &recovered);
+    if (rc == COMEM_ETIMEDOUT && wait_ns >= 0)
         return COMEM_EBUSY; /* its holder is alive but does not let go: stopped, or far behind */
-    if (rc == EOWNERDEAD) {
+    if (rc != COMEM_OK) {
+        comem_error("sim: cannot lock the card: %s", comem_status_str(rc));
+        return COMEM_EIO;
+    }
+    if (recovered) {
         /* The owner died mid-operation; its slot is dead and reap() clears it. */
-        pthread_mutex_consistent(&sim->sh->lock);
         sim->sh->recoveries++;
         comem_warn("sim: recovered the card lock from a process that died holding it");
-        rc = 0;
-    }
-    if (rc != 0) {
-        comem_error("sim: cannot lock the card: %s", strerror(rc));
-        return COMEM_EIO;
     }
     __atomic_store_n(&sim->sh->owner, sim->pid, __ATOMIC_RELAXED);
     reap(sim, sim->sh);
@@ -320,7 +298,7 @@ static int lock(comem_sim *sim) { return lock_within(sim, -1); }
 static void unlock(comem_sim *sim)
 {
     __atomic_store_n(&sim->sh->owner, 0, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&sim->sh->lock);
+    comem_xlock_give(sim->xl);
 }
 
 /* A forked child inherits the parent's handle; it must not act as the parent. */
@@ -397,21 +375,19 @@ static uint64_t fnv1a(const char *s, uint64_t h)
     return h;
 }
 
-static void init_shared(sim_shared *sh, const comem_sim_spec *spec)
+static int init_shared(sim_shared *sh, const comem_sim_spec *spec)
 {
     memset(sh, 0, sizeof *sh);
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&sh->lock, &a);
-    pthread_mutexattr_destroy(&a);
+    int rc = comem_xlock_init(sh->lock);
+    if (rc != COMEM_OK)
+        return rc;
     sh->n_cards = spec->n_cards;
     for (int c = 0; c < spec->n_cards; c++)
         sh->cards[c] = (sim_card){spec->capacity, spec->reserved, spec->context_cost, (int32_t)spec->semantics, 0};
     sh->version = SIM_VERSION;
     sh->size = (uint32_t)sizeof *sh;
     __atomic_store_n(&sh->magic, SIM_MAGIC, __ATOMIC_RELEASE);
+    return COMEM_OK;
 }
 
 static bool same_settings(const sim_shared *sh, const comem_sim_spec *spec)
@@ -427,108 +403,14 @@ static bool same_settings(const sim_shared *sh, const comem_sim_spec *spec)
     return true;
 }
 
-/* Creates the file fully initialised under a temporary name, then links it into place. */
-static int create_file(const char *path, const comem_sim_spec *spec)
-{
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return COMEM_EIO;
-    int rc = COMEM_EIO;
-    if (ftruncate(fd, (off_t)sizeof(sim_shared)) == 0) {
-        sim_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (sh != MAP_FAILED) {
-            init_shared(sh, spec);
-            munmap(sh, sizeof *sh);
-            /* link() fails if another process won the race; then we use theirs. */
-            rc = (link(tmp, path) == 0 || errno == EEXIST) ? COMEM_OK : COMEM_EIO;
-        }
-    }
-    close(fd);
-    unlink(tmp);
-    return rc;
-}
+/* How the store makes a new card and tells a card of this layout (probe/sim_store.h). */
+static int init_card(void *mem, const void *spec) { return init_shared(mem, spec); }
 
-/* An auto-named card file left by another comem version (another layout) is
- * replaced, not reused: the runtime directory is this user's own. The old
- * file's lock serialises replacers, and only the one that still finds the old
- * inode at path renames a fresh card over it; the others reopen. Processes
- * still mapping the old file keep it. */
-static int replace_stale_file(int stale_fd, const char *path, const comem_sim_spec *spec)
+static bool is_this_layout(const void *mem)
 {
-    if (flock(stale_fd, LOCK_EX) != 0)
-        return COMEM_EIO;
-    struct stat now, old;
-    int rc = COMEM_OK;
-    if (fstat(stale_fd, &old) == 0 && stat(path, &now) == 0 && now.st_ino == old.st_ino && now.st_dev == old.st_dev) {
-        char tmp[PATH_MAX + 32];
-        snprintf(tmp, sizeof tmp, "%s.%d.new", path, (int)getpid());
-        unlink(tmp);
-        rc = create_file(tmp, spec) == COMEM_OK && rename(tmp, path) == 0 ? COMEM_OK : COMEM_EIO;
-        if (rc == COMEM_OK)
-            comem_warn("sim: %s was a simulated card of another comem version; replaced it with a new card", path);
-        unlink(tmp);
-    }
-    flock(stale_fd, LOCK_UN);
-    return rc;
-}
-
-/* Whether fd holds a card of this build's layout (size, magic and version). */
-static bool is_this_layout(int fd, off_t size)
-{
-    if (size < (off_t)sizeof(sim_shared))
-        return false;
-    sim_shared *sh = mmap(NULL, sizeof *sh, PROT_READ, MAP_SHARED, fd, 0);
-    if (sh == MAP_FAILED)
-        return false;
-    bool ok = __atomic_load_n(&sh->magic, __ATOMIC_ACQUIRE) == SIM_MAGIC && sh->version == SIM_VERSION &&
-              sh->size == sizeof *sh;
-    munmap(sh, sizeof *sh);
-    return ok;
-}
-
-/* Opens (creating it if absent) the card file at spec->path, checked to be this
- * user's, private, and of this build's layout; *fd_out on success. */
-static int open_card_file(const comem_sim_spec *spec, bool auto_path, int *fd_out)
-{
-    for (int attempt = 0;; attempt++) {
-        int fd = open(spec->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0 && errno == ENOENT) {
-            if (create_file(spec->path, spec) != COMEM_OK) {
-                comem_error("sim: cannot create %s: %s", spec->path, strerror(errno));
-                return COMEM_EIO;
-            }
-            fd = open(spec->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-        }
-        if (fd < 0) {
-            comem_error("sim: cannot open %s: %s", spec->path, strerror(errno));
-            return COMEM_EIO;
-        }
-        struct stat st;
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077) != 0) {
-            comem_error("sim: refusing %s: it must be a regular file of uid %d with mode 0600", spec->path,
-                        (int)getuid());
-            close(fd);
-            return COMEM_EPERM;
-        }
-        if (is_this_layout(fd, st.st_size)) {
-            *fd_out = fd;
-            return COMEM_OK;
-        }
-        if (!auto_path || attempt == 3) {
-            comem_error("sim: %s is not a simulated card of this comem version; remove it or choose another path=",
-                        spec->path);
-            close(fd);
-            return COMEM_EINVAL;
-        }
-        int rc = replace_stale_file(fd, spec->path, spec);
-        close(fd);
-        if (rc != COMEM_OK) {
-            comem_error("sim: cannot replace %s, a card of another comem version: %s", spec->path, strerror(errno));
-            return rc;
-        }
-    }
+    const sim_shared *sh = mem;
+    return __atomic_load_n(&sh->magic, __ATOMIC_ACQUIRE) == SIM_MAGIC && sh->version == SIM_VERSION &&
+           sh->size == sizeof *sh;
 }
 
 int comem_sim_open(const comem_sim_spec *spec, comem_sim **out)
@@ -548,38 +430,35 @@ int comem_sim_open(const comem_sim_spec *spec, comem_sim **out)
                 *c = '-';
         snprintf(s.path, sizeof s.path, "%s/%s", dir, canon);
     }
-    int fd;
-    int rc = open_card_file(&s, auto_path, &fd);
+    const sim_store_layout layout = {.size = sizeof(sim_shared), .version = SIM_VERSION, .init = init_card,
+                                     .is_ours = is_this_layout, .ctx = &s};
+    sim_store *store = NULL;
+    void *mem = NULL;
+    int rc = comem_sim_store_open(s.path, auto_path, &layout, &store, &mem);
     if (rc != COMEM_OK)
         return rc;
-    sim_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (sh == MAP_FAILED) {
-        close(fd);
-        return COMEM_EIO;
-    }
+    sim_shared *sh = mem;
     if (!same_settings(sh, &s)) {
         char want[128];
         comem_sim_spec_format(&s, want, sizeof want);
         comem_error("sim: %s holds a card with other settings than %s; remove it or choose another path=", s.path,
                     want);
-        munmap(sh, sizeof *sh);
-        close(fd);
+        comem_sim_store_close(store);
         return COMEM_EEXIST;
     }
     comem_sim *sim = calloc(1, sizeof *sim);
-    if (!sim) {
-        munmap(sh, sizeof *sh);
-        close(fd);
-        return COMEM_ENOMEM;
+    rc = sim ? comem_xlock_attach(sh->lock, s.path, &sim->xl) : COMEM_ENOMEM;
+    if (rc != COMEM_OK) {
+        free(sim);
+        comem_sim_store_close(store);
+        return rc;
     }
     sim->sh = sh;
-    sim->fd = fd;
+    sim->store = store;
     sim->spec = s;
     sim->self = (int32_t)getpid();
     self_identity(&sim->pid, &sim->proc_dev, &sim->start_time);
     sim->slot = -1;
-    for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++)
-        sim->watch[i].fd = -1;
     uint64_t h1 = fnv1a(s.path, 0xcbf29ce484222325ULL), h2 = fnv1a(s.path, 0x84222325cbf29ce4ULL);
     snprintf(sim->uuid_base, sizeof sim->uuid_base, "SIM-%08x-%04x-%04x-%04x-%08x", (unsigned)(h1 >> 32),
              (unsigned)(h1 >> 16) & 0xffff, (unsigned)h1 & 0xffff, (unsigned)(h2 >> 48), (unsigned)(h2 >> 16));
@@ -592,10 +471,9 @@ void comem_sim_close(comem_sim *sim)
     if (!sim)
         return;
     for (int i = 0; i < COMEM_SIM_MAX_PROCS; i++)
-        if (sim->watch[i].fd >= 0)
-            close(sim->watch[i].fd);
-    munmap(sim->sh, sizeof *sim->sh);
-    close(sim->fd);
+        comem_proc_watch_close(sim->watch[i].w);
+    comem_xlock_detach(sim->xl);
+    comem_sim_store_close(sim->store);
     free(sim);
 }
 

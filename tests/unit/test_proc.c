@@ -7,7 +7,9 @@
  * sleeps MS milliseconds and exits) reads as stopped while SIGSTOPped (Linux), and is watched: the
  * watch does not fire while it sleeps, fires
  * once it exits, the child then reads as ended, and after it is let go its pid is not alive under
- * its start time; a pid that names no process is refused.
+ * its start time; a pid that names no process is refused. This process is numbered as others
+ * number it, and several watches are looked at at once (one fired, one quiet, one whose descriptor
+ * was closed behind it: unsure, not fired).
  */
 #include "unit/cmocka_all.h"
 
@@ -80,6 +82,59 @@ static void test_watch_fires_when_the_child_exits(void **s)
     assert_false(comem_proc_alive(pid, start));
 }
 
+/* This process numbered as others number it: here (no pid namespace of its own) its own pid. */
+static void test_self_as_others_number_it(void **s)
+{
+    (void)s;
+    int64_t pid = 0;
+    uint64_t numbering = 1;
+    assert_int_equal(comem_proc_self(&pid, &numbering), COMEM_OK);
+    assert_int_equal(pid, own_pid());
+#ifdef _WIN32
+    assert_int_equal(numbering, 0); /* one numbering for the whole system */
+#else
+    assert_true(numbering != 0); /* the device of the /proc that numbers it */
+#endif
+}
+
+/*
+ * Several watches looked at at once: the one whose child was ended fires, the other stays quiet;
+ * a watch whose descriptor the program closed behind it (Linux) is not taken for fired.
+ */
+static void test_many_watches_looked_at_once(void **s)
+{
+    (void)s;
+    void *h[2];
+    int64_t pid[2] = {start_child(120000, &h[0]), start_child(120000, &h[1])};
+    comem_proc_watch *w[2];
+    assert_int_equal(comem_proc_watch_open(pid[0], &w[0]), COMEM_OK);
+    assert_int_equal(comem_proc_watch_open(pid[1], &w[1]), COMEM_OK);
+    uint8_t seen[2] = {9, 9};
+    assert_int_equal(comem_proc_watch_look(w, 2, seen), 0);
+    assert_int_equal(seen[0], COMEM_PROC_WATCH_QUIET);
+    assert_int_equal(seen[1], COMEM_PROC_WATCH_QUIET);
+    end_child(pid[1], h[1]);
+    assert_int_equal(comem_proc_watch_wait(w[1], 30000), COMEM_OK);
+    assert_int_equal(comem_proc_watch_look(w, 2, seen), 1);
+    assert_int_equal(seen[0], COMEM_PROC_WATCH_QUIET);
+    assert_int_equal(seen[1], COMEM_PROC_WATCH_FIRED);
+#ifndef _WIN32
+    close((int)comem_proc_watch_handle(w[0])); /* as a program that closes every descriptor might */
+    assert_int_equal(comem_proc_watch_look(w, 1, seen), 1);
+    assert_int_equal(seen[0], COMEM_PROC_WATCH_UNSURE); /* not fired: its child still runs */
+    comem_proc_info in;
+    assert_int_equal(comem_proc_look(pid[0], &in), COMEM_OK);
+    assert_false(in.ended);
+    comem_proc_watch_forget(w[0]); /* its descriptor is not its own any more */
+#else
+    comem_proc_watch_close(w[0]);
+#endif
+    comem_proc_watch_close(w[1]);
+    end_child(pid[0], h[0]);
+    release_child(pid[0], h[0]);
+    release_child(pid[1], h[1]);
+}
+
 static void test_no_such_process(void **s)
 {
     (void)s;
@@ -102,6 +157,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_self_is_running_with_its_start_time),
         cmocka_unit_test(test_watch_fires_when_the_child_exits),
+        cmocka_unit_test(test_self_as_others_number_it),
+        cmocka_unit_test(test_many_watches_looked_at_once),
         cmocka_unit_test(test_no_such_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
