@@ -163,7 +163,6 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
         return COMEM_ENOMEM;
     s->cfg = *cfg;
     s->epfd = s->listen_fd = s->wake_fd = s->timer_fd = -1;
-    s->view.fd = -1;
     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     s->ram_index = -1;
     s->host_base = cfg->reserve_base >= 0 ? cfg->reserve_base : -1;

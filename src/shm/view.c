@@ -1,15 +1,12 @@
 /* shm/view.c - the seqlock snapshot: the coordinator writes it, clients read it. */
 #include "shm/view.h"
 #include "base/bytes.h"
+#include "shm/view_file.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -23,60 +20,31 @@
 
 void comem_view_path(const char *socket_path, char *buf, size_t len) { snprintf(buf, len, "%s.view", socket_path); }
 
-/*
- * Opens the view file that is there, only if it is one: a regular file of
- * this user, of the view's size, carrying the view's magic. Anything else at
- * the path is someone's file and is refused untouched (COMEM_EPERM).
- */
-static int open_existing(const char *path, int *out, bool *old)
+/* What a view that is there is to its writer: this layout's, an older comem's (replaced), or someone else's. */
+static view_file_kind judge_view(const void *head, size_t head_len, int64_t file_size)
 {
-    *old = false;
-    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return errno == ENOENT ? COMEM_ENOENT : errno == EMFILE || errno == ENFILE ? COMEM_EIO : COMEM_EPERM;
-    struct stat st;
-    comem_view_shared head;
-    bool mine = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid() &&
-                pread(fd, &head, sizeof head.magic + sizeof head.version, 0) ==
-                    (ssize_t)(sizeof head.magic + sizeof head.version) &&
-                head.magic == VIEW_MAGIC;
-    bool ours = mine && st.st_size == (off_t)sizeof(comem_view_shared) && head.version == VIEW_VERSION;
-    if (!ours) {
-        *old = mine; /* a view of an older comem: replaced whole, its readers keep their old copy */
-        close(fd);
-        return COMEM_EPERM;
-    }
-    *out = fd;
-    return COMEM_OK;
+    uint64_t magic;
+    uint32_t version;
+    if (head_len < sizeof magic + sizeof version)
+        return VIEW_FILE_FOREIGN;
+    memcpy(&magic, head, sizeof magic);
+    memcpy(&version, (const char *)head + sizeof magic, sizeof version);
+    if (magic != VIEW_MAGIC)
+        return VIEW_FILE_FOREIGN;
+    return file_size == (int64_t)sizeof(comem_view_shared) && version == VIEW_VERSION ? VIEW_FILE_OURS
+                                                                                       : VIEW_FILE_OLDER;
 }
 
-/* Creates the view complete under a temporary name and links it into place: never half a view at path. */
-static int create_new(const char *path, int n_devices, bool replace)
+static void init_view(void *mem, const void *ctx)
 {
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return COMEM_EIO;
-    int rc = COMEM_EIO;
-    if (ftruncate(fd, (off_t)sizeof(comem_view_shared)) == 0) {
-        comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (sh != MAP_FAILED) {
-            sh->magic = VIEW_MAGIC;
-            sh->version = VIEW_VERSION;
-            atomic_store(&sh->n_devices, (uint32_t)n_devices);
-            munmap(sh, sizeof *sh);
-            /* link() never replaces: if a view appeared meanwhile, that one is used (and checked). */
-            if (replace)
-                rc = rename(tmp, path) == 0 ? COMEM_OK : COMEM_EIO;
-            else
-                rc = link(tmp, path) == 0 || errno == EEXIST ? COMEM_OK : COMEM_EIO;
-        }
-    }
-    close(fd);
-    unlink(tmp);
-    return rc;
+    comem_view_shared *sh = mem;
+    sh->magic = VIEW_MAGIC;
+    sh->version = VIEW_VERSION;
+    atomic_store(&sh->n_devices, *(const uint32_t *)ctx);
 }
+
+static const view_file_layout k_layout = {
+    .size = sizeof(comem_view_shared), .version = VIEW_VERSION, .judge = judge_view, .init = init_view};
 
 /* The sealed twin: shared memory the coordinator maps writable and then freezes, so no other mapping
    can change it (os/shm.h); shared read-only with each session. */
@@ -104,34 +72,15 @@ static void open_sealed(comem_view_writer *w, int n_devices)
 int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_devices)
 {
     memset(w, 0, sizeof *w);
-    w->fd = -1;
     comem_view_path(socket_path, w->path, sizeof w->path);
-    int fd = -1;
-    bool old = false;
-    int rc = open_existing(w->path, &fd, &old);
-    if ((rc == COMEM_ENOENT || old) && (rc = create_new(w->path, n_devices, old)) == COMEM_OK)
-        rc = open_existing(w->path, &fd, &old);
-    if (rc == COMEM_EPERM) {
-        comem_error("refusing %s: it is not a comem view of this user (a file of that name is in the way; "
-                    "choose another --socket path, or remove it if it is yours)",
-                    w->path);
+    uint32_t n = (uint32_t)n_devices;
+    view_file_layout layout = k_layout;
+    layout.ctx = &n;
+    void *mem = NULL;
+    int rc = comem_view_file_create(w->path, &layout, &w->file, &mem);
+    if (rc != COMEM_OK)
         return rc;
-    }
-    if (rc != COMEM_OK) {
-        comem_error("cannot create the status view %s: %s", w->path, strerror(errno));
-        return COMEM_EIO;
-    }
-    /* Held for the coordinator's life: the kernel drops it at exit, so readers can tell. The socket
-       lock already keeps a second coordinator out, so a conflict here is a reader's probe. */
-    struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    if (fcntl(fd, F_OFD_SETLK, &lk) != 0)
-        comem_warn("cannot lock the status view %s (%s): readers cannot tell whether this coordinator runs",
-                   w->path, strerror(errno));
-    comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (sh == MAP_FAILED) {
-        close(fd);
-        return COMEM_EIO;
-    }
+    comem_view_shared *sh = mem;
     /* Reused in place, so a reader that mapped it under a previous coordinator keeps working. */
     uint64_t s = atomic_load(&sh->seq);
     atomic_store(&sh->seq, (s | 1u) + 0); /* odd while we reset */
@@ -140,7 +89,6 @@ int comem_view_writer_open(comem_view_writer *w, const char *socket_path, int n_
     atomic_store(&sh->heartbeat_ns, comem_now_ns());
     atomic_store_explicit(&sh->seq, (s | 1u) + 1, memory_order_release);
     w->sh = sh;
-    w->fd = fd;
     open_sealed(w, n_devices);
     return COMEM_OK;
 }
@@ -188,26 +136,23 @@ void comem_view_heartbeat(comem_view_writer *w, int64_t now_ns)
 
 void comem_view_writer_close(comem_view_writer *w)
 {
-    if (w->sh) {
+    if (w->sh)
         atomic_store(&w->sh->heartbeat_ns, 0); /* an orderly exit says so; a crash drops the lock */
-        munmap(w->sh, sizeof *w->sh);
-    }
+    comem_view_file_close(w->file);
     if (w->sealed) {
         atomic_store(&w->sealed->heartbeat_ns, 0);
         comem_shm_close(w->sealed_shm);
     }
-    if (w->fd >= 0)
-        close(w->fd);
     w->sh = w->sealed = NULL;
     w->sealed_shm = NULL;
-    w->fd = -1;
+    w->file = NULL;
 }
 
 /* ---- the reader side (public API in comem/comem.h) ---- */
 
 struct comem_view {
     const comem_view_shared *sh;
-    int fd;                                /* the file's: its lock says whether the coordinator runs; -1 bound */
+    view_file *file;                       /* says whether the coordinator runs (shm/view_file.h); NULL bound */
     const comem_view_shared *_Atomic *slot; /* a reader bound to a client's sealed copy (comem_view_bound) */
 };
 
@@ -233,10 +178,8 @@ comem_shm *comem_view_open_sealed(comem_shm_token t)
 comem_view *comem_view_bound(const comem_view_shared *_Atomic *slot)
 {
     comem_view *v = calloc(1, sizeof *v);
-    if (v) {
-        v->fd = -1;
+    if (v)
         v->slot = slot;
-    }
     return v;
 }
 
@@ -257,32 +200,23 @@ int comem_view_open(const char *socket_path, comem_view **out)
         socket_path = sock;
     }
     comem_view_path(socket_path, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return errno == ENOENT ? COMEM_ENOENT : COMEM_EIO;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(comem_view_shared) || st.st_uid != getuid()) {
-        close(fd);
-        return COMEM_EPERM;
-    }
-    const comem_view_shared *sh = mmap(NULL, sizeof *sh, PROT_READ, MAP_SHARED, fd, 0);
-    if (sh == MAP_FAILED) {
-        close(fd);
-        return COMEM_EIO;
-    }
+    view_file *f = NULL;
+    const void *mem = NULL;
+    int rc = comem_view_file_open(path, &k_layout, &f, &mem);
+    if (rc != COMEM_OK)
+        return rc;
+    const comem_view_shared *sh = mem;
     if (sh->magic != VIEW_MAGIC || sh->version != VIEW_VERSION) {
-        munmap((void *)sh, sizeof *sh);
-        close(fd);
+        comem_view_file_close(f);
         return COMEM_EPROTO;
     }
     comem_view *v = malloc(sizeof *v);
     if (!v) {
-        munmap((void *)sh, sizeof *sh);
-        close(fd);
+        comem_view_file_close(f);
         return COMEM_ENOMEM;
     }
     v->sh = sh;
-    v->fd = fd;
+    v->file = f;
     v->slot = NULL;
     *out = v;
     return COMEM_OK;
@@ -362,18 +296,13 @@ int comem_view_state(comem_view *v, int64_t *heartbeat_age_ns)
     int64_t age = hb > 0 ? comem_now_ns() - hb : -1;
     if (heartbeat_age_ns)
         *heartbeat_age_ns = age;
-    /* Is the coordinator's lock there? (F_OFD_GETLK takes no lock itself.) A client's reader has no
-       file: an orderly exit zeroes the heartbeat, anything else ages it. */
-    struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    if (v->fd < 0) {
-        if (hb == 0)
-            return COMEM_ECLOSED;
-    } else if (fcntl(v->fd, F_OFD_GETLK, &lk) == 0) {
-        if (lk.l_type == F_UNLCK)
-            return COMEM_ECLOSED; /* nobody holds it: the coordinator exited */
-    } else if (hb == 0) {
-        return COMEM_ECLOSED; /* no lock support here: an orderly exit zeroed the heartbeat */
-    }
+    /* Is the coordinator's liveness mark there (shm/view_file.h)? A client's reader has no file: an
+       orderly exit zeroes the heartbeat, anything else ages it. */
+    int alive = v->file ? comem_view_file_alive(v->file) : -1;
+    if (alive == 0)
+        return COMEM_ECLOSED; /* nobody holds it: the coordinator exited */
+    if (alive < 0 && hb == 0)
+        return COMEM_ECLOSED; /* no mark to look at: an orderly exit zeroed the heartbeat */
     if (age < 0 || age > (int64_t)COMEM_VIEW_FROZEN_MS * 1000000)
         return COMEM_ETIMEDOUT;
     return COMEM_OK;
@@ -416,9 +345,7 @@ void comem_view_close(comem_view *v)
 {
     if (!v)
         return;
-    if (!v->slot) { /* a client's reader: the mappings are the client's */
-        munmap((void *)v->sh, sizeof *v->sh);
-        close(v->fd);
-    }
+    if (!v->slot) /* else a client's reader: the mappings are the client's */
+        comem_view_file_close(v->file);
     free(v);
 }

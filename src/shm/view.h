@@ -55,7 +55,7 @@ typedef struct comem_view_shared {
 
 typedef struct comem_view_writer {
     comem_view_shared *sh;
-    int fd;
+    struct view_file *file; /* where sh lives (shm/view_file.h) */
     char path[PATH_MAX];
     /* The same view in shared memory frozen against writes by anyone but this mapping
        (os/shm.h), handed to each session with its HELLO_REPLY: the copy a process of the

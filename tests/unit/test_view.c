@@ -1,48 +1,60 @@
 /*
- * tests/unit/test_view.c - the shared-memory view: what the writer publishes is what a
- * reader copies, an unfinished write is waited out and then reported, readers survive a
- * coordinator restart, and files that are not a view are refused.
+ * tests/unit/test_view.c - the shared-memory view, the same assertions on Linux (a file beside the
+ * socket and its lock) and on Windows (a named section and a named event, under wine in CI): what
+ * the writer publishes is what a reader copies, an unfinished write is waited out and then
+ * reported, readers survive a coordinator restart, a reader tells a running writer from one that
+ * closed or was killed, and (Linux) files that are not a view are refused.
  */
 #include "unit/cmocka_all.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#ifdef _WIN32
+#include <windows.h>
+#else
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
+#endif
 
 #include "base/bytes.h"
+#include "base/clock.h"
 #include "comem/comem.h"
 #include "shm/view.h"
+#include "unit/endpoint.h"
 
-static char g_dir[64], g_sock[128];
+static const char *g_sock; /* the endpoint's name: the view is named after it */
+static char g_note[480];   /* where a child writer says it has opened the view */
 
 static int setup(void **s)
 {
     (void)s;
-    snprintf(g_dir, sizeof g_dir, "/tmp/comem-test-view-XXXXXX");
-    if (!mkdtemp(g_dir))
+    if (endpoint_make("view") != 0)
         return -1;
-    snprintf(g_sock, sizeof g_sock, "%s/comem.sock", g_dir);
+    g_sock = g_endpoint.name;
+#ifdef _WIN32
+    char dir[MAX_PATH];
+    if (!GetTempPathA(sizeof dir, dir))
+        return -1;
+    snprintf(g_note, sizeof g_note, "%scomem-test-view-%lld.note", dir, (long long)own_pid());
+#else
+    snprintf(g_note, sizeof g_note, "%s/note", g_endpoint.dir);
+#endif
     return 0;
 }
 
 static int teardown(void **s)
 {
-    (void)s;
+#ifndef _WIN32
     char path[PATH_MAX];
     comem_view_path(g_sock, path, sizeof path);
     unlink(path);
-    rmdir(g_dir);
-    return 0;
+#endif
+    remove(g_note);
+    return endpoint_teardown(s);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static int64_t mono_ms(void) { return comem_now_ns() / 1000000; }
 
 static void test_publish_then_read(void **s)
 {
@@ -104,6 +116,64 @@ static void test_unfinished_write_is_waited_out_then_reported(void **s)
     comem_view_writer_close(&w);
 }
 
+/* ---- a writer that closes, and one that is killed ---- */
+
+/* The child's hook, given "SOCK|NOTE": opens the view as a coordinator would, then says so; it sleeps after. */
+static void child_writer(const char *arg)
+{
+    const char *bar = strchr(arg, '|');
+    if (!bar)
+        exit(2);
+    static char sock[400];
+    snprintf(sock, sizeof sock, "%.*s", (int)(bar - arg), arg);
+    static comem_view_writer w;
+    if (comem_view_writer_open(&w, sock, 1) != COMEM_OK)
+        exit(3);
+    FILE *f = fopen(bar + 1, "w");
+    if (!f)
+        exit(4);
+    fclose(f);
+}
+
+static void test_a_reader_tells_a_running_writer_from_a_gone_one(void **s)
+{
+    (void)s;
+    comem_view_writer w;
+    assert_int_equal(comem_view_writer_open(&w, g_sock, 1), COMEM_OK);
+    comem_view *v = NULL;
+    assert_int_equal(comem_view_open(g_sock, &v), COMEM_OK);
+    assert_int_equal(comem_view_state(v, NULL), COMEM_OK); /* running, its heartbeat fresh */
+    comem_view_writer_close(&w);
+    assert_int_equal(comem_view_state(v, NULL), COMEM_ECLOSED); /* closed: gone */
+    comem_view_close(v);
+
+    /* Killed: nothing is zeroed, yet the reader knows (Linux: the kernel drops its lock; Windows: the
+       system destroys its event with its last handle). */
+    remove(g_note);
+    static char arg[900];
+    snprintf(arg, sizeof arg, "%s|%s", g_sock, g_note);
+    void *handle;
+    int64_t child = start_child_with(120000, arg, &handle);
+    FILE *f = NULL;
+    for (int i = 0; i < 3000 && !(f = fopen(g_note, "r")); i++) {
+#ifdef _WIN32
+        Sleep(10);
+#else
+        usleep(10000);
+#endif
+    }
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(comem_view_open(g_sock, &v), COMEM_OK);
+    int before = comem_view_state(v, NULL);
+    assert_true(before == COMEM_OK || before == COMEM_ETIMEDOUT); /* held: running (if slow, its heartbeat aged) */
+    end_child(child, handle);
+    wait_child(child, handle);
+    assert_int_equal(comem_view_state(v, NULL), COMEM_ECLOSED);
+    comem_view_close(v);
+}
+
+#ifndef _WIN32
 static void test_refuses_what_is_not_a_view(void **s)
 {
     (void)s;
@@ -121,13 +191,19 @@ static void test_refuses_what_is_not_a_view(void **s)
     assert_int_equal(comem_view_open(g_sock, &v), COMEM_EPROTO); /* right size, no magic */
     assert_null(v);
 }
+#endif
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (child_main(argc, argv, child_writer))
+        return 0;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_publish_then_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unfinished_write_is_waited_out_then_reported, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_reader_tells_a_running_writer_from_a_gone_one, setup, teardown),
+#ifndef _WIN32
         cmocka_unit_test_setup_teardown(test_refuses_what_is_not_a_view, setup, teardown),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
