@@ -13,7 +13,9 @@ add_compile_definitions(__USE_MINGW_ANSI_STDIO=1)
 
 set(COMEM_PORTABLE_SOURCES
   src/base/clock.c src/base/log.c src/base/name.c src/base/size.c src/base/socket_name.c src/base/sort.c
-  src/base/spin.c src/base/status.c src/base/token.c src/coord/plan.c src/probe/device.c src/probe/sim.c src/probe/sim_spec.c
+  src/base/spin.c src/base/status.c src/base/token.c src/coord/plan.c
+  src/probe/cuda_driver.c src/probe/cuda_view.c src/probe/device.c src/probe/nvml.c src/probe/select.c
+  src/probe/sim.c src/probe/sim_spec.c
   src/shm/view.c)
 # The platform layer's Windows backends, as far as they are written (os/, base/, probe/ and shm/ *_win.c).
 file(GLOB COMEM_OS_SOURCES CONFIGURE_DEPENDS src/os/*_win.c src/base/*_win.c src/probe/*_win.c src/shm/*_win.c)
@@ -32,7 +34,16 @@ if(COMEM_BUILD_TESTS)
   find_library(COMEM_CMOCKA_LIB NAMES cmocka-static libcmocka-static.a HINTS ${COMEM_WIN_DEPS}/lib
                NO_CMAKE_FIND_ROOT_PATH REQUIRED)
   enable_testing()
-  foreach(name test_arith test_base test_calc test_hostmem_win test_ledger test_lock test_loop test_os test_plan test_proc test_rundir_win test_shm test_stream test_sim_shared test_view test_wddm_win test_wire test_xlock)
+  # The scripted drivers (tests/fakes/), as DLLs beside the tests, which load them from there.
+  foreach(fake fake_nvml fake_nvml_legacy fake_cuda)
+    string(REGEX REPLACE "_legacy$" "" src ${fake})
+    add_library(${fake} SHARED tests/fakes/${src}.c)
+    target_include_directories(${fake} PRIVATE src tests/fakes)
+    set_target_properties(${fake} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+    target_link_options(${fake} PRIVATE -static)
+  endforeach()
+  target_compile_definitions(fake_nvml_legacy PRIVATE FAKE_NVML_LEGACY=1)
+  foreach(name test_arith test_base test_calc test_hostmem_win test_ledger test_lock test_loop test_nvml_fake test_os test_plan test_proc test_rundir_win test_shm test_stream test_sim_shared test_view test_wddm_win test_wire test_xlock)
     add_executable(${name} tests/unit/${name}.c)
     target_include_directories(${name} PRIVATE tests ${COMEM_CMOCKA_INCLUDE})
     target_link_libraries(${name} PRIVATE comem_portable ${COMEM_CMOCKA_LIB})
@@ -43,6 +54,7 @@ if(COMEM_BUILD_TESTS)
     add_test(NAME ${name} COMMAND ${name})
     set_tests_properties(${name} PROPERTIES TIMEOUT 120 ENVIRONMENT "WINEDEBUG=-all")
   endforeach()
+  add_dependencies(test_nvml_fake fake_nvml fake_nvml_legacy fake_cuda)
   # Its one case skips where wine's DXGI has no display (no xvfb): say so, not "Passed".
   set_tests_properties(test_wddm_win PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endif()

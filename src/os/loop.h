@@ -11,9 +11,12 @@
  * Readiness is level-triggered on both: a stream with bytes left unread is reported again at the
  * next wait. A stream in a loop is read through the loop (comem_loop_read), never waiting: it gives
  * what has come, COMEM_ETIMEDOUT when nothing has, COMEM_ECLOSED once the peer has gone and
- * everything it sent has been read. Writes are as without a loop. Every object is removed from the
- * loop before it is closed, and the loop is closed last. One thread waits; comem_loop_wake may be
- * called from any.
+ * everything it sent has been read. It may be written as without a loop (waiting), or through the
+ * loop (comem_loop_send), never waiting: a send takes what the stream has room for now (Linux: the
+ * socket's buffer; Windows: one write kept pending per stream, its bytes copied), and one that
+ * takes nothing asks for COMEM_LOOP_WRITE (comem_loop_want_write), reported once the stream takes
+ * bytes again. Every object is removed from the loop before it is closed, and the loop is closed
+ * last. One thread waits; comem_loop_wake may be called from any.
  */
 #ifndef COMEM_OS_LOOP_H
 #define COMEM_OS_LOOP_H
@@ -28,12 +31,13 @@ enum {
     COMEM_LOOP_READ = 1u << 0,   /* a stream: bytes to read, or its peer gone (the read then says so) */
     COMEM_LOOP_ACCEPT = 1u << 1, /* a listener: a client waits (comem_accept with timeout 0 takes it) */
     COMEM_LOOP_EXITED = 1u << 2, /* a process: it has exited */
-    COMEM_LOOP_WOKEN = 1u << 3   /* comem_loop_wake was called (tag NULL) */
+    COMEM_LOOP_WOKEN = 1u << 3,  /* comem_loop_wake was called (tag NULL) */
+    COMEM_LOOP_WRITE = 1u << 4   /* a stream that wants to write (comem_loop_want_write) takes bytes again */
 };
 
 typedef struct comem_loop_event {
-    void *tag; /* what the object was added with */
-    unsigned what;
+    void *tag;     /* what the object was added with */
+    unsigned what; /* one bit, or for a stream COMEM_LOOP_READ and COMEM_LOOP_WRITE together */
 } comem_loop_event;
 
 /* A new loop: COMEM_OK, COMEM_ENOMEM, COMEM_EIO. */
@@ -58,8 +62,22 @@ void comem_loop_remove_process(comem_loop *l, comem_proc_watch *w);
  */
 int comem_loop_wait(comem_loop *l, comem_loop_event *ev, int max, int timeout_ms);
 
+/* As comem_loop_wait, the timeout in microseconds (Linux: as given, with epoll_pwait2; else rounded up to a millisecond). */
+int comem_loop_wait_us(comem_loop *l, comem_loop_event *ev, int max, int64_t timeout_us);
+
 /* Reads a stream in l, at most cap bytes, without waiting: the count, COMEM_ETIMEDOUT, COMEM_ECLOSED, COMEM_EIO. */
 int comem_loop_read(comem_loop *l, comem_stream *s, void *buf, size_t cap);
+
+/*
+ * Sends to a stream in l what it takes now, never waiting, with n shares riding on the first byte
+ * (os/stream.h; the first send of a message carries them): the count taken (> 0), COMEM_ETIMEDOUT
+ * when it takes nothing now, COMEM_ECLOSED, COMEM_EIO.
+ */
+int comem_loop_send(comem_loop *l, comem_stream *s, const void *buf, size_t len, const comem_shm_token *shares,
+                    int n);
+
+/* Whether the waits report COMEM_LOOP_WRITE for s once it takes bytes (level-triggered, as epoll's EPOLLOUT). */
+int comem_loop_want_write(comem_loop *l, comem_stream *s, bool on);
 
 /* Makes the waiting thread's comem_loop_wait return (a COMEM_LOOP_WOKEN event); any thread. */
 void comem_loop_wake(comem_loop *l);

@@ -2,9 +2,13 @@
 #include "os/loop.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comem/common.h"
@@ -14,6 +18,7 @@ typedef struct entry {
     void *tag;
     unsigned what;
     int fd;
+    bool want_write; /* EPOLLOUT is asked too */
     struct entry *next;
 } entry;
 
@@ -107,14 +112,32 @@ void comem_loop_remove_listener(comem_loop *l, comem_listener *ls) { drop(l, (in
 
 void comem_loop_remove_process(comem_loop *l, comem_proc_watch *w) { drop(l, (int)comem_proc_watch_handle(w)); }
 
-int comem_loop_wait(comem_loop *l, comem_loop_event *ev, int max, int timeout_ms)
+/* epoll_wait with a timeout in microseconds: epoll_pwait2 where the kernel has it, else rounded up to a millisecond. */
+static int epoll_wait_us(int ep, struct epoll_event *got, int max, int64_t timeout_us)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+    static _Atomic bool no_pwait2; /* one answer for the process */
+    if (timeout_us > 0 && timeout_us % 1000 != 0 && !atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
+        struct timespec ts = {(time_t)(timeout_us / 1000000), (long)(timeout_us % 1000000) * 1000};
+        int n = epoll_pwait2(ep, got, max, &ts, NULL);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        atomic_store_explicit(&no_pwait2, true, memory_order_relaxed);
+    }
+#endif
+    int ms = timeout_us < 0 ? -1 : timeout_us > (int64_t)INT32_MAX * 1000 ? INT32_MAX : (int)((timeout_us + 999) / 1000);
+    return epoll_wait(ep, got, max, ms);
+}
+
+int comem_loop_wait_us(comem_loop *l, comem_loop_event *ev, int max, int64_t timeout_us)
 {
     struct epoll_event got[64];
     if (max <= 0)
         return COMEM_EINVAL;
-    int n = epoll_wait(l->ep, got, max < 64 ? max : 64, timeout_ms < 0 ? -1 : timeout_ms);
+    int n = epoll_wait_us(l->ep, got, max < 64 ? max : 64, timeout_us);
     if (n < 0)
         return errno == EINTR ? 0 : COMEM_EIO;
+    int out = 0;
     for (int i = 0; i < n; i++) {
         const entry *e = got[i].data.ptr;
         if (e == &l->woken) {
@@ -122,9 +145,82 @@ int comem_loop_wait(comem_loop *l, comem_loop_event *ev, int max, int timeout_ms
             ssize_t r = read(l->wake, &v, sizeof v);
             (void)r;
         }
-        ev[i] = (comem_loop_event){.tag = e->tag, .what = e->what};
+        uint32_t evs = got[i].events;
+        /* In, or the peer gone (the read then says so); out only where it is wanted. */
+        unsigned what = evs & (EPOLLIN | EPOLLHUP | EPOLLERR) ? e->what : 0;
+        if ((evs & EPOLLOUT) && e->want_write)
+            what |= COMEM_LOOP_WRITE;
+        if (what)
+            ev[out++] = (comem_loop_event){.tag = e->tag, .what = what};
     }
-    return n;
+    return out;
+}
+
+int comem_loop_wait(comem_loop *l, comem_loop_event *ev, int max, int timeout_ms)
+{
+    return comem_loop_wait_us(l, ev, max, timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000);
+}
+
+static entry *entry_of(comem_loop *l, int fd)
+{
+    for (entry *e = l->entries; e; e = e->next)
+        if (e->fd == fd)
+            return e;
+    return NULL;
+}
+
+int comem_loop_want_write(comem_loop *l, comem_stream *s, bool on)
+{
+    entry *e = entry_of(l, (int)comem_stream_handle(s));
+    if (!e || e->what != COMEM_LOOP_READ)
+        return COMEM_EINVAL;
+    if (e->want_write == on)
+        return COMEM_OK; /* a syscall saved */
+    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0u), .data.ptr = e};
+    if (epoll_ctl(l->ep, EPOLL_CTL_MOD, e->fd, &ev) != 0)
+        return COMEM_EIO;
+    e->want_write = on;
+    return COMEM_OK;
+}
+
+int comem_loop_send(comem_loop *l, comem_stream *s, const void *buf, size_t len, const comem_shm_token *shares,
+                    int n)
+{
+    (void)l; /* the socket is non-blocking: send what it takes */
+    if (len == 0 || n < 0 || n > COMEM_STREAM_SHARES_MAX)
+        return COMEM_EINVAL;
+    if (len > (size_t)INT32_MAX)
+        len = INT32_MAX;
+    int fd = (int)comem_stream_handle(s);
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(COMEM_STREAM_SHARES_MAX * sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (n > 0) {
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = CMSG_SPACE((size_t)n * sizeof(int));
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+        for (int i = 0; i < n; i++) {
+            int share = (int)shares[i];
+            memcpy(CMSG_DATA(cm) + (size_t)i * sizeof share, &share, sizeof share);
+        }
+    }
+    for (;;) {
+        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0)
+            return (int)w;
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return COMEM_ETIMEDOUT;
+        return w < 0 && (errno == EPIPE || errno == ECONNRESET) ? COMEM_ECLOSED : COMEM_EIO;
+    }
 }
 
 int comem_loop_read(comem_loop *l, comem_stream *s, void *buf, size_t cap)

@@ -24,9 +24,17 @@
 #include "os/stream_win.h"
 
 #define LOOP_READ_BUFFER (16 * 1024)
+#define LOOP_WRITE_BUFFER (64 * 1024) /* the most one send takes: copied, and written while the caller goes on */
 #define KEY_IO 0     /* a read that completed (the key the pipe was associated with) */
 #define KEY_POSTED 1 /* a packet this file posted for a registration */
 #define KEY_WAKE 2   /* comem_loop_wake */
+
+/* A stream's read or write in flight: its packet says which, and whose. */
+typedef struct loop_io {
+    OVERLAPPED ov;
+    loop_reg *reg;
+    bool write;
+} loop_io;
 
 struct loop_reg {
     comem_loop *loop;
@@ -34,7 +42,8 @@ struct loop_reg {
     void *tag;
     void *owner;          /* the stream, listener or process watch; NULL once removed */
     HANDLE handle;        /* the pipe (streams), the connect's event (listeners), the process */
-    OVERLAPPED read;      /* streams: the pending read (its event lets removal wait for its end) */
+    loop_io rd;           /* streams: the pending read (its event lets removal wait for its end) */
+    loop_io wr;           /* streams: the pending write of comem_loop_send (its event lets close wait for it) */
     OVERLAPPED posted;    /* the identity of packets posted for this registration */
     bool reading;         /* the read is pending: a packet will come */
     int posted_due;       /* posted packets not yet taken */
@@ -43,6 +52,10 @@ struct loop_reg {
     uint8_t *buf;         /* streams: what the read brought, [pos, len) not yet handed out */
     DWORD len, pos;
     int status;           /* COMEM_OK, or how the stream ended (COMEM_ECLOSED, COMEM_EIO) */
+    uint8_t *wbuf;        /* streams: the bytes of the write in flight */
+    bool writing;         /* that write is pending: a packet will come */
+    bool want_write;      /* report COMEM_LOOP_WRITE while no write is pending */
+    int wstatus;          /* COMEM_OK, or how writing ended */
     struct loop_reg *next;
 };
 
@@ -67,16 +80,19 @@ int comem_loop_open(comem_loop **out)
 
 static void reg_free(loop_reg *r)
 {
-    if (r->read.hEvent)
-        CloseHandle(r->read.hEvent);
+    if (r->rd.ov.hEvent)
+        CloseHandle(r->rd.ov.hEvent);
+    if (r->wr.ov.hEvent)
+        CloseHandle(r->wr.ov.hEvent);
     free(r->buf);
+    free(r->wbuf);
     free(r);
 }
 
 /* Frees r when it is removed and nothing is due for it any more. */
 static void reg_settle(loop_reg *r)
 {
-    if (r->owner || r->reading || r->posted_due > 0)
+    if (r->owner || r->reading || r->writing || r->posted_due > 0)
         return;
     for (loop_reg **p = &r->loop->regs; *p; p = &(*p)->next) {
         if (*p == r) {
@@ -93,6 +109,8 @@ static loop_reg *reg_new(comem_loop *l, unsigned what, void *tag, void *owner, H
     if (!r)
         return NULL;
     *r = (loop_reg){.loop = l, .what = what, .tag = tag, .owner = owner, .handle = handle, .status = COMEM_OK};
+    r->rd.reg = r->wr.reg = r;
+    r->wr.write = true;
     r->next = l->regs;
     l->regs = r;
     return r;
@@ -118,12 +136,12 @@ static void arm(loop_reg *r)
 {
     if (r->reading || r->status != COMEM_OK)
         return;
-    HANDLE ev = r->read.hEvent;
-    memset(&r->read, 0, sizeof r->read);
-    r->read.hEvent = ev; /* without the low bit: its completion is queued to the port, and signals ev */
+    HANDLE ev = r->rd.ov.hEvent;
+    memset(&r->rd.ov, 0, sizeof r->rd.ov);
+    r->rd.ov.hEvent = ev; /* without the low bit: its completion is queued to the port, and signals ev */
     ResetEvent(ev);
     r->len = r->pos = 0;
-    if (ReadFile(r->handle, r->buf, LOOP_READ_BUFFER, NULL, &r->read) || GetLastError() == ERROR_IO_PENDING) {
+    if (ReadFile(r->handle, r->buf, LOOP_READ_BUFFER, NULL, &r->rd.ov) || GetLastError() == ERROR_IO_PENDING) {
         r->reading = true; /* done or not, its packet comes through the port */
         return;
     }
@@ -139,11 +157,13 @@ int comem_loop_add_stream(comem_loop *l, comem_stream *s, void *tag)
     if (!r)
         return COMEM_ENOMEM;
     r->buf = malloc(LOOP_READ_BUFFER);
-    r->read.hEvent = CreateEventW(NULL, TRUE, FALSE, NULL);
+    r->rd.ov.hEvent = CreateEventW(NULL, TRUE, FALSE, NULL);
+    r->wr.ov.hEvent = CreateEventW(NULL, TRUE, FALSE, NULL);
+    bool made = r->buf && r->rd.ov.hEvent && r->wr.ov.hEvent;
     /* A pipe is associated with one port for good: once with this loop's, it stays (removed and added again). */
-    bool joined = r->buf && r->read.hEvent && (s->port == l->port || CreateIoCompletionPort(s->h, l->port, KEY_IO, 0));
+    bool joined = made && (s->port == l->port || CreateIoCompletionPort(s->h, l->port, KEY_IO, 0));
     if (!joined) {
-        int rc = r->buf && r->read.hEvent ? COMEM_EIO : COMEM_ENOMEM;
+        int rc = made ? COMEM_EIO : COMEM_ENOMEM;
         r->owner = NULL;
         reg_settle(r);
         return rc;
@@ -176,8 +196,8 @@ void comem_loop_remove_stream(comem_loop *l, comem_stream *s)
     r->owner = NULL;
     if (r->reading) { /* cancelled, and over before its buffer may go; its packet is still due */
         DWORD n = 0;
-        CancelIoEx(r->handle, &r->read);
-        if (GetOverlappedResult(r->handle, &r->read, &n, TRUE) && n > 0) { /* it had completed: bytes */
+        CancelIoEx(r->handle, &r->rd.ov);
+        if (GetOverlappedResult(r->handle, &r->rd.ov, &n, TRUE) && n > 0) { /* it had completed: bytes */
             r->len = n;
             r->pos = 0;
         }
@@ -223,7 +243,7 @@ static void read_done(loop_reg *r)
     if (!r->owner)
         return;
     DWORD n = 0;
-    if (GetOverlappedResult(r->handle, &r->read, &n, FALSE)) {
+    if (GetOverlappedResult(r->handle, &r->rd.ov, &n, FALSE)) {
         r->len = n;
         r->pos = 0;
         if (n == 0)
@@ -231,6 +251,24 @@ static void read_done(loop_reg *r)
     } else {
         r->status = pipe_status(GetLastError());
     }
+}
+
+/* A stream's write completed: the stream takes bytes again, or writing has ended. */
+static void write_done(loop_reg *r)
+{
+    r->writing = false;
+    DWORD n = 0;
+    if (!GetOverlappedResult(r->handle, &r->wr.ov, &n, FALSE))
+        r->wstatus = pipe_status(GetLastError());
+}
+
+/* What a stream is ready for now: bytes (or its end) to read; room to write, where wanted. */
+static unsigned stream_ready(const loop_reg *r)
+{
+    unsigned what = r->len > r->pos || r->status != COMEM_OK ? COMEM_LOOP_READ : 0;
+    if (r->want_write && !r->writing)
+        what |= COMEM_LOOP_WRITE;
+    return what;
 }
 
 /* ---- listeners and processes: registered waits ---- */
@@ -322,14 +360,19 @@ void comem_loop_remove_process(comem_loop *l, comem_proc_watch *w)
 
 /* ---- waiting ---- */
 
-/* What one packet means: the registration to report (NULL: nothing to report). */
-static loop_reg *take(comem_loop *l, const OVERLAPPED_ENTRY *e)
+/* What one packet means: the registration to report and *what it is ready for (NULL: nothing to report). */
+static loop_reg *take(comem_loop *l, const OVERLAPPED_ENTRY *e, unsigned *what)
 {
     (void)l;
     if (e->lpCompletionKey == KEY_IO) {
-        loop_reg *r = CONTAINING_RECORD(e->lpOverlapped, loop_reg, read);
-        read_done(r);
-        loop_reg *report = r->owner && (r->len > r->pos || r->status != COMEM_OK) ? r : NULL;
+        loop_io *io = CONTAINING_RECORD(e->lpOverlapped, loop_io, ov);
+        loop_reg *r = io->reg;
+        if (io->write)
+            write_done(r);
+        else
+            read_done(r);
+        *what = r->owner ? stream_ready(r) : 0;
+        loop_reg *report = *what ? r : NULL;
         reg_settle(r);
         return report;
     }
@@ -339,8 +382,12 @@ static loop_reg *take(comem_loop *l, const OVERLAPPED_ENTRY *e)
         reg_settle(r);
         return NULL;
     }
-    if (r->what == COMEM_LOOP_READ) /* posted while bytes were left, or for the end: are they still? */
-        return r->len > r->pos || r->status != COMEM_OK ? r : NULL;
+    if (r->what == COMEM_LOOP_READ) { /* posted while bytes were left, for the end, or for room: still so? */
+        *what = stream_ready(r);
+        if ((*what & COMEM_LOOP_WRITE) && r->posted_due == 0)
+            post(r); /* level-triggered as EPOLLOUT: room stays reported while it is wanted */
+        return *what ? r : NULL;
+    }
     /* Level-triggered as epoll is: what has fired stays ready until it is taken (accept) or removed
        (a process that exited), so the wait is registered again, and fires again at once while its
        object is signalled. A packet queued before the object was taken (a client accepted since)
@@ -350,16 +397,25 @@ static loop_reg *take(comem_loop *l, const OVERLAPPED_ENTRY *e)
         r->wait = NULL;
         watch(r);
     }
+    *what = r->what;
     return WaitForSingleObject(r->handle, 0) == WAIT_OBJECT_0 ? r : NULL;
 }
 
 int comem_loop_wait(comem_loop *l, comem_loop_event *ev, int max, int timeout_ms)
 {
+    return comem_loop_wait_us(l, ev, max, timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000);
+}
+
+int comem_loop_wait_us(comem_loop *l, comem_loop_event *ev, int max, int64_t timeout_us)
+{
     if (max <= 0)
         return COMEM_EINVAL;
     OVERLAPPED_ENTRY got[64];
     ULONG n = 0;
-    DWORD wait = timeout_ms < 0 ? INFINITE : (DWORD)timeout_ms;
+    /* The port waits in milliseconds: a shorter wait is rounded up, never down to a look. */
+    DWORD wait = timeout_us < 0                          ? INFINITE
+                 : timeout_us >= (int64_t)INFINITE * 1000 ? INFINITE - 1
+                                                          : (DWORD)((timeout_us + 999) / 1000);
     if (!GetQueuedCompletionStatusEx(l->port, got, (ULONG)(max < 64 ? max : 64), &n, wait, FALSE))
         return GetLastError() == WAIT_TIMEOUT ? 0 : COMEM_EIO;
     int out = 0;
@@ -368,14 +424,18 @@ int comem_loop_wait(comem_loop *l, comem_loop_event *ev, int max, int timeout_ms
         if (got[i].lpCompletionKey == KEY_WAKE) {
             e = (comem_loop_event){.tag = NULL, .what = COMEM_LOOP_WOKEN};
         } else {
-            loop_reg *r = take(l, &got[i]);
+            unsigned what = 0;
+            loop_reg *r = take(l, &got[i], &what);
             if (!r)
                 continue;
-            e = (comem_loop_event){.tag = r->tag, .what = r->what};
+            e = (comem_loop_event){.tag = r->tag, .what = what};
         }
-        bool dup = false; /* one event per object and wait, as epoll gives */
+        bool dup = false; /* one event per object and wait, as epoll gives: what it is ready for, together */
         for (int k = 0; k < out && !dup; k++)
-            dup = ev[k].tag == e.tag && ev[k].what == e.what;
+            if (ev[k].tag == e.tag && (ev[k].tag || ev[k].what == e.what)) {
+                ev[k].what |= e.what;
+                dup = true;
+            }
         if (!dup)
             ev[out++] = e;
     }
@@ -386,6 +446,47 @@ int comem_loop_read(comem_loop *l, comem_stream *s, void *buf, size_t cap)
 {
     (void)l;
     return s->reg ? reg_read(s->reg, buf, cap) : comem_stream_read(s, buf, cap, 0);
+}
+
+int comem_loop_send(comem_loop *l, comem_stream *s, const void *buf, size_t len, const comem_shm_token *shares,
+                    int n)
+{
+    (void)l;
+    (void)shares; /* handles in the peer already: the bytes name them (os/shm.h) */
+    loop_reg *r = s->reg;
+    if (!r || len == 0 || n < 0 || n > COMEM_STREAM_SHARES_MAX)
+        return COMEM_EINVAL;
+    if (r->wstatus != COMEM_OK)
+        return r->wstatus;
+    if (r->writing)
+        return COMEM_ETIMEDOUT; /* one write in flight: the stream takes more once it is done */
+    if (!r->wbuf && !(r->wbuf = malloc(LOOP_WRITE_BUFFER)))
+        return COMEM_ENOMEM;
+    DWORD take_n = len > LOOP_WRITE_BUFFER ? LOOP_WRITE_BUFFER : (DWORD)len;
+    memcpy(r->wbuf, buf, take_n);
+    HANDLE ev = r->wr.ov.hEvent;
+    memset(&r->wr.ov, 0, sizeof r->wr.ov);
+    r->wr.ov.hEvent = ev; /* without the low bit: its completion is queued to the port */
+    ResetEvent(ev);
+    if (WriteFile(r->handle, r->wbuf, take_n, NULL, &r->wr.ov) || GetLastError() == ERROR_IO_PENDING) {
+        r->writing = true; /* done or not, its packet comes through the port */
+        return (int)take_n;
+    }
+    r->wstatus = pipe_status(GetLastError());
+    return r->wstatus;
+}
+
+int comem_loop_want_write(comem_loop *l, comem_stream *s, bool on)
+{
+    (void)l;
+    loop_reg *r = s->reg;
+    if (!r)
+        return COMEM_EINVAL;
+    bool was = r->want_write;
+    r->want_write = on;
+    if (on && !was && !r->writing && r->posted_due == 0)
+        post(r); /* room now: the next wait says so */
+    return COMEM_OK;
 }
 
 void comem_loop_wake(comem_loop *l) { PostQueuedCompletionStatus(l->port, 0, KEY_WAKE, NULL); }
@@ -403,8 +504,13 @@ void comem_loop_close(comem_loop *l)
         unwatch(r);
         if (r->reading) {
             DWORD n;
-            CancelIoEx(r->handle, &r->read);
-            GetOverlappedResult(r->handle, &r->read, &n, TRUE);
+            CancelIoEx(r->handle, &r->rd.ov);
+            GetOverlappedResult(r->handle, &r->rd.ov, &n, TRUE);
+        }
+        if (r->writing) { /* its buffer goes with the registration: the write must be over first */
+            DWORD n;
+            CancelIoEx(r->handle, &r->wr.ov);
+            GetOverlappedResult(r->handle, &r->wr.ov, &n, TRUE);
         }
     }
     CloseHandle(l->port); /* no packet is taken after this: every registration goes */

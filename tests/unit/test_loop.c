@@ -5,8 +5,10 @@
  * A listener in the loop is reported when a client connects, and the stream accepted is reported
  * when bytes come: once per wait, again while bytes are left unread (level-triggered), not at all
  * once they are read (all read through the loop); a stream removed from the loop is reported no
- * more and reads on its own again; a peer gone is reported and its read says so. A wake-up from another thread ends a wait that has no deadline, and a
- * child process is reported when it is ended, not before.
+ * more and reads on its own again; a peer gone is reported and its read says so. A wake-up from
+ * another thread ends a wait that has no deadline, and a child process is reported when it is
+ * ended, not before. A stream is sent to through the loop without waiting, and reports room only
+ * once its peer has read; a wait may be given in microseconds.
  */
 #include "unit/cmocka_all.h"
 
@@ -146,6 +148,106 @@ static void test_accept_read_level_triggered_and_removed(void **s)
     comem_loop_close(l);
 }
 
+/* ---- sending through the loop ---- */
+
+#define CHUNK (64 * 1024)
+#define PERIOD 251 /* the stream's byte k is k % PERIOD: any run of it starts somewhere in one buffer */
+static uint8_t g_pattern[CHUNK + PERIOD];
+
+/* Reads n bytes of the pattern from s, starting at stream offset at; false at the first that differs. */
+static bool read_pattern(comem_stream *s, size_t at, size_t n)
+{
+    static uint8_t buf[CHUNK];
+    while (n > 0) {
+        int got = comem_stream_read(s, buf, n < sizeof buf ? n : sizeof buf, 10000);
+        if (got <= 0)
+            return false;
+        for (int i = 0; i < got; i++)
+            if (buf[i] != (uint8_t)((at + (size_t)i) % PERIOD))
+                return false;
+        at += (size_t)got;
+        n -= (size_t)got;
+    }
+    return true;
+}
+
+/*
+ * A stream in the loop is sent to without waiting: it takes bytes until it has no room (the peer
+ * reads nothing), says so, and once asked reports room only when the peer has read; then it takes
+ * bytes again, and every byte arrives in order. Room is reported no more once not wanted, and a
+ * send to a peer that has gone says closed.
+ */
+static void test_sends_take_what_there_is_room_for(void **s)
+{
+    (void)s;
+    for (size_t i = 0; i < sizeof g_pattern; i++)
+        g_pattern[i] = (uint8_t)(i % PERIOD);
+    comem_loop *l = NULL;
+    assert_int_equal(comem_loop_open(&l), COMEM_OK);
+    comem_stream *srv = NULL;
+    client cl;
+    comem_listener *ls = connected(l, &srv, &cl);
+    assert_int_equal(comem_loop_add_stream(l, srv, &g_tag_stream), COMEM_OK);
+
+    /* Fill it: send until it takes nothing and no room comes while the peer reads nothing (on
+       Windows a write in flight may still complete into the pipe's buffer: room again). */
+    size_t sent = 0;
+    int rc = 0;
+    bool full = false;
+    while (!full && sent < ((size_t)64 << 20)) {
+        rc = comem_loop_send(l, srv, g_pattern + sent % PERIOD, CHUNK, NULL, 0);
+        if (rc > 0) {
+            assert_true(rc <= CHUNK);
+            sent += (size_t)rc;
+            continue;
+        }
+        assert_int_equal(rc, COMEM_ETIMEDOUT); /* it takes nothing now */
+        assert_int_equal(comem_loop_want_write(l, srv, true), COMEM_OK);
+        full = wait_for(l, &g_tag_stream, 200) == 0; /* else room came: go on */
+    }
+    assert_true(full);
+    assert_true(sent > 0);
+    assert_true(read_pattern(cl.s, 0, sent));
+    assert_int_equal(wait_for(l, &g_tag_stream, 10000), COMEM_LOOP_WRITE); /* room, and nothing to read */
+    rc = comem_loop_send(l, srv, g_pattern + sent % PERIOD, 1000, NULL, 0);
+    assert_int_equal(rc, 1000);
+    assert_true(read_pattern(cl.s, sent, 1000));
+    sent += 1000;
+
+    assert_int_equal(comem_loop_want_write(l, srv, false), COMEM_OK);
+    comem_loop_event ev[8]; /* a write's completion may still be due: it reports nothing now */
+    assert_int_equal(comem_loop_wait(l, ev, 8, 200), 0);
+    assert_quiet(l);
+
+    comem_stream_close(cl.s); /* the peer goes: sending says so, at once or after what was in flight */
+    for (int i = 0; i < 100 && (rc = comem_loop_send(l, srv, g_pattern, 100, NULL, 0)) != COMEM_ECLOSED; i++) {
+        assert_true(rc > 0 || rc == COMEM_ETIMEDOUT);
+        comem_loop_wait(l, ev, 8, 50);
+    }
+    assert_int_equal(rc, COMEM_ECLOSED);
+
+    comem_loop_remove_stream(l, srv);
+    comem_stream_close(srv);
+    comem_loop_remove_listener(l, ls);
+    comem_listener_close(ls);
+    comem_loop_close(l);
+}
+
+/* A wait in microseconds ends at its deadline when nothing is ready (rounded up to a millisecond where the system waits in those). */
+static void test_a_wait_in_microseconds(void **s)
+{
+    (void)s;
+    comem_loop *l = NULL;
+    assert_int_equal(comem_loop_open(&l), COMEM_OK);
+    comem_loop_event ev[4];
+    assert_int_equal(comem_loop_wait_us(l, ev, 4, 250), 0);
+    assert_int_equal(comem_loop_wait_us(l, ev, 4, 0), 0);
+    comem_loop_wake(l);
+    assert_int_equal(comem_loop_wait_us(l, ev, 4, 250000), 1);
+    assert_int_equal(ev[0].what, COMEM_LOOP_WOKEN);
+    comem_loop_close(l);
+}
+
 typedef struct waker {
     comem_loop *l;
 } waker;
@@ -208,6 +310,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_accept_read_level_triggered_and_removed, setup, endpoint_teardown),
         cmocka_unit_test(test_wake_from_another_thread),
+        cmocka_unit_test_setup_teardown(test_sends_take_what_there_is_room_for, setup, endpoint_teardown),
+        cmocka_unit_test(test_a_wait_in_microseconds),
         cmocka_unit_test(test_a_child_reported_when_it_is_ended),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,9 +1,10 @@
 /*
- * tests/unit/test_nvml_fake.c - the NVML device source against a scripted NVML.
+ * tests/unit/test_nvml_fake.c - the NVML device source against a scripted NVML, the same
+ * assertions on Linux and on Windows (the fakes built as DLLs, under wine in CI).
  *
  * The fakes (tests/fakes/fake_nvml.c) sit next to this binary in
- * COMEM_BIN_DIR: libfake_nvml.so with every entry point, and
- * libfake_nvml_legacy.so with only the unversioned ones. The NVML source loads
+ * COMEM_BIN_DIR (on Windows, without it, the executable's folder): libfake_nvml
+ * with every entry point, and libfake_nvml_legacy with only the unversioned ones. The NVML source loads
  * the library per open, so each case sets COMEM_NVML_LIBRARY and
  * FAKE_NVML_MODE and opens its own source in this process. The test keeps its
  * own handle on each fake, so the fake stays loaded between opens and its call
@@ -11,22 +12,51 @@
  */
 #include "unit/cmocka_all.h"
 
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _WIN32
+#include <windows.h>
+#endif
 
 #include "base/bytes.h"
 #include "base/log.h"
 #include "comem/common.h"
 #include "probe/device.h"
+#include "os/dl.h"
 #include "probe/nvml.h"
+
+#ifdef _WIN32
+#define LIB_SUFFIX ".dll"
+static void set_env(const char *name, const char *value) { _putenv_s(name, value); }
+#else
+#define LIB_SUFFIX ".so"
+static void set_env(const char *name, const char *value) { setenv(name, value, 1); }
+#endif
+
+/* The folder the fakes were built into: COMEM_BIN_DIR, or (Windows) this executable's. */
+static const char *bin_dir(void)
+{
+    const char *env = getenv("COMEM_BIN_DIR");
+    if (env && *env)
+        return env;
+#ifdef _WIN32
+    static char dir[MAX_PATH];
+    DWORD n = GetModuleFileNameA(NULL, dir, sizeof dir);
+    while (n > 0 && dir[n - 1] != '\\' && dir[n - 1] != '/')
+        n--;
+    dir[n > 0 ? n - 1 : 0] = '\0';
+    return dir;
+#else
+    return NULL;
+#endif
+}
 
 #define MIB COMEM_MIB
 
 typedef struct fake {
     char path[4096];
-    void *handle;
+    comem_dl *handle;
     int (*calls)(const char *fn);
     void (*reset)(void);
 } fake;
@@ -35,14 +65,15 @@ static fake g_full, g_legacy;
 
 static void load_fake(fake *f, const char *file)
 {
-    const char *bin = getenv("COMEM_BIN_DIR");
+    const char *bin = bin_dir();
     assert_non_null(bin);
-    snprintf(f->path, sizeof f->path, "%s/%s", bin, file);
-    f->handle = dlopen(f->path, RTLD_NOW | RTLD_LOCAL);
+    snprintf(f->path, sizeof f->path, "%s/%s" LIB_SUFFIX, bin, file);
+    char why[512] = "";
+    f->handle = comem_dl_open(f->path, false, why, sizeof why);
     if (!f->handle)
-        fail_msg("cannot load the fake %s: %s", f->path, dlerror());
-    void *c = dlsym(f->handle, "fake_nvml_calls");
-    void *r = dlsym(f->handle, "fake_nvml_reset");
+        fail_msg("cannot load the fake %s: %s", f->path, why);
+    void *c = comem_dl_sym(f->handle, "fake_nvml_calls");
+    void *r = comem_dl_sym(f->handle, "fake_nvml_reset");
     assert_non_null(c);
     assert_non_null(r);
     memcpy(&f->calls, &c, sizeof c);
@@ -52,16 +83,16 @@ static void load_fake(fake *f, const char *file)
 static int group_setup(void **state)
 {
     (void)state;
-    load_fake(&g_full, "libfake_nvml.so");
-    load_fake(&g_legacy, "libfake_nvml_legacy.so");
+    load_fake(&g_full, "libfake_nvml");
+    load_fake(&g_legacy, "libfake_nvml_legacy");
     return 0;
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    dlclose(g_full.handle);
-    dlclose(g_legacy.handle);
+    comem_dl_close(g_full.handle);
+    comem_dl_close(g_legacy.handle);
     return 0;
 }
 
@@ -69,8 +100,8 @@ static int group_teardown(void **state)
 static comem_device_source *open_mode(fake *f, const char *mode, int expect, char *why,
                                       size_t whylen)
 {
-    setenv(COMEM_NVML_LIBRARY_ENV, f->path, 1);
-    setenv("FAKE_NVML_MODE", mode, 1);
+    set_env(COMEM_NVML_LIBRARY_ENV, f->path);
+    set_env("FAKE_NVML_MODE", mode);
     f->reset();
     comem_device_source *src = (comem_device_source *)0x1;
     char local[256];
@@ -239,20 +270,20 @@ static void test_legacy_library_uses_unversioned_calls(void **s)
 static void test_missing_library_names_it(void **s)
 {
     (void)s;
-    setenv(COMEM_NVML_LIBRARY_ENV, "/nonexistent/dir/libnvidia-ml.so.1", 1);
+    set_env(COMEM_NVML_LIBRARY_ENV, "/nonexistent/dir/" COMEM_DL_NVML);
     comem_device_source *src = (comem_device_source *)0x1;
     char why[512];
     assert_int_equal(comem_nvml_open(&src, why, sizeof why), COMEM_ENODEV);
     assert_null(src);
     assert_non_null(strstr(why, "cannot load"));
-    assert_non_null(strstr(why, "libnvidia-ml.so.1"));
+    assert_non_null(strstr(why, COMEM_DL_NVML));
     assert_null(strchr(why, '\n'));
     /* a NULL reason buffer is allowed */
     assert_int_equal(comem_nvml_open(&src, NULL, 0), COMEM_ENODEV);
     /* a library that is not NVML at all */
     char other[4096];
-    snprintf(other, sizeof other, "%s/libfake_cuda.so", getenv("COMEM_BIN_DIR"));
-    setenv(COMEM_NVML_LIBRARY_ENV, other, 1);
+    snprintf(other, sizeof other, "%s/libfake_cuda" LIB_SUFFIX, bin_dir());
+    set_env(COMEM_NVML_LIBRARY_ENV, other);
     assert_int_equal(comem_nvml_open(&src, why, sizeof why), COMEM_ENODEV);
     assert_non_null(strstr(why, "has no nvmlInit"));
 }
