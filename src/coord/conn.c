@@ -1,35 +1,26 @@
 /*
  * coord/conn.c - what goes out: each connection's buffered frames, flushed, and their bounds.
  *
- * Frames are encoded into the connection's buffer and flushed as the socket
+ * Frames are encoded into the connection's buffer and flushed as the connection
  * takes them; what a peer may leave unread is bounded.
  *
  * Every handler answers through coord_send and coord_reply; nothing here
- * calls back into the handlers or the loop. A frame is written at once when
- * the socket has room; what does not fit waits in the connection's buffer
- * with EPOLLOUT armed, and the loop flushes it when the socket drains. A peer
+ * calls back into the handlers or the loop. A frame is sent at once when the
+ * connection has room (comem_loop_send, never waiting); what does not fit
+ * waits in the connection's buffer with room asked of the loop, which flushes
+ * it when the connection takes bytes again (os/loop.h). A peer
  * that leaves COORD_OUT_LIMIT unread is dropped; above COORD_OUT_TOTAL over
  * all connections, the worst reader is.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
 
 #define OUT_KEEP (64 << 10) /* an output buffer larger than this is freed once it drains */
-
-int coord_watch(comem_coord_srv *s, int fd, uint32_t events, ep_tag *tag)
-{
-    struct epoll_event ev = {.events = events, .data.ptr = tag};
-    return epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev);
-}
 
 conn *coord_conn_of(comem_coord_srv *s, uint64_t session)
 {
@@ -39,56 +30,30 @@ conn *coord_conn_of(comem_coord_srv *s, uint64_t session)
     return NULL;
 }
 
-/* Arms or disarms EPOLLOUT, touching epoll only when that changes (a syscall saved per reply). */
+/* Asks the loop for room, or stops asking (os/loop.h: a call saved when nothing changes). */
 static void want_out(comem_coord_srv *s, conn *c, bool on)
 {
     if (c->want_out == on)
         return;
-    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0u), .data.ptr = &c->tag};
-    epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+    comem_loop_want_write(s->loop, c->stream, on);
     c->want_out = on;
-}
-
-/* Sends what is queued with the session's shares riding on its first byte (SCM_RIGHTS), in their places. */
-static ssize_t send_with_shares(conn *c)
-{
-    int fds[2], n_fds = c->n_pass;
-    for (int i = 0; i < n_fds; i++)
-        fds[i] = (int)c->pass[i];
-    struct iovec iov = {.iov_base = c->out, .iov_len = c->out_len};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(2 * sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                        .msg_controllen = CMSG_SPACE((size_t)n_fds * sizeof(int))};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN((size_t)n_fds * sizeof(int));
-    memcpy(CMSG_DATA(cm), fds, (size_t)n_fds * sizeof(int));
-    ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-    if (n > 0) { /* they went with those bytes: the client holds the only other copies now */
-        for (int i = 0; i < n_fds; i++)
-            comem_shm_token_drop(c->pass[i]);
-        c->n_pass = 0;
-    }
-    return n;
 }
 
 bool coord_flush(comem_coord_srv *s, conn *c)
 {
     while (c->out_len > 0) {
-        ssize_t n = c->n_pass > 0 ? send_with_shares(c) : send(c->fd, c->out, c->out_len, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                want_out(s, c, true);
-                return true;
-            }
+        /* The session's shares ride on the first bytes sent (the HELLO_REPLY's), in their places. */
+        int n = comem_loop_send(s->loop, c->stream, c->out, c->out_len, c->pass, c->n_pass);
+        if (n == COMEM_ETIMEDOUT) {
+            want_out(s, c, true);
+            return true;
+        }
+        if (n < 0)
             return false;
+        if (c->n_pass > 0) { /* they went with those bytes: the client holds the only other copies now */
+            for (int i = 0; i < c->n_pass; i++)
+                comem_shm_token_drop(c->pass[i]);
+            c->n_pass = 0;
         }
         memmove(c->out, c->out + n, c->out_len - (size_t)n);
         c->out_len -= (size_t)n;
@@ -131,7 +96,7 @@ static bool over_total(comem_coord_srv *s, conn *c, size_t n)
 
 void coord_send(comem_coord_srv *s, conn *c, comem_msg *m)
 {
-    if (!c || c->fd < 0)
+    if (!c || !c->stream)
         return;
     int n = comem_wire_encode(m, s->frame, COMEM_WIRE_MAX_FRAME);
     if (n < 0) {

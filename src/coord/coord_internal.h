@@ -28,8 +28,10 @@
 #include "coord/plan.h"
 #include "shm/view.h"
 #include "ledger/ledger.h"
+#include "os/loop.h"
 #include "os/proc.h"
 #include "os/shm.h"
+#include "os/stream.h"
 #include "ledger/slab.h"
 #include "probe/device.h"
 #include "wire/wire.h"
@@ -56,7 +58,8 @@
 #define COORD_STR_(x) #x
 #define COORD_STR(x) COORD_STR_(x) /* a bound's value, in a reply's text */
 
-typedef enum ep_kind { EP_LISTEN, EP_WAKE, EP_TIMER, EP_CONN, EP_PIDFD } ep_kind;
+/* What a loop event is about (its tag, os/loop.h); a wake-up comes with no tag. */
+typedef enum ep_kind { EP_LISTEN, EP_CONN, EP_PIDFD } ep_kind;
 
 typedef struct ep_tag {
     ep_kind kind;
@@ -64,14 +67,14 @@ typedef struct ep_tag {
 } ep_tag;
 
 typedef struct conn {
-    int fd;
-    comem_proc_watch *watch; /* the session's process (os/proc.h); its pidfd is in the loop's set */
+    comem_stream *stream;    /* the connection (os/stream.h), in the loop */
+    comem_proc_watch *watch; /* the session's process (os/proc.h), in the loop */
     int32_t pid;
     uint32_t uid;
     uint64_t session; /* 0 before HELLO */
     bool closing;     /* flush what is queued, then close */
     bool goodbye;     /* the client said GOODBYE: its session's end is no death */
-    bool want_out;    /* EPOLLOUT is armed: output is waiting for room */
+    bool want_out;    /* room is asked of the loop: output is waiting for it */
     uint8_t *in;      /* COMEM_WIRE_MAX_FRAME bytes */
     size_t in_len;
     uint8_t *out;
@@ -307,12 +310,11 @@ typedef struct coord_ram_over {
 
 typedef struct comem_coord_srv {
     comem_coord_config cfg;
-    int epfd, listen_fd, wake_fd, timer_fd;
-    int spare_fd; /* /dev/null, closed to accept-and-refuse one connection when out of descriptors */
+    comem_loop *loop;            /* os/loop.h: the listener, every connection, every session's process */
+    comem_listener *listener;    /* os/stream.h; closing it removes only the socket it bound */
+    int64_t next_timer_ns;       /* the 20 ms timer's next turn */
     struct comem_lockfile *lock; /* <socket>.lock, held for the coordinator's life (os/lock.h) */
-    dev_t sock_dev; /* the socket this process bound: the only one it removes at exit */
-    ino_t sock_ino;
-    ep_tag listen_tag, wake_tag, timer_tag;
+    ep_tag listen_tag;
     comem_device_source *src;
     comem_device_source *ram_src; /* host RAM; NULL when cfg.ram_spec is "" */
     int ram_index;                /* host RAM's ledger index (after the cards); -1 when off */
@@ -350,13 +352,11 @@ typedef struct comem_coord_srv {
 static inline double coord_now_s(const comem_coord_srv *s) { return (double)(comem_now_ns() - s->started_ns) / 1e9; }
 
 /* ---- conn.c: what goes out ---- */
-/* Adds fd to the loop's epoll set, tagged so the loop knows whose it is. 0 or -1 (errno). */
-int coord_watch(comem_coord_srv *s, int fd, uint32_t events, ep_tag *tag);
 /* Queues one message to a connection (encoded into its output buffer) and writes what the socket takes. */
 void coord_send(comem_coord_srv *s, conn *c, comem_msg *m);
 /* Sends REPLY {status, message} for a request id (message NULL: the status's own text). */
 void coord_reply(comem_coord_srv *s, conn *c, uint32_t request_id, int status, const char *message);
-/* Writes what is queued; arms EPOLLOUT while the socket is full. False: the peer is gone. */
+/* Writes what is queued; asks the loop for room while the connection takes no more. False: the peer is gone. */
 bool coord_flush(comem_coord_srv *s, conn *c);
 /* Drops what c has queued and marks it closing (it does not read, or it is gone). */
 void coord_drop_output(comem_coord_srv *s, conn *c);

@@ -12,13 +12,9 @@
  * malformed frame is answered with an error and its connection closed; no
  * other connection notices.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -102,30 +98,31 @@ static bool reclaim_unauth(comem_coord_srv *s, int32_t pid, int limit, const cha
     }
 }
 
-/* Tells a connection that gets no slot why, in one frame written at once, and closes it. */
-static void refuse_unslotted(comem_coord_srv *s, int fd, int32_t pid, const char *why)
+/* The REPLY that refuses a connection before it has a slot, into s->frame: its length, or < 0. */
+static int refusal(comem_coord_srv *s, const char *why)
 {
     comem_msg m = {.type = COMEM_MSG_REPLY, .request_id = 0};
     m.u.reply.status = COMEM_EBUSY;
     snprintf(m.u.reply.message, sizeof m.u.reply.message, "%s", why);
-    int n = comem_wire_encode(&m, s->frame, COMEM_WIRE_MAX_FRAME);
-    if (n > 0 && send(fd, s->frame, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-        comem_debug("could not tell pid %d it was refused: %s", (int)pid, strerror(errno));
-    close(fd);
+    return comem_wire_encode(&m, s->frame, COMEM_WIRE_MAX_FRAME);
 }
 
-/* Out of descriptors: accept one connection on the spare descriptor only to refuse it. */
+/* Tells a connection that gets no slot why, in one frame written at once (never waited on), and closes it. */
+static void refuse_unslotted(comem_coord_srv *s, comem_stream *st, int32_t pid, const char *why)
+{
+    int n = refusal(s, why);
+    int rc = n > 0 ? comem_stream_write(st, s->frame, (size_t)n, 0) : n;
+    if (rc != COMEM_OK)
+        comem_debug("could not tell pid %d it was refused: %s", (int)pid, comem_status_str(rc));
+    comem_stream_close(st);
+}
+
+/* Out of descriptors: one connection is accepted on the listener's spare only to be refused. */
 static void refuse_on_spare(comem_coord_srv *s)
 {
-    if (s->spare_fd < 0)
-        return;
-    close(s->spare_fd);
-    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
+    int n = refusal(s, "refused: the coordinator is out of file descriptors");
+    if (n > 0 && comem_listener_refuse_one(s->listener, s->frame, (size_t)n) == COMEM_OK)
         comem_warn("out of file descriptors; refusing a connection");
-        refuse_unslotted(s, fd, -1, "refused: the coordinator is out of file descriptors");
-    }
-    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 static int free_slot(comem_coord_srv *s)
@@ -150,63 +147,67 @@ void coord_accept(comem_coord_srv *s)
                 if (s->conns[i] && s->conns[i]->closing)
                     return; /* a slot frees at the end of this turn: accept on the next */
         }
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if ((errno == EMFILE || errno == ENFILE) &&
+        comem_stream *st = NULL;
+        comem_peer peer;
+        int rc = comem_accept(s->listener, 0, &st, &peer);
+        if (rc != COMEM_OK) {
+            if (rc == COMEM_ENOMEM &&
                 !reclaim_unauth(s, -1, 0, "closed: its descriptor went to a newer connection (no HELLO)"))
                 refuse_on_spare(s);
-            return; /* EAGAIN: no more; other errors: try again on the next event */
+            return; /* COMEM_ETIMEDOUT: no more; other errors: try again on the next event */
         }
-        struct ucred cred;
-        socklen_t len = sizeof cred;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-            close(fd);
-            continue;
-        }
+        int32_t pid = (int32_t)peer.pid;
         if (slot < 0) {
-            comem_warn("refusing a connection from pid %d: %d connections, all of them sessions", (int)cred.pid,
+            comem_warn("refusing a connection from pid %d: %d connections, all of them sessions", (int)pid,
                        COORD_MAX_CONNS);
-            refuse_unslotted(s, fd, cred.pid, "refused: the coordinator is full (" COORD_STR(COORD_MAX_CONNS) " sessions)");
+            refuse_unslotted(s, st, pid, "refused: the coordinator is full (" COORD_STR(COORD_MAX_CONNS) " sessions)");
             continue;
         }
         conn *c = calloc(1, sizeof *c);
         if (c)
             c->in = malloc(COMEM_WIRE_MAX_FRAME);
         if (!c || !c->in) {
-            comem_error("refusing a connection from pid %d: no memory", (int)cred.pid);
+            comem_error("refusing a connection from pid %d: no memory", (int)pid);
             if (c)
                 free(c);
-            refuse_unslotted(s, fd, cred.pid, "refused: the coordinator is out of memory");
+            refuse_unslotted(s, st, pid, "refused: the coordinator is out of memory");
             continue;
         }
-        c->fd = fd;
-        c->pid = cred.pid;
-        c->uid = cred.uid;
+        c->stream = st;
+        c->pid = pid;
+        c->uid = (uint32_t)strtoul(peer.user, NULL, 10); /* a uid, as text (os/stream.h) */
         c->slot = slot;
         c->accepted_ns = comem_now_ns();
         coord_devmap_init(s, c);
         c->tag = (ep_tag){EP_CONN, c};
         c->pid_tag = (ep_tag){EP_PIDFD, c};
         s->conns[slot] = c;
-        coord_watch(s, fd, EPOLLIN, &c->tag);
-        if (cred.uid != getuid()) {
+        if (comem_loop_add_stream(s->loop, st, &c->tag) != COMEM_OK) {
+            comem_error("refusing a connection from pid %d: the loop cannot watch it", (int)pid);
+            s->conns[slot] = NULL;
+            free(c->in);
+            free(c);
+            refuse_unslotted(s, st, pid, "refused: the coordinator is out of memory");
+            continue;
+        }
+        if (!peer.same_user) {
             /* Another user may never read or change this user's ledger. */
-            comem_warn("refused pid %d: uid %u is not the coordinator's uid %u", (int)cred.pid, cred.uid, getuid());
+            comem_warn("refused pid %d: uid %s is not the coordinator's uid %u", (int)pid, peer.user, getuid());
             char why[80];
             snprintf(why, sizeof why, "refused: this coordinator serves uid %u only", (unsigned)getuid());
             refuse(s, c, COMEM_EPERM, why);
             continue;
         }
-        if (cred.pid > 0) { /* 0: a peer in another pid namespace; only the totals bound those */
+        if (pid > 0) { /* 0: a peer in another pid namespace; only the totals bound those */
             int unauth, of_pid;
-            count_conns(s, cred.pid, &unauth, &of_pid);
+            count_conns(s, pid, &unauth, &of_pid);
             if (of_pid > COORD_PEER_CONNS) {
-                comem_warn("refused pid %d: it holds %d connections already", (int)cred.pid, of_pid - 1);
+                comem_warn("refused pid %d: it holds %d connections already", (int)pid, of_pid - 1);
                 refuse(s, c, COMEM_EBUSY, "refused: this process holds " COORD_STR(COORD_PEER_CONNS) " connections");
                 continue;
             }
             /* the same process keeps opening and not saying HELLO */
-            reclaim_unauth(s, cred.pid, COORD_PEER_UNAUTH, "closed: this process opened more connections without HELLO");
+            reclaim_unauth(s, pid, COORD_PEER_UNAUTH, "closed: this process opened more connections without HELLO");
         }
         reclaim_unauth(s, -1, COORD_MAX_UNAUTH, "closed: its slot went to a newer connection (no HELLO)");
     }
@@ -259,8 +260,8 @@ static void consume(comem_coord_srv *s, conn *c)
 }
 
 /*
- * Reads once: epoll is level-triggered, so if more is waiting it wakes us again.
- * (Reading on until EAGAIN would cost one more syscall on every request.)
+ * Reads once: the loop is level-triggered, so if more is waiting it wakes us again.
+ * (Reading on until nothing is left would cost one more syscall on every request.)
  */
 void coord_conn_readable(comem_coord_srv *s, conn *c)
 {
@@ -268,30 +269,27 @@ void coord_conn_readable(comem_coord_srv *s, conn *c)
         protocol_error(s, c, 0, "frame too large");
         return;
     }
-    ssize_t n;
-    do
-        n = recv(c->fd, c->in + c->in_len, COMEM_WIRE_MAX_FRAME - c->in_len, 0);
-    while (n < 0 && errno == EINTR);
+    int n = comem_loop_read(s->loop, c->stream, c->in + c->in_len, COMEM_WIRE_MAX_FRAME - c->in_len);
     if (n > 0) {
         c->in_len += (size_t)n;
         consume(s, c);
         return;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return;
-    coord_drop_output(s, c); /* EOF or error: nobody reads what is queued */
+    if (n == COMEM_ETIMEDOUT)
+        return; /* nothing yet */
+    coord_drop_output(s, c); /* the end, or an error: nobody reads what is queued */
 }
 
 void coord_conn_close(comem_coord_srv *s, conn *c)
 {
     if (c->session)
         coord_session_end(s, c, "connection closed");
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
+    comem_loop_remove_stream(s->loop, c->stream);
+    comem_stream_close(c->stream);
     for (int i = 0; i < c->n_pass; i++)
         comem_shm_token_drop(c->pass[i]); /* never sent */
     if (c->watch) {
-        epoll_ctl(s->epfd, EPOLL_CTL_DEL, (int)comem_proc_watch_handle(c->watch), NULL);
+        comem_loop_remove_process(s->loop, c->watch);
         comem_proc_watch_close(c->watch);
     }
     s->conns[c->slot] = NULL;

@@ -1,37 +1,32 @@
 /*
  * coord/server.c - the coordinator's loop: create, run, stop, destroy, and the tick.
  *
- * One epoll set watches the listening socket, every connection, every
- * session's pidfd, a 20 ms timer and a wake-up eventfd. Each turn hands what
+ * One event loop (os/loop.h: epoll on Linux, a completion port on Windows)
+ * watches the listener, every connection and every session's process; its
+ * waits end by the 20 ms timer's next turn at the latest. Each turn hands what
  * is ready to its room and then frees the connections that were marked
  * closing during the turn (after one last flush of their error reply):
  *
- *   listening socket   coord_accept           input.c
+ *   the listener       coord_accept           input.c
  *   a connection       coord_conn_readable    input.c   (frames -> handlers.c)
- *                      coord_flush            conn.c    (EPOLLOUT: the socket drained)
- *   a pidfd            coord_session_end      session.c (the process died)
+ *                      coord_flush            conn.c    (room again: what was queued goes)
+ *   a process          coord_session_end      session.c (the process died)
  *   the timer          tick                   here: HELLO and ask deadlines every
  *                                             20 ms; every tick_ms the grant expiry,
  *                                             a reading of every device, idle release,
  *                                             the card's own pressure
- *   the eventfd        stop
+ *   a wake-up          stop
  *
  * Everything runs on the loop thread; only comem_coord_request_stop is called
- * from elsewhere (it writes the eventfd).
+ * from elsewhere (it wakes the loop).
  */
-#include <errno.h>
-#include <fcntl.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
+#ifdef __GLIBC__ /* known once a libc header is in */
+#include <malloc.h>
+#endif
 
 #include "base/log.h"
 #include "base/size.h"
@@ -71,9 +66,6 @@ const char *comem_coord_socket(const comem_coord_srv *s) { return s->cfg.socket_
 
 static void tick(comem_coord_srv *s)
 {
-    uint64_t expirations;
-    ssize_t r = read(s->timer_fd, &expirations, sizeof expirations);
-    (void)r;
     int64_t now = comem_now_ns();
     comem_view_heartbeat(&s->view, now); /* readers tell a live coordinator from one that exited */
     coord_hello_deadlines(s, now);
@@ -117,41 +109,38 @@ static void turn_end(comem_coord_srv *s)
     }
 }
 
-/* epoll_wait for at most 250 us (epoll_pwait2; where the kernel lacks it, 1 ms). */
-static int wait_short(comem_coord_srv *s, struct epoll_event *evs, int max)
-{
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
-    static _Atomic bool no_pwait2; /* one answer for the process, whichever coordinator asks */
-    if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
-        struct timespec ts = {0, 250000};
-        int n = epoll_pwait2(s->epfd, evs, max, &ts, NULL);
-        if (n >= 0 || errno != ENOSYS)
-            return n;
-        atomic_store_explicit(&no_pwait2, true, memory_order_relaxed);
-    }
-#endif
-    return epoll_wait(s->epfd, evs, max, 1);
-}
-
 /*
  * The loop's wait. While asks are out and the last went out less than the spin
  * budget ago, it polls first: a holder that answers at once sends its receipt
  * within microseconds, and a sleep would add the wake-up of an idle CPU to every
  * release round. Then, while clients book in shared memory, it looks at the area
  * every 250 us, so a booking is a ledger grant (and in the view) well within a
- * millisecond; else it sleeps up to a second (a millisecond when an
+ * millisecond; else it sleeps until the timer's next turn (a millisecond when an
  * acknowledgement is due soon).
  */
-static int wait_events(comem_coord_srv *s, struct epoll_event *evs, int max)
+static int wait_events(comem_coord_srv *s, comem_loop_event *evs, int max)
 {
     while (s->asks.used > 0 && comem_now_ns() < s->spin_until_ns) {
-        int n = epoll_wait(s->epfd, evs, max, 0);
+        int n = comem_loop_wait(s->loop, evs, max, 0);
         if (n != 0)
             return n;
     }
-    if (coord_book_active(s))
-        return wait_short(s, evs, max);
-    return epoll_wait(s->epfd, evs, max, s->acks_due ? 1 : 1000);
+    int64_t until_timer_us = (s->next_timer_ns - comem_now_ns()) / 1000;
+    int64_t us = coord_book_active(s) ? 250 : s->acks_due ? 1000 : until_timer_us;
+    if (us > until_timer_us)
+        us = until_timer_us;
+    return comem_loop_wait_us(s->loop, evs, max, us < 0 ? 0 : us);
+}
+
+/* The 20 ms timer: due when its turn has come; the next turn is a period on, or from now when far behind. */
+static bool timer_due(comem_coord_srv *s, int64_t now)
+{
+    if (now < s->next_timer_ns)
+        return false;
+    s->next_timer_ns += TIMER_PERIOD_MS * 1000000LL;
+    if (s->next_timer_ns <= now)
+        s->next_timer_ns = now + TIMER_PERIOD_MS * 1000000LL;
+    return true;
 }
 
 /* ---- lifecycle ---- */
@@ -162,8 +151,6 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
     if (!s)
         return COMEM_ENOMEM;
     s->cfg = *cfg;
-    s->epfd = s->listen_fd = s->wake_fd = s->timer_fd = -1;
-    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     s->ram_index = -1;
     s->host_base = cfg->reserve_base >= 0 ? cfg->reserve_base : -1;
     s->started_ns = s->last_tick_ns = comem_now_ns();
@@ -184,20 +171,13 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
     if (rc == COMEM_OK)
         rc = coord_socket_bind(s);
     if (rc == COMEM_OK) {
-        s->epfd = epoll_create1(EPOLL_CLOEXEC);
-        s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        s->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-        struct itimerspec its = {{0, TIMER_PERIOD_MS * 1000000L}, {0, TIMER_PERIOD_MS * 1000000L}};
-        if (s->epfd < 0 || s->wake_fd < 0 || s->timer_fd < 0 || timerfd_settime(s->timer_fd, 0, &its, NULL) != 0)
-            rc = COMEM_EIO;
+        s->listen_tag = (ep_tag){EP_LISTEN, NULL};
+        rc = comem_loop_open(&s->loop);
+        if (rc == COMEM_OK)
+            rc = comem_loop_add_listener(s->loop, s->listener, &s->listen_tag);
+        s->next_timer_ns = comem_now_ns() + TIMER_PERIOD_MS * 1000000LL;
     }
     if (rc == COMEM_OK) {
-        s->listen_tag = (ep_tag){EP_LISTEN, NULL};
-        s->wake_tag = (ep_tag){EP_WAKE, NULL};
-        s->timer_tag = (ep_tag){EP_TIMER, NULL};
-        coord_watch(s, s->listen_fd, EPOLLIN, &s->listen_tag);
-        coord_watch(s, s->wake_fd, EPOLLIN, &s->wake_tag);
-        coord_watch(s, s->timer_fd, EPOLLIN, &s->timer_tag);
         for (int d = 0; d < s->ledger.n_devices; d++) {
             coord_publish_reserve(s, d, false);
             coord_measure(s, d);
@@ -216,26 +196,22 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
 
 int comem_coord_run(comem_coord_srv *s)
 {
-    struct epoll_event evs[64];
+    comem_loop_event evs[64];
     while (!s->stop) {
         int n = wait_events(s, evs, 64);
         if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            comem_error("coordinator: epoll: %s", strerror(errno));
+            comem_error("coordinator: the event loop failed: %s", comem_status_str(n));
             return COMEM_EIO;
         }
         for (int i = 0; i < n; i++) {
-            ep_tag *t = evs[i].data.ptr;
+            ep_tag *t = evs[i].tag;
+            if (!t) { /* woken: comem_coord_request_stop */
+                s->stop = 1;
+                continue;
+            }
             switch (t->kind) {
             case EP_LISTEN:
                 coord_accept(s);
-                break;
-            case EP_WAKE:
-                s->stop = 1;
-                break;
-            case EP_TIMER:
-                tick(s);
                 break;
             case EP_PIDFD:
                 /* The process died: its session ends at once, even if its socket lingers. */
@@ -244,13 +220,15 @@ int comem_coord_run(comem_coord_srv *s)
                 t->conn->closing = true;
                 break;
             case EP_CONN:
-                if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                if (evs[i].what & COMEM_LOOP_READ)
                     coord_conn_readable(s, t->conn);
-                if (!t->conn->closing && (evs[i].events & EPOLLOUT) && !coord_flush(s, t->conn))
+                if (!t->conn->closing && (evs[i].what & COMEM_LOOP_WRITE) && !coord_flush(s, t->conn))
                     t->conn->closing = true;
                 break;
             }
         }
+        if (timer_due(s, comem_now_ns()))
+            tick(s);
         for (int i = 0; i < COORD_MAX_CONNS; i++) {
             conn *c = s->conns[i];
             if (c && c->closing) {
@@ -263,12 +241,7 @@ int comem_coord_run(comem_coord_srv *s)
     return COMEM_OK;
 }
 
-void comem_coord_request_stop(comem_coord_srv *s)
-{
-    uint64_t one = 1;
-    ssize_t w = write(s->wake_fd, &one, sizeof one);
-    (void)w;
-}
+void comem_coord_request_stop(comem_coord_srv *s) { comem_loop_wake(s->loop); }
 
 void comem_coord_destroy(comem_coord_srv *s)
 {
@@ -277,15 +250,10 @@ void comem_coord_destroy(comem_coord_srv *s)
     for (int i = 0; i < COORD_MAX_CONNS; i++)
         if (s->conns[i])
             coord_conn_close(s, s->conns[i]);
+    if (s->listener && s->loop)
+        comem_loop_remove_listener(s->loop, s->listener);
     coord_socket_release(s);
-    if (s->epfd >= 0)
-        close(s->epfd);
-    if (s->wake_fd >= 0)
-        close(s->wake_fd);
-    if (s->timer_fd >= 0)
-        close(s->timer_fd);
-    if (s->spare_fd >= 0)
-        close(s->spare_fd);
+    comem_loop_close(s->loop);
     for (size_t i = 0; i < comem_slab_slots(&s->jobs); i++) { /* jobs still waiting at shutdown */
         job *j = comem_slab_at(&s->jobs, i, NULL);
         if (j)

@@ -1,7 +1,6 @@
 /* coord/session.c - HELLO, authentication, and the end of a session. */
 #include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -84,8 +83,11 @@ int coord_hello(comem_coord_srv *s, conn *c, const comem_msg_hello *h, uint32_t 
     }
     c->session = id;
     /* Watch the process itself: its death ends the session even if the socket is inherited. */
-    if (comem_proc_watch_open(c->pid, &c->watch) == COMEM_OK)
-        coord_watch(s, (int)comem_proc_watch_handle(c->watch), EPOLLIN, &c->pid_tag);
+    if (comem_proc_watch_open(c->pid, &c->watch) == COMEM_OK &&
+        comem_loop_add_process(s->loop, c->watch, &c->pid_tag) != COMEM_OK) {
+        comem_proc_watch_close(c->watch); /* its end comes with its connection's, as without a watch */
+        c->watch = NULL;
+    }
     if (h->scope == COMEM_SCOPE_PROCESS_LOCAL && s->max_pinned_windows < s->ledger.max_pinned &&
         s->ledger.total_pinned <= s->max_pinned_windows) {
         /* A WDDM process: this is Windows, where ComfyUI pins at most 40 % of RAM. */

@@ -1,6 +1,7 @@
 /* coord/socket.c - the listening socket's path: claimed, locked, bound, and removed only if ours. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -65,14 +66,6 @@ static int take_lock(comem_coord_srv *s)
     return rc;
 }
 
-/* The path's inode now, to tell at exit whether the socket there is still the one we bound. */
-static bool same_socket(const comem_coord_srv *s)
-{
-    struct stat st;
-    return s->sock_ino && lstat(s->cfg.socket_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == s->sock_dev &&
-           st.st_ino == s->sock_ino;
-}
-
 int coord_socket_claim(comem_coord_srv *s)
 {
     struct sockaddr_un addr;
@@ -105,35 +98,18 @@ int coord_socket_bind(comem_coord_srv *s)
         comem_error("cannot replace the stale socket %s: %s", s->cfg.socket_path, strerror(errno));
         return COMEM_EIO;
     }
-    s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s->listen_fd < 0)
-        return COMEM_EIO;
-    mode_t old = umask(0077); /* the socket is born 0600 */
-    rc = bind(s->listen_fd, (struct sockaddr *)&addr, sizeof addr);
-    umask(old);
-    if (rc != 0 || listen(s->listen_fd, 128) != 0) {
-        int err = errno;
-        comem_error("cannot listen on %s: %s", s->cfg.socket_path, strerror(err));
-        /* Not ours: never unlink a path we did not bind (another coordinator may own it). */
-        close(s->listen_fd);
-        s->listen_fd = -1;
-        return err == EADDRINUSE ? COMEM_EEXIST : COMEM_EIO;
-    }
-    struct stat st;
-    if (lstat(s->cfg.socket_path, &st) == 0) { /* what we created, and the only thing we remove at exit */
-        s->sock_dev = st.st_dev;
-        s->sock_ino = st.st_ino;
-    }
-    return COMEM_OK;
+    /* Born 0600; the listener remembers what it bound, the only socket it removes at exit. */
+    char why[PATH_MAX + 64] = "";
+    rc = comem_listen(s->cfg.socket_path, &s->listener, why, sizeof why);
+    if (rc != COMEM_OK) /* never a path we did not bind removed: another coordinator may own it */
+        comem_error("%s", why[0] ? why : comem_status_str(rc));
+    return rc;
 }
 
 void coord_socket_release(comem_coord_srv *s)
 {
-    if (s->listen_fd >= 0) {
-        if (same_socket(s)) /* only the socket this process bound, never one put there since */
-            unlink(s->cfg.socket_path);
-        close(s->listen_fd);
-    }
+    comem_listener_close(s->listener); /* only the socket this process bound, never one put there since */
+    s->listener = NULL;
     comem_lockfile_release(s->lock); /* the file stays for the next coordinator */
     s->lock = NULL;
 }

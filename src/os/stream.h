@@ -40,8 +40,18 @@ typedef struct comem_peer {
 
 /* Listens under name (a socket path; a pipe's name \\.\pipe\...). COMEM_EEXIST when another has it. */
 int comem_listen(const char *name, comem_listener **out, char *why, size_t whylen);
-/* The next client, waiting up to timeout_ms; *peer (may be NULL) says who it is. */
+/*
+ * The next client, waiting up to timeout_ms; *peer (may be NULL) says who it is. COMEM_ENOMEM: this
+ * process is out of descriptors (or memory): comem_listener_refuse_one can still turn one away.
+ */
 int comem_accept(comem_listener *l, int timeout_ms, comem_stream **out, comem_peer *peer);
+
+/*
+ * Takes the next waiting client only to tell it why (bytes written once, never waited on) and close
+ * it, when this process cannot keep it: Linux keeps a spare descriptor per listener for this, so it
+ * works when every other is taken. COMEM_OK, COMEM_ETIMEDOUT (nobody waits), COMEM_EIO.
+ */
+int comem_listener_refuse_one(comem_listener *l, const void *why, size_t len);
 /* Stops listening: the name is given back (a socket path is removed). */
 void comem_listener_close(comem_listener *l);
 

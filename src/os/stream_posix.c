@@ -2,6 +2,7 @@
 #include "os/stream.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 struct comem_listener {
     int fd;
+    int spare; /* /dev/null, given up for a moment to accept a client only to refuse it (out of descriptors) */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     dev_t dev; /* the socket this listener bound: the only one close removes */
     ino_t ino;
@@ -93,6 +95,7 @@ int comem_listen(const char *name, comem_listener **out, char *why, size_t whyle
         return COMEM_ENOMEM;
     }
     l->fd = fd;
+    l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
     memcpy(l->path, a.sun_path, sizeof l->path);
     struct stat st;
     if (lstat(name, &st) == 0) {
@@ -110,7 +113,9 @@ int comem_accept(comem_listener *l, int timeout_ms, comem_stream **out, comem_pe
         return rc;
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
-        return errno == EAGAIN ? COMEM_ETIMEDOUT : COMEM_EIO;
+        return errno == EAGAIN || errno == EINTR ? COMEM_ETIMEDOUT
+               : errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS ? COMEM_ENOMEM
+                                                                                            : COMEM_EIO;
     struct ucred cred;
     socklen_t len = sizeof cred;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -132,10 +137,29 @@ int comem_accept(comem_listener *l, int timeout_ms, comem_stream **out, comem_pe
     return COMEM_OK;
 }
 
+int comem_listener_refuse_one(comem_listener *l, const void *why, size_t len)
+{
+    bool spared = l->spare >= 0;
+    if (spared)
+        close(l->spare); /* one descriptor free for the moment it takes */
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int err = errno;
+    if (fd >= 0) {
+        ssize_t w = send(fd, why, len, MSG_NOSIGNAL | MSG_DONTWAIT); /* best effort: it may not read */
+        (void)w;
+        close(fd);
+    }
+    if (spared)
+        l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return fd >= 0 ? COMEM_OK : err == EAGAIN ? COMEM_ETIMEDOUT : COMEM_EIO;
+}
+
 void comem_listener_close(comem_listener *l)
 {
     if (!l)
         return;
+    if (l->spare >= 0)
+        close(l->spare);
     struct stat st; /* never a socket someone else put at the path since */
     if (l->ino && lstat(l->path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == l->dev && st.st_ino == l->ino)
         unlink(l->path);

@@ -155,6 +155,17 @@ int comem_accept(comem_listener *l, int timeout_ms, comem_stream **out, comem_pe
     return COMEM_OK;
 }
 
+int comem_listener_refuse_one(comem_listener *l, const void *why, size_t len)
+{
+    comem_stream *s = NULL;
+    int rc = comem_accept(l, 0, &s, NULL); /* a process has handles to spare: no reserve is kept */
+    if (rc != COMEM_OK)
+        return rc;
+    (void)comem_stream_write(s, why, len, 0); /* best effort: it may not read */
+    comem_stream_close(s);
+    return COMEM_OK;
+}
+
 void comem_listener_close(comem_listener *l)
 {
     if (!l)

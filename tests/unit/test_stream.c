@@ -8,7 +8,8 @@
  * (on Windows FILE_FLAG_FIRST_PIPE_INSTANCE, which wine does not enforce: there the test says so
  * and skips that one check), a read with nothing to read times out, a read after the peer left
  * says closed, and a connect where nobody listens says so. Last, shared memory handed over with the
- * frame that names it (os/shm.h), as the coordinator hands a session its view.
+ * frame that names it (os/shm.h), as the coordinator hands a session its view; and a client turned
+ * away is told why, on Linux also when every descriptor is taken.
  */
 #include "unit/cmocka_all.h"
 
@@ -18,6 +19,8 @@
 #ifdef _WIN32
 #include <windows.h>
 #else
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #endif
 
@@ -260,12 +263,76 @@ static void test_a_share_rides_with_the_frame_that_names_it(void **s)
     comem_shm_close(region);
 }
 
+/* ---- turning a client away ---- */
+
+/*
+ * A listener that cannot keep a client still tells it why: the client reads the reason, then the
+ * end. On Linux the case it is for is shown too: with every descriptor taken, accepting says so
+ * (COMEM_ENOMEM), and the refusal still goes out on the listener's spare descriptor.
+ */
+static void test_a_client_turned_away_is_told_why(void **s)
+{
+    (void)s;
+    comem_listener *l = NULL;
+    assert_int_equal(comem_listen(g_endpoint.name, &l, NULL, 0), COMEM_OK);
+    static const char why[] = "refused: full";
+    for (int round = 0; round < 2; round++) {
+        comem_stream *c = NULL;
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, idle_client, &c), 0);
+        pthread_join(t, NULL);
+        assert_non_null(c);
+#ifndef _WIN32
+        struct rlimit was;
+        static int filler[4096];
+        int n_filler = 0;
+        if (round == 1) { /* every descriptor taken: no new one can be had but the listener's spare */
+            assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+            int open_now = 0;
+            for (int fd = 0; fd < 4096; fd++)
+                if (fcntl(fd, F_GETFD) != -1)
+                    open_now = fd + 1;
+            struct rlimit tight = {(rlim_t)open_now, was.rlim_max};
+            assert_int_equal(setrlimit(RLIMIT_NOFILE, &tight), 0);
+            int fd;
+            while (n_filler < 4096 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+                filler[n_filler++] = fd; /* the holes below the limit */
+            assert_int_equal(open("/dev/null", O_RDONLY | O_CLOEXEC), -1);
+            comem_stream *srv = NULL;
+            assert_int_equal(comem_accept(l, 5000, &srv, NULL), COMEM_ENOMEM);
+        }
+#endif
+        int rc = comem_listener_refuse_one(l, why, sizeof why - 1);
+#ifndef _WIN32
+        if (round == 1) {
+            while (n_filler > 0)
+                close(filler[--n_filler]);
+            assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+        }
+#endif
+        assert_int_equal(rc, COMEM_OK);
+        char got[64] = "";
+        assert_int_equal(comem_stream_read(c, got, sizeof got - 1, 5000), (int)sizeof why - 1);
+        assert_string_equal(got, why);
+        assert_int_equal(comem_stream_read(c, got, sizeof got, 5000), COMEM_ECLOSED);
+        comem_stream_close(c);
+#ifdef _WIN32
+        break; /* Windows keeps no descriptor limit to show */
+#endif
+    }
+    comem_stream *srv = NULL;
+    assert_int_equal(comem_listener_refuse_one(l, why, sizeof why - 1), COMEM_ETIMEDOUT); /* nobody waits */
+    assert_int_equal(comem_accept(l, 0, &srv, NULL), COMEM_ETIMEDOUT);
+    comem_listener_close(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_frame_each_way_and_the_peer_said_by_the_system),
         cmocka_unit_test(test_timeouts_and_absence),
         cmocka_unit_test(test_a_share_rides_with_the_frame_that_names_it),
+        cmocka_unit_test(test_a_client_turned_away_is_told_why),
     };
     return cmocka_run_group_tests(tests, setup, endpoint_teardown);
 }
