@@ -14,22 +14,32 @@ add_compile_definitions(__USE_MINGW_ANSI_STDIO=1)
 set(COMEM_PORTABLE_SOURCES
   src/base/clock.c src/base/log.c src/base/name.c src/base/size.c src/base/socket_name.c src/base/sort.c
   src/base/spin.c src/base/status.c src/base/token.c src/coord/plan.c
-  src/probe/cuda_driver.c src/probe/cuda_view.c src/probe/device.c src/probe/nvml.c src/probe/select.c
-  src/probe/sim.c src/probe/sim_spec.c
-  src/shm/view.c)
+  src/probe/cuda_driver.c src/probe/cuda_view.c src/probe/device.c src/probe/hostram.c src/probe/nvml.c
+  src/probe/select.c src/probe/sim.c src/probe/sim_spec.c src/shm/view.c)
 # The platform layer's Windows backends, as far as they are written (os/, base/, probe/ and shm/ *_win.c).
 file(GLOB COMEM_OS_SOURCES CONFIGURE_DEPENDS src/os/*_win.c src/base/*_win.c src/probe/*_win.c src/shm/*_win.c)
-file(GLOB COMEM_PORTABLE_LAYERS CONFIGURE_DEPENDS src/arith/*.c src/wire/*.c src/ledger/*.c)
+# The coordinator (coord/) builds whole: it stands on the platform layer.
+file(GLOB COMEM_PORTABLE_LAYERS CONFIGURE_DEPENDS src/arith/*.c src/wire/*.c src/ledger/*.c src/coord/*.c)
 add_library(comem_portable STATIC ${COMEM_PORTABLE_SOURCES} ${COMEM_PORTABLE_LAYERS} ${COMEM_OS_SOURCES})
 target_include_directories(comem_portable PUBLIC include src)
-target_link_libraries(comem_portable PUBLIC Threads::Threads advapi32 dxgi dxguid)
+# json-c built for MinGW by scripts/windows-check.sh into COMEM_WIN_DEPS (Debian ships none), for the
+# coordinator's status snapshot.
+set(COMEM_WIN_DEPS "" CACHE PATH "Where cmocka and json-c for MinGW are installed")
+find_path(COMEM_JSONC_INCLUDE json-c/json.h HINTS ${COMEM_WIN_DEPS}/include NO_CMAKE_FIND_ROOT_PATH REQUIRED)
+find_library(COMEM_JSONC_LIB NAMES libjson-c.a json-c HINTS ${COMEM_WIN_DEPS}/lib NO_CMAKE_FIND_ROOT_PATH REQUIRED)
+target_include_directories(comem_portable PUBLIC ${COMEM_JSONC_INCLUDE} ${COMEM_JSONC_INCLUDE}/json-c)
+target_link_libraries(comem_portable PUBLIC Threads::Threads advapi32 dxgi dxguid ${COMEM_JSONC_LIB})
 # Each exe carries what it needs: wine finds no MinGW runtime DLLs beside it.
 target_link_options(comem_portable PUBLIC -static)
+
+# comemd.exe: the coordinator as a program (its --metrics waits for the client library).
+add_executable(comemd tools/comemd/main.c)
+target_link_libraries(comemd PRIVATE comem_portable)
+set_target_properties(comemd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 
 if(COMEM_BUILD_TESTS)
   # cmocka built for MinGW: scripts/windows-check.sh builds Debian's source into COMEM_WIN_DEPS
   # (outside the MinGW root the toolchain file confines searches to).
-  set(COMEM_WIN_DEPS "" CACHE PATH "Where cmocka for MinGW is installed")
   find_path(COMEM_CMOCKA_INCLUDE cmocka.h HINTS ${COMEM_WIN_DEPS}/include NO_CMAKE_FIND_ROOT_PATH REQUIRED)
   find_library(COMEM_CMOCKA_LIB NAMES cmocka-static libcmocka-static.a HINTS ${COMEM_WIN_DEPS}/lib
                NO_CMAKE_FIND_ROOT_PATH REQUIRED)
@@ -43,7 +53,7 @@ if(COMEM_BUILD_TESTS)
     target_link_options(${fake} PRIVATE -static)
   endforeach()
   target_compile_definitions(fake_nvml_legacy PRIVATE FAKE_NVML_LEGACY=1)
-  foreach(name test_arith test_base test_calc test_hostmem_win test_ledger test_lock test_loop test_nvml_fake test_os test_plan test_proc test_rundir_win test_shm test_stream test_sim_shared test_view test_wddm_win test_wire test_xlock)
+  foreach(name test_arith test_base test_calc test_coord_serves test_hostmem_win test_ledger test_lock test_loop test_nvml_fake test_os test_plan test_proc test_rundir_win test_shm test_stream test_sim_shared test_view test_wddm_win test_wire test_xlock)
     add_executable(${name} tests/unit/${name}.c)
     target_include_directories(${name} PRIVATE tests ${COMEM_CMOCKA_INCLUDE})
     target_link_libraries(${name} PRIVATE comem_portable ${COMEM_CMOCKA_LIB})

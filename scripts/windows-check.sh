@@ -5,8 +5,8 @@
 #
 #   scripts/windows-check.sh      (or: make windows-check)
 #
-# Installs mingw-w64 and wine (scripts/deps.sh windows), builds Debian's cmocka source for MinGW
-# once into build-win-deps/ (Debian has no MinGW build of it; the source comes through a deb-src
+# Installs mingw-w64 and wine (scripts/deps.sh windows), builds Debian's cmocka and json-c sources
+# for MinGW once into build-win-deps/ (Debian has no MinGW build of them; the source comes through a deb-src
 # list of this script's own, so the machine's apt sources are left as they are), configures
 # build-win/ with cmake/mingw-w64.cmake, builds, and runs ctest there: each test .exe under wine,
 # in a wine prefix of this user's outside the source tree (a prefix holds a link to / as its drive
@@ -18,24 +18,44 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh windows
 
 deps=$PWD/build-win-deps
-if [ ! -f "$deps/lib/libcmocka-static.a" ]; then
-  src=$deps/src
-  rm -rf "$src"
+src=$deps/src
+
+# Fetches Debian's source package $1 into $src, through a deb-src list of this script's own.
+fetch_source() {
   mkdir -p "$src/lists/partial" "$src/cache/archives/partial" "$src/parts"
+  local codename
   codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
   echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $codename main" \
     >"$src/sources.list"
-  apt_opts=(-q -o "Dir::Etc::SourceList=$src/sources.list" -o "Dir::Etc::SourceParts=$src/parts"
-            -o "Dir::State::Lists=$src/lists" -o "Dir::Cache=$src/cache")
-  echo "windows-check: fetching Debian's cmocka source" >&2
+  local apt_opts=(-q -o "Dir::Etc::SourceList=$src/sources.list" -o "Dir::Etc::SourceParts=$src/parts"
+                  -o "Dir::State::Lists=$src/lists" -o "Dir::Cache=$src/cache")
+  echo "windows-check: fetching Debian's $1 source" >&2
   apt-get "${apt_opts[@]}" update >/dev/null
-  (cd "$src" && apt-get "${apt_opts[@]}" source --download-only cmocka >/dev/null 2>&1)
+  (cd "$src" && apt-get "${apt_opts[@]}" source --download-only "$1" >/dev/null 2>&1)
+}
+
+if [ ! -f "$deps/lib/libcmocka-static.a" ]; then
+  rm -rf "$src"/cmocka-* "$src/build"
+  fetch_source cmocka
   tar -C "$src" -xf "$src"/cmocka_*.orig.tar.xz
   echo "windows-check: building cmocka for MinGW" >&2
   cmake -S "$src"/cmocka-*/ -B "$src/build" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/mingw-w64.cmake" \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-D__USE_MINGW_ANSI_STDIO=1 -DWITH_STATIC_LIB=ON \
     -DWITH_EXAMPLES=OFF -DUNIT_TESTING=OFF -DCMAKE_INSTALL_PREFIX="$deps" >/dev/null
   cmake --build "$src/build" --target install >/dev/null
+fi
+# json-c, for the coordinator's status snapshot: built static (about 5 s).
+if [ ! -f "$deps/lib/libjson-c.a" ]; then
+  rm -rf "$src"/json-c-json-c-* "$src/build-json-c"
+  fetch_source json-c
+  tar -C "$src" -xf "$src"/json-c_*.orig.tar.gz
+  echo "windows-check: building json-c for MinGW" >&2
+  # Its CMakeLists asks for a CMake older than 3.5, which CMake 4 refuses unless told the floor.
+  cmake -S "$src"/json-c-json-c-*/ -B "$src/build-json-c" -G Ninja -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+    -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/mingw-w64.cmake" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+    -DBUILD_STATIC_LIBS=ON -DBUILD_TESTING=OFF -DBUILD_APPS=OFF -DDISABLE_WERROR=ON \
+    -DCMAKE_INSTALL_PREFIX="$deps" >/dev/null
+  cmake --build "$src/build-json-c" --target install >/dev/null
 fi
 
 cmake -S . -B build-win -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64.cmake -DCOMEM_WIN_DEPS="$deps" \

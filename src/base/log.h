@@ -19,7 +19,10 @@ typedef enum comem_log_level {
 
 typedef void (*comem_log_sink)(int level, const char *line, void *user);
 
-void comem_log(comem_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The formats are C99's everywhere (MinGW builds with __USE_MINGW_ANSI_STDIO), so they are checked as GNU's. */
+#define COMEM_PRINTF(fmt, args) __attribute__((format(gnu_printf, fmt, args)))
+
+void comem_log(comem_log_level level, const char *fmt, ...) COMEM_PRINTF(2, 3);
 bool comem_log_enabled(comem_log_level level);
 void comem_log_set_level(comem_log_level level);
 void comem_log_set_sink(comem_log_sink sink, void *user);

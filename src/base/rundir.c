@@ -15,7 +15,7 @@
 #include "comem/common.h"
 
 /* The reason, logged as an error and, where asked for, written to why. */
-static int refuse(int status, char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int refuse(int status, char *why, size_t whylen, const char *fmt, ...) COMEM_PRINTF(4, 5);
 static int refuse(int status, char *why, size_t whylen, const char *fmt, ...)
 {
     char text[400];
@@ -100,4 +100,9 @@ int comem_socket_name_check(const char *name, char *buf, size_t len, char *why, 
         return COMEM_ERANGE;
     }
     return COMEM_OK;
+}
+
+int comem_socket_sidecar(const char *socket, const char *suffix, char *buf, size_t len)
+{
+    return (size_t)snprintf(buf, len, "%s%s", socket, suffix) < len ? COMEM_OK : COMEM_ERANGE;
 }

@@ -50,4 +50,12 @@ int comem_socket_resolve_why(const char *arg, char *buf, size_t len, char *why, 
  */
 int comem_socket_name_check(const char *name, char *buf, size_t len, char *why, size_t whylen);
 
+/*
+ * A file that belongs beside the coordinator's address (its lock): Linux, the socket's path with
+ * suffix; Windows, where the address is a pipe's name, the runtime folder's file of that name with
+ * suffix. COMEM_OK, COMEM_ERANGE, COMEM_EINVAL (Windows: a pipe's name no file may have), or the
+ * runtime folder's refusal.
+ */
+int comem_socket_sidecar(const char *socket, const char *suffix, char *buf, size_t len);
+
 #endif

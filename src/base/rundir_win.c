@@ -244,3 +244,17 @@ int comem_socket_name_check(const char *name, char *buf, size_t len, char *why, 
     }
     return COMEM_OK;
 }
+
+int comem_socket_sidecar(const char *socket, const char *suffix, char *buf, size_t len)
+{
+    static const char pipe_prefix[] = "\\\\.\\pipe\\";
+    const char *name = strncmp(socket, pipe_prefix, sizeof pipe_prefix - 1) == 0 ? socket + sizeof pipe_prefix - 1
+                                                                                : socket;
+    char dir[MAX_PATH * 3];
+    int rc = comem_runtime_dir(dir, sizeof dir);
+    if (rc != COMEM_OK)
+        return rc;
+    if (strpbrk(name, "\\/:*?\"<>|"))
+        return COMEM_EINVAL; /* the pipe's name is no file name */
+    return (size_t)snprintf(buf, len, "%s\\%s%s", dir, name, suffix) < len ? COMEM_OK : COMEM_ERANGE;
+}

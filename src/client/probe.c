@@ -89,7 +89,7 @@ static int read_frame(int fd, uint8_t *buf, size_t cap, int64_t deadline, comem_
     }
 }
 
-__attribute__((format(printf, 4, 5))) static int say(char *why, size_t len, int status, const char *fmt, ...)
+COMEM_PRINTF(4, 5) static int say(char *why, size_t len, int status, const char *fmt, ...)
 {
     if (why && len) {
         va_list ap;

@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "comem/common.h"
@@ -192,9 +191,11 @@ void coord_accept(comem_coord_srv *s)
         }
         if (!peer.same_user) {
             /* Another user may never read or change this user's ledger. */
-            comem_warn("refused pid %d: uid %s is not the coordinator's uid %u", (int)pid, peer.user, getuid());
-            char why[80];
-            snprintf(why, sizeof why, "refused: this coordinator serves uid %u only", (unsigned)getuid());
+            char me[192];
+            comem_proc_self_user(me, sizeof me);
+            comem_warn("refused pid %d: uid %s is not the coordinator's uid %s", (int)pid, peer.user, me);
+            char why[sizeof me + 48]; /* the reply keeps what fits its text */
+            snprintf(why, sizeof why, "refused: this coordinator serves uid %s only", me);
             refuse(s, c, COMEM_EPERM, why);
             continue;
         }

@@ -225,8 +225,20 @@ int comem_loop_send(comem_loop *l, comem_stream *s, const void *buf, size_t len,
 
 int comem_loop_read(comem_loop *l, comem_stream *s, void *buf, size_t cap)
 {
-    (void)l; /* the socket itself is what epoll watches: read it, not waiting */
-    return comem_stream_read(s, buf, cap, 0);
+    (void)l; /* the socket itself is what epoll watches: read it, never waiting (one syscall) */
+    if (cap > (size_t)INT32_MAX)
+        cap = INT32_MAX;
+    for (;;) {
+        ssize_t r = recv((int)comem_stream_handle(s), buf, cap, MSG_DONTWAIT);
+        if (r > 0)
+            return (int)r;
+        if (r == 0 || errno == ECONNRESET)
+            return COMEM_ECLOSED;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return COMEM_ETIMEDOUT;
+        if (errno != EINTR)
+            return COMEM_EIO;
+    }
 }
 
 void comem_loop_wake(comem_loop *l)

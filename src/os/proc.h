@@ -16,6 +16,7 @@
 #define COMEM_OS_PROC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* What the system says of a process now. */
@@ -39,6 +40,27 @@ bool comem_proc_alive(int64_t pid, uint64_t start);
  * getpid() and 0.
  */
 int comem_proc_self(int64_t *pid, uint64_t *numbering);
+
+/* This process's user as the system names it, as os/stream.h's comem_peer does: a uid; a SID. */
+void comem_proc_self_user(char *buf, size_t len);
+
+/*
+ * Shuts this process to the other processes of its user: none may read or write its memory or take
+ * its handles (Linux: not dumpable, so no ptrace and no /proc/PID/fd; Windows: an access list on the
+ * process that lets the user, the owner's implicit rights included, only query it and wait for it).
+ * What a daemon holding others' shared memory needs (docs/booking.md). COMEM_OK, or COMEM_EIO.
+ */
+int comem_proc_protect_self(void);
+
+/*
+ * Calls stop when the system asks this process to stop: Linux, SIGTERM or SIGINT (stop runs in the
+ * signal handler: it must be async-signal-safe); Windows, Ctrl-C, Ctrl-Break, the console closed,
+ * log-off or shutdown (stop runs on a thread of the system's). SIGPIPE is ignored on Linux.
+ */
+void comem_proc_on_stop(void (*stop)(void));
+
+/* Lifts the limit on open descriptors to the most allowed (Linux's RLIMIT_NOFILE; Windows has none). */
+void comem_proc_raise_open_limit(void);
 
 /* A watch on one process. */
 typedef struct comem_proc_watch comem_proc_watch;

@@ -6,7 +6,10 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -73,6 +76,39 @@ int comem_proc_self(int64_t *pid, uint64_t *numbering)
     *pid = v;
     *numbering = (uint64_t)st.st_dev;
     return COMEM_OK;
+}
+
+void comem_proc_self_user(char *buf, size_t len) { snprintf(buf, len, "%u", (unsigned)getuid()); }
+
+int comem_proc_protect_self(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? COMEM_OK : COMEM_EIO; }
+
+static void (*volatile g_stop)(void);
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    void (*stop)(void) = g_stop;
+    if (stop)
+        stop();
+}
+
+void comem_proc_on_stop(void (*stop)(void))
+{
+    g_stop = stop;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+void comem_proc_raise_open_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 int comem_proc_watch_open(int64_t pid, comem_proc_watch **out)

@@ -1,10 +1,14 @@
 /* os/proc_win.c - other processes on Windows (os/proc.h): process handles. */
 #include "os/proc.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <windows.h>
+#include <aclapi.h>
+#include <sddl.h>
 
 #include "comem/common.h"
+#include "os/user_win.h"
 
 struct comem_proc_watch {
     HANDLE process;
@@ -54,6 +58,56 @@ int comem_proc_self(int64_t *pid, uint64_t *numbering)
     *numbering = 0; /* one numbering for the whole system */
     return COMEM_OK;
 }
+
+void comem_proc_self_user(char *buf, size_t len)
+{
+    if (!comem_user_sid_text(GetCurrentProcess(), buf, len) && len > 0)
+        buf[0] = '\0';
+}
+
+int comem_proc_protect_self(void)
+{
+    char me[192], sddl[512];
+    if (!comem_user_sid_text(GetCurrentProcess(), me, sizeof me))
+        return COMEM_EIO;
+    /* The user may query and wait (its clients watch the coordinator end), nothing more; OWNER RIGHTS
+       (OW) takes the owner's implicit right to change this list back; SYSTEM keeps everything. */
+    snprintf(sddl, sizeof sddl, "D:P(A;;0x%lx;;;%s)(A;;0x%lx;;;OW)(A;;GA;;;SY)",
+             (unsigned long)(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE), me,
+             (unsigned long)(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE | READ_CONTROL));
+    PSECURITY_DESCRIPTOR sd = NULL;
+    BOOL present = FALSE, defaulted = FALSE;
+    PACL dacl = NULL;
+    if (!ConvertStringSecurityDescriptorToSecurityDescriptorA(sddl, SDDL_REVISION_1, &sd, NULL))
+        return COMEM_EIO;
+    DWORD err = GetSecurityDescriptorDacl(sd, &present, &dacl, &defaulted)
+                    ? SetSecurityInfo(GetCurrentProcess(), SE_KERNEL_OBJECT,
+                                      DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION, NULL, NULL,
+                                      dacl, NULL)
+                    : GetLastError();
+    LocalFree(sd);
+    return err == ERROR_SUCCESS ? COMEM_OK : COMEM_EIO;
+}
+
+static void (*volatile g_stop)(void);
+
+static BOOL WINAPI on_console(DWORD event)
+{
+    void (*stop)(void) = g_stop;
+    if (!stop || (event != CTRL_C_EVENT && event != CTRL_BREAK_EVENT && event != CTRL_CLOSE_EVENT &&
+                  event != CTRL_LOGOFF_EVENT && event != CTRL_SHUTDOWN_EVENT))
+        return FALSE;
+    stop();
+    return TRUE;
+}
+
+void comem_proc_on_stop(void (*stop)(void))
+{
+    g_stop = stop;
+    SetConsoleCtrlHandler(on_console, TRUE);
+}
+
+void comem_proc_raise_open_limit(void) { /* handles have no per-process limit to lift */ }
 
 int comem_proc_watch_open(int64_t pid, comem_proc_watch **out)
 {

@@ -38,6 +38,14 @@ typedef struct comem_peer {
     char user[192]; /* that user: a uid or a SID, as text */
 } comem_peer;
 
+/*
+ * Whether a listener may take name: COMEM_OK when nothing is there or what is there may be replaced
+ * (Linux: a socket of this user, live or not; Windows: any pipe's name); else COMEM_EPERM and why
+ * (Linux: a file that is not a socket, another user's socket), left untouched; COMEM_ERANGE and why
+ * when name is too long to be a socket's path.
+ */
+int comem_listen_check(const char *name, char *why, size_t whylen);
+
 /* Listens under name (a socket path; a pipe's name \\.\pipe\...). COMEM_EEXIST when another has it. */
 int comem_listen(const char *name, comem_listener **out, char *why, size_t whylen);
 /*

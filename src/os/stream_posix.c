@@ -65,6 +65,36 @@ static bool stale(const char *name, const struct sockaddr_un *a)
     return dead && unlink(name) == 0;
 }
 
+static const char *kind_of(mode_t m)
+{
+    return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link" : "not a socket";
+}
+
+int comem_listen_check(const char *name, char *why, size_t whylen)
+{
+    struct sockaddr_un a;
+    if (address(name, &a) != COMEM_OK) {
+        if (why && whylen)
+            snprintf(why, whylen, "socket path too long: %s", name);
+        return COMEM_ERANGE;
+    }
+    struct stat st;
+    if (lstat(name, &st) != 0)
+        return errno == ENOENT ? COMEM_OK : COMEM_EIO;
+    if (!S_ISSOCK(st.st_mode)) {
+        if (why && whylen)
+            snprintf(why, whylen, "refusing %s: it is %s, not a coordinator's socket; choose another --socket path",
+                     name, kind_of(st.st_mode));
+        return COMEM_EPERM;
+    }
+    if (st.st_uid != getuid()) {
+        if (why && whylen)
+            snprintf(why, whylen, "refusing %s: the socket belongs to uid %u", name, (unsigned)st.st_uid);
+        return COMEM_EPERM;
+    }
+    return COMEM_OK;
+}
+
 int comem_listen(const char *name, comem_listener **out, char *why, size_t whylen)
 {
     struct sockaddr_un a;

@@ -68,7 +68,7 @@ static const char *query_result_str(CUdriverProcAddressQueryResult r)
     }
 }
 
-__attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...)
+COMEM_PRINTF(1, 2) static int fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

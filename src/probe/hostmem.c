@@ -1,5 +1,6 @@
 /* probe/hostmem.c - /proc/meminfo, /proc/swaps and the cgroup memory limit. */
 #include "probe/hostmem.h"
+#include "probe/hostram.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -313,4 +314,25 @@ int comem_hostmem_read(const char *root, comem_hostmem *out)
     out->total = co.total;
     out->available = co.available;
     return COMEM_OK;
+}
+
+/* probe/hostram.h: a process's resident set from /proc (the machine's, or a stand-in tree's). */
+int comem_hostram_rss(const char *root, int32_t pid, int64_t *bytes)
+{
+    char path[4200], line[256];
+    snprintf(path, sizeof path, "%s/proc/%d/status", comem_hostmem_root(root), (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return COMEM_ENOENT;
+    int rc = COMEM_ENOENT;
+    while (fgets(line, sizeof line, f)) {
+        long long kb;
+        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1 && kb >= 0) {
+            *bytes = comem_mul(kb, 1024);
+            rc = COMEM_OK;
+            break;
+        }
+    }
+    fclose(f);
+    return rc; /* a zombie or a kernel thread has no VmRSS line: nothing resident to count */
 }

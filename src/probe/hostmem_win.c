@@ -18,6 +18,7 @@
  * root names a stand-in tree on Linux only; here it must be NULL or "".
  */
 #include <windows.h>
+#include <psapi.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include "arith/cgroup.h"
 #include "comem/common.h"
 #include "probe/hostmem.h"
+#include "probe/hostram.h"
 
 const char *comem_hostmem_root(const char *root) { return root ? root : ""; }
 
@@ -80,5 +82,22 @@ int comem_hostmem_read(const char *root, comem_hostmem *out)
         strcpy(out->cgroup_dir, "job object");
     out->total = co.total;
     out->available = co.available;
+    return COMEM_OK;
+}
+
+/* probe/hostram.h: a process's resident set is its working set (what psutil's rss is on Windows). */
+int comem_hostram_rss(const char *root, int32_t pid, int64_t *bytes)
+{
+    (void)root; /* no stand-in trees here */
+    HANDLE h = pid > 0 ? OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, (DWORD)pid) : NULL;
+    if (!h)
+        return COMEM_ENOENT;
+    PROCESS_MEMORY_COUNTERS pmc = {.cb = sizeof pmc};
+    DWORD code = 0;
+    bool ok = K32GetProcessMemoryInfo(h, &pmc, sizeof pmc) && GetExitCodeProcess(h, &code) && code == STILL_ACTIVE;
+    CloseHandle(h);
+    if (!ok)
+        return COMEM_ENOENT; /* gone, or nothing this user may read */
+    *bytes = pmc.WorkingSetSize > (SIZE_T)INT64_MAX ? INT64_MAX : (int64_t)pmc.WorkingSetSize;
     return COMEM_OK;
 }

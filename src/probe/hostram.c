@@ -47,26 +47,6 @@ int comem_hostram_parse(const char *spec, int64_t *budget, char *err, size_t err
     return COMEM_OK;
 }
 
-int comem_hostram_rss(const char *root, int32_t pid, int64_t *bytes)
-{
-    char path[4200], line[256];
-    snprintf(path, sizeof path, "%s/proc/%d/status", comem_hostmem_root(root), (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return COMEM_ENOENT;
-    int rc = COMEM_ENOENT;
-    while (fgets(line, sizeof line, f)) {
-        long long kb;
-        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1 && kb >= 0) {
-            *bytes = comem_mul(kb, 1024);
-            rc = COMEM_OK;
-            break;
-        }
-    }
-    fclose(f);
-    return rc; /* a zombie or a kernel thread has no VmRSS line: nothing resident to count */
-}
-
 static int hostram_count(comem_device_source *src, int *n)
 {
     (void)src;

@@ -52,7 +52,8 @@ const comem_hostmem *comem_hostram_last(const comem_device_source *src);
 /*
  * The resident set of pid from <root>/proc/PID/status (root "": the real
  * machine; NULL: the machine, unless COMEM_HOSTMEM_ROOT names a stand-in tree,
- * as comem_hostmem_read), in bytes. COMEM_ENOENT when the process is gone.
+ * as comem_hostmem_read), in bytes; on Windows its working set, what psutil calls its rss there
+ * (probe/hostmem_win.c). COMEM_ENOENT when the process is gone.
  */
 int comem_hostram_rss(const char *root, int32_t pid, int64_t *bytes);
 

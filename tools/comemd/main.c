@@ -6,8 +6,9 @@
  *          [--started-by TEXT] [--version]
  *
  * Runs in the foreground (a service manager backgrounds it), logs to stderr,
- * and shuts down cleanly on SIGTERM or SIGINT: every session's connection is
- * closed and the socket it created is removed (nothing it did not create).
+ * and shuts down cleanly on SIGTERM or SIGINT (on Windows: Ctrl-C, Ctrl-Break,
+ * the console closed, log-off, shutdown): every session's connection is closed
+ * and the socket it created is removed (nothing it did not create).
  * The token, if any, comes from COMEM_TOKEN. comemd(8) is the manual, exit
  * codes included: 0 after a clean stop, 1 when it cannot start or the loop
  * fails, 2 for bad arguments or environment.
@@ -16,15 +17,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 
 #include "base/log.h"
 #include "base/name.h"
 #include "base/size.h"
 #include "comem/common.h"
 #include "coord/coord.h"
+#include "os/proc.h"
+#ifndef _WIN32
 #include "metrics.h"
+#endif
 #include "probe/hostram.h"
 
 #ifndef COMEM_VERSION
@@ -34,13 +36,12 @@
 static comem_coord_srv *volatile g_srv;
 static volatile sig_atomic_t g_stop_asked; /* a signal before the coordinator existed */
 
-static void on_signal(int sig)
+static void on_stop(void)
 {
-    (void)sig;
     g_stop_asked = 1;
     comem_coord_srv *srv = g_srv;
     if (srv)
-        comem_coord_request_stop(srv); /* an eventfd write: async-signal-safe */
+        comem_coord_request_stop(srv); /* a wake-up of the loop: an eventfd write, async-signal-safe */
 }
 
 static void usage(FILE *f)
@@ -70,16 +71,6 @@ static void usage(FILE *f)
             "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_RAM, COMEM_TOKEN (at most 127 bytes), COMEM_IDLE_SECONDS,\n"
             "  COMEM_CHECK, COMEM_LOG, COMEM_RUNTIME_DIR (the per-user folder of the default socket: mode 0700,\n"
             "  yours; default $XDG_RUNTIME_DIR/comem, else /tmp/comem-UID).\n");
-}
-
-/* A daemon may hold a connection and a pidfd per session: lift the soft descriptor limit to the hard one. */
-static void raise_fd_limit(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
 }
 
 int main(int argc, char **argv)
@@ -134,6 +125,12 @@ int main(int argc, char **argv)
             cfg.hello_timeout_ms = secs * 1000 < 1 ? 1 : (int)(secs * 1000);
             i++;
         } else if (!strcmp(a, "--metrics") && v) {
+#ifdef _WIN32
+            /* The writer reads its coordinator through the client library, which does not run on
+               Windows yet (docs/windows.md). */
+            comem_error("--metrics: not on Windows yet; `comem metrics` on Linux, or the status view");
+            return 2;
+#endif
             metrics_path = v;
             i++;
         } else if (!strcmp(a, "--metrics-interval") && v) {
@@ -177,18 +174,16 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    raise_fd_limit();
-    /* Not dumpable: no other process of the user can ptrace comemd or open its descriptors through
-       /proc, so each session's booking area stays between comemd and that session (docs/booking.md). */
-    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
-        comem_warn("cannot make comemd undumpable; other processes of this user can reach its memory");
-    /* Before the socket exists: a SIGTERM the moment it listens still removes it (a service manager,
-       or a test, that stops a daemon it just saw answer). */
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    /* A daemon may hold a connection and a process watch per session. */
+    comem_proc_raise_open_limit();
+    /* Shut to the user's other processes (not dumpable; on Windows a process access list): none can
+       reach comemd's memory or descriptors, so each session's booking area stays between comemd and
+       that session (docs/booking.md). */
+    if (comem_proc_protect_self() != COMEM_OK)
+        comem_warn("cannot shut comemd to this user's other processes; they can reach its memory");
+    /* Before the socket exists: a stop asked the moment it listens still removes it (a service
+       manager, or a test, that stops a daemon it just saw answer). */
+    comem_proc_on_stop(on_stop);
     comem_coord_srv *srv = NULL;
     int rc = comem_coord_create(&cfg, &srv);
     g_srv = srv;
@@ -206,6 +201,7 @@ int main(int argc, char **argv)
     }
     if (cfg.started_by[0])
         comem_info("coordinator: started by %s", cfg.started_by);
+#ifndef _WIN32
     metrics_writer *mw = metrics_path ? metrics_writer_start(comem_coord_socket(srv), metrics_path, metrics_interval)
                                       : NULL;
     if (metrics_path && !mw) {
@@ -213,8 +209,14 @@ int main(int argc, char **argv)
         comem_coord_destroy(srv);
         return 1;
     }
+#else
+    (void)metrics_path; /* refused above */
+    (void)metrics_interval;
+#endif
     rc = comem_coord_run(srv);
+#ifndef _WIN32
     metrics_writer_stop(mw); /* before the coordinator goes: its last snapshot, then comem_up 0 */
+#endif
     comem_info("coordinator: shutting down");
     g_srv = NULL; /* no signal reaches a destroyed coordinator */
     comem_coord_destroy(srv);
