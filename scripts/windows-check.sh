@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# comem on Windows, as far as it goes (issue 26; docs/windows.md): cross-builds the layers that
-# need no platform of their own (arith, wire, ledger, coord/plan.c, base) for 64-bit Windows with
-# MinGW-w64 and runs their unit tests under wine.
+# comem on Windows, as far as it goes (issue 26; docs/windows.md): cross-builds for 64-bit Windows
+# with MinGW-w64 what runs there (the coordinator and comemd.exe, the layers below them, the
+# platform layer's Windows backends) and runs their tests under wine, comemd.exe serving processes
+# over named pipes included.
 #
 #   scripts/windows-check.sh      (or: make windows-check)
 #

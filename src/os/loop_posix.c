@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "comem/common.h"
+#include "os/stream_posix.h"
 
 /* What an epoll entry carries: the caller's tag and what readiness of its descriptor means. */
 typedef struct entry {
@@ -186,41 +187,8 @@ int comem_loop_want_write(comem_loop *l, comem_stream *s, bool on)
 int comem_loop_send(comem_loop *l, comem_stream *s, const void *buf, size_t len, const comem_shm_token *shares,
                     int n)
 {
-    (void)l; /* the socket is non-blocking: send what it takes */
-    if (len == 0 || n < 0 || n > COMEM_STREAM_SHARES_MAX)
-        return COMEM_EINVAL;
-    if (len > (size_t)INT32_MAX)
-        len = INT32_MAX;
-    int fd = (int)comem_stream_handle(s);
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(COMEM_STREAM_SHARES_MAX * sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (n > 0) {
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = CMSG_SPACE((size_t)n * sizeof(int));
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
-        for (int i = 0; i < n; i++) {
-            int share = (int)shares[i];
-            memcpy(CMSG_DATA(cm) + (size_t)i * sizeof share, &share, sizeof share);
-        }
-    }
-    for (;;) {
-        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0)
-            return (int)w;
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return COMEM_ETIMEDOUT;
-        return w < 0 && (errno == EPIPE || errno == ECONNRESET) ? COMEM_ECLOSED : COMEM_EIO;
-    }
+    (void)l; /* the socket is non-blocking: it takes what it has room for */
+    return comem_stream_send_now(s, buf, len, shares, n);
 }
 
 int comem_loop_read(comem_loop *l, comem_stream *s, void *buf, size_t cap)

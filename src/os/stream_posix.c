@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "comem/common.h"
+#include "os/stream_posix.h"
 
 struct comem_listener {
     int fd;
@@ -271,40 +272,55 @@ int comem_stream_read(comem_stream *s, void *buf, size_t cap, int timeout_ms)
     }
 }
 
-int comem_stream_write_shares(comem_stream *s, const void *buf, size_t len, const comem_shm_token *shares, int n,
-                              int timeout_ms)
+int comem_stream_send_now(comem_stream *s, const void *buf, size_t len, const comem_shm_token *shares, int n)
 {
-    if (n < 0 || n > COMEM_STREAM_SHARES_MAX || len == 0)
+    if (len == 0 || n < 0 || n > COMEM_STREAM_SHARES_MAX)
         return COMEM_EINVAL; /* descriptors need a byte to ride on */
-    if (n == 0)
-        return comem_stream_write(s, buf, len, timeout_ms);
+    if (len > (size_t)INT32_MAX)
+        len = INT32_MAX;
     union {
         struct cmsghdr h;
         char buf[CMSG_SPACE(COMEM_STREAM_SHARES_MAX * sizeof(int))];
     } ctl;
     memset(&ctl, 0, sizeof ctl);
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                        .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int))};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
-    for (int i = 0; i < n; i++) {
-        int fd = (int)shares[i];
-        memcpy(CMSG_DATA(cm) + (size_t)i * sizeof fd, &fd, sizeof fd);
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (n > 0) {
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = CMSG_SPACE((size_t)n * sizeof(int));
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+        for (int i = 0; i < n; i++) {
+            int fd = (int)shares[i];
+            memcpy(CMSG_DATA(cm) + (size_t)i * sizeof fd, &fd, sizeof fd);
+        }
     }
     for (;;) {
-        ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL);
+        ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0)
+            return (int)w;
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return COMEM_ETIMEDOUT;
+        return w < 0 && (errno == EPIPE || errno == ECONNRESET) ? COMEM_ECLOSED : COMEM_EIO;
+    }
+}
+
+int comem_stream_write_shares(comem_stream *s, const void *buf, size_t len, const comem_shm_token *shares, int n,
+                              int timeout_ms)
+{
+    for (;;) {
+        int w = comem_stream_send_now(s, buf, len, shares, n);
         if (w > 0) /* the descriptors went with these bytes; the rest is plain */
             return comem_stream_write(s, (const char *)buf + w, len - (size_t)w, timeout_ms);
-        if (w < 0 && errno == EAGAIN) {
-            int rc = wait_for(s->fd, POLLOUT, timeout_ms);
-            if (rc != COMEM_OK)
-                return rc;
-        } else if (w < 0 && errno != EINTR) {
-            return errno == EPIPE || errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
-        }
+        if (w != COMEM_ETIMEDOUT)
+            return w;
+        int rc = wait_for(s->fd, POLLOUT, timeout_ms);
+        if (rc != COMEM_OK)
+            return rc;
     }
 }
 

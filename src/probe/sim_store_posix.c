@@ -14,6 +14,7 @@
 
 #include "base/log.h"
 #include "comem/common.h"
+#include "os/file_posix.h"
 
 struct sim_store {
     int fd;
@@ -21,28 +22,10 @@ struct sim_store {
     size_t size;
 };
 
-/* Creates the file fully initialised under a temporary name, then links it into place. */
+/* Creates the file fully initialised under a temporary name, then links it into place (os/file_posix.h). */
 static int create_file(const char *path, const sim_store_layout *lay)
 {
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return COMEM_EIO;
-    int rc = COMEM_EIO;
-    if (ftruncate(fd, (off_t)lay->size) == 0) {
-        void *mem = mmap(NULL, lay->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (mem != MAP_FAILED) {
-            rc = lay->init(mem, lay->ctx);
-            munmap(mem, lay->size);
-            /* link() fails if another process won the race; then we use theirs. */
-            if (rc == COMEM_OK)
-                rc = (link(tmp, path) == 0 || errno == EEXIST) ? COMEM_OK : COMEM_EIO;
-        }
-    }
-    close(fd);
-    unlink(tmp);
-    return rc;
+    return comem_file_create_whole(path, lay->size, lay->init, lay->ctx, false);
 }
 
 /* An auto-named card file left by another comem version (another layout) is

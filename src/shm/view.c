@@ -35,12 +35,13 @@ static view_file_kind judge_view(const void *head, size_t head_len, int64_t file
                                                                                        : VIEW_FILE_OLDER;
 }
 
-static void init_view(void *mem, const void *ctx)
+static int init_view(void *mem, const void *ctx)
 {
     comem_view_shared *sh = mem;
     sh->magic = VIEW_MAGIC;
     sh->version = VIEW_VERSION;
     atomic_store(&sh->n_devices, *(const uint32_t *)ctx);
+    return COMEM_OK;
 }
 
 static const view_file_layout k_layout = {

@@ -32,7 +32,7 @@ typedef struct view_file_layout {
     size_t size;
     uint32_t version;
     view_file_kind (*judge)(const void *head, size_t head_len, int64_t file_size); /* head: the first 16 bytes */
-    void (*init)(void *mem, const void *ctx); /* fills a new view's memory (zeroed) */
+    int (*init)(void *mem, const void *ctx); /* fills a new view's memory (zeroed): COMEM_OK */
     const void *ctx;
 } view_file_layout;
 

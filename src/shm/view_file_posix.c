@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "comem/common.h"
+#include "os/file_posix.h"
 
 struct view_file {
     int fd;
@@ -45,30 +46,10 @@ static int open_existing(const char *path, const view_file_layout *lay, int *out
     return COMEM_OK;
 }
 
-/* Creates the view complete under a temporary name and links it into place: never half a view at path. */
+/* Creates the view complete under a temporary name and puts it in place: never half a view at path. */
 static int create_new(const char *path, const view_file_layout *lay, bool replace)
 {
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return COMEM_EIO;
-    int rc = COMEM_EIO;
-    if (ftruncate(fd, (off_t)lay->size) == 0) {
-        void *mem = mmap(NULL, lay->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (mem != MAP_FAILED) {
-            lay->init(mem, lay->ctx);
-            munmap(mem, lay->size);
-            /* link() never replaces: if a view appeared meanwhile, that one is used (and checked). */
-            if (replace)
-                rc = rename(tmp, path) == 0 ? COMEM_OK : COMEM_EIO;
-            else
-                rc = link(tmp, path) == 0 || errno == EEXIST ? COMEM_OK : COMEM_EIO;
-        }
-    }
-    close(fd);
-    unlink(tmp);
-    return rc;
+    return comem_file_create_whole(path, lay->size, lay->init, lay->ctx, replace);
 }
 
 int comem_view_file_create(const char *path, const view_file_layout *layout, view_file **out, void **mem)

@@ -65,7 +65,7 @@ int comem_view_file_create(const char *path, const view_file_layout *layout, vie
     } else if (!(f->mem = MapViewOfFile(f->section, FILE_MAP_READ | FILE_MAP_WRITE, 0, 0, layout->size))) {
         rc = COMEM_EIO;
     } else if (made) {
-        layout->init(f->mem, layout->ctx);
+        rc = layout->init(f->mem, layout->ctx);
     } else if (layout->judge(f->mem, 16, (int64_t)layout->size) != VIEW_FILE_OURS) {
         comem_error("refusing the status view %s: what has its name is not a comem view", path);
         rc = COMEM_EPERM; /* reused in place otherwise: readers that mapped it keep working */

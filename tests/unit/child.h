@@ -32,6 +32,49 @@ static inline int64_t own_pid(void)
 #endif
 }
 
+/* The folder the tests and what they start were built into: COMEM_BIN_DIR, or (Windows) this program's. */
+static inline const char *test_bin_dir(void)
+{
+    const char *env = getenv("COMEM_BIN_DIR");
+    if (env && *env)
+        return env;
+#ifdef _WIN32
+    static char dir[MAX_PATH];
+    DWORD n = GetModuleFileNameA(NULL, dir, sizeof dir);
+    while (n > 0 && dir[n - 1] != '\\' && dir[n - 1] != '/')
+        n--;
+    dir[n > 0 ? n - 1 : 0] = '\0';
+    return dir;
+#else
+    return ".";
+#endif
+}
+
+/* Sleeps ms milliseconds. */
+static inline void pause_ms(int ms)
+{
+#ifdef _WIN32
+    Sleep((DWORD)ms);
+#else
+    usleep((useconds_t)ms * 1000);
+#endif
+}
+
+/* Waits up to max_ms for a file at path to exist (a child's word that it has done its part). */
+static inline bool wait_for_file(const char *path, int max_ms)
+{
+    for (int waited = 0;; waited += 10) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            fclose(f);
+            return true;
+        }
+        if (waited >= max_ms)
+            return false;
+        pause_ms(10);
+    }
+}
+
 /* What a child does before it sleeps, with the argument it was started with (start_child_with). */
 typedef void (*child_hook)(const char *arg);
 
@@ -73,6 +116,28 @@ static inline int64_t start_child_with(int ms, const char *arg, void **handle)
     char *argv[] = {(char *)g_child_self, "--child", ms_text, (char *)arg, NULL};
     pid_t pid;
     assert_int_equal(posix_spawn(&pid, g_child_self, NULL, NULL, argv, NULL), 0);
+    *handle = NULL;
+    return (int64_t)pid;
+#endif
+}
+
+/* Starts another program, argv[0] its path (NULL-terminated argv): its pid; *handle (Windows) its process. */
+static inline int64_t start_program(char *const argv[], void **handle)
+{
+#ifdef _WIN32
+    static char cmd[8192];
+    size_t at = 0;
+    for (int i = 0; argv[i]; i++) /* each argument quoted: none of ours holds a quote */
+        at += (size_t)snprintf(cmd + at, sizeof cmd - at, "%s\"%s\"", i ? " " : "", argv[i]);
+    STARTUPINFOA si = {.cb = sizeof si};
+    PROCESS_INFORMATION pi;
+    assert_true(CreateProcessA(argv[0], cmd, NULL, NULL, FALSE, 0, NULL, NULL, &si, &pi));
+    CloseHandle(pi.hThread);
+    *handle = pi.hProcess;
+    return (int64_t)pi.dwProcessId;
+#else
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, argv[0], NULL, NULL, argv, NULL), 0);
     *handle = NULL;
     return (int64_t)pid;
 #endif

@@ -15,6 +15,7 @@
 
 static struct {
     char name[400]; /* what to listen under and connect to */
+    char what[32];  /* the test's word for it */
 #ifndef _WIN32
     char dir[256];
 #endif
@@ -23,6 +24,7 @@ static struct {
 /* cmocka setup: a fresh name, its folder made (Linux); `what` tells the tests' names apart. */
 static inline int endpoint_make(const char *what)
 {
+    snprintf(g_endpoint.what, sizeof g_endpoint.what, "%s", what);
 #ifdef _WIN32
     snprintf(g_endpoint.name, sizeof g_endpoint.name, "\\\\.\\pipe\\comem-test-%s-%lld", what, (long long)own_pid());
     return 0;
@@ -31,6 +33,23 @@ static inline int endpoint_make(const char *what)
         return -1;
     snprintf(g_endpoint.name, sizeof g_endpoint.name, "%s/s", g_endpoint.dir);
     return 0;
+#endif
+}
+
+/*
+ * A file of the test's own beside the endpoint, named leaf: in its folder (Linux), or in the temporary
+ * folder under a name of this test process's (Windows, where a pipe has no folder). Removed by the
+ * caller on Windows; with the folder on Linux.
+ */
+static inline void endpoint_file(char *buf, size_t len, const char *leaf)
+{
+#ifdef _WIN32
+    char dir[MAX_PATH];
+    if (!GetTempPathA(sizeof dir, dir))
+        dir[0] = '\0';
+    snprintf(buf, len, "%scomem-test-%s-%lld-%s", dir, g_endpoint.what, (long long)own_pid(), leaf);
+#else
+    snprintf(buf, len, "%s/%s", g_endpoint.dir, leaf);
 #endif
 }
 

@@ -12,6 +12,7 @@
  */
 #include "unit/cmocka_all.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #endif
 
 #include "base/clock.h"
+#include "base/rundir.h"
 #include "comem/comem.h"
 #include "comem/common.h"
 #include "os/shm.h"
@@ -29,6 +31,7 @@
 #include "shm/book.h"
 #include "shm/view.h"
 #include "unit/endpoint.h"
+#include "unit/rawwire.h"
 #include "wire/wire.h"
 
 #define GIB ((int64_t)1 << 30)
@@ -40,59 +43,24 @@ static int setup(void **s)
     (void)s;
     if (endpoint_make("coord") != 0)
         return -1;
-#ifdef _WIN32
-    char dir[MAX_PATH];
-    if (!GetTempPathA(sizeof dir, dir))
-        return -1;
-    snprintf(g_card, sizeof g_card, "sim:4GiB:path=%scomem-test-coord-%lld.card", dir, (long long)own_pid());
-#else
-    snprintf(g_card, sizeof g_card, "sim:4GiB:path=%s/card", g_endpoint.dir);
-#endif
+    char card[sizeof g_card - 16];
+    endpoint_file(card, sizeof card, "card");
+    snprintf(g_card, sizeof g_card, "sim:4GiB:path=%s", card);
     return 0;
+}
+
+/* The coordinator's lock file stays (on Windows in the runtime folder, outside the endpoint's). */
+static void remove_lock_file(void)
+{
+    char lock[PATH_MAX + 16];
+    if (comem_socket_sidecar(g_endpoint.name, ".lock", lock, sizeof lock) == COMEM_OK)
+        remove(lock);
 }
 
 static int teardown(void **s)
 {
-#ifndef _WIN32
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s.lock", g_endpoint.name);
-    remove(path);
-    snprintf(path, sizeof path, "%s.view", g_endpoint.name);
-    remove(path);
-    snprintf(path, sizeof path, "%s/card", g_endpoint.dir);
-    remove(path);
-#endif
+    remove_lock_file(); /* the rest goes with the endpoint's folder (Linux) or with its last handle (Windows) */
     return endpoint_teardown(s);
-}
-
-static void send_msg(comem_stream *st, comem_msg *m)
-{
-    static uint8_t buf[COMEM_WIRE_MAX_FRAME];
-    int n = comem_wire_encode(m, buf, sizeof buf);
-    assert_true(n > 0);
-    assert_int_equal(comem_stream_write(st, buf, (size_t)n, 10000), COMEM_OK);
-}
-
-/* Reads one frame into *m, keeping what rode on its bytes in beside[] (*n_beside). */
-static void read_msg(comem_stream *st, comem_msg *m, comem_shm_token *beside, int *n_beside)
-{
-    static uint8_t buf[COMEM_WIRE_MAX_FRAME];
-    size_t have = 0, need = COMEM_WIRE_HEADER_SIZE;
-    comem_wire_header h;
-    *n_beside = 0;
-    while (have < need) {
-        int got = 0;
-        int n = have == 0 ? comem_stream_read_shares(st, buf, need, beside, COMEM_STREAM_SHARES_MAX, &got, 10000)
-                          : comem_stream_read(st, buf + have, need - have, 10000);
-        assert_true(n > 0);
-        *n_beside += got;
-        have += (size_t)n;
-        if (have == COMEM_WIRE_HEADER_SIZE) {
-            assert_int_equal(comem_wire_decode_header(buf, have, &h), COMEM_OK);
-            need += h.length;
-        }
-    }
-    assert_int_equal(comem_wire_decode(&h, buf + COMEM_WIRE_HEADER_SIZE, m), COMEM_OK);
 }
 
 static void test_a_client_gets_its_session_and_its_shares(void **s)
@@ -106,19 +74,9 @@ static void test_a_client_gets_its_session_and_its_shares(void **s)
     comem_stream *st = NULL;
     assert_int_equal(comem_connect(g_endpoint.name, 10000, &st), COMEM_OK);
     static comem_msg m;
-    memset(&m, 0, sizeof m);
-    m.type = COMEM_MSG_HELLO;
-    m.request_id = 1;
-    m.u.hello.proto_version = COMEM_WIRE_VERSION;
-    m.u.hello.role = COMEM_ROLE_WORKER;
-    m.u.hello.pid = (uint32_t)own_pid();
-    m.u.hello.reserve_base = -1;
-    snprintf(m.u.hello.name, sizeof m.u.hello.name, "serves-test");
-    send_msg(st, &m);
     comem_shm_token beside[COMEM_STREAM_SHARES_MAX];
     int n_beside = 0;
-    read_msg(st, &m, beside, &n_beside);
-    assert_int_equal(m.type, COMEM_MSG_HELLO_REPLY);
+    raw_hello(st, "serves-test", &m, beside, &n_beside);
     assert_int_equal(m.request_id, 1);
     assert_int_equal(m.u.hello_reply.proto_version, COMEM_WIRE_VERSION);
     assert_int_equal(m.u.hello_reply.n_devices, 1);
@@ -132,13 +90,8 @@ static void test_a_client_gets_its_session_and_its_shares(void **s)
     assert_non_null(view);
     const comem_view_shared *sh = comem_shm_addr(view);
     int64_t cap = 0;
-    for (int i = 0; i < 1000 && (cap = atomic_load(&((comem_view_shared *)sh)->dev[0].capacity)) != 4 * GIB; i++) {
-#ifdef _WIN32
-        Sleep(10);
-#else
-        usleep(10000);
-#endif
-    }
+    for (int i = 0; i < 1000 && (cap = atomic_load(&((comem_view_shared *)sh)->dev[0].capacity)) != 4 * GIB; i++)
+        pause_ms(10);
     assert_int_equal(cap, 4 * GIB);
 
     /* The booking area: this session's and this process's. */
@@ -156,8 +109,8 @@ static void test_a_client_gets_its_session_and_its_shares(void **s)
     memset(&m, 0, sizeof m);
     m.type = COMEM_MSG_DEVICES;
     m.request_id = 2;
-    send_msg(st, &m);
-    read_msg(st, &m, beside, &n_beside);
+    raw_send(st, &m);
+    raw_read(st, &m, beside, &n_beside);
     assert_int_equal(n_beside, 0);
     assert_int_equal(m.type, COMEM_MSG_DEVICES_REPLY);
     assert_int_equal(m.request_id, 2);

@@ -27,15 +27,6 @@
 static char g_dir[400];
 static char g_path[480];
 
-static void pause_ms(int ms)
-{
-#ifdef _WIN32
-    Sleep((DWORD)ms);
-#else
-    usleep((useconds_t)ms * 1000);
-#endif
-}
-
 static int setup(void **s)
 {
     (void)s;

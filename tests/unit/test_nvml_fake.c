@@ -25,6 +25,7 @@
 #include "probe/device.h"
 #include "os/dl.h"
 #include "probe/nvml.h"
+#include "unit/child.h"
 
 #ifdef _WIN32
 #define LIB_SUFFIX ".dll"
@@ -34,23 +35,6 @@ static void set_env(const char *name, const char *value) { _putenv_s(name, value
 static void set_env(const char *name, const char *value) { setenv(name, value, 1); }
 #endif
 
-/* The folder the fakes were built into: COMEM_BIN_DIR, or (Windows) this executable's. */
-static const char *bin_dir(void)
-{
-    const char *env = getenv("COMEM_BIN_DIR");
-    if (env && *env)
-        return env;
-#ifdef _WIN32
-    static char dir[MAX_PATH];
-    DWORD n = GetModuleFileNameA(NULL, dir, sizeof dir);
-    while (n > 0 && dir[n - 1] != '\\' && dir[n - 1] != '/')
-        n--;
-    dir[n > 0 ? n - 1 : 0] = '\0';
-    return dir;
-#else
-    return NULL;
-#endif
-}
 
 #define MIB COMEM_MIB
 
@@ -65,7 +49,7 @@ static fake g_full, g_legacy;
 
 static void load_fake(fake *f, const char *file)
 {
-    const char *bin = bin_dir();
+    const char *bin = test_bin_dir();
     assert_non_null(bin);
     snprintf(f->path, sizeof f->path, "%s/%s" LIB_SUFFIX, bin, file);
     char why[512] = "";
@@ -282,7 +266,7 @@ static void test_missing_library_names_it(void **s)
     assert_int_equal(comem_nvml_open(&src, NULL, 0), COMEM_ENODEV);
     /* a library that is not NVML at all */
     char other[4096];
-    snprintf(other, sizeof other, "%s/libfake_cuda" LIB_SUFFIX, bin_dir());
+    snprintf(other, sizeof other, "%s/libfake_cuda" LIB_SUFFIX, test_bin_dir());
     set_env(COMEM_NVML_LIBRARY_ENV, other);
     assert_int_equal(comem_nvml_open(&src, why, sizeof why), COMEM_ENODEV);
     assert_non_null(strstr(why, "has no nvmlInit"));

@@ -248,14 +248,7 @@ static int setup_note(void **s)
     (void)s;
     if (endpoint_make("shm") != 0)
         return -1;
-#ifdef _WIN32
-    char dir[MAX_PATH];
-    if (!GetTempPathA(sizeof dir, dir))
-        return -1;
-    snprintf(g_note, sizeof g_note, "%scomem-test-shm-%lld.note", dir, (long long)own_pid());
-#else
-    snprintf(g_note, sizeof g_note, "%s/note", g_endpoint.dir);
-#endif
+    endpoint_file(g_note, sizeof g_note, "note");
     return 0;
 }
 

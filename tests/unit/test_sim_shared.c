@@ -30,15 +30,6 @@
 static char g_spec[PATH_MAX + 64]; /* a card of this test process's own */
 static char g_note[480];           /* where a child says it has done its part */
 
-static void pause_ms(int ms)
-{
-#ifdef _WIN32
-    Sleep((DWORD)ms);
-#else
-    usleep((useconds_t)ms * 1000);
-#endif
-}
-
 static comem_sim *open_card(void)
 {
     comem_sim_spec spec;
@@ -82,11 +73,7 @@ static int64_t start_part(const char *what, void **handle)
     static char arg[sizeof g_spec + sizeof g_note + 32];
     snprintf(arg, sizeof arg, "%s|%s|%s", what, g_spec, g_note);
     int64_t pid = start_child_with(120000, arg, handle);
-    FILE *f = NULL;
-    for (int i = 0; i < 3000 && !(f = fopen(g_note, "r")); i++)
-        pause_ms(10);
-    assert_non_null(f);
-    fclose(f);
+    assert_true(wait_for_file(g_note, 30000));
     return pid;
 }
 
@@ -138,16 +125,10 @@ static int setup(void **s)
     (void)s;
     if (endpoint_make("simshared") != 0)
         return -1;
-#ifdef _WIN32
-    char dir[MAX_PATH];
-    if (!GetTempPathA(sizeof dir, dir))
-        return -1;
-    snprintf(g_note, sizeof g_note, "%scomem-test-simshared-%lld.note", dir, (long long)own_pid());
-    snprintf(g_spec, sizeof g_spec, "sim:4GiB:path=%scomem-test-simshared-%lld.card", dir, (long long)own_pid());
-#else
-    snprintf(g_note, sizeof g_note, "%s/note", g_endpoint.dir);
-    snprintf(g_spec, sizeof g_spec, "sim:4GiB:path=%s/card", g_endpoint.dir);
-#endif
+    char card[sizeof g_spec - 16];
+    endpoint_file(g_note, sizeof g_note, "note");
+    endpoint_file(card, sizeof card, "card");
+    snprintf(g_spec, sizeof g_spec, "sim:4GiB:path=%s", card);
     return 0;
 }
 

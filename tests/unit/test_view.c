@@ -32,14 +32,7 @@ static int setup(void **s)
     if (endpoint_make("view") != 0)
         return -1;
     g_sock = g_endpoint.name;
-#ifdef _WIN32
-    char dir[MAX_PATH];
-    if (!GetTempPathA(sizeof dir, dir))
-        return -1;
-    snprintf(g_note, sizeof g_note, "%scomem-test-view-%lld.note", dir, (long long)own_pid());
-#else
-    snprintf(g_note, sizeof g_note, "%s/note", g_endpoint.dir);
-#endif
+    endpoint_file(g_note, sizeof g_note, "note");
     return 0;
 }
 
@@ -154,16 +147,7 @@ static void test_a_reader_tells_a_running_writer_from_a_gone_one(void **s)
     snprintf(arg, sizeof arg, "%s|%s", g_sock, g_note);
     void *handle;
     int64_t child = start_child_with(120000, arg, &handle);
-    FILE *f = NULL;
-    for (int i = 0; i < 3000 && !(f = fopen(g_note, "r")); i++) {
-#ifdef _WIN32
-        Sleep(10);
-#else
-        usleep(10000);
-#endif
-    }
-    assert_non_null(f);
-    fclose(f);
+    assert_true(wait_for_file(g_note, 30000));
     assert_int_equal(comem_view_open(g_sock, &v), COMEM_OK);
     int before = comem_view_state(v, NULL);
     assert_true(before == COMEM_OK || before == COMEM_ETIMEDOUT); /* held: running (if slow, its heartbeat aged) */

@@ -27,15 +27,6 @@
 
 static char g_name[64]; /* the lock's name: this test process's own */
 
-static void pause_ms(int ms)
-{
-#ifdef _WIN32
-    Sleep((DWORD)ms);
-#else
-    usleep((useconds_t)ms * 1000);
-#endif
-}
-
 typedef struct other {
     comem_xlock *l;
     int at_once, after_wait, after_give;
@@ -154,10 +145,7 @@ static void test_a_dead_holder_hands_it_on(void **s)
 #else
     assert_int_equal(rename(tmp, g_note), 0); /* whole, or not there */
 #endif
-    for (int i = 0; i < 3000 && !(f = fopen(held, "r")); i++)
-        pause_ms(10);
-    assert_non_null(f); /* the child holds the lock */
-    fclose(f);
+    assert_true(wait_for_file(held, 30000)); /* the child holds the lock */
     assert_int_equal(comem_xlock_take(mine, 20 * 1000000LL, NULL), COMEM_ETIMEDOUT);
     end_child(child, handle);
     bool recovered = false;
@@ -180,14 +168,7 @@ static int setup(void **s)
     snprintf(g_name, sizeof g_name, "comem-test-xlock-%lld", (long long)own_pid());
     if (endpoint_make("xlock") != 0)
         return -1;
-#ifdef _WIN32
-    char dir[MAX_PATH];
-    if (!GetTempPathA(sizeof dir, dir))
-        return -1;
-    snprintf(g_note, sizeof g_note, "%scomem-test-xlock-%lld.note", dir, (long long)own_pid());
-#else
-    snprintf(g_note, sizeof g_note, "%s/note", g_endpoint.dir);
-#endif
+    endpoint_file(g_note, sizeof g_note, "note");
     return 0;
 }
 
