@@ -6,7 +6,11 @@
  *
  * A second daemon under the same address is refused (exit 3). A child (this test run again) admits
  * 2 GiB of the 4 GiB card and holds the grant: another admission of 2 GiB is refused while it lives;
- * the child is killed, and its bytes come back: the same admission is granted.
+ * the child is killed, and its bytes come back: the same admission is granted. Then a release across
+ * processes: a child holds a 2 GiB model on the card (allocated there, registered with the
+ * coordinator as a holder that answers asks); an admission of 1.5 GiB, which with the reserve needs
+ * its room, asks it, the child frees the model and sends its receipt, and the admission is granted
+ * with the bytes it freed. Whatever fails, teardown ends the processes a test started.
  */
 #include "unit/cmocka_all.h"
 
@@ -22,6 +26,7 @@
 
 #include "base/rundir.h"
 #include "comem/common.h"
+#include "probe/sim.h"
 #include "os/stream.h"
 #include "unit/endpoint.h"
 #include "unit/rawwire.h"
@@ -31,6 +36,33 @@
 static char g_card[PATH_MAX + 64]; /* a simulated card of this test's own */
 static char g_note[480];           /* where the child says it holds its grant */
 static char g_comemd[PATH_MAX];    /* the daemon's program, beside this one */
+
+/* The processes a test started, ended by teardown if the test did not get to it (pid 0: none). */
+static struct started {
+    int64_t pid;
+    void *handle;
+} g_started[4];
+
+static int64_t track(int64_t pid, void *handle)
+{
+    for (int i = 0; i < 4; i++)
+        if (!g_started[i].pid) {
+            g_started[i] = (struct started){pid, handle};
+            break;
+        }
+    return pid;
+}
+
+/* Ends a process the test started, and forgets it. */
+static void end_started(int64_t pid)
+{
+    for (int i = 0; i < 4; i++)
+        if (g_started[i].pid == pid) {
+            end_child(pid, g_started[i].handle);
+            wait_child(pid, g_started[i].handle);
+            g_started[i].pid = 0;
+        }
+}
 
 /* The child's hook, given "SOCKET|NOTE": admits 2 GiB, says so in NOTE, and holds the grant (it sleeps). */
 static void hold(const char *arg)
@@ -54,10 +86,92 @@ static void hold(const char *arg)
     fclose(f);
 }
 
+/* Sends m and reads the ID_REPLY it gets: the id. */
+static uint64_t raw_id(comem_stream *st, comem_msg *m)
+{
+    raw_send(st, m);
+    uint32_t req = m->request_id;
+    raw_read(st, m, NULL, NULL);
+    if (m->type != COMEM_MSG_ID_REPLY || m->request_id != req)
+        exit(6);
+    return m->u.id.id;
+}
+
+/*
+ * The model holder's hook, given "SOCKET|NOTE|CARD": 2 GiB allocated on the card and registered as one
+ * resident model of a holder that answers asks; NOTE written; then every ASK is answered by freeing
+ * the model and sending the receipt, until the coordinator goes.
+ */
+static void hold_model(const char *arg)
+{
+    char sock[400], note[480], spec_text[PATH_MAX + 64];
+    const char *a = strchr(arg, '|'), *b = a ? strchr(a + 1, '|') : NULL;
+    if (!b)
+        exit(2);
+    snprintf(sock, sizeof sock, "%.*s", (int)(a - arg), arg);
+    snprintf(note, sizeof note, "%.*s", (int)(b - a - 1), a + 1);
+    snprintf(spec_text, sizeof spec_text, "%s", b + 1);
+    comem_sim_spec spec;
+    comem_sim *sim = NULL;
+    if (comem_sim_spec_parse(spec_text, &spec, NULL, 0) != COMEM_OK || comem_sim_open(&spec, &sim) != COMEM_OK ||
+        comem_sim_alloc(sim, 0, 2 * GIB) != COMEM_OK)
+        exit(3);
+    comem_stream *st = NULL;
+    if (comem_connect(sock, 10000, &st) != COMEM_OK)
+        exit(4);
+    static comem_msg m;
+    raw_hello(st, "models", &m, NULL, NULL);
+    memset(&m, 0, sizeof m);
+    m.type = COMEM_MSG_HOLDER_ADD;
+    m.request_id = 2;
+    m.u.holder_add.kind = COMEM_HOLDER_MODELS;
+    m.u.holder_add.flags = COMEM_CAP_RELEASE;
+    snprintf(m.u.holder_add.name, sizeof m.u.holder_add.name, "models");
+    uint64_t holder = raw_id(st, &m);
+    memset(&m, 0, sizeof m);
+    m.type = COMEM_MSG_ENTRY_ADD;
+    m.request_id = 3;
+    m.u.entry_add.holder_id = holder;
+    m.u.entry_add.size = m.u.entry_add.resident = 2 * GIB;
+    snprintf(m.u.entry_add.name, sizeof m.u.entry_add.name, "model");
+    raw_id(st, &m);
+    FILE *f = fopen(note, "w");
+    if (!f)
+        exit(5);
+    fclose(f);
+    bool resident = true;
+    for (;;) { /* answers asks until the coordinator goes (the read then fails the child: it is ended first) */
+        raw_read(st, &m, NULL, NULL);
+        if (m.type != COMEM_MSG_ASK)
+            continue;
+        uint64_t ask = m.u.ask.ask_id;
+        int64_t freed = resident && comem_sim_free(sim, 0, 2 * GIB) == COMEM_OK ? 2 * GIB : 0;
+        resident = false;
+        memset(&m, 0, sizeof m);
+        m.type = COMEM_MSG_RECEIPT;
+        m.u.receipt.ask_id = ask;
+        m.u.receipt.outcome = COMEM_RECEIPT_DONE;
+        m.u.receipt.freed = freed;
+        raw_send(st, &m);
+    }
+}
+
+/* The child's hook: a grant holder ("admit|...") or a model holder ("model|..."). */
+static void child_part(const char *arg)
+{
+    if (strncmp(arg, "model|", 6) == 0)
+        hold_model(arg + 6);
+    else if (strncmp(arg, "admit|", 6) == 0)
+        hold(arg + 6);
+    else
+        exit(7);
+}
+
 static int64_t start_comemd(void **handle)
 {
     char *argv[] = {g_comemd, "--socket", g_endpoint.name, "--device", g_card, NULL};
-    return start_program(argv, handle);
+    int64_t pid = start_program(argv, handle);
+    return track(pid, *handle);
 }
 
 static void test_admission_a_killed_clients_bytes_and_a_second_daemon(void **s)
@@ -72,14 +186,16 @@ static void test_admission_a_killed_clients_bytes_and_a_second_daemon(void **s)
     assert_int_equal(rc, COMEM_OK);
 
     void *second_h;
-    int64_t second = start_comemd(&second_h);
+    char *argv[] = {g_comemd, "--socket", g_endpoint.name, "--device", g_card, NULL};
+    int64_t second = start_program(argv, &second_h);
     assert_int_equal(wait_child(second, second_h), 3); /* another runs there: refused, not to be retried */
 
     static char arg[900];
-    snprintf(arg, sizeof arg, "%s|%s", g_endpoint.name, g_note);
+    snprintf(arg, sizeof arg, "admit|%s|%s", g_endpoint.name, g_note);
     remove(g_note);
     void *holder_h;
     int64_t holder = start_child_with(120000, arg, &holder_h);
+    track(holder, holder_h);
     assert_true(wait_for_file(g_note, 30000)); /* the child holds 2 GiB */
 
     static comem_msg m;
@@ -88,8 +204,7 @@ static void test_admission_a_killed_clients_bytes_and_a_second_daemon(void **s)
     assert_int_equal(m.u.admit_reply.granted, 0); /* 4 GiB, 2 held: no room for 2 more */
     assert_true(m.u.admit_reply.short_by > 0);
 
-    end_child(holder, holder_h); /* killed: nothing is said */
-    wait_child(holder, holder_h);
+    end_started(holder); /* killed: nothing is said */
     bool granted = false;
     for (uint32_t req = 3; req < 300 && !granted; req++) { /* once its end is seen, its bytes are back */
         raw_admit(st, req, 2 * GIB, 100, &m);
@@ -101,8 +216,40 @@ static void test_admission_a_killed_clients_bytes_and_a_second_daemon(void **s)
     assert_int_equal(m.u.admit_reply.bytes, 2 * GIB);
 
     comem_stream_close(st);
-    end_child(pid, daemon);
-    wait_child(pid, daemon);
+    end_started(pid);
+}
+
+static void test_a_holder_in_another_process_is_asked_and_frees(void **s)
+{
+    (void)s;
+    void *daemon;
+    int64_t pid = start_comemd(&daemon);
+    comem_stream *st = NULL;
+    int rc = COMEM_ENOENT;
+    for (int i = 0; i < 300 && (rc = comem_connect(g_endpoint.name, 100, &st)) != COMEM_OK; i++)
+        pause_ms(100); /* it is starting */
+    assert_int_equal(rc, COMEM_OK);
+
+    static char arg[PATH_MAX + 1000];
+    snprintf(arg, sizeof arg, "model|%s|%s|%s", g_endpoint.name, g_note, g_card);
+    remove(g_note);
+    void *holder_h;
+    int64_t holder = start_child_with(120000, arg, &holder_h);
+    track(holder, holder_h);
+    assert_true(wait_for_file(g_note, 30000)); /* its 2 GiB model is on the card and in the books */
+
+    static comem_msg m;
+    raw_hello(st, "asker", &m, NULL, NULL);
+    /* 1.5 GiB and the reserve fit what is free and what the model holds, not what is free alone. */
+    raw_admit(st, 2, 3 * GIB / 2, 10000, &m);
+    assert_int_equal(m.u.admit_reply.granted, 1); /* room made by the other process */
+    assert_true(m.u.admit_reply.n_asked >= 1);
+    assert_int_equal(m.u.admit_reply.freed, 2 * GIB);
+    assert_int_equal(m.u.admit_reply.bytes, 3 * GIB / 2);
+
+    comem_stream_close(st);
+    end_started(holder);
+    end_started(pid);
 }
 
 static int setup(void **s)
@@ -132,6 +279,9 @@ static void remove_lock_file(void)
 
 static int teardown(void **s)
 {
+    for (int i = 0; i < 4; i++)
+        if (g_started[i].pid)
+            end_started(g_started[i].pid); /* a test that failed midway */
     remove(g_note);
     remove_lock_file(); /* the rest goes with the endpoint's folder (Linux) or with its last handle (Windows) */
     return endpoint_teardown(s);
@@ -139,10 +289,11 @@ static int teardown(void **s)
 
 int main(int argc, char **argv)
 {
-    if (child_main(argc, argv, hold))
+    if (child_main(argc, argv, child_part))
         return 0;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_admission_a_killed_clients_bytes_and_a_second_daemon, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_holder_in_another_process_is_asked_and_frees, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
