@@ -19,8 +19,13 @@ typedef enum comem_log_level {
 
 typedef void (*comem_log_sink)(int level, const char *line, void *user);
 
-/* The formats are C99's everywhere (MinGW builds with __USE_MINGW_ANSI_STDIO), so they are checked as GNU's. */
+/* The formats are C99's everywhere (MinGW builds with __USE_MINGW_ANSI_STDIO), so GCC checks them as GNU's
+   (on MinGW plain `printf` would mean msvcrt's); clang, which knows no gnu_printf, only builds for Linux here. */
+#if defined(__clang__)
+#define COMEM_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
 #define COMEM_PRINTF(fmt, args) __attribute__((format(gnu_printf, fmt, args)))
+#endif
 
 void comem_log(comem_log_level level, const char *fmt, ...) COMEM_PRINTF(2, 3);
 bool comem_log_enabled(comem_log_level level);
