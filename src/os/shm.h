@@ -55,7 +55,10 @@ void comem_shm_token_drop(comem_shm_token t);
 /* A share received and not to be opened: let go (Linux: the descriptor; Windows: the handle, if a section's). */
 void comem_shm_token_discard(comem_shm_token t);
 
-/* No more shares of m: the system's object goes (a descriptor, a section handle), the mapping stays. */
+/*
+ * No more shares of m: the system's object goes (a descriptor, a section handle), the mapping stays.
+ * On Linux the seals are settled first (F_SEAL_SEAL): nobody holding a share may add one.
+ */
 void comem_shm_stop_sharing(comem_shm *m);
 
 /* How comem_shm_open maps a share, and what it demands of it. */

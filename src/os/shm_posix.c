@@ -92,8 +92,11 @@ void comem_shm_token_discard(comem_shm_token t) { comem_shm_token_drop(t); }
 
 void comem_shm_stop_sharing(comem_shm *m)
 {
-    if (m->fd >= 0)
-        close(m->fd);
+    if (m->fd < 0)
+        return;
+    /* The seals are settled now: a receiver may add none (a frozen region has this seal already). */
+    (void)fcntl(m->fd, F_ADD_SEALS, F_SEAL_SEAL);
+    close(m->fd);
     m->fd = -1;
 }
 

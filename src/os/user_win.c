@@ -1,6 +1,7 @@
 /* os/user_win.c - who a process runs as, and this user's private access list (os/user_win.h). */
 #include "os/user_win.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <aclapi.h>
@@ -59,4 +60,16 @@ bool comem_user_owns(HANDLE h)
     }
     LocalFree(sd);
     return mine;
+}
+
+wchar_t *comem_user_object_name(const char *kind, const char *text)
+{
+    char sid[192], name[320];
+    if (!comem_user_sid_text(GetCurrentProcess(), sid, sizeof sid))
+        return NULL;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const char *c = text; *c; c++)
+        h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+    snprintf(name, sizeof name, "Local\\comem-%s-%s-%016llx", kind, sid, (unsigned long long)h);
+    return comem_wide(name);
 }

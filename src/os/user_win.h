@@ -15,6 +15,13 @@ bool comem_user_sid_text(HANDLE process, char *buf, size_t len);
  */
 bool comem_user_only(SECURITY_ATTRIBUTES *sa);
 
+/*
+ * The name of a kernel object of this user's known by text (a path, a lock's name): "Local\comem-
+ * <kind>-<the user's SID>-<FNV-1a of text>", UTF-16 (free it), so two users' objects never share a
+ * name and a name is short whatever text is. NULL when the SID cannot be read or memory is short.
+ */
+wchar_t *comem_user_object_name(const char *kind, const char *text);
+
 /* Whether the kernel object behind h is owned by this process's user (a named one another may have made first). */
 bool comem_user_owns(HANDLE h);
 

@@ -20,31 +20,16 @@ int comem_xlock_init(void *storage)
     return COMEM_OK;
 }
 
-/* The mutex's name: the caller's name hashed (FNV-1a), and this user's SID, so users never meet. */
-static int mutex_name(const char *name, char *buf, size_t len)
-{
-    char sid[192];
-    if (!comem_user_sid_text(GetCurrentProcess(), sid, sizeof sid))
-        return COMEM_EIO;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const char *s = name; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-    snprintf(buf, len, "Local\\comem-xlock-%s-%016llx", sid, (unsigned long long)h);
-    return COMEM_OK;
-}
-
 int comem_xlock_attach(void *storage, const char *name, comem_xlock **out)
 {
     (void)storage;
-    char text[256];
-    int rc = mutex_name(name, text, sizeof text);
-    if (rc != COMEM_OK)
-        return rc;
+    wchar_t *wide = comem_user_object_name("xlock", name); /* users never meet under one name */
     SECURITY_ATTRIBUTES sa;
-    if (!comem_user_only(&sa))
+    if (!wide || !comem_user_only(&sa)) {
+        free(wide);
         return COMEM_EIO;
-    wchar_t *wide = comem_wide(text);
-    HANDLE m = wide ? CreateMutexW(&sa, FALSE, wide) : NULL; /* opens the one there, or makes it */
+    }
+    HANDLE m = CreateMutexW(&sa, FALSE, wide); /* opens the one there, or makes it */
     DWORD err = GetLastError();
     free(wide);
     LocalFree(sa.lpSecurityDescriptor);

@@ -17,18 +17,13 @@ struct sim_store {
     void *mem;
 };
 
-/* "Local\comem-sim-<SID>-v<version>-<FNV-1a of the path>": this user's, this layout's, this path's. */
+/* The card's section's name: this user's, this layout's, this path's. */
 static int section_name(const char *path, uint32_t version, wchar_t **out)
 {
-    char sid[192], text[320];
-    if (!comem_user_sid_text(GetCurrentProcess(), sid, sizeof sid))
-        return COMEM_EIO;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const char *s = path; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-    snprintf(text, sizeof text, "Local\\comem-sim-%s-v%u-%016llx", sid, (unsigned)version, (unsigned long long)h);
-    *out = comem_wide(text);
-    return *out ? COMEM_OK : COMEM_ENOMEM;
+    char kind[32];
+    snprintf(kind, sizeof kind, "sim-v%u", (unsigned)version);
+    *out = comem_user_object_name(kind, path);
+    return *out ? COMEM_OK : COMEM_EIO;
 }
 
 int comem_sim_store_open(const char *path, bool replace_other_layout, const sim_store_layout *layout,

@@ -17,18 +17,12 @@ struct view_file {
     wchar_t *alive_name;
 };
 
-/* "Local\comem-view-<what>-<SID>-v<version>-<FNV-1a of path>": this user's, this layout's, this view's. */
+/* The name of the view's section or event (what): this user's, this layout's, this view's. */
 static wchar_t *object_name(const char *what, const char *path, uint32_t version)
 {
-    char sid[192], text[360];
-    if (!comem_user_sid_text(GetCurrentProcess(), sid, sizeof sid))
-        return NULL;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const char *s = path; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-    snprintf(text, sizeof text, "Local\\comem-view-%s-%s-v%u-%016llx", what, sid, (unsigned)version,
-             (unsigned long long)h);
-    return comem_wide(text);
+    char kind[48];
+    snprintf(kind, sizeof kind, "view-%s-v%u", what, (unsigned)version);
+    return comem_user_object_name(kind, path);
 }
 
 static void close_file(view_file *f)

@@ -7,7 +7,10 @@
 #ifndef COMEM_TEST_ENDPOINT_H
 #define COMEM_TEST_ENDPOINT_H
 
+#include <limits.h>
 #include <stdio.h>
+
+#include "base/rundir.h"
 #ifndef _WIN32
 #include "unit/tmpdir.h"
 #endif
@@ -51,6 +54,14 @@ static inline void endpoint_file(char *buf, size_t len, const char *leaf)
 #else
     snprintf(buf, len, "%s/%s", g_endpoint.dir, leaf);
 #endif
+}
+
+/* A coordinator's lock file under the endpoint's name stays after it (on Windows in the runtime folder). */
+static inline void endpoint_remove_lock_file(void)
+{
+    char lock[PATH_MAX + 16];
+    if (comem_socket_sidecar(g_endpoint.name, ".lock", lock, sizeof lock) == COMEM_OK)
+        remove(lock);
 }
 
 /* cmocka teardown: the folder removed with what is in it (Linux). */

@@ -24,7 +24,6 @@
 #include <unistd.h>
 #endif
 
-#include "base/rundir.h"
 #include "comem/common.h"
 #include "probe/sim.h"
 #include "os/stream.h"
@@ -174,16 +173,23 @@ static int64_t start_comemd(void **handle)
     return track(pid, *handle);
 }
 
+/* Starts comemd and connects once it listens: its pid. */
+static int64_t start_comemd_connected(comem_stream **st)
+{
+    void *daemon;
+    int64_t pid = start_comemd(&daemon);
+    int rc = COMEM_ENOENT;
+    for (int i = 0; i < 300 && (rc = comem_connect(g_endpoint.name, 100, st)) != COMEM_OK; i++)
+        pause_ms(100); /* it is starting */
+    assert_int_equal(rc, COMEM_OK);
+    return pid;
+}
+
 static void test_admission_a_killed_clients_bytes_and_a_second_daemon(void **s)
 {
     (void)s;
-    void *daemon;
-    int64_t pid = start_comemd(&daemon);
     comem_stream *st = NULL;
-    int rc = COMEM_ENOENT;
-    for (int i = 0; i < 300 && (rc = comem_connect(g_endpoint.name, 100, &st)) != COMEM_OK; i++)
-        pause_ms(100); /* it is starting */
-    assert_int_equal(rc, COMEM_OK);
+    int64_t pid = start_comemd_connected(&st);
 
     void *second_h;
     char *argv[] = {g_comemd, "--socket", g_endpoint.name, "--device", g_card, NULL};
@@ -222,13 +228,8 @@ static void test_admission_a_killed_clients_bytes_and_a_second_daemon(void **s)
 static void test_a_holder_in_another_process_is_asked_and_frees(void **s)
 {
     (void)s;
-    void *daemon;
-    int64_t pid = start_comemd(&daemon);
     comem_stream *st = NULL;
-    int rc = COMEM_ENOENT;
-    for (int i = 0; i < 300 && (rc = comem_connect(g_endpoint.name, 100, &st)) != COMEM_OK; i++)
-        pause_ms(100); /* it is starting */
-    assert_int_equal(rc, COMEM_OK);
+    int64_t pid = start_comemd_connected(&st);
 
     static char arg[PATH_MAX + 1000];
     snprintf(arg, sizeof arg, "model|%s|%s|%s", g_endpoint.name, g_note, g_card);
@@ -269,13 +270,6 @@ static int setup(void **s)
     return 0;
 }
 
-/* The coordinator's lock file stays (on Windows in the runtime folder, outside the endpoint's). */
-static void remove_lock_file(void)
-{
-    char lock[PATH_MAX + 16];
-    if (comem_socket_sidecar(g_endpoint.name, ".lock", lock, sizeof lock) == COMEM_OK)
-        remove(lock);
-}
 
 static int teardown(void **s)
 {
@@ -283,7 +277,7 @@ static int teardown(void **s)
         if (g_started[i].pid)
             end_started(g_started[i].pid); /* a test that failed midway */
     remove(g_note);
-    remove_lock_file(); /* the rest goes with the endpoint's folder (Linux) or with its last handle (Windows) */
+    endpoint_remove_lock_file(); /* the rest goes with the endpoint's folder (Linux) or with its last handle (Windows) */
     return endpoint_teardown(s);
 }
 

@@ -23,7 +23,6 @@
 #endif
 
 #include "base/clock.h"
-#include "base/rundir.h"
 #include "comem/comem.h"
 #include "comem/common.h"
 #include "os/shm.h"
@@ -49,17 +48,10 @@ static int setup(void **s)
     return 0;
 }
 
-/* The coordinator's lock file stays (on Windows in the runtime folder, outside the endpoint's). */
-static void remove_lock_file(void)
-{
-    char lock[PATH_MAX + 16];
-    if (comem_socket_sidecar(g_endpoint.name, ".lock", lock, sizeof lock) == COMEM_OK)
-        remove(lock);
-}
 
 static int teardown(void **s)
 {
-    remove_lock_file(); /* the rest goes with the endpoint's folder (Linux) or with its last handle (Windows) */
+    endpoint_remove_lock_file(); /* the rest goes with the endpoint's folder (Linux) or with its last handle (Windows) */
     return endpoint_teardown(s);
 }
 

@@ -12,6 +12,7 @@
  */
 #include "unit/cmocka_all.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,23 @@ static void test_shares_read_only_writable_and_frozen(void **s)
     assert_int_equal(w[2], 'S');
     comem_shm_close(m);
 }
+
+#ifndef _WIN32
+/* Once the maker stops sharing, the seals are settled: a receiver of a writable share adds none. */
+static void test_a_receiver_adds_no_seal(void **s)
+{
+    (void)s;
+    comem_shm *m = NULL;
+    assert_int_equal(comem_shm_create("comem-test", SIZE, &m), COMEM_OK);
+    comem_shm_token t;
+    assert_int_equal(comem_shm_share(m, self_pid(), true, &t), COMEM_OK);
+    comem_shm_stop_sharing(m);
+    assert_int_equal(fcntl((int)t, F_ADD_SEALS, F_SEAL_FUTURE_WRITE), -1); /* it could shut the maker out */
+    assert_int_equal(errno, EPERM);
+    comem_shm_token_drop(t);
+    comem_shm_close(m);
+}
+#endif
 
 /* A frame names its shares by number: what the sender writes, the receiver resolves to the same share. */
 static void test_numbers_name_shares(void **s)
@@ -265,6 +283,9 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shares_read_only_writable_and_frozen),
         cmocka_unit_test(test_numbers_name_shares),
+#ifndef _WIN32
+        cmocka_unit_test(test_a_receiver_adds_no_seal),
+#endif
         cmocka_unit_test(test_what_is_not_a_region_is_refused),
         cmocka_unit_test_setup_teardown(test_another_process_reads_and_cannot_write, setup_note, teardown_note),
     };
