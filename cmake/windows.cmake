@@ -1,11 +1,11 @@
 # cmake/windows.cmake - comem on Windows so far (issue 26; docs/windows.md says what is and is not).
 #
-# What builds for Windows so far is one static library, comem_portable: the layers that need no
-# platform of their own (the rules, the protocol, the books, whom to ask, the parts of base they
-# use), the simulated card, and the platform layer's Windows backends (os/, and base/ and probe/
-# *_win.c). Their unit tests build against it and run under wine (the toolchain file sets wine as
-# the emulator ctest starts each .exe through). The coordinator, the client and the tools are not
-# built here yet (docs/windows.md says what they still need).
+# What builds for Windows: one object set (the rules, the protocol, the books, whom to ask, the
+# coordinator, the client library, the simulated card and the device sources, and the platform
+# layer's Windows backends: os/, base/, probe/, shm/ and client/ *_win.c), built static as
+# comem_portable and as comem.dll; comemd.exe and comem.exe on it; and the tests, run under wine
+# (the toolchain file sets wine as the emulator ctest starts each .exe through). docs/windows.md
+# says what runs and what does not.
 
 find_package(Threads REQUIRED)
 # C99's printf (%zu, %lld) rather than msvcrt's, for comem's log lines and cmocka's messages alike.
@@ -18,8 +18,11 @@ set(COMEM_PORTABLE_SOURCES
   src/probe/select.c src/probe/sim.c src/probe/sim_spec.c src/shm/view.c)
 # The platform layer's Windows backends, as far as they are written (os/, base/, probe/ and shm/ *_win.c).
 file(GLOB COMEM_OS_SOURCES CONFIGURE_DEPENDS src/os/*_win.c src/base/*_win.c src/probe/*_win.c src/shm/*_win.c)
-# The coordinator (coord/) builds whole: it stands on the platform layer.
-file(GLOB COMEM_PORTABLE_LAYERS CONFIGURE_DEPENDS src/arith/*.c src/wire/*.c src/ledger/*.c src/coord/*.c)
+# The coordinator (coord/) and the client library (client/) build whole: they stand on the platform
+# layer (the client's own port to it: client/port_win.c).
+file(GLOB COMEM_PORTABLE_LAYERS CONFIGURE_DEPENDS src/arith/*.c src/wire/*.c src/ledger/*.c src/coord/*.c
+     src/client/*.c)
+list(FILTER COMEM_PORTABLE_LAYERS EXCLUDE REGEX "_posix\\.c$")
 add_library(comem_portable STATIC ${COMEM_PORTABLE_SOURCES} ${COMEM_PORTABLE_LAYERS} ${COMEM_OS_SOURCES})
 target_include_directories(comem_portable PUBLIC include src)
 # json-c built for MinGW by scripts/windows-check.sh into COMEM_WIN_DEPS (Debian ships none), for the
@@ -32,7 +35,7 @@ target_link_libraries(comem_portable PUBLIC Threads::Threads advapi32 dxgi dxgui
 # Each exe carries what it needs: wine finds no MinGW runtime DLLs beside it.
 target_link_options(comem_portable PUBLIC -static)
 
-# comemd.exe: the coordinator as a program (its --metrics waits for the client library).
+# comemd.exe: the coordinator as a program (its --metrics is Linux's for now: tools/comem/prom_file.c).
 add_executable(comemd tools/comemd/main.c)
 target_link_libraries(comemd PRIVATE comem_portable)
 set_target_properties(comemd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)

@@ -19,3 +19,9 @@ int comem_ms_until(int64_t deadline_ns)
     int64_t ms = (left + 999999) / 1000000;
     return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
+
+void comem_sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}

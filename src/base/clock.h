@@ -10,4 +10,7 @@ int64_t comem_now_ns(void);
 /* Whole milliseconds left until deadline_ns (rounded up, so a wait never ends early); 0 once past it. */
 int comem_ms_until(int64_t deadline_ns);
 
+/* Sleeps ms milliseconds (a signal may end it early). */
+void comem_sleep_ms(int ms);
+
 #endif

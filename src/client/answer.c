@@ -10,8 +10,6 @@
  * whatever the callback does and however long it takes.
  */
 #include <pthread.h>
-#include <sys/epoll.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "client/answer.h"
@@ -22,17 +20,8 @@
 /* Waits for an ask queued, stopping, or (while the socket rests here) bytes on it, which it reads. */
 static void wait_idle(comem_client *c)
 {
-    struct epoll_event ev[2];
-    int n = epoll_wait(c->cb_epfd, ev, 2, -1);
-    for (int i = 0; i < n; i++) {
-        if (ev[i].data.fd == c->cb_efd) {
-            uint64_t v;
-            ssize_t r = read(c->cb_efd, &v, sizeof v);
-            (void)r;
-        } else {
-            comem_reader_idle(c); /* ASKs it reads are queued: the loop answers them next */
-        }
-    }
+    if (comem_waits_wait(c->cb, -1) == 1)
+        comem_reader_idle(c); /* ASKs it reads are queued: the loop answers them next */
 }
 
 static void *answer_main(void *arg)
@@ -61,10 +50,6 @@ int comem_answer_start(comem_client *c)
     int rc = comem_callbacks_init(c);
     if (rc != COMEM_OK)
         return rc;
-    c->cb_epfd = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = c->cb_efd};
-    if (c->cb_epfd < 0 || epoll_ctl(c->cb_epfd, EPOLL_CTL_ADD, c->cb_efd, &ev) != 0)
-        return COMEM_EIO;
     pthread_mutex_lock(&c->cb_lock);
     c->cb_started = pthread_create(&c->cb_thread, NULL, answer_main, c) == 0;
     pthread_mutex_unlock(&c->cb_lock);
@@ -82,14 +67,11 @@ void comem_answer_stop(comem_client *c)
         c->cb_started = false; /* asks read from now on are answered busy at once */
         pthread_mutex_unlock(&c->cb_lock);
     }
-    /* The queue, its eventfd and cb_epfd stay until the client is freed: the service thread, still
+    /* The queue and the thread's wait set stay until the client is freed: the service thread, still
        running, may read an ask (answered busy) and look at where the socket rests. */
 }
 
 void comem_answer_free(comem_client *c)
 {
     comem_callbacks_free(c);
-    if (c->cb_epfd >= 0)
-        close(c->cb_epfd);
-    c->cb_epfd = -1;
 }

@@ -6,12 +6,10 @@
  * application's own locks, and the thread holding such a lock may be waiting for a reply. So asks
  * are queued here and answered on the callback thread, one at a time and in arrival order. A
  * queue that grows past CALLBACK_QUEUE_MAX (a holder far behind) answers new asks busy at once.
- * Each ask queued writes the eventfd c->cb_efd, which the callback thread waits on.
+ * Each ask queued wakes the callback thread's wait set (c->cb, client/port.h).
  */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "client/ask.h"
@@ -26,17 +24,15 @@ typedef struct ask_node {
 
 static void signal_thread(comem_client *c)
 {
-    uint64_t one = 1;
-    ssize_t w = write(c->cb_efd, &one, sizeof one);
-    (void)w;
+    if (c->cb) /* none when it could not be made: then no thread started either */
+        comem_waits_wake(c->cb);
 }
 
 int comem_callbacks_init(comem_client *c)
 {
     pthread_mutex_init(&c->cb_lock, NULL);
     c->cb_ready = true;
-    c->cb_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    return c->cb_efd >= 0 ? COMEM_OK : COMEM_EIO;
+    return comem_waits_open(&c->cb);
 }
 
 void comem_callbacks_queue(comem_client *c, const comem_msg_ask *ask)
@@ -111,9 +107,8 @@ void comem_callbacks_free(comem_client *c)
         c->cb_head = n->next;
         free(n);
     }
-    if (c->cb_efd >= 0)
-        close(c->cb_efd);
-    c->cb_efd = -1;
+    comem_waits_close(c->cb);
+    c->cb = NULL;
     pthread_mutex_destroy(&c->cb_lock);
     c->cb_ready = false;
 }

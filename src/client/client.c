@@ -8,10 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/name.h"
 #include "base/rundir.h"
@@ -35,8 +33,7 @@ static void client_free(comem_client *c)
 {
     comem_answer_free(c);
     comem_pending_free_all(c);
-    if (c->fd >= 0)
-        close(c->fd);
+    comem_port_close(c->sock);
     if (c->coord)
         comem_coord_stop(c->coord);
     comem_local_close(c);
@@ -44,15 +41,12 @@ static void client_free(comem_client *c)
     comem_client_view_free(c);
     comem_conn_drop_area(c);
     comem_tab_free(c);
-    if (c->wake_fd >= 0)
-        close(c->wake_fd);
     free(c->rbuf);
     free(c->in);
     free(c->out);
     free(c->receipt);
     pthread_mutex_destroy(&c->dev_lock);
-    if (c->epfd >= 0)
-        close(c->epfd);
+    comem_waits_close(c->svc);
     pthread_mutex_destroy(&c->read_lock);
     pthread_mutex_destroy(&c->write_lock);
     pthread_mutex_destroy(&c->lock);
@@ -67,49 +61,42 @@ static comem_client *client_alloc(void)
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->write_lock, NULL);
     pthread_mutex_init(&c->dev_lock, NULL);
-    c->fd = c->wfd = -1;
     c->opener = comem_client_this_process();
     atomic_init(&c->fork_told, false);
     atomic_init(&c->timeout_ms, COMEM_CLIENT_DEFAULT_TIMEOUT_MS);
     atomic_init(&c->next_req, 1u);
     atomic_init(&c->stopping, false);
-    c->cb_epfd = c->cb_efd = -1; /* the callback thread's, made when it starts (client/answer.c) */
-    atomic_init(&c->rest_epfd, -1);
+    atomic_init(&c->rest, NULL); /* c->cb: the callback thread's, made when it starts (client/answer.c) */
     atomic_init(&c->cb_idle, false);
     atomic_init(&c->service_reads, false);
     atomic_init(&c->read_failed, 0);
-    c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    c->epfd = epoll_create1(EPOLL_CLOEXEC);
     pthread_mutex_init(&c->read_lock, NULL);
-    if (c->epfd >= 0 && c->wake_fd >= 0) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.fd = c->wake_fd};
-        epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->wake_fd, &ev);
-    }
+    int made = comem_waits_open(&c->svc);
     c->rbuf = malloc(COMEM_WIRE_MAX_FRAME);
     c->in = malloc(sizeof *c->in);
     c->out = malloc(sizeof *c->out);
     c->receipt = malloc(sizeof *c->receipt);
-    if (c->wake_fd < 0 || c->epfd < 0 || !c->rbuf || !c->in || !c->out || !c->receipt) {
+    if (made != COMEM_OK || !c->rbuf || !c->in || !c->out || !c->receipt) {
         client_free(c);
         return NULL;
     }
     return c;
 }
 
-/* Connects, starting an embedded coordinator first when asked and nobody answers. */
-static int connect_or_embed(comem_client *c)
+/* Connects (*s), starting an embedded coordinator first when asked and nobody answers. */
+static int connect_or_embed(comem_client *c, client_sock **s)
 {
-    int fd = comem_conn_connect(c->path);
+    int rc = comem_port_connect(c->path, c->svc, s);
     /* A full queue (EBUSY) is a coordinator draining a burst of connections: it accepts in
        microseconds, and evicts silent ones to make room, so a real client retries briefly. */
-    for (int waited = 0; fd == COMEM_EBUSY && waited < BUSY_CONNECT_MS; waited += 5) {
-        usleep(5000);
-        fd = comem_conn_connect(c->path);
+    for (int waited = 0; rc == COMEM_EBUSY && waited < BUSY_CONNECT_MS; waited += 5) {
+        comem_sleep_ms(5);
+        rc = comem_port_connect(c->path, c->svc, s);
     }
-    if (fd >= 0 || !(c->flags & COMEM_OPEN_EMBED))
-        return fd;
+    if (rc == COMEM_OK || !(c->flags & COMEM_OPEN_EMBED))
+        return rc;
     comem_coord *coord = NULL;
-    int rc = comem_coord_start(c->path, NULL, &coord);
+    rc = comem_coord_start(c->path, NULL, &coord);
     if (rc == COMEM_OK) {
         c->coord = coord;
     } else if (rc != COMEM_EEXIST) {
@@ -118,11 +105,11 @@ static int connect_or_embed(comem_client *c)
         return rc;
     }
     for (int waited = 0; waited < EMBED_CONNECT_MS; waited += 10) {
-        if ((fd = comem_conn_connect(c->path)) >= 0)
-            return fd;
-        usleep(10000);
+        if ((rc = comem_port_connect(c->path, c->svc, s)) == COMEM_OK)
+            return rc;
+        comem_sleep_ms(10);
     }
-    return fd;
+    return rc;
 }
 
 int comem_client_open(const char *socket_path, int role, const char *name, int64_t reserve_base, unsigned flags,
@@ -157,15 +144,15 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
     }
 
     bool up = false, refused = false;
-    int fd = connect_or_embed(c);
-    if (fd >= 0) {
+    client_sock *s = NULL;
+    if (connect_or_embed(c, &s) == COMEM_OK) {
         uint64_t session = 0;
         char why[COMEM_WIRE_TEXT_MAX];
-        rc = comem_conn_hello(c, fd, &session, &refused, why, sizeof why);
+        rc = comem_conn_hello(c, s, &session, &refused, why, sizeof why);
         if (rc == COMEM_OK) {
             up = true;
-            c->fd_blocks = comem_conn_adopt(fd);
-            c->fd = c->wfd = fd;
+            c->fd_blocks = comem_port_adopt(s, COMEM_CONN_WAIT_SLICE_MS);
+            c->sock = c->wsock = s;
             c->gen = c->wgen = c->fd_gen = 1;
             comem_reader_rest_new(c);
             c->link = LINK_UP;
@@ -175,7 +162,7 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
             comem_fast_attach(c, c->gen, session);
             comem_client_view_attach(c);
         } else {
-            close(fd);
+            comem_port_close(s);
             if (refused && (flags & COMEM_OPEN_NO_LOCAL)) {
                 comem_error("the coordinator at %s refused this process: %s (%s)", c->path, comem_status_str(rc), why);
                 client_free(c);
@@ -208,11 +195,11 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
 
 /*
  * A forked child's copy: its threads and the session are the parent's. Only the
- * child's own descriptors for the wake-up and the wait go; nothing is said to
+ * child's own wait sets (their descriptors) go; nothing is said to
  * the coordinator (a GOODBYE would end the parent's session), no thread is
  * joined, no lock is taken (one the parent's threads held at the fork stays
  * held here), and the copied memory stays. The socket is not closed: whether
- * the number in c->fd is still the connection's cannot be told without the
+ * the number in c->sock is still the connection's cannot be told without the
  * parent's locks; it closes at exec (close-on-exec) or exit and carries
  * nothing meanwhile.
  */
@@ -220,15 +207,9 @@ static void close_forked_copy(comem_client *c)
 {
     comem_debug("closing a client opened by pid %d in forked pid %d: the parent's session is left alone",
                 (int)c->opener, (int)comem_client_this_process());
-    if (c->wake_fd >= 0)
-        close(c->wake_fd);
-    if (c->epfd >= 0)
-        close(c->epfd);
-    if (c->cb_epfd >= 0)
-        close(c->cb_epfd);
-    if (c->cb_efd >= 0)
-        close(c->cb_efd);
-    c->wake_fd = c->epfd = c->cb_epfd = c->cb_efd = -1;
+    comem_waits_close(c->svc);
+    comem_waits_close(c->cb);
+    c->svc = c->cb = NULL;
 }
 
 void comem_client_close(comem_client *c)

@@ -1,23 +1,14 @@
 /*
- * client/conn.c - the client's end of the socket: connecting, writing whole
- * frames under the write lock, reading into the service thread's buffer, and
- * the HELLO exchange that opens every connection.
+ * client/conn.c - the client's end of the socket: writing whole frames under
+ * the write lock, reading into the reader's buffer, and the HELLO exchange that
+ * opens every connection. The system's side of each is client/port.h's.
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "client/conn.h"
 #include "shm/book.h"
@@ -26,62 +17,6 @@
 
 /* Most frames are small; receipts and keep lists can reach a few KiB. */
 #define SMALL_FRAME 2048
-
-int comem_conn_connect(const char *path)
-{
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sun_family = AF_UNIX;
-    size_t n = strlen(path);
-    if (n >= sizeof sa.sun_path)
-        return COMEM_ERANGE;
-    memcpy(sa.sun_path, path, n + 1);
-    /* Non-blocking from the start: a Unix stream connect does not wait for accept(), it
-       succeeds or fails at once, and with a full queue (a coordinator that stopped accepting)
-       it fails with EAGAIN instead of waiting; no write can hang past its deadline either. */
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return COMEM_EIO;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        int e = errno;
-        close(fd);
-        switch (e) {
-        case ENOENT: return COMEM_ENOENT;       /* nothing at the path */
-        case ECONNREFUSED: return COMEM_ECLOSED; /* a socket nobody listens on, or not a socket */
-        case EAGAIN: return COMEM_EBUSY;        /* its queue is full: it does not accept */
-        case EACCES: case EPERM: return COMEM_EPERM;
-        default: return COMEM_EIO;
-        }
-    }
-    return fd;
-}
-
-/* Writes all of buf, waiting for room until the deadline. */
-static int send_all(int fd, const uint8_t *buf, size_t len, int timeout_ms)
-{
-    int64_t deadline = comem_now_ns() + (int64_t)timeout_ms * 1000000;
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = send(fd, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT); /* the socket may block: see adopt */
-        if (w > 0) {
-            off += (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int left = comem_ms_until(deadline);
-            if (left == 0)
-                return COMEM_ETIMEDOUT;
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            if (poll(&pfd, 1, left) < 0 && errno != EINTR)
-                return COMEM_EIO;
-            continue;
-        }
-        return COMEM_ECLOSED;
-    }
-    return COMEM_OK;
-}
 
 /* Encodes m into buf (small) or a heap buffer (*heap, freed by the caller). */
 static int encode(const comem_msg *m, uint8_t *buf, size_t cap, uint8_t **heap, const uint8_t **frame)
@@ -114,15 +49,15 @@ int comem_conn_send(comem_client *c, uint64_t gen, const comem_msg *m)
     int timeout = comem_client_timeout(c, -1);
     int rc;
     pthread_mutex_lock(&c->write_lock);
-    if (c->wfd < 0 || c->wgen != gen) {
+    if (!c->wsock || c->wgen != gen) {
         rc = COMEM_ECLOSED;
     } else {
-        rc = send_all(c->wfd, frame, (size_t)n, timeout);
+        rc = comem_port_send(c->wsock, frame, (size_t)n, timeout);
         if (rc != COMEM_OK) {
             /* A frame may be half written: the stream is unusable. Shutting it down makes
                the service thread see the end and reconnect; only it closes the socket. */
             comem_debug("writing to the coordinator failed (%s); reconnecting", comem_status_str(rc));
-            shutdown(c->wfd, SHUT_RDWR);
+            comem_port_shut(c->wsock);
             rc = COMEM_ECLOSED;
         }
     }
@@ -141,50 +76,12 @@ static void compact(comem_client *c)
     }
 }
 
-/* What a read of r bytes into the buffer means: 1 bytes came, 0 none yet, or the link's end. */
-static int took_bytes(comem_client *c, ssize_t r)
+/* A read's result: the bytes it brought join the buffer. */
+static int took(comem_client *c, int rc, size_t got)
 {
-    if (r > 0) {
-        c->rlen += (size_t)r;
-        return 1;
-    }
-    if (r == 0)
-        return COMEM_ECLOSED;
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-        return 0;
-    return errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
-}
-
-/*
- * A read that also takes the descriptors riding on the bytes (SCM_RIGHTS): the coordinator sends this
- * session's shares with its HELLO_REPLY, which names them by their place (os/shm.h). They are kept
- * until the reply is read; any beyond room are closed.
- */
-static ssize_t read_taking_shares(comem_client *c, int fd, uint8_t *buf, size_t len)
-{
-    struct iovec iov = {.iov_base = buf, .iov_len = len};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(CLIENT_BESIDE_MAX * sizeof(int))];
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-    ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (r < 0)
-        return r;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < n; i++) {
-            int got;
-            memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof got);
-            if (c->n_beside < CLIENT_BESIDE_MAX)
-                c->beside[c->n_beside++] = got;
-            else
-                close(got);
-        }
-    }
-    return r;
+    if (rc == 1)
+        c->rlen += got;
+    return rc;
 }
 
 /* The shares the HELLO_REPLY r names, taken from what rode on it; the rest let go. */
@@ -201,62 +98,36 @@ static void take_shares(comem_client *c, const comem_msg_hello_reply *r)
     c->n_beside = 0;
 }
 
-int comem_conn_read(comem_client *c, int fd, int timeout_ms)
+int comem_conn_read(comem_client *c, client_sock *s, int timeout_ms)
 {
     compact(c);
-    struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = c->wake_fd, .events = POLLIN}};
-    int pr = poll(pfd, 2, timeout_ms);
-    if (pr < 0)
-        return errno == EINTR ? 0 : COMEM_EIO;
-    if (pr == 0)
-        return 0;
-    if (pfd[1].revents & POLLIN) {
-        uint64_t v;
-        ssize_t r = read(c->wake_fd, &v, sizeof v);
-        (void)r;
-        return 2;
-    }
-    if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
-        return 0;
+    size_t got = 0;
+    int n = c->n_beside;
     /* A frame is at most COMEM_WIRE_MAX_FRAME and the buffer holds one, so there is room. */
-    ssize_t r = read_taking_shares(c, fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen);
-    return took_bytes(c, r);
+    int rc = comem_port_read_wait(c->svc, s, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen, &got, c->beside,
+                                  CLIENT_BESIDE_MAX, &n, timeout_ms);
+    c->n_beside = n;
+    return took(c, rc, got);
 }
 
 int comem_conn_fill(comem_client *c)
 {
     compact(c);
-    if (c->fd < 0)
+    if (!c->sock)
         return COMEM_ECLOSED;
-    ssize_t r = recv(c->fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen, MSG_DONTWAIT);
-    return took_bytes(c, r);
+    size_t got = 0;
+    int rc = comem_port_fill(c->svc, c->sock, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen, &got);
+    return took(c, rc, got);
 }
 
-int comem_conn_fill_wait(comem_client *c)
+int comem_conn_fill_wait(comem_client *c, int timeout_ms)
 {
     compact(c);
-    if (c->fd < 0)
+    if (!c->sock)
         return COMEM_ECLOSED;
-    ssize_t r = recv(c->fd, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen, 0); /* SO_RCVTIMEO bounds it */
-    return took_bytes(c, r);
-}
-
-bool comem_conn_adopt(int fd)
-{
-    int flags = fcntl(fd, F_GETFL);
-    struct timeval slice = {0, COMEM_CONN_WAIT_SLICE_MS * 1000};
-    if (flags >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &slice, sizeof slice) == 0 &&
-        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0)
-        return true;
-    comem_debug("client: the socket stays non-blocking (%s): a leader waits in poll", strerror(errno));
-    return false;
-}
-
-void comem_conn_watch(int epfd, int fd, bool on)
-{
-    struct epoll_event ev = {.events = on ? EPOLLIN : 0, .data.fd = fd};
-    if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) != 0 && on)
-        epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev); /* first time on this socket */
+    size_t got = 0;
+    int rc = comem_port_fill_wait(c->sock, c->rbuf + c->rlen, COMEM_WIRE_MAX_FRAME - c->rlen, &got, timeout_ms);
+    return took(c, rc, got);
 }
 
 int comem_conn_next(comem_client *c)
@@ -296,7 +167,7 @@ static comem_scope own_scope(void)
     return COMEM_SCOPE_DEVICE_WIDE;
 }
 
-int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, char *why, size_t whylen)
+int comem_conn_hello(comem_client *c, client_sock *s, uint64_t *session, bool *refused, char *why, size_t whylen)
 {
     *refused = false;
     why[0] = '\0';
@@ -310,7 +181,7 @@ int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, 
     m.u.hello.proto_version = COMEM_WIRE_VERSION;
     m.u.hello.role = (uint8_t)c->role;
     m.u.hello.scope = (uint8_t)own_scope();
-    m.u.hello.pid = (uint32_t)getpid();
+    m.u.hello.pid = (uint32_t)comem_client_this_process();
     pthread_mutex_lock(&c->lock);
     m.u.hello.caps = comem_tab_caps(c);
     pthread_mutex_unlock(&c->lock);
@@ -323,7 +194,7 @@ int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, 
     if (n < 0)
         return n;
     int timeout = comem_client_timeout(c, -1);
-    int rc = send_all(fd, buf, (size_t)n, timeout);
+    int rc = comem_port_send(s, buf, (size_t)n, timeout);
     if (rc == COMEM_ETIMEDOUT)
         return rc;
     /* Even when the send failed, read on: a coordinator that refused at accept (another uid,
@@ -341,7 +212,7 @@ int comem_conn_hello(comem_client *c, int fd, uint64_t *session, bool *refused, 
         int left = comem_ms_until(deadline);
         if (left == 0)
             return COMEM_ETIMEDOUT;
-        rc = comem_conn_read(c, fd, left);
+        rc = comem_conn_read(c, s, left);
         if (rc < 0)
             return rc;
     }

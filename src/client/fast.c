@@ -16,7 +16,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "arith/cross_reserve.h"
 #include "base/bytes.h"
@@ -53,7 +52,7 @@ void comem_fast_attach(comem_client *c, uint64_t gen, uint64_t session)
         return;
     book_area *a = comem_shm_addr(m);
     bool ours = a->magic == BOOK_MAGIC && a->version == BOOK_VERSION && a->n_devices <= COMEM_MAX_DEVICES &&
-                a->session == session && a->pid == (int32_t)getpid();
+                a->session == session && a->pid == comem_client_this_process();
     client_fast *f = ours ? calloc(1, sizeof *f) : NULL;
     if (!f) {
         comem_shm_close(m);
@@ -105,8 +104,7 @@ client_fast *comem_fast_for(comem_client *c, uint64_t gen)
     return f && f->gen == gen ? f : NULL;
 }
 
-/* Weak and hidden: a test binary linked with the static library replaces it; nothing outside can. */
-__attribute__((weak, visibility("hidden"))) void comem_fast_stall_point(int where) { (void)where; }
+COMEM_FAST_STALL_POINT void comem_fast_stall_point(int where) { (void)where; }
 
 bool comem_fast_book(client_fast *f, int device, uint64_t holder, int64_t weights, int64_t working,
                      client_grant *g, comem_admission *out)

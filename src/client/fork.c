@@ -11,25 +11,25 @@
  * child's descriptors (client.c).
  *
  * The check compares the opener's pid with this process's pid, which a
- * pthread_atfork handler keeps current in every child, so a call costs a load,
- * not a getpid() system call.
+ * handler run in every forked child keeps current (os/proc.h), so a call costs
+ * a load, not a getpid() system call.
  */
 #include <stdatomic.h>
 #include <stdio.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "client/state.h"
+#include "os/proc.h"
 
 static atomic_int g_this_process;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void after_fork_in_child(void) { atomic_store(&g_this_process, (int)getpid()); }
+static void after_fork_in_child(void) { atomic_store(&g_this_process, (int)comem_proc_id()); }
 
 static void watch_forks(void)
 {
-    atomic_store(&g_this_process, (int)getpid());
-    if (pthread_atfork(NULL, NULL, after_fork_in_child) != 0)
+    atomic_store(&g_this_process, (int)comem_proc_id());
+    if (comem_proc_on_fork(after_fork_in_child) != COMEM_OK)
         comem_warn("cannot watch for forks; a forked child's calls on its parent's client are not refused");
 }
 

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "arith/cross_reserve.h"
 #include "arith/reserve.h"
@@ -147,7 +146,7 @@ int comem_local_status(comem_client *c, char **json)
     at = json_str(buf, cap, at, c->path);
     at += (size_t)snprintf(buf + at, cap - at, ",\"name\":");
     at = json_str(buf, cap, at, c->name);
-    snprintf(buf + at, cap - at, ",\"pid\":%d,\"role\":\"%s\",\"holders\":%zu,\"entries\":%zu}}", (int)getpid(),
+    snprintf(buf + at, cap - at, ",\"pid\":%d,\"role\":\"%s\",\"holders\":%zu,\"entries\":%zu}}", (int)comem_client_this_process(),
              roles[c->role], holders, entries);
     *json = buf;
     return COMEM_OK;

@@ -6,22 +6,18 @@
  * own line for a person: nothing at the path, not a socket, a socket nobody
  * listens on, refused (another user's, a bad token), full, not accepting, or
  * accepted and silent (then the view next to the socket names the
- * coordinator's pid, and /proc says whether that process is stopped).
+ * coordinator's pid, and the system says whether that process is stopped or gone).
  */
-#include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/rundir.h"
 #include "base/token.h"
 #include "client/conn.h"
+#include "os/proc.h"
 #include "shm/view.h"
 
 /* What the process behind the socket's view is doing, as a clause ("its process (pid 12) is stopped"). */
@@ -35,18 +31,11 @@ static void coordinator_state(const char *path, char *buf, size_t len)
     comem_view_close(v);
     if (pid <= 0)
         return;
-    char proc[64], stat[512];
-    snprintf(proc, sizeof proc, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(proc, "r");
-    size_t n = f ? fread(stat, 1, sizeof stat - 1, f) : 0;
-    if (f)
-        fclose(f);
-    stat[n] = '\0';
-    const char *p = strrchr(stat, ')');
-    char state = p && p[1] == ' ' ? p[2] : '?';
-    if (!n)
+    comem_proc_info info;
+    int rc = comem_proc_look(pid, &info);
+    if (rc == COMEM_ENOENT || (rc == COMEM_OK && info.ended))
         snprintf(buf, len, "; its view names pid %d, which is gone", (int)pid);
-    else if (state == 'T' || state == 't')
+    else if (rc == COMEM_OK && info.stopped)
         snprintf(buf, len, "; its process (pid %d) is stopped: continue it (kill -CONT %d) or restart it", (int)pid,
                  (int)pid);
     else
@@ -54,7 +43,7 @@ static void coordinator_state(const char *path, char *buf, size_t len)
 }
 
 /* Waits for one whole frame into buf; 1, 0 at EOF, -1 at the deadline or on an error. */
-static int read_frame(int fd, uint8_t *buf, size_t cap, int64_t deadline, comem_wire_header *h)
+static int read_frame(client_sock *s, uint8_t *buf, size_t cap, int64_t deadline, comem_wire_header *h)
 {
     size_t got = 0, want = COMEM_WIRE_HEADER_SIZE;
     for (;;) {
@@ -72,20 +61,18 @@ static int read_frame(int fd, uint8_t *buf, size_t cap, int64_t deadline, comem_
         int left = comem_ms_until(deadline);
         if (left == 0)
             return -1;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int pr = poll(&p, 1, left);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0)
-            return -1;
-        ssize_t n = recv(fd, buf + got, want - got, 0);
-        if (n == 0 || (n < 0 && errno == ECONNRESET))
+        size_t n = 0;
+        comem_shm_token shares[CLIENT_BESIDE_MAX];
+        int n_shares = 0;
+        int rc = comem_port_read_wait(NULL, s, buf + got, want - got, &n, shares, CLIENT_BESIDE_MAX, &n_shares, left);
+        for (int i = 0; i < n_shares; i++)
+            comem_shm_token_discard(shares[i]); /* a tool maps nothing */
+        if (rc == COMEM_ECLOSED)
             return 0;
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (n < 0)
+        if (rc < 0)
             return -1;
-        got += (size_t)n;
+        if (rc == 1)
+            got += n;
     }
 }
 
@@ -112,19 +99,16 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
         return say(why, whylen, rc, "%s", err);
     if (comem_token_from_env(token, sizeof token, err, sizeof err) != COMEM_OK)
         return say(why, whylen, COMEM_EINVAL, "%s", err);
-    struct stat st;
-    if (lstat(path, &st) != 0) {
-        if (errno == ENOENT)
-            return say(why, whylen, COMEM_ENOENT, "nothing at %s (no such file): no coordinator was started there",
-                       path);
-        return say(why, whylen, COMEM_EPERM, "cannot look at %s: %s", path, strerror(errno));
-    }
-    if (!S_ISSOCK(st.st_mode))
-        return say(why, whylen, COMEM_EINVAL, "%s is not a socket%s", path,
-                   S_ISDIR(st.st_mode) ? " (a directory)" : S_ISREG(st.st_mode) ? " (a regular file)" : "");
-    int fd = comem_conn_connect(path);
+    if ((rc = comem_port_look(path, err, sizeof err)) != COMEM_OK)
+        return say(why, whylen, rc, "%s", err);
+    client_sock *s = NULL;
+    rc = comem_port_connect(path, NULL, &s);
     char state[160];
-    switch (fd) {
+    switch (rc) {
+    case COMEM_OK:
+        break;
+    case COMEM_ENOENT:
+        return say(why, whylen, COMEM_ENOENT, "nothing listens at %s: no coordinator was started there", path);
     case COMEM_ECLOSED:
         return say(why, whylen, COMEM_ECLOSED,
                    "%s is a socket nobody listens on: the coordinator that made it is gone", path);
@@ -135,8 +119,7 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
     case COMEM_EPERM:
         return say(why, whylen, COMEM_EPERM, "permission denied on %s (another user's socket?)", path);
     default:
-        if (fd < 0)
-            return say(why, whylen, fd, "cannot connect to %s: %s", path, comem_status_str(fd));
+        return say(why, whylen, rc, "cannot connect to %s: %s", path, comem_status_str(rc));
     }
     comem_msg m;
     memset(&m, 0, sizeof m);
@@ -144,7 +127,7 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
     m.request_id = 1;
     m.u.hello.proto_version = COMEM_WIRE_VERSION;
     m.u.hello.role = COMEM_ROLE_TOOL;
-    m.u.hello.pid = (uint32_t)getpid();
+    m.u.hello.pid = (uint32_t)comem_client_this_process();
     m.u.hello.reserve_base = -1;
     snprintf(m.u.hello.name, sizeof m.u.hello.name, "comem-probe");
     snprintf(m.u.hello.token, sizeof m.u.hello.token, "%s", token);
@@ -153,9 +136,10 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
     int64_t deadline = comem_now_ns() + (int64_t)timeout_ms * 1000000;
     comem_wire_header h;
     /* Read even when the send failed: a coordinator that refused at accept wrote why and closed. */
-    if (n > 0 && send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
-        comem_debug("probe: HELLO not sent whole (%s); reading what was said", strerror(errno));
-    int got = n > 0 ? read_frame(fd, buf, sizeof buf, deadline, &h) : 0;
+    int sent = n > 0 ? comem_port_send(s, buf, (size_t)n, timeout_ms) : n;
+    if (sent != COMEM_OK)
+        comem_debug("probe: HELLO not sent whole (%s); reading what was said", comem_status_str(sent));
+    int got = n > 0 ? read_frame(s, buf, sizeof buf, deadline, &h) : 0;
     if (got < 0) {
         coordinator_state(path, state, sizeof state);
         rc = say(why, whylen, COMEM_ETIMEDOUT, "the coordinator at %s accepted the connection but did not answer within %d ms%s",
@@ -182,6 +166,6 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
     } else {
         rc = say(why, whylen, COMEM_EPROTO, "%s answered HELLO with an unexpected frame", path);
     }
-    close(fd);
+    comem_port_close(s);
     return rc;
 }

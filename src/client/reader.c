@@ -12,12 +12,9 @@
  * the service thread) pump, then take the reply or give up.
  */
 #include <errno.h>
-#include <poll.h>
 #include <sched.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "base/bytes.h"
 #include "base/clock.h"
@@ -85,7 +82,7 @@ static int dispatch(comem_client *c)
     if (!matched)
         late_reply(c, m, gen);
     else if (atomic_load(&c->service_reads) && !comem_on_service_thread(c))
-        comem_client_wake(c); /* it may be the service thread's reply, and it waits in epoll, not on a cond */
+        comem_client_wake(c); /* it may be the service thread's reply, and it waits in its set, not on a cond */
     if (orphan_kind != PEND_PLAIN)
         give_back(c, orphan_kind, orphan, orphan_bytes, gen);
     return COMEM_OK;
@@ -116,50 +113,28 @@ static bool is_done(comem_client *c, const bool *done)
     return d;
 }
 
-/*
- * Waits for the socket (unless a caller leads: then it is out of the set) or
- * the wake-up eventfd. 1 readable, 2 woken, 0 timeout, COMEM_EIO.
- */
-static int wait_service(comem_client *c, int timeout_ms)
-{
-    struct epoll_event ev[2];
-    int n = epoll_wait(c->epfd, ev, 2, timeout_ms);
-    if (n < 0)
-        return errno == EINTR ? 0 : COMEM_EIO;
-    int rc = 0;
-    for (int i = 0; i < n; i++) {
-        if (ev[i].data.fd == c->wake_fd) {
-            uint64_t v;
-            ssize_t r = read(c->wake_fd, &v, sizeof v);
-            (void)r;
-            return 2;
-        }
-        rc = 1;
-    }
-    return rc;
-}
-
 static int pump(comem_client *c, const bool *done, int64_t deadline_ns);
 
 /* ---- where the socket rests (request.h) ---- */
 
-static int rest_wanted(comem_client *c)
+static client_waits *rest_wanted(comem_client *c)
 {
-    bool with_callback = atomic_load(&c->cb_idle) && !atomic_load(&c->service_reads) && !atomic_load(&c->read_failed);
-    return with_callback ? c->cb_epfd : c->epfd;
+    bool with_callback = comem_port_socket_moves() && atomic_load(&c->cb_idle) && !atomic_load(&c->service_reads) &&
+                         !atomic_load(&c->read_failed);
+    return with_callback ? c->cb : c->svc;
 }
 
-/* Reader role held: the socket waits in set (-1: in none; a leader reads it). */
-static void rest_in(comem_client *c, int set)
+/* Reader role held: the socket waits in set (NULL: in none; a leader reads it). */
+static void rest_in(comem_client *c, client_waits *set)
 {
-    int now = atomic_load(&c->rest_epfd);
-    if (c->fd < 0 || now == set)
+    client_waits *now = atomic_load(&c->rest);
+    if (!c->sock || now == set)
         return;
-    if (now >= 0)
-        comem_conn_watch(now, c->fd, false);
-    if (set >= 0)
-        comem_conn_watch(set, c->fd, true);
-    atomic_store(&c->rest_epfd, set);
+    if (now)
+        comem_waits_hold(now, c->sock, false);
+    if (set)
+        comem_waits_hold(set, c->sock, true);
+    atomic_store(&c->rest, set);
 }
 
 void comem_reader_settle(comem_client *c)
@@ -167,12 +142,12 @@ void comem_reader_settle(comem_client *c)
     /* Whoever changes the wish tries the role after; whoever holds the role looks at the wish after
        letting go (reader_unlock): one of the two always moves the socket. */
     for (;;) {
-        if (atomic_load(&c->rest_epfd) == rest_wanted(c) || pthread_mutex_trylock(&c->read_lock) != 0)
+        if (atomic_load(&c->rest) == rest_wanted(c) || pthread_mutex_trylock(&c->read_lock) != 0)
             return;
-        int before = atomic_load(&c->rest_epfd);
-        if (before >= 0)
+        client_waits *before = atomic_load(&c->rest);
+        if (before)
             rest_in(c, rest_wanted(c));
-        bool moved = atomic_load(&c->rest_epfd) != before;
+        bool moved = atomic_load(&c->rest) != before;
         pthread_mutex_unlock(&c->read_lock);
         if (!moved)
             return; /* no socket, or it is out with a leader, which settles it as it hands it back */
@@ -187,14 +162,14 @@ void comem_reader_rest_with(comem_client *c, bool callback)
 
 void comem_reader_rest_new(comem_client *c)
 {
-    atomic_store(&c->rest_epfd, -1);
+    atomic_store(&c->rest, NULL);
     rest_in(c, rest_wanted(c));
 }
 
 /* Lets the reader role go, the socket left where it is wished. */
 static void reader_unlock(comem_client *c)
 {
-    if (atomic_load(&c->rest_epfd) >= 0)
+    if (atomic_load(&c->rest))
         rest_in(c, rest_wanted(c));
     pthread_mutex_unlock(&c->read_lock);
     comem_reader_settle(c);
@@ -204,7 +179,7 @@ void comem_reader_idle(comem_client *c)
 {
     if (pthread_mutex_trylock(&c->read_lock) != 0)
         return; /* a leader or the service thread has the role: it reads */
-    int rc = c->fd >= 0 ? comem_conn_fill(c) : 0;
+    int rc = c->sock ? comem_conn_fill(c) : 0;
     if (rc >= 0)
         rc = dispatch_all(c);
     if (rc < 0)
@@ -245,7 +220,7 @@ static int pump(comem_client *c, const bool *done, int64_t deadline_ns)
         int wait = -1;
         if (deadline_ns >= 0 && (wait = comem_ms_until(deadline_ns)) == 0)
             return COMEM_ETIMEDOUT;
-        rc = wait_service(c, wait);
+        rc = comem_waits_wait(c->svc, wait);
         if (rc < 0)
             return rc;
         if (rc == 2 && !done)
@@ -264,19 +239,20 @@ static int pump(comem_client *c, const bool *done, int64_t deadline_ns)
 
 /*
  * Takes the reader role for request r when nobody holds it: the socket leaves
- * the service thread's epoll set, so the reply wakes this thread and no other.
+ * the service thread's wait set, so the reply wakes this thread and no other.
  * False: the service thread (or another caller) reads, and this caller waits
  * to be signalled.
  */
 static bool lead_begin(comem_client *c, const client_req *r)
 {
-    if (!r->p || !r->p->waiting || comem_on_service_thread(c) || pthread_mutex_trylock(&c->read_lock) != 0)
+    if (!comem_port_socket_moves() || !r->p || !r->p->waiting || comem_on_service_thread(c) ||
+        pthread_mutex_trylock(&c->read_lock) != 0)
         return false;
-    if (c->fd < 0 || c->fd_gen != r->gen) {
+    if (!c->sock || c->fd_gen != r->gen) {
         pthread_mutex_unlock(&c->read_lock);
         return false;
     }
-    rest_in(c, -1); /* out of whichever set it rested in: the reply wakes this thread alone */
+    rest_in(c, NULL); /* out of whichever set it rested in: the reply wakes this thread alone */
     return true;
 }
 
@@ -323,13 +299,9 @@ static void lead(comem_client *c, client_pending *p, int64_t deadline, int64_t a
                 sched_yield();
                 continue;
             }
-        } else if (c->fd_blocks && wait >= COMEM_CONN_WAIT_SLICE_MS) {
-            rc = comem_conn_fill_wait(c); /* stopping is looked at every slice */
         } else {
-            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-            if (poll(&pfd, 1, wait) < 0 && errno != EINTR)
-                return;
-            rc = comem_conn_fill(c);
+            /* stopping is looked at every slice; a wait shorter than the slice is a poll of its own length */
+            rc = comem_conn_fill_wait(c, c->fd_blocks && wait >= COMEM_CONN_WAIT_SLICE_MS ? -1 : wait);
         }
         if (rc < 0)
             return; /* EOF or an error: the service thread sees it as well, and fails what waits */
@@ -345,12 +317,6 @@ static void lead_end(comem_client *c)
 }
 
 /* ---- a request's wait ---- */
-
-static struct timespec to_timespec(int64_t ns)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
-    return ts;
-}
 
 /* comem_req_finish, and comem_req_finish_acked with ack_ms > 0. */
 static int finish(comem_client *c, client_req *r, comem_msg *m, int ack_ms, int timeout_ms, client_reply *out,
@@ -396,7 +362,7 @@ static int finish(comem_client *c, client_req *r, comem_msg *m, int ack_ms, int 
             /* Until acknowledged, the wait ends at the acknowledgement's deadline; an ADMIT_QUEUED
                signals, and the wait then runs to the whole deadline. */
             bool bounded = ack_deadline && !p->acked && ack_deadline < deadline;
-            struct timespec ts = to_timespec(bounded ? ack_deadline : deadline);
+            struct timespec ts = comem_port_cond_deadline(bounded ? ack_deadline : deadline);
             int w = pthread_cond_timedwait(&p->cond, &c->lock, &ts);
             if (w == ETIMEDOUT && !p->done && (!p->acked || comem_now_ns() >= deadline)) {
                 rc = COMEM_ETIMEDOUT;

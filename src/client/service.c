@@ -14,8 +14,7 @@
  * release; API calls made from here never wait for replies (they could only
  * come through this thread).
  */
-#include <unistd.h>
-
+#include "base/clock.h"
 #include "base/log.h"
 #include "client/conn.h"
 #include "client/request.h"
@@ -37,12 +36,12 @@ static void lost(comem_client *c, int why)
     comem_pending_fail_all(c);
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->write_lock);
-    c->wfd = -1; /* no writer can reach the socket once this is seen */
+    c->wsock = NULL; /* no writer can reach the socket once this is seen */
     pthread_mutex_unlock(&c->write_lock);
     pthread_mutex_lock(&c->read_lock); /* a leading caller finishes its read first */
-    close(c->fd); /* leaves the epoll sets with it */
-    c->fd = -1;
-    atomic_store(&c->rest_epfd, -1);
+    comem_port_close(c->sock); /* leaves the wait sets with it */
+    c->sock = NULL;
+    atomic_store(&c->rest, NULL);
     atomic_store(&c->read_failed, 0); /* a failure the callback thread met was this socket's */
     c->fd_gen = 0;
     c->rlen = c->rpos = 0;
@@ -56,17 +55,18 @@ static void lost(comem_client *c, int why)
 /* One attempt: connect, HELLO, resync. COMEM_OK when the link is up. */
 static int try_connect(comem_client *c)
 {
-    int fd = comem_conn_connect(c->path);
-    if (fd < 0)
-        return fd;
+    client_sock *s = NULL;
+    int rc = comem_port_connect(c->path, c->svc, &s);
+    if (rc != COMEM_OK)
+        return rc;
     uint64_t session = 0;
     bool refused = false;
     char why[COMEM_WIRE_TEXT_MAX];
     pthread_mutex_lock(&c->read_lock); /* the hello reads into the buffer; no caller leads now */
-    int rc = comem_conn_hello(c, fd, &session, &refused, why, sizeof why);
+    rc = comem_conn_hello(c, s, &session, &refused, why, sizeof why);
     pthread_mutex_unlock(&c->read_lock);
     if (rc != COMEM_OK) {
-        close(fd);
+        comem_port_close(s);
         if (refused) {
             pthread_mutex_lock(&c->lock);
             bool logged = c->refused_logged;
@@ -89,13 +89,13 @@ static int try_connect(comem_client *c)
     c->synced_sess_pins = 0;
     uint64_t gen = c->gen;
     pthread_mutex_unlock(&c->lock);
-    bool blocks = comem_conn_adopt(fd);
+    bool blocks = comem_port_adopt(s, COMEM_CONN_WAIT_SLICE_MS);
     pthread_mutex_lock(&c->write_lock);
-    c->wfd = fd;
+    c->wsock = s;
     c->wgen = gen;
     pthread_mutex_unlock(&c->write_lock);
     pthread_mutex_lock(&c->read_lock);
-    c->fd = fd;
+    c->sock = s;
     c->fd_gen = gen;
     c->fd_blocks = blocks;
     comem_reader_rest_new(c);
@@ -117,7 +117,7 @@ static void *service_main(void *arg)
     comem_client *c = arg;
     comem_client_thread_mark(c, CLIENT_THREAD_SERVICE);
     while (!atomic_load(&c->stopping)) {
-        if (c->fd < 0) {
+        if (!c->sock) {
             if (try_connect(c) == COMEM_OK)
                 continue;
             /* The attempt may have consumed close's wake-up (its HELLO waits on the same eventfd):
@@ -127,8 +127,8 @@ static void *service_main(void *arg)
                 break;
             /* Sleep, but wake at once for close. A refusal set a longer wait. */
             int wait = c->retry_ms;
-            if (comem_conn_read(c, -1, wait) < 0)
-                usleep((useconds_t)wait * 1000); /* poll failed: still never spin */
+            if (comem_conn_read(c, NULL, wait) < 0)
+                comem_sleep_ms(wait); /* the wait failed: still never spin */
             c->retry_ms = wait >= RETRY_MAX_MS / 2 ? RETRY_MAX_MS : wait * 2;
             continue;
         }

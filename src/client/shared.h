@@ -22,6 +22,13 @@ void comem_fast_attach(comem_client *c, uint64_t gen, uint64_t session);
  * test can SIGKILL a process at exactly that point.
  */
 void comem_fast_stall_point(int where);
+/* How the library's own is defined: weak, so a test linked with the static library replaces it, and
+   hidden where the binary format has visibility (ELF), so nothing outside can. */
+#ifdef _WIN32
+#define COMEM_FAST_STALL_POINT __attribute__((weak))
+#else
+#define COMEM_FAST_STALL_POINT __attribute__((weak, visibility("hidden")))
+#endif
 /* The connection ended: no more bookings in its area (the mapping stays until close). */
 void comem_fast_detach(comem_client *c);
 /* Unmaps every area (close, no thread running). */

@@ -3,8 +3,7 @@
  * effective timeout, a fresh request id, the service thread's wake-up, and
  * which of the client's own threads the caller is (client/state.h).
  */
-#include <unistd.h>
-
+#include "client/port.h"
 #include "client/state.h"
 
 /* The thread's role, marked once as it starts: a thread serves one client. */
@@ -20,9 +19,7 @@ int comem_client_timeout(comem_client *c, int timeout_ms)
 
 void comem_client_wake(comem_client *c)
 {
-    uint64_t one = 1;
-    ssize_t w = write(c->wake_fd, &one, sizeof one);
-    (void)w; /* a full counter still wakes the reader */
+    comem_waits_wake(c->svc);
 }
 
 void comem_client_want_sync(comem_client *c)

@@ -28,6 +28,7 @@
  *      conn.c      (conn.h)             the socket: connect, whole frames, HELLO
  *      local.c     (local.h)            decisions without a coordinator
  *   1  state.c fork.c reason.c tables.c (this header) the ground: the state and what every floor asks of it
+ *      port_posix.c port_win.c (port.h)  the system's side: the connection, each thread's wait set
  *      constants.c                      comem_constant, apart: no client
  *
  * admit.h declares the preload's acked admission (admit.c); client_internal.h,
@@ -47,11 +48,11 @@
  *   │   ├── grants[]    (synced_*), so a new connection can be told the rest
  *   │   ├── pending     requests waiting for their reply (client/pending.c)
  *   │   └── last_admit  the last comem_admit's record, for comem_admit_details (admit.c)
- *   ├── write_lock      guards wfd/wgen and every frame write, so two frames
+ *   ├── write_lock      guards wsock/wgen and every frame write, so two frames
  *   │                   never interleave; taken after lock, never before it
  *   ├── read_lock       THE READER ROLE: whoever holds it may read the socket
  *   │                   and owns rbuf and in. At rest the socket waits in one
- *   │                   thread's epoll set (client/request.h): the callback
+ *   │                   thread's wait set (client/port.h): the callback
  *   │                   thread's while it has nothing to answer, else the
  *   │                   service thread's, and that thread reads what comes. A
  *   │                   caller that finds the role free while it waits for a
@@ -60,9 +61,11 @@
  *   │                   until its own reply comes (asks still go to the
  *   │                   callback thread's queue, other replies to their
  *   │                   waiters), so the reply costs no thread wake-up
- *   │                   (client/reader.c). Taken before lock and write_lock,
- *   │                   never after them.
- *   ├── service thread  owns fd (changed under read_lock) and out: reads while
+ *   │                   (client/reader.c). Where the socket cannot move
+ *   │                   (Windows: comem_port_socket_moves) it rests with the
+ *   │                   service thread for good and nobody leads. Taken
+ *   │                   before lock and write_lock, never after them.
+ *   ├── service thread  owns sock (changed under read_lock) and out: reads while
  *   │                   the socket rests with it, matches replies, queues
  *   │                   release asks, reconnects and runs the resync
  *   │                   (client/service.c)
@@ -138,8 +141,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/un.h>
 
+#include "client/port.h"
 #include "comem/comem.h"
 #include "os/shm.h"
 #include "shm/view.h"
@@ -163,7 +166,7 @@ _Static_assert(COMEM_KIND_MODELS == COMEM_HOLDER_MODELS && COMEM_KIND_PAGER == C
 _Static_assert(COMEM_ADMISSION_ASKED_MAX == COMEM_WIRE_MAX_ASKED, "an admission record names every id a reply names");
 
 #define COMEM_CLIENT_DEFAULT_TIMEOUT_MS 10000
-#define COMEM_CLIENT_PATH_MAX sizeof(((struct sockaddr_un *)0)->sun_path)
+#define COMEM_CLIENT_PATH_MAX COMEM_PORT_NAME_MAX
 
 /* The connection's state: THE LINK, above. */
 typedef enum client_link {
@@ -268,19 +271,19 @@ struct comem_client {
     uint64_t devmap_gen; /* the connection generation the map was last sent on (0: never) */
     client_last_admit last_admit; /* the last decision a comem_admit made on c (all 0: none yet) */
 
-    pthread_mutex_t read_lock; /* the reader role: fd reads, rbuf, in (above) */
-    int epfd;                  /* the service thread waits here: wake_fd, and the socket while it rests here */
-    int cb_epfd;               /* the callback thread waits here: cb_efd, and the socket while it rests here */
-    atomic_int rest_epfd;      /* the set the socket rests in now (changed under read_lock; -1: none, a leader has it) */
+    pthread_mutex_t read_lock; /* the reader role: sock reads, rbuf, in (above) */
+    client_waits *svc;         /* the service thread waits here: its wake-up, and the socket while it rests here */
+    client_waits *cb;          /* the callback thread waits here: its wake-up (asks queued), and the socket while it rests here */
+    _Atomic(client_waits *) rest; /* the set the socket rests in now (changed under read_lock; NULL: none, a leader has it) */
     atomic_bool cb_idle;       /* the callback thread has nothing to answer: the socket may rest with it */
     atomic_bool service_reads; /* the service thread reads for its own requests: the socket rests with it */
     atomic_int read_failed;    /* how the callback thread's read failed (0: it did not); the service thread drops the link */
-    uint64_t fd_gen;           /* the generation fd belongs to (under read_lock) */
-    bool fd_blocks;            /* fd waits in recv (comem_conn_adopt); false: a leader waits in poll (read_lock) */
+    uint64_t fd_gen;           /* the generation sock belongs to (under read_lock) */
+    bool fd_blocks;            /* sock waits in recv (comem_port_adopt); false: a leader waits in poll (read_lock) */
 
     pthread_mutex_t write_lock;
-    int wfd;       /* the socket writers use; -1 when down */
-    uint64_t wgen; /* the generation wfd belongs to */
+    client_sock *wsock; /* the socket writers use; NULL when down */
+    uint64_t wgen;      /* the generation wsock belongs to */
 
     atomic_int timeout_ms;
     atomic_uint next_req;
@@ -289,7 +292,6 @@ struct comem_client {
     /* owned by the service thread (and by open, before the thread starts) */
     pthread_t thread;
     bool thread_started;
-    int wake_fd; /* eventfd: close and need_sync wake the service thread */
     /* What rode on the bytes of this connection's HELLO_REPLY, until the reply names them (os/shm.h). */
     comem_shm_token beside[CLIENT_BESIDE_MAX];
     int n_beside;
@@ -298,7 +300,7 @@ struct comem_client {
     const comem_view_shared *_Atomic view; /* the current session's sealed view, mapped read-only (NULL: none) */
     comem_shm **views_all; /* every one mapped, closed at close (under lock) */
     size_t n_views;
-    int fd;
+    client_sock *sock; /* the connection (NULL: none) */
     uint8_t *rbuf;
     size_t rlen, rpos;
     comem_msg *in;  /* the frame being dispatched */
@@ -312,7 +314,6 @@ struct comem_client {
     uint64_t answering_gen; /* generation its receipt goes out on */
     size_t n_in_receipt;    /* entries whose census rides on that receipt */
     pthread_mutex_t cb_lock; /* guards the queue below; never held while a callback runs */
-    int cb_efd;              /* eventfd: an ask queued, or stopping (client/callbacks.c) */
     struct ask_node *cb_head, *cb_tail;
     int cb_len;
     bool cb_stop, cb_started, cb_ready;

@@ -41,6 +41,15 @@ bool comem_proc_alive(int64_t pid, uint64_t start);
  */
 int comem_proc_self(int64_t *pid, uint64_t *numbering);
 
+/* This process's own id, as the process itself knows it (getpid(); GetCurrentProcessId()). */
+int64_t comem_proc_id(void);
+
+/*
+ * Calls fn in the child of every fork of this process from now on (pthread_atfork); Windows has no
+ * fork and never calls it. COMEM_OK, or COMEM_ENOMEM when it cannot be watched.
+ */
+int comem_proc_on_fork(void (*fn)(void));
+
 /* This process's user as the system names it, as os/stream.h's comem_peer does: a uid; a SID. */
 void comem_proc_self_user(char *buf, size_t len);
 

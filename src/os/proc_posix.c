@@ -2,6 +2,7 @@
 #include "os/proc.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -91,6 +92,10 @@ static void on_signal(int sig)
     if (stop)
         stop();
 }
+
+int64_t comem_proc_id(void) { return (int64_t)getpid(); }
+
+int comem_proc_on_fork(void (*fn)(void)) { return pthread_atfork(NULL, NULL, fn) == 0 ? COMEM_OK : COMEM_ENOMEM; }
 
 void comem_proc_on_stop(void (*stop)(void))
 {

@@ -59,6 +59,14 @@ int comem_proc_self(int64_t *pid, uint64_t *numbering)
     return COMEM_OK;
 }
 
+int64_t comem_proc_id(void) { return (int64_t)GetCurrentProcessId(); }
+
+int comem_proc_on_fork(void (*fn)(void))
+{
+    (void)fn; /* no fork on Windows: a process's copy is never made */
+    return COMEM_OK;
+}
+
 void comem_proc_self_user(char *buf, size_t len)
 {
     if (!comem_user_sid_text(GetCurrentProcess(), buf, len) && len > 0)

@@ -11,6 +11,12 @@
  * coordinator as a holder that answers asks); an admission of 1.5 GiB, which with the reserve needs
  * its room, asks it, the child frees the model and sends its receipt, and the admission is granted
  * with the bytes it freed. Whatever fails, teardown ends the processes a test started.
+ *
+ * The same through the client library (comem.h: libcomem on Linux, the same code on Windows over its
+ * own port, client/port_win.c): a child's holder whose release callback frees its model, asked for an
+ * admission of this process's; a child's grant given back when it is killed; a client that loses the
+ * daemon decides locally, says so, and when a new daemon comes reconnects and registers its holder
+ * again; and comem_probe's word on each.
  */
 #include "unit/cmocka_all.h"
 
@@ -24,7 +30,7 @@
 #include <unistd.h>
 #endif
 
-#include "comem/common.h"
+#include "comem/comem.h"
 #include "probe/sim.h"
 #include "os/stream.h"
 #include "unit/endpoint.h"
@@ -155,13 +161,98 @@ static void hold_model(const char *arg)
     }
 }
 
-/* The child's hook: a grant holder ("admit|...") or a model holder ("model|..."). */
+/* ---- the same through the client library ---- */
+
+/* A library client of the coordinator at sock, never deciding locally: NULL when none answers. */
+static comem_client *lib_open(const char *sock, int role, const char *name)
+{
+    comem_client *c = NULL;
+    return comem_client_open(sock, role, name, -1, COMEM_OPEN_NO_LOCAL, &c) == COMEM_OK ? c : NULL;
+}
+
+/* A child's model on the card, freed by its holder's release callback. */
+static struct lib_model {
+    comem_sim *sim;
+    comem_client *c;
+    uint64_t entry;
+    bool resident;
+} g_model;
+
+static int release_model(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
+                         const int64_t *amounts, size_t n, int64_t *freed)
+{
+    (void)holder, (void)kind, (void)bytes, (void)entries, (void)amounts, (void)n;
+    struct lib_model *m = user;
+    *freed = 0;
+    if (m->resident && comem_sim_free(m->sim, 0, 2 * GIB) == COMEM_OK) {
+        m->resident = false;
+        *freed = 2 * GIB;
+        comem_entry_set_resident(m->c, m->entry, 0); /* rides on the receipt */
+    }
+    return COMEM_OK;
+}
+
+/*
+ * The library model holder's hook, given "SOCKET|NOTE|CARD": 2 GiB allocated on the card and
+ * registered through the library as a model of a holder whose callback frees it; NOTE written; the
+ * library's callback thread answers asks while the child sleeps.
+ */
+static void lib_hold_model(const char *arg)
+{
+    char sock[400], note[480], spec_text[PATH_MAX + 64];
+    const char *a = strchr(arg, '|'), *b = a ? strchr(a + 1, '|') : NULL;
+    if (!b)
+        exit(2);
+    snprintf(sock, sizeof sock, "%.*s", (int)(a - arg), arg);
+    snprintf(note, sizeof note, "%.*s", (int)(b - a - 1), a + 1);
+    snprintf(spec_text, sizeof spec_text, "%s", b + 1);
+    comem_sim_spec spec;
+    if (comem_sim_spec_parse(spec_text, &spec, NULL, 0) != COMEM_OK || comem_sim_open(&spec, &g_model.sim) != COMEM_OK ||
+        comem_sim_alloc(g_model.sim, 0, 2 * GIB) != COMEM_OK)
+        exit(3);
+    g_model.resident = true;
+    if (!(g_model.c = lib_open(sock, COMEM_CLIENT_WORKER, "models")))
+        exit(4);
+    uint64_t holder = 0;
+    if (comem_holder_add(g_model.c, "models", 0, COMEM_KIND_MODELS, COMEM_ANSWERS_RELEASE, release_model, &g_model,
+                         &holder) != COMEM_OK ||
+        comem_entry_add(g_model.c, holder, "model", 2 * GIB, 2 * GIB, 0, &g_model.entry) != COMEM_OK)
+        exit(5);
+    FILE *f = fopen(note, "w");
+    if (!f)
+        exit(6);
+    fclose(f);
+}
+
+/* The library grant holder's hook, given "SOCKET|NOTE": admits 2 GiB through the library, says so, holds it. */
+static void lib_hold(const char *arg)
+{
+    const char *bar = strchr(arg, '|');
+    if (!bar)
+        exit(2);
+    char sock[400];
+    snprintf(sock, sizeof sock, "%.*s", (int)(bar - arg), arg);
+    comem_client *c = lib_open(sock, COMEM_CLIENT_WORKER, "holder");
+    uint64_t grant = 0;
+    if (!c || comem_admit(c, 0, 0, 2 * GIB, 0, 0, NULL, 0, 10000, &grant, NULL) != COMEM_OK || !grant)
+        exit(3);
+    FILE *f = fopen(bar + 1, "w");
+    if (!f)
+        exit(4);
+    fclose(f);
+}
+
+/* The child's hook: a grant holder ("admit|...", "libadmit|...") or a model holder ("model|...", "libmodel|..."). */
 static void child_part(const char *arg)
 {
     if (strncmp(arg, "model|", 6) == 0)
         hold_model(arg + 6);
     else if (strncmp(arg, "admit|", 6) == 0)
         hold(arg + 6);
+    else if (strncmp(arg, "libmodel|", 9) == 0)
+        lib_hold_model(arg + 9);
+    else if (strncmp(arg, "libadmit|", 9) == 0)
+        lib_hold(arg + 9);
     else
         exit(7);
 }
@@ -253,6 +344,107 @@ static void test_a_holder_in_another_process_is_asked_and_frees(void **s)
     end_started(pid);
 }
 
+static void test_library_clients_release_across_processes(void **s)
+{
+    (void)s;
+    comem_stream *st = NULL;
+    int64_t pid = start_comemd_connected(&st);
+    comem_stream_close(st);
+
+    static char arg[PATH_MAX + 1000];
+    snprintf(arg, sizeof arg, "libmodel|%s|%s|%s", g_endpoint.name, g_note, g_card);
+    remove(g_note);
+    void *holder_h;
+    int64_t holder = start_child_with(120000, arg, &holder_h);
+    track(holder, holder_h);
+    assert_true(wait_for_file(g_note, 30000)); /* its 2 GiB model is on the card and in the books */
+
+    comem_client *c = lib_open(g_endpoint.name, COMEM_CLIENT_HOST, "asker");
+    assert_non_null(c);
+    assert_int_equal(comem_client_connected(c), 1);
+    comem_admission a;
+    /* 1.5 GiB and the reserve fit what is free and what the model holds, not what is free alone. */
+    assert_int_equal(comem_admit_record(c, 0, 0, 3 * GIB / 2, 0, 0, NULL, 0, 10000, &a), COMEM_OK);
+    assert_true(a.grant != 0);
+    assert_int_equal(a.decided, 1);
+    assert_true(a.n_asked >= 1);
+    assert_int_equal(a.freed, 2 * GIB); /* the child's callback freed its model */
+    assert_true(a.free_after >= a.free_before + 2 * GIB);
+
+    comem_client_close(c);
+    end_started(holder);
+    end_started(pid);
+}
+
+static void test_library_a_killed_clients_grant_and_a_lost_daemon(void **s)
+{
+    (void)s;
+    comem_stream *st = NULL;
+    void *daemon_h = NULL;
+    int64_t pid = start_comemd_connected(&st);
+    comem_stream_close(st);
+    char why[300];
+    assert_int_equal(comem_probe(g_endpoint.name, 5000, why, sizeof why), COMEM_OK);
+    assert_non_null(strstr(why, "answers"));
+
+    static char arg[900];
+    snprintf(arg, sizeof arg, "libadmit|%s|%s", g_endpoint.name, g_note);
+    remove(g_note);
+    void *holder_h;
+    int64_t holder = start_child_with(120000, arg, &holder_h);
+    track(holder, holder_h);
+    assert_true(wait_for_file(g_note, 30000)); /* the child holds 2 GiB */
+
+    comem_client *c = lib_open(g_endpoint.name, COMEM_CLIENT_HOST, "asker");
+    assert_non_null(c);
+    uint64_t models = 0;
+    assert_int_equal(comem_holder_add(c, "models", 0, COMEM_KIND_MODELS, 0, NULL, NULL, &models), COMEM_OK);
+    uint64_t grant = 0;
+    int64_t short_by = 0;
+    assert_int_equal(comem_admit(c, 0, models, 2 * GIB, 0, 0, NULL, 0, 1000, &grant, &short_by), COMEM_ENOSPC);
+    assert_true(short_by > 0); /* 4 GiB, 2 held: no room for 2 more */
+
+    end_started(holder); /* killed: nothing is said */
+    int rc = COMEM_ENOSPC;
+    for (int i = 0; i < 300 && rc == COMEM_ENOSPC; i++) { /* once its end is seen, its bytes are back */
+        rc = comem_admit(c, 0, models, 2 * GIB, 0, 0, NULL, 0, 1000, &grant, &short_by);
+        if (rc == COMEM_ENOSPC)
+            pause_ms(20);
+    }
+    assert_int_equal(rc, COMEM_OK);
+    assert_true(grant != 0);
+    assert_int_equal(comem_grant_done(c, grant, 0, 0), COMEM_OK);
+
+    /* The daemon goes: the client says so and decides locally (never here: COMEM_OPEN_NO_LOCAL refuses). */
+    end_started(pid);
+    for (int i = 0; i < 300 && comem_client_connected(c); i++)
+        pause_ms(20);
+    assert_int_equal(comem_client_connected(c), 0);
+    assert_int_not_equal(comem_probe(g_endpoint.name, 2000, why, sizeof why), COMEM_OK);
+    endpoint_remove_lock_file();
+
+    /* A new daemon: the client connects again by itself and registers its holder there again. */
+    pid = start_comemd(&daemon_h);
+    for (int i = 0; i < 300 && !comem_client_connected(c); i++)
+        pause_ms(50);
+    assert_int_equal(comem_client_connected(c), 1);
+    char *json = NULL;
+    for (int i = 0; i < 100; i++) { /* the resync replays the mirror just after the HELLO */
+        comem_free(json);
+        json = NULL;
+        assert_int_equal(comem_status_json(c, &json), COMEM_OK);
+        if (strstr(json, "\"models\""))
+            break;
+        pause_ms(20);
+    }
+    assert_non_null(strstr(json, "\"models\""));
+    assert_non_null(strstr(json, "\"asker\""));
+    comem_free(json);
+
+    comem_client_close(c);
+    end_started(pid);
+}
+
 static int setup(void **s)
 {
     (void)s;
@@ -288,6 +480,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_admission_a_killed_clients_bytes_and_a_second_daemon, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_holder_in_another_process_is_asked_and_frees, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_library_clients_release_across_processes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_library_a_killed_clients_grant_and_a_lost_daemon, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
