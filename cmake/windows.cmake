@@ -23,17 +23,28 @@ file(GLOB COMEM_OS_SOURCES CONFIGURE_DEPENDS src/os/*_win.c src/base/*_win.c src
 file(GLOB COMEM_PORTABLE_LAYERS CONFIGURE_DEPENDS src/arith/*.c src/wire/*.c src/ledger/*.c src/coord/*.c
      src/client/*.c)
 list(FILTER COMEM_PORTABLE_LAYERS EXCLUDE REGEX "_posix\\.c$")
-add_library(comem_portable STATIC ${COMEM_PORTABLE_SOURCES} ${COMEM_PORTABLE_LAYERS} ${COMEM_OS_SOURCES})
+# One object set, built static (what the programs and tests link) and as comem.dll (what a binding
+# loads: its exports are comem.h's COMEM_API functions).
+add_library(comem_objects OBJECT ${COMEM_PORTABLE_SOURCES} ${COMEM_PORTABLE_LAYERS} ${COMEM_OS_SOURCES})
+target_include_directories(comem_objects PUBLIC include src)
+target_compile_definitions(comem_objects PRIVATE COMEM_BUILD_DLL)
+add_library(comem_portable STATIC $<TARGET_OBJECTS:comem_objects>)
 target_include_directories(comem_portable PUBLIC include src)
 # json-c built for MinGW by scripts/windows-check.sh into COMEM_WIN_DEPS (Debian ships none), for the
 # coordinator's status snapshot.
 set(COMEM_WIN_DEPS "" CACHE PATH "Where cmocka and json-c for MinGW are installed")
 find_path(COMEM_JSONC_INCLUDE json-c/json.h HINTS ${COMEM_WIN_DEPS}/include NO_CMAKE_FIND_ROOT_PATH REQUIRED)
 find_library(COMEM_JSONC_LIB NAMES libjson-c.a json-c HINTS ${COMEM_WIN_DEPS}/lib NO_CMAKE_FIND_ROOT_PATH REQUIRED)
+target_include_directories(comem_objects PUBLIC ${COMEM_JSONC_INCLUDE} ${COMEM_JSONC_INCLUDE}/json-c)
 target_include_directories(comem_portable PUBLIC ${COMEM_JSONC_INCLUDE} ${COMEM_JSONC_INCLUDE}/json-c)
 target_link_libraries(comem_portable PUBLIC Threads::Threads advapi32 dxgi dxguid ${COMEM_JSONC_LIB})
 # Each exe carries what it needs: wine finds no MinGW runtime DLLs beside it.
 target_link_options(comem_portable PUBLIC -static)
+
+add_library(comem SHARED $<TARGET_OBJECTS:comem_objects>)
+set_target_properties(comem PROPERTIES PREFIX "" OUTPUT_NAME comem RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+target_link_libraries(comem PRIVATE Threads::Threads advapi32 dxgi dxguid ${COMEM_JSONC_LIB})
+target_link_options(comem PRIVATE -static)
 
 # comemd.exe: the coordinator as a program (its --metrics is Linux's for now: tools/comem/prom_file.c).
 add_executable(comemd tools/comemd/main.c)
@@ -56,7 +67,7 @@ if(COMEM_BUILD_TESTS)
     target_link_options(${fake} PRIVATE -static)
   endforeach()
   target_compile_definitions(fake_nvml_legacy PRIVATE FAKE_NVML_LEGACY=1)
-  foreach(name test_arith test_base test_calc test_comemd_serves test_coord_serves test_hostmem_win test_ledger test_lock test_loop test_nvml_fake test_os test_plan test_proc test_rundir_win test_shm test_stream test_sim_shared test_view test_wddm_win test_wire test_xlock)
+  foreach(name test_arith test_base test_calc test_comemd_serves test_coord_serves test_dll_win test_hostmem_win test_ledger test_lock test_loop test_nvml_fake test_os test_plan test_proc test_rundir_win test_shm test_stream test_sim_shared test_view test_wddm_win test_wire test_xlock)
     add_executable(${name} tests/unit/${name}.c)
     target_include_directories(${name} PRIVATE tests ${COMEM_CMOCKA_INCLUDE})
     target_link_libraries(${name} PRIVATE comem_portable ${COMEM_CMOCKA_LIB})
@@ -69,6 +80,7 @@ if(COMEM_BUILD_TESTS)
   endforeach()
   add_dependencies(test_nvml_fake fake_nvml fake_nvml_legacy fake_cuda)
   add_dependencies(test_comemd_serves comemd) # it starts comemd.exe beside it
+  add_dependencies(test_dll_win comem) # it loads comem.dll from beside it
   # Its one case skips where wine's DXGI has no display (no xvfb): say so, not "Passed".
   set_tests_properties(test_wddm_win PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endif()

@@ -15,7 +15,15 @@
 extern "C" {
 #endif
 
-#if defined(__GNUC__)
+/* What the library exports: ELF's default visibility (the rest is hidden); on Windows comem.dll's
+   exports, marked where the library itself is built (COMEM_BUILD_DLL) and plain for its users. */
+#if defined(_WIN32)
+#if defined(COMEM_BUILD_DLL)
+#define COMEM_API __declspec(dllexport)
+#else
+#define COMEM_API
+#endif
+#elif defined(__GNUC__)
 #define COMEM_API __attribute__((visibility("default")))
 #else
 #define COMEM_API
