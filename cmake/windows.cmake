@@ -51,6 +51,16 @@ add_executable(comemd tools/comemd/main.c)
 target_link_libraries(comemd PRIVATE comem_portable)
 set_target_properties(comemd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 
+# comem.exe: the CLI's status, devices, calc, release and metrics; run, demo, simulate and watch say
+# why they are not here (tools/comem/cmds_win.c).
+set(COMEM_CLI_WIN_SOURCES tools/comem/args.c tools/comem/calc.c tools/comem/calc_explain.c tools/comem/devices.c
+    tools/comem/jsonout.c tools/comem/main.c tools/comem/metrics.c tools/comem/prom.c tools/comem/release.c
+    tools/comem/snapshot.c tools/comem/status.c tools/comem/text.c tools/comem/cmds_win.c)
+add_executable(comem_cli ${COMEM_CLI_WIN_SOURCES})
+set_target_properties(comem_cli PROPERTIES OUTPUT_NAME comem RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+target_include_directories(comem_cli PRIVATE tools)
+target_link_libraries(comem_cli PRIVATE comem_portable)
+
 if(COMEM_BUILD_TESTS)
   # cmocka built for MinGW: scripts/windows-check.sh builds Debian's source into COMEM_WIN_DEPS
   # (outside the MinGW root the toolchain file confines searches to).
@@ -81,6 +91,9 @@ if(COMEM_BUILD_TESTS)
   add_dependencies(test_nvml_fake fake_nvml fake_nvml_legacy fake_cuda)
   add_dependencies(test_comemd_serves comemd) # it starts comemd.exe beside it
   add_dependencies(test_dll_win comem) # it loads comem.dll from beside it
+  # comem.exe against comemd.exe, each started through wine by the script.
+  add_test(NAME cli_win COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cli/test_cli_win.sh ${CMAKE_BINARY_DIR}/bin)
+  set_tests_properties(cli_win PROPERTIES TIMEOUT 180 ENVIRONMENT "WINEDEBUG=-all")
   # Its one case skips where wine's DXGI has no display (no xvfb): say so, not "Passed".
   set_tests_properties(test_wddm_win PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endif()

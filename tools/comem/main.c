@@ -124,13 +124,13 @@ int main(int argc, char **argv)
             fprintf(stderr, "comem run: takes no --json\n");
             return 2;
         }
-        if (socket)
-            setenv("COMEM_SOCKET", socket, 1);
-        return cmd_run(rest, argv + i);
+        return cmd_run_at(socket, rest, argv + i);
     }
     /* A reader that went away (comem metrics | head) ends the output quietly: writes fail with EPIPE
        instead of the signal killing us (exit 141); `run` above keeps the default for its program. */
+#ifdef SIGPIPE /* Windows has none: a write to a closed pipe fails there already */
     signal(SIGPIPE, SIG_IGN);
+#endif
     if (strcmp(cmd->name, "demo-worker") != 0) {
         for (int k = i; k < argc; k++) {
             if (is_help(argv[k])) { /* --help anywhere on the line */

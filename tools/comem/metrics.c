@@ -13,6 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _WIN32
+#include <fcntl.h>
+#include <io.h>
+#endif
 
 #include "args.h"
 #include "cmds.h"
@@ -64,6 +68,9 @@ int cmd_metrics(int argc, char **argv)
         jprint(st, v[3].set);
     } else {
         char *text = comem_prom_text(st);
+#ifdef _WIN32
+        _setmode(_fileno(stdout), _O_BINARY); /* the format's lines end in \n alone, on Windows too */
+#endif
         if (text)
             fputs(text, stdout);
         else

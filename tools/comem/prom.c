@@ -8,57 +8,51 @@
  */
 #include "prom.h"
 
-#include <errno.h>
 #include <stdbool.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "jsonout.h"
+#include "text.h"
 
 static json_object *at(json_object *a, size_t i) { return json_object_array_get_idx(a, i); }
 
 /* A label value as the format escapes it: backslash, double quote and newline. */
-static void put_label(FILE *f, const char *name, const char *v, bool first)
+static void put_label(comem_text *f, const char *name, const char *v, bool first)
 {
-    fprintf(f, "%s%s=\"", first ? "" : ",", name);
+    text_printf(f, "%s%s=\"", first ? "" : ",", name);
     for (; *v; v++) {
         if (*v == '\\' || *v == '"')
-            fprintf(f, "\\%c", *v);
+            text_printf(f, "\\%c", *v);
         else if (*v == '\n')
-            fputs("\\n", f);
+            text_puts(f, "\\n");
         else
-            fputc(*v, f);
+            text_putc(f, *v);
     }
-    fputc('"', f);
+    text_putc(f, '"');
 }
 
-static void family(FILE *f, const char *name, const char *type, const char *help)
+static void family(comem_text *f, const char *name, const char *type, const char *help)
 {
-    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    text_printf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* One sample: name{labels} value; labels is the pairs labels() wrote, or "". */
-static void sample_i(FILE *f, const char *name, const char *labels, int64_t v)
+static void sample_i(comem_text *f, const char *name, const char *labels, int64_t v)
 {
-    fprintf(f, "%s%s%s%s %lld\n", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "", (long long)v);
+    text_printf(f, "%s%s%s%s %lld\n", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "", (long long)v);
 }
 
-/* Labels into buf: pairs of (name, value), n of them. */
+/* Labels into buf: pairs of (name, value), n of them (cut at cap: never a name's worth). */
 static const char *labels(char *buf, size_t cap, const char *const *kv, int n)
 {
-    FILE *f = fmemopen(buf, cap, "w");
-    if (!f) {
-        buf[0] = '\0';
-        return buf;
-    }
+    comem_text t = {0};
     for (int i = 0; i < n; i++)
-        put_label(f, kv[2 * i], kv[2 * i + 1], i == 0);
-    fclose(f);
-    buf[cap - 1] = '\0';
+        put_label(&t, kv[2 * i], kv[2 * i + 1], i == 0);
+    char *text = text_take(&t);
+    snprintf(buf, cap, "%s", text ? text : "");
+    free(text);
     return buf;
 }
 
@@ -145,7 +139,7 @@ static const counter k_counters[] = {
     {"spill_events", "comem_spill_events_total", "Overcommits started on WDDM cards (the driver paging memory to system RAM)."},
 };
 
-static void device_families(FILE *f, json_object *devs)
+static void device_families(comem_text *f, json_object *devs)
 {
     char lb[1024];
     for (size_t g = 0; g < sizeof k_dev / sizeof k_dev[0]; g++) {
@@ -162,7 +156,7 @@ static void device_families(FILE *f, json_object *devs)
 }
 
 /* Host RAM's asks and receipts (the device that has a host_ram object). */
-static void host_ram_counters(FILE *f, json_object *devs)
+static void host_ram_counters(comem_text *f, json_object *devs)
 {
     static const counter k[] = {
         {"asks", "comem_host_ram_release_asks_total", "Release asks sent to host RAM holders."},
@@ -180,7 +174,7 @@ static void host_ram_counters(FILE *f, json_object *devs)
     }
 }
 
-static void session_families(FILE *f, json_object *devs)
+static void session_families(comem_text *f, json_object *devs)
 {
     char lb[2048];
     static const char *names[] = {"comem_session_resident_bytes", "comem_session_granted_bytes",
@@ -226,7 +220,7 @@ static void session_families(FILE *f, json_object *devs)
     json_object_put(seen);
 }
 
-static void holder_families(FILE *f, json_object *devs)
+static void holder_families(comem_text *f, json_object *devs)
 {
     char lb[2048];
     static const char *names[] = {"comem_holder_resident_bytes", "comem_holder_granted_bytes", "comem_holder_busy"};
@@ -251,33 +245,29 @@ static void holder_families(FILE *f, json_object *devs)
     }
 }
 
-static void latency_family(FILE *f, json_object *h)
+static void latency_family(comem_text *f, json_object *h)
 {
     const char *m = "comem_admission_latency_seconds";
     family(f, m, "histogram", "Time from an admission request's arrival to its answer.");
     json_object *bounds = jget(h, "bounds_s"), *counts = jget(h, "counts");
     for (size_t i = 0; i < jlen(bounds) && i < jlen(counts); i++)
-        fprintf(f, "%s_bucket{le=\"%g\"} %lld\n", m, json_object_get_double(at(bounds, i)),
+        text_printf(f, "%s_bucket{le=\"%g\"} %lld\n", m, json_object_get_double(at(bounds, i)),
                 (long long)json_object_get_int64(at(counts, i)));
     long long count = (long long)json_object_get_int64(jget(h, "count"));
-    fprintf(f, "%s_bucket{le=\"+Inf\"} %lld\n", m, count);
-    fprintf(f, "%s_sum %.9g\n", m, json_object_get_double(jget(h, "sum_s")));
-    fprintf(f, "%s_count %lld\n", m, count);
+    text_printf(f, "%s_bucket{le=\"+Inf\"} %lld\n", m, count);
+    text_printf(f, "%s_sum %.9g\n", m, json_object_get_double(jget(h, "sum_s")));
+    text_printf(f, "%s_count %lld\n", m, count);
 }
 
 char *comem_prom_text(json_object *st)
 {
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    if (!f)
-        return NULL;
+    comem_text text = {0}, *f = &text;
     json_object *co = jget(st, "coordinator"), *pins = jget(st, "pins"), *devs = jget(st, "devices");
     json_object *ctr = jget(st, "counters");
     family(f, "comem_up", "gauge", "1 when the coordinator answered this snapshot.");
-    fprintf(f, "comem_up 1\n");
+    text_printf(f, "comem_up 1\n");
     family(f, "comem_uptime_seconds", "gauge", "Seconds since the coordinator started.");
-    fprintf(f, "comem_uptime_seconds %.3f\n", json_object_get_double(jget(co, "uptime_s")));
+    text_printf(f, "comem_uptime_seconds %.3f\n", json_object_get_double(jget(co, "uptime_s")));
     family(f, "comem_sessions", "gauge", "Processes joined to the coordinator (observers included).");
     sample_i(f, "comem_sessions", "", json_object_get_int64(jget(co, "sessions")));
     family(f, "comem_asks_in_flight", "gauge", "Release asks waiting for their receipts.");
@@ -297,59 +287,10 @@ char *comem_prom_text(json_object *st)
         sample_i(f, k_counters[i].metric, "", json_object_get_int64(jget(ctr, k_counters[i].key)));
     }
     latency_family(f, jget(ctr, "admission_latency"));
-    if (fclose(f) != 0) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
+    return text_take(f);
 }
 
 char *comem_prom_down(void)
 {
     return strdup("# HELP comem_up 1 when the coordinator answered this snapshot.\n# TYPE comem_up gauge\ncomem_up 0\n");
-}
-
-int comem_prom_write_atomic(const char *path, const char *text)
-{
-    /* What is at path must be ours to replace: not another user's file, not a link, not a folder. */
-    struct stat st;
-    if (lstat(path, &st) == 0 && (!S_ISREG(st.st_mode) || st.st_uid != getuid())) {
-        errno = S_ISREG(st.st_mode) ? EPERM : EEXIST;
-        return -1;
-    }
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    if (!tmp)
-        return -1;
-    /* Same directory, so the rename cannot cross filesystems; a name the collector ignores (not *.prom).
-       mkstemps creates it new (O_EXCL: nothing planted there, a link included, is followed), mode 0600. */
-    snprintf(tmp, plen + 32, "%s.XXXXXX.tmp", path);
-    int fd = mkstemps(tmp, 4);
-    if (fd < 0) {
-        free(tmp);
-        return -1;
-    }
-    size_t n = strlen(text), off = 0;
-    while (off < n) {
-        ssize_t w = write(fd, text + off, n - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        off += (size_t)w;
-    }
-    /* 0640: the collector reads it through the file's group (a setgid textfile folder gives it the
-       collector's); other users do not see every process's name. */
-    int rc = off == n && fchmod(fd, 0640) == 0 && fsync(fd) == 0 ? 0 : -1;
-    int saved = errno;
-    close(fd);
-    if (rc == 0 && rename(tmp, path) != 0) {
-        rc = -1;
-        saved = errno;
-    }
-    if (rc != 0)
-        unlink(tmp);
-    free(tmp);
-    errno = saved;
-    return rc;
 }

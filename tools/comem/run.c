@@ -65,6 +65,13 @@ static bool find_library(char *out, size_t len)
     return installed;
 }
 
+int cmd_run_at(const char *socket, int argc, char **argv)
+{
+    if (socket) /* the preload finds the coordinator where the program's other settings are: the environment */
+        setenv("COMEM_SOCKET", socket, 1);
+    return cmd_run(argc, argv);
+}
+
 int cmd_run(int argc, char **argv)
 {
     int i = 0;
