@@ -12,10 +12,13 @@ package::
 package (``make install``'s ``<prefix>/bin``), the source tree's ``build/bin`` (after ``make``),
 then ``PATH``. Only a native (ELF) executable is taken, so the console scripts below, which
 ``pip`` writes into a venv's ``bin/`` under the same names, are never mistaken for the programs.
+On Windows the programs are ``comem.exe`` and ``comemd.exe`` (PE files), and the source tree's
+build is ``build-win/bin`` (docs/windows.md).
 
 :func:`comem_main` and :func:`comemd_main` are those console scripts: each replaces the Python
 process with the program (``os.execv``: the same pid, arguments and environment, so a signal
-sent to it reaches the program itself).
+sent to it reaches the program itself). Windows has no exec: there the script runs the program
+and exits with its status.
 
 This module imports only the standard library; it is usable before ``libcomem`` loads.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from typing import Dict, List, NoReturn, Optional, Tuple
 
@@ -36,29 +40,34 @@ NATIVE_DIR = os.path.join(_HERE, "_native")
 """Where a wheel keeps its compiled files (absent in a source tree or a ``make install`` tree)."""
 
 
-def _is_native(path: str) -> bool:
-    """True when ``path`` is an executable ELF file (not a script, not a folder)."""
+_WINDOWS = sys.platform == "win32"
+
+
+def _is_native(path: str, windows: bool = _WINDOWS) -> bool:
+    """True when ``path`` is an executable of this system's (ELF; on Windows PE, "MZ"): not a script, not a folder."""
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         return False
     try:
         with open(path, "rb") as f:
-            return f.read(4) == b"\x7fELF"
+            head = f.read(4)
     except OSError:
         return False
+    return head[:2] == b"MZ" if windows else head == b"\x7fELF"
 
 
-def _candidates(name: str) -> List[Tuple[str, str]]:
+def _candidates(name: str, windows: bool = _WINDOWS) -> List[Tuple[str, str]]:
     """(path, why it is a candidate) for program ``name``, in the order they are tried."""
-    out = [(os.path.join(NATIVE_DIR, "bin", name), "bundled in the wheel")]
+    file = name + ".exe" if windows else name
+    out = [(os.path.join(NATIVE_DIR, "bin", file), "bundled in the wheel")]
     up = _HERE
     for _ in range(4):  # <prefix>/lib/python3/dist-packages/comem -> <prefix>/bin
         up = os.path.dirname(up)
-        out.append((os.path.join(up, "bin", name), "an installed tree above the package"))
+        out.append((os.path.join(up, "bin", file), "an installed tree above the package"))
     repo = os.path.dirname(os.path.dirname(_HERE))  # python/comem -> <repo>
-    out.append((os.path.join(repo, "build", "bin", name), "the source tree's build"))
+    out.append((os.path.join(repo, "build-win" if windows else "build", "bin", file), "the source tree's build"))
     for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
         if d:
-            out.append((os.path.join(d, name), "PATH"))
+            out.append((os.path.join(d, file), "PATH"))
     return out
 
 
@@ -154,6 +163,8 @@ def _exec(name: str) -> NoReturn:
         print(e, file=sys.stderr)
         sys.exit(127)
     try:
+        if _WINDOWS:  # no exec: the program runs as a child, its status becomes ours
+            sys.exit(subprocess.call([path] + sys.argv[1:]))
         os.execv(path, [name] + sys.argv[1:])
     except OSError as e:
         print(f"comem: cannot run {path}: {e.strerror}", file=sys.stderr)

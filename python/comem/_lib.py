@@ -1,4 +1,4 @@
-"""Finding libcomem.so and declaring the C API to ctypes.
+"""Finding libcomem.so (comem.dll on Windows) and declaring the C API to ctypes.
 
 The library is looked for, in order: the file named by ``COMEM_LIB``; the
 wheel's own copy, ``comem/_native/lib/libcomem.so.0`` (``pip install``:
@@ -6,6 +6,9 @@ docs/install.md); next to this package (an installed tree that keeps
 ``libcomem.so`` beside it, or a ``lib/`` folder above it); the source tree's
 ``build/lib`` (after ``make``); and the dynamic loader's own search path. When
 none loads, the ImportError lists every place that was tried and why it failed.
+On Windows the same places hold ``comem.dll``, in ``bin/`` folders where Linux
+has ``lib/`` (a DLL lives beside the programs), and the source tree's build is
+``build-win/bin`` (``make windows-check``: docs/windows.md).
 
 A wheel built on a newer glibc than this system's fails here with
 :class:`GlibcTooOld`, naming the glibc it needs and the one this system has.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import sys
 from ctypes import (POINTER, Structure, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t, c_uint, c_uint8,
                     c_uint32, c_uint64, c_void_p)
 from typing import List, Tuple
@@ -26,31 +30,38 @@ from typing import List, Tuple
 from . import _bin
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_NAME = "libcomem.so"
-_BUNDLED = os.path.join(_bin.NATIVE_DIR, "lib", "libcomem.so.0")
+_WINDOWS = sys.platform == "win32"
 _WHY_BUNDLED = "bundled in the wheel"
+
+
+def _layout(windows: bool) -> Tuple[str, str, str, str]:
+    """(the library's file name, the wheel's copy, the folder an installed tree keeps it in, the source tree's build folder)."""
+    if windows:
+        return "comem.dll", os.path.join(_bin.NATIVE_DIR, "bin", "comem.dll"), "bin", os.path.join("build-win", "bin")
+    return "libcomem.so", os.path.join(_bin.NATIVE_DIR, "lib", "libcomem.so.0"), "lib", os.path.join("build", "lib")
 
 
 class GlibcTooOld(ImportError):
     """The wheel's libcomem.so.0 needs a newer glibc than this system's (raised by ``import comem``)."""
 
 
-def _candidates() -> List[Tuple[str, str]]:
-    """(path, why it is a candidate) in the order they are tried."""
+def _candidates(windows: bool = _WINDOWS) -> List[Tuple[str, str]]:
+    """(path, why it is a candidate) in the order they are tried, on Windows (``windows``) or elsewhere."""
+    name, bundled, installed, build = _layout(windows)
     out: List[Tuple[str, str]] = []
     env = os.environ.get("COMEM_LIB")
     if env:
         out.append((env, "COMEM_LIB"))
-    out.append((_BUNDLED, _WHY_BUNDLED))
-    out.append((os.path.join(_HERE, _NAME), "next to the package"))
+    out.append((bundled, _WHY_BUNDLED))
+    out.append((os.path.join(_HERE, name), "next to the package"))
     up = _HERE
     for _ in range(4):  # <prefix>/lib/python3/dist-packages/comem -> <prefix>/lib
         up = os.path.dirname(up)
-        out.append((os.path.join(up, "lib", _NAME), "an installed tree above the package"))
+        out.append((os.path.join(up, installed, name), "an installed tree above the package"))
     # The source tree: python/comem -> <repo>/build/lib
     repo = os.path.dirname(os.path.dirname(_HERE))
-    out.append((os.path.join(repo, "build", "lib", _NAME), "the source tree's build"))
-    out.append((_NAME, "the dynamic loader's path"))
+    out.append((os.path.join(repo, build, name), "the source tree's build"))
+    out.append((name, "the dynamic loader's path"))
     seen = set()
     uniq = []
     for path, why in out:
@@ -91,7 +102,7 @@ def _load() -> Tuple[ctypes.CDLL, str]:
             tried.append(f"  {path} ({why}): {e}")
             if why in ("COMEM_LIB", _WHY_BUNDLED):
                 break  # an explicit choice, or the wheel's own copy, that fails is not silently replaced
-    raise ImportError("comem: cannot load libcomem.so; tried:\n" + "\n".join(tried) +
+    raise ImportError(f"comem: cannot load {_layout(_WINDOWS)[0]}; tried:\n" + "\n".join(tried) +
                       "\nInstall the wheel (docs/install.md), build it with `make` in the source tree, or set COMEM_LIB to its path.")
 
 
