@@ -69,26 +69,54 @@ static void end_started(int64_t pid)
         }
 }
 
+/* A child's argument: "SOCKET|NOTE", or "SOCKET|NOTE|CARD" when card is wanted (exit 2 when it is not that). */
+static struct child_arg {
+    char sock[400], note[480], card[PATH_MAX + 64];
+} g_arg;
+
+static void split_arg(const char *arg, bool card)
+{
+    const char *a = strchr(arg, '|'), *b = a ? strchr(a + 1, '|') : NULL;
+    if (!a || (card && !b) || (!card && b))
+        exit(2);
+    snprintf(g_arg.sock, sizeof g_arg.sock, "%.*s", (int)(a - arg), arg);
+    snprintf(g_arg.note, sizeof g_arg.note, "%.*s", (int)((b ? b : a + strlen(a)) - a - 1), a + 1);
+    snprintf(g_arg.card, sizeof g_arg.card, "%s", b ? b + 1 : "");
+}
+
+/* The child has done its part: it says so in the note's file (exit 5 when it cannot). */
+static void say_done(void)
+{
+    FILE *f = fopen(g_arg.note, "w");
+    if (!f)
+        exit(5);
+    fclose(f);
+}
+
+/* The card of the child's argument with a 2 GiB model allocated on it (exit 3 when it cannot be). */
+static comem_sim *card_with_model(void)
+{
+    comem_sim_spec spec;
+    comem_sim *sim = NULL;
+    if (comem_sim_spec_parse(g_arg.card, &spec, NULL, 0) != COMEM_OK || comem_sim_open(&spec, &sim) != COMEM_OK ||
+        comem_sim_alloc(sim, 0, 2 * GIB) != COMEM_OK)
+        exit(3);
+    return sim;
+}
+
 /* The child's hook, given "SOCKET|NOTE": admits 2 GiB, says so in NOTE, and holds the grant (it sleeps). */
 static void hold(const char *arg)
 {
-    const char *bar = strchr(arg, '|');
-    if (!bar)
-        exit(2);
-    char sock[400];
-    snprintf(sock, sizeof sock, "%.*s", (int)(bar - arg), arg);
+    split_arg(arg, false);
     comem_stream *st = NULL;
-    if (comem_connect(sock, 10000, &st) != COMEM_OK)
+    if (comem_connect(g_arg.sock, 10000, &st) != COMEM_OK)
         exit(3);
     static comem_msg m;
     raw_hello(st, "holder", &m, NULL, NULL);
     raw_admit(st, 2, 2 * GIB, 2000, &m);
     if (!m.u.admit_reply.granted)
         exit(4);
-    FILE *f = fopen(bar + 1, "w");
-    if (!f)
-        exit(5);
-    fclose(f);
+    say_done();
 }
 
 /* Sends m and reads the ID_REPLY it gets: the id. */
@@ -109,20 +137,10 @@ static uint64_t raw_id(comem_stream *st, comem_msg *m)
  */
 static void hold_model(const char *arg)
 {
-    char sock[400], note[480], spec_text[PATH_MAX + 64];
-    const char *a = strchr(arg, '|'), *b = a ? strchr(a + 1, '|') : NULL;
-    if (!b)
-        exit(2);
-    snprintf(sock, sizeof sock, "%.*s", (int)(a - arg), arg);
-    snprintf(note, sizeof note, "%.*s", (int)(b - a - 1), a + 1);
-    snprintf(spec_text, sizeof spec_text, "%s", b + 1);
-    comem_sim_spec spec;
-    comem_sim *sim = NULL;
-    if (comem_sim_spec_parse(spec_text, &spec, NULL, 0) != COMEM_OK || comem_sim_open(&spec, &sim) != COMEM_OK ||
-        comem_sim_alloc(sim, 0, 2 * GIB) != COMEM_OK)
-        exit(3);
+    split_arg(arg, true);
+    comem_sim *sim = card_with_model();
     comem_stream *st = NULL;
-    if (comem_connect(sock, 10000, &st) != COMEM_OK)
+    if (comem_connect(g_arg.sock, 10000, &st) != COMEM_OK)
         exit(4);
     static comem_msg m;
     raw_hello(st, "models", &m, NULL, NULL);
@@ -140,10 +158,7 @@ static void hold_model(const char *arg)
     m.u.entry_add.size = m.u.entry_add.resident = 2 * GIB;
     snprintf(m.u.entry_add.name, sizeof m.u.entry_add.name, "model");
     raw_id(st, &m);
-    FILE *f = fopen(note, "w");
-    if (!f)
-        exit(5);
-    fclose(f);
+    say_done();
     bool resident = true;
     for (;;) { /* answers asks until the coordinator goes (the read then fails the child: it is ended first) */
         raw_read(st, &m, NULL, NULL);
@@ -199,47 +214,28 @@ static int release_model(void *user, uint64_t holder, int kind, int64_t bytes, c
  */
 static void lib_hold_model(const char *arg)
 {
-    char sock[400], note[480], spec_text[PATH_MAX + 64];
-    const char *a = strchr(arg, '|'), *b = a ? strchr(a + 1, '|') : NULL;
-    if (!b)
-        exit(2);
-    snprintf(sock, sizeof sock, "%.*s", (int)(a - arg), arg);
-    snprintf(note, sizeof note, "%.*s", (int)(b - a - 1), a + 1);
-    snprintf(spec_text, sizeof spec_text, "%s", b + 1);
-    comem_sim_spec spec;
-    if (comem_sim_spec_parse(spec_text, &spec, NULL, 0) != COMEM_OK || comem_sim_open(&spec, &g_model.sim) != COMEM_OK ||
-        comem_sim_alloc(g_model.sim, 0, 2 * GIB) != COMEM_OK)
-        exit(3);
+    split_arg(arg, true);
+    g_model.sim = card_with_model();
     g_model.resident = true;
-    if (!(g_model.c = lib_open(sock, COMEM_CLIENT_WORKER, "models")))
+    if (!(g_model.c = lib_open(g_arg.sock, COMEM_CLIENT_WORKER, "models")))
         exit(4);
     uint64_t holder = 0;
     if (comem_holder_add(g_model.c, "models", 0, COMEM_KIND_MODELS, COMEM_ANSWERS_RELEASE, release_model, &g_model,
                          &holder) != COMEM_OK ||
         comem_entry_add(g_model.c, holder, "model", 2 * GIB, 2 * GIB, 0, &g_model.entry) != COMEM_OK)
-        exit(5);
-    FILE *f = fopen(note, "w");
-    if (!f)
         exit(6);
-    fclose(f);
+    say_done();
 }
 
 /* The library grant holder's hook, given "SOCKET|NOTE": admits 2 GiB through the library, says so, holds it. */
 static void lib_hold(const char *arg)
 {
-    const char *bar = strchr(arg, '|');
-    if (!bar)
-        exit(2);
-    char sock[400];
-    snprintf(sock, sizeof sock, "%.*s", (int)(bar - arg), arg);
-    comem_client *c = lib_open(sock, COMEM_CLIENT_WORKER, "holder");
+    split_arg(arg, false);
+    comem_client *c = lib_open(g_arg.sock, COMEM_CLIENT_WORKER, "holder");
     uint64_t grant = 0;
     if (!c || comem_admit(c, 0, 0, 2 * GIB, 0, 0, NULL, 0, 10000, &grant, NULL) != COMEM_OK || !grant)
         exit(3);
-    FILE *f = fopen(bar + 1, "w");
-    if (!f)
-        exit(4);
-    fclose(f);
+    say_done();
 }
 
 /* The child's hook: a grant holder ("admit|...", "libadmit|...") or a model holder ("model|...", "libmodel|..."). */
