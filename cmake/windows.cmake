@@ -46,8 +46,11 @@ set_target_properties(comem PROPERTIES PREFIX "" OUTPUT_NAME comem RUNTIME_OUTPU
 target_link_libraries(comem PRIVATE Threads::Threads advapi32 dxgi dxguid ${COMEM_JSONC_LIB})
 target_link_options(comem PRIVATE -static)
 
-# comemd.exe: the coordinator as a program (its --metrics is Linux's for now: tools/comem/prom_file.c).
-add_executable(comemd tools/comemd/main.c)
+# comemd.exe: the coordinator as a program, its --metrics file written as on Linux but for the
+# atomic replacement (tools/comem/prom_file_win.c).
+add_executable(comemd tools/comemd/main.c tools/comemd/metrics.c tools/comem/prom.c tools/comem/prom_file_win.c
+               tools/comem/text.c tools/comem/snapshot.c tools/comem/jsonout.c)
+target_include_directories(comemd PRIVATE tools/comem)
 target_link_libraries(comemd PRIVATE comem_portable)
 set_target_properties(comemd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/cli/test_cli_win.sh - comem.exe against comemd.exe under wine (issue 26; scripts/windows-check.sh
 # runs it through ctest): status, metrics, release and devices as Windows users run them, over a named
-# pipe of the test's own on a simulated 4 GiB card; calc; the commands Windows has not, refused with
-# why; and a status with nobody listening. Every check compares a value; the first that fails stops
+# pipe of the test's own on a simulated 4 GiB card; the daemon's --metrics file; calc; the commands
+# Windows has not, refused with why; and a status with nobody listening. Every check compares a value; the first that fails stops
 # the test (exit 1), saying what it saw.
 #
 #   tests/cli/test_cli_win.sh BIN_DIR        (comem.exe and comemd.exe in BIN_DIR)
@@ -26,7 +26,8 @@ out=$(comem --socket "$pipe" status 2>&1); rc=$?
 [ "$rc" = 1 ] || fail "status with no coordinator: exit $rc, not 1: $out"
 grep -q "nothing listens at" <<<"$out" || fail "status with no coordinator said: $out"
 
-wine "$bin/comemd.exe" --socket "$pipe" --device "$card" >"$work/comemd.log" 2>&1 &
+wine "$bin/comemd.exe" --socket "$pipe" --device "$card" --metrics "$(winepath -w "$work/comem.prom")" \
+  --metrics-interval 0.2 >"$work/comemd.log" 2>&1 &
 daemon=$!
 for _ in $(seq 300); do
   comem --socket "$pipe" status >/dev/null 2>&1 && break
@@ -52,6 +53,13 @@ wine "$bin/comem.exe" --socket "$pipe" metrics >"$work/metrics.txt" || fail "met
 out=$(cat "$work/metrics.txt")
 grep -qx "comem_up 1" <<<"$out" || fail "metrics has no 'comem_up 1'"
 grep -qE '^comem_device_capacity_bytes\{device="0",.*\} 4294967296$' <<<"$out" || fail "metrics' capacity: $(grep capacity <<<"$out")"
+
+# comemd --metrics: the file kept current (every 0.2 s; its lines end in LF alone).
+for _ in $(seq 100); do grep -q "^comem_device_capacity_bytes" "$work/comem.prom" 2>/dev/null && break; sleep 0.1; done
+grep -qx "comem_up 1" "$work/comem.prom" || fail "comemd --metrics: $(head -c 300 "$work/comem.prom" 2>&1)"
+grep -qE '^comem_device_capacity_bytes\{device="0",.*\} 4294967296$' "$work/comem.prom" \
+  || fail "comemd --metrics' capacity: $(grep capacity "$work/comem.prom")"
+! grep -q $'\r' "$work/comem.prom" || fail "comemd --metrics' lines end in CRLF"
 
 # release: nothing is held, so nothing comes back, and that is success (exit 0).
 out=$(comem --socket "$pipe" release --all 2>&1) || fail "release --all: exit $?: $out"

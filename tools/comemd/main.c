@@ -24,9 +24,7 @@
 #include "comem/common.h"
 #include "coord/coord.h"
 #include "os/proc.h"
-#ifndef _WIN32
 #include "metrics.h"
-#endif
 #include "probe/hostram.h"
 
 #ifndef COMEM_VERSION
@@ -125,12 +123,6 @@ int main(int argc, char **argv)
             cfg.hello_timeout_ms = secs * 1000 < 1 ? 1 : (int)(secs * 1000);
             i++;
         } else if (!strcmp(a, "--metrics") && v) {
-#ifdef _WIN32
-            /* The writer reads its coordinator through the client library, which does not run on
-               Windows yet (docs/windows.md). */
-            comem_error("--metrics: not on Windows yet; `comem metrics` on Linux, or the status view");
-            return 2;
-#endif
             metrics_path = v;
             i++;
         } else if (!strcmp(a, "--metrics-interval") && v) {
@@ -201,7 +193,6 @@ int main(int argc, char **argv)
     }
     if (cfg.started_by[0])
         comem_info("coordinator: started by %s", cfg.started_by);
-#ifndef _WIN32
     metrics_writer *mw = metrics_path ? metrics_writer_start(comem_coord_socket(srv), metrics_path, metrics_interval)
                                       : NULL;
     if (metrics_path && !mw) {
@@ -209,14 +200,8 @@ int main(int argc, char **argv)
         comem_coord_destroy(srv);
         return 1;
     }
-#else
-    (void)metrics_path; /* refused above */
-    (void)metrics_interval;
-#endif
     rc = comem_coord_run(srv);
-#ifndef _WIN32
     metrics_writer_stop(mw); /* before the coordinator goes: its last snapshot, then comem_up 0 */
-#endif
     comem_info("coordinator: shutting down");
     g_srv = NULL; /* no signal reaches a destroyed coordinator */
     comem_coord_destroy(srv);

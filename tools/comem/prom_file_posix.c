@@ -1,6 +1,6 @@
 /*
- * tools/comem/prom_file.c - the metrics text file a collector reads (comem_prom_write_atomic,
- * prom.h): replaced whole, never seen half written. Linux: the daemon's --metrics (tools/comemd).
+ * tools/comem/prom_file_posix.c - the metrics text file a collector reads (comem_prom_write_atomic,
+ * prom.h) on Linux: replaced whole, never seen half written (tools/comemd's --metrics).
  */
 #include "prom.h"
 
