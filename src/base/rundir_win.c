@@ -25,6 +25,7 @@
 #include "base/log.h"
 #include "comem/comem.h"
 #include "comem/common.h"
+#include "os/user_win.h"
 #include "os/wide_win.h"
 
 #define PIPE_NAME_MAX 256 /* what CreateNamedPipe takes, the \\.\pipe\ prefix included */
@@ -42,31 +43,6 @@ static int refuse(int status, char *why, size_t whylen, const char *fmt, ...)
     if (why && whylen)
         snprintf(why, whylen, "%s", text);
     return status;
-}
-
-/* This process's user SID, in a buffer of the caller's. */
-static bool user_sid(BYTE *buf, DWORD len, PSID *sid)
-{
-    HANDLE tok;
-    if (!OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok))
-        return false;
-    DWORD n = 0;
-    BOOL ok = GetTokenInformation(tok, TokenUser, buf, len, &n);
-    CloseHandle(tok);
-    if (!ok)
-        return false;
-    *sid = ((TOKEN_USER *)buf)->User.Sid;
-    return true;
-}
-
-static bool sid_text(PSID sid, char *buf, size_t len)
-{
-    LPWSTR s = NULL;
-    if (!ConvertSidToStringSidW(sid, &s))
-        return false;
-    bool ok = comem_narrow(s, buf, len);
-    LocalFree(s);
-    return ok;
 }
 
 static bool is_well_known(PSID sid, WELL_KNOWN_SID_TYPE type)
@@ -98,7 +74,7 @@ static int check_security(const char *path, const wchar_t *wpath, PSID me, char 
     int rc = COMEM_OK;
     char who[SID_TEXT_MAX] = "?";
     if (!EqualSid(owner, me) && !(is_well_known(owner, WinBuiltinAdministratorsSid) && is_admin())) {
-        sid_text(owner, who, sizeof who);
+        comem_sid_text(owner, who, sizeof who);
         rc = refuse(COMEM_EPERM, why, whylen, "refusing %s: it belongs to %s, not to this user", path, who);
     } else if (!dacl) {
         rc = refuse(COMEM_EPERM, why, whylen,
@@ -115,7 +91,7 @@ static int check_security(const char *path, const wchar_t *wpath, PSID me, char 
             if (EqualSid(sid, me) || is_well_known(sid, WinLocalSystemSid) ||
                 is_well_known(sid, WinBuiltinAdministratorsSid) || is_well_known(sid, WinCreatorOwnerSid))
                 continue;
-            sid_text(sid, who, sizeof who);
+            comem_sid_text(sid, who, sizeof who);
             rc = refuse(COMEM_EPERM, why, whylen,
                         "refusing %s: %s may reach it, and others must not reach comem's files: make it yours "
                         "alone (icacls \"%s\" /inheritance:r /grant:r \"%%USERNAME%%:F\") or point "
@@ -132,10 +108,10 @@ int comem_private_dir_why(const char *path, char *why, size_t whylen)
     wchar_t *wpath = comem_wide(path);
     if (!wpath)
         return refuse(COMEM_EINVAL, why, whylen, "the folder's name is not UTF-8");
-    BYTE ubuf[sizeof(TOKEN_USER) + SECURITY_MAX_SID_SIZE];
-    PSID me = NULL;
+    BYTE ubuf[COMEM_USER_SID_ROOM];
+    PSID me = comem_user_sid(GetCurrentProcess(), ubuf, sizeof ubuf);
     int rc = COMEM_OK;
-    if (!user_sid(ubuf, sizeof ubuf, &me)) {
+    if (!me) {
         rc = refuse(COMEM_EIO, why, whylen, "cannot tell which user this process runs as (error %lu)",
                     (unsigned long)GetLastError());
         goto out;
@@ -144,7 +120,7 @@ int comem_private_dir_why(const char *path, char *why, size_t whylen)
     char me_text[SID_TEXT_MAX], sddl[160];
     SECURITY_ATTRIBUTES sa = {sizeof sa, NULL, FALSE};
     wchar_t *wsddl = NULL;
-    if (sid_text(me, me_text, sizeof me_text)) {
+    if (comem_sid_text(me, me_text, sizeof me_text)) {
         snprintf(sddl, sizeof sddl, "D:P(A;OICI;FA;;;%s)", me_text);
         wsddl = comem_wide(sddl);
     }
@@ -212,10 +188,8 @@ int comem_default_socket_why(char *buf, size_t len, char *why, size_t whylen)
 {
     if (!buf || len == 0)
         return COMEM_EINVAL;
-    BYTE ubuf[sizeof(TOKEN_USER) + SECURITY_MAX_SID_SIZE];
-    PSID me = NULL;
     char me_text[SID_TEXT_MAX];
-    if (!user_sid(ubuf, sizeof ubuf, &me) || !sid_text(me, me_text, sizeof me_text))
+    if (!comem_user_sid_text(GetCurrentProcess(), me_text, sizeof me_text))
         return refuse(COMEM_EIO, why, whylen, "cannot tell which user this process runs as (error %lu)",
                       (unsigned long)GetLastError());
     int n = snprintf(buf, len, "\\\\.\\pipe\\comem-%s", me_text);

@@ -9,21 +9,31 @@
 
 #include "os/wide_win.h"
 
-bool comem_user_sid_text(HANDLE process, char *buf, size_t len)
+PSID comem_user_sid(HANDLE process, BYTE *buf, DWORD len)
 {
     HANDLE tok;
     if (!OpenProcessToken(process, TOKEN_QUERY, &tok))
-        return false;
-    BYTE info[sizeof(TOKEN_USER) + SECURITY_MAX_SID_SIZE];
+        return NULL;
     DWORD n = 0;
-    bool ok = GetTokenInformation(tok, TokenUser, info, sizeof info, &n);
+    bool ok = GetTokenInformation(tok, TokenUser, buf, len, &n);
     CloseHandle(tok);
+    return ok ? ((TOKEN_USER *)buf)->User.Sid : NULL;
+}
+
+bool comem_sid_text(PSID sid, char *buf, size_t len)
+{
     LPWSTR s = NULL;
-    if (!ok || !ConvertSidToStringSidW(((TOKEN_USER *)info)->User.Sid, &s))
+    if (!sid || !ConvertSidToStringSidW(sid, &s))
         return false;
-    ok = comem_narrow(s, buf, len);
+    bool ok = comem_narrow(s, buf, len);
     LocalFree(s);
     return ok;
+}
+
+bool comem_user_sid_text(HANDLE process, char *buf, size_t len)
+{
+    BYTE info[COMEM_USER_SID_ROOM];
+    return comem_sid_text(comem_user_sid(process, info, sizeof info), buf, len);
 }
 
 bool comem_user_only(SECURITY_ATTRIBUTES *sa)
@@ -49,15 +59,9 @@ bool comem_user_owns(HANDLE h)
     if (GetSecurityInfo(h, SE_KERNEL_OBJECT, OWNER_SECURITY_INFORMATION, &owner, NULL, NULL, NULL, &sd) !=
         ERROR_SUCCESS)
         return false;
-    HANDLE tok;
-    BYTE info[sizeof(TOKEN_USER) + SECURITY_MAX_SID_SIZE];
-    DWORD n = 0;
-    bool mine = false;
-    if (OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok)) {
-        mine = GetTokenInformation(tok, TokenUser, info, sizeof info, &n) && owner &&
-               EqualSid(owner, ((TOKEN_USER *)info)->User.Sid);
-        CloseHandle(tok);
-    }
+    BYTE info[COMEM_USER_SID_ROOM];
+    PSID me = comem_user_sid(GetCurrentProcess(), info, sizeof info);
+    bool mine = me && owner && EqualSid(owner, me);
     LocalFree(sd);
     return mine;
 }

@@ -6,6 +6,15 @@
 #include <stddef.h>
 #include <windows.h>
 
+/* Room for a token's user (a TOKEN_USER and its SID): what comem_user_sid fills. */
+#define COMEM_USER_SID_ROOM (sizeof(TOKEN_USER) + SECURITY_MAX_SID_SIZE)
+
+/* The user SID of process's token, kept in buf (COMEM_USER_SID_ROOM bytes); NULL when it cannot be read. */
+PSID comem_user_sid(HANDLE process, BYTE *buf, DWORD len);
+
+/* A SID as text (S-1-5-...) into buf; false when it cannot be written. */
+bool comem_sid_text(PSID sid, char *buf, size_t len);
+
 /* The user SID of process's token as text (S-1-5-...) into buf; false when it cannot be read. */
 bool comem_user_sid_text(HANDLE process, char *buf, size_t len);
 

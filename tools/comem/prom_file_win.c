@@ -30,15 +30,8 @@ static int fail(int e, wchar_t *a, wchar_t *b)
 /* A descriptor naming this user the owner and no access list of its own (the folder's is inherited). */
 static bool owned_by_me(SECURITY_DESCRIPTOR *sd, BYTE *info, DWORD len)
 {
-    HANDLE tok;
-    DWORD n = 0;
-    if (!OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok))
-        return false;
-    bool ok = GetTokenInformation(tok, TokenUser, info, len, &n) &&
-              InitializeSecurityDescriptor(sd, SECURITY_DESCRIPTOR_REVISION) &&
-              SetSecurityDescriptorOwner(sd, ((TOKEN_USER *)info)->User.Sid, FALSE);
-    CloseHandle(tok);
-    return ok;
+    PSID me = comem_user_sid(GetCurrentProcess(), info, len);
+    return me && InitializeSecurityDescriptor(sd, SECURITY_DESCRIPTOR_REVISION) && SetSecurityDescriptorOwner(sd, me, FALSE);
 }
 
 int comem_prom_write_atomic(const char *path, const char *text)
@@ -66,7 +59,7 @@ int comem_prom_write_atomic(const char *path, const char *text)
     if (!tmp)
         return fail(ENOMEM, w, NULL);
     SECURITY_DESCRIPTOR sd;
-    BYTE info[sizeof(TOKEN_USER) + SECURITY_MAX_SID_SIZE];
+    BYTE info[COMEM_USER_SID_ROOM];
     SECURITY_ATTRIBUTES sa = {.nLength = sizeof sa, .lpSecurityDescriptor = &sd};
     if (!owned_by_me(&sd, info, sizeof info))
         return fail(EIO, w, tmp);
