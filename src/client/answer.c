@@ -28,6 +28,7 @@ static void *answer_main(void *arg)
 {
     comem_client *c = arg;
     comem_client_thread_mark(c, CLIENT_THREAD_CALLBACKS);
+    atomic_fetch_add(&c->threads_running, 1);
     for (;;) {
         comem_msg_ask ask;
         int got = comem_callbacks_pop(c, &ask);

@@ -66,6 +66,7 @@ static comem_client *client_alloc(void)
     atomic_init(&c->timeout_ms, COMEM_CLIENT_DEFAULT_TIMEOUT_MS);
     atomic_init(&c->next_req, 1u);
     atomic_init(&c->stopping, false);
+    atomic_init(&c->threads_running, 0);
     atomic_init(&c->rest, NULL); /* c->cb: the callback thread's, made when it starts (client/answer.c) */
     atomic_init(&c->cb_idle, false);
     atomic_init(&c->service_reads, false);
@@ -189,6 +190,11 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
         client_free(c);
         return rc;
     }
+    /* Returned with both threads at work, not still starting: a process that forks right after open
+       then copies no thread in the middle of its start (in a sanitizer's runtime, that left an
+       allocator's lock held in the child, and the child's own threads hung at their start). */
+    for (int waited = 0; atomic_load(&c->threads_running) < 2 && waited < 2000; waited++)
+        comem_sleep_ms(1);
     *out = c;
     return COMEM_OK;
 }
@@ -207,9 +213,8 @@ static void close_forked_copy(comem_client *c)
 {
     comem_debug("closing a client opened by pid %d in forked pid %d: the parent's session is left alone",
                 (int)c->opener, (int)comem_client_this_process());
-    comem_waits_close(c->svc);
-    comem_waits_close(c->cb);
-    c->svc = c->cb = NULL;
+    comem_waits_close_forked(c->svc);
+    comem_waits_close_forked(c->cb);
 }
 
 void comem_client_close(comem_client *c)

@@ -102,6 +102,13 @@ struct timespec comem_port_cond_deadline(int64_t deadline_ns);
 int comem_waits_open(client_waits **out);
 void comem_waits_close(client_waits *w);
 
+/*
+ * A forked child's copy of a wait set: its descriptors closed, nothing freed and no lock taken (the
+ * copied memory may be in use by nothing, and an allocator's lock a parent's thread held at the
+ * fork stays held in the child). Windows has no fork: nothing to do.
+ */
+void comem_waits_close_forked(client_waits *w);
+
 /* Makes the thread waiting in w return (2), or the next wait if none waits now; any thread. */
 void comem_waits_wake(client_waits *w);
 

@@ -252,6 +252,17 @@ void comem_waits_close(client_waits *w)
     free(w);
 }
 
+void comem_waits_close_forked(client_waits *w)
+{
+    if (!w)
+        return;
+    if (w->efd >= 0)
+        close(w->efd);
+    if (w->epfd >= 0)
+        close(w->epfd);
+    w->efd = w->epfd = -1;
+}
+
 void comem_waits_wake(client_waits *w)
 {
     uint64_t one = 1;

@@ -170,6 +170,8 @@ void comem_waits_close(client_waits *w)
     free(w);
 }
 
+void comem_waits_close_forked(client_waits *w) { (void)w; /* no fork on Windows */ }
+
 void comem_waits_wake(client_waits *w) { comem_loop_wake(w->loop); }
 
 int comem_waits_wait(client_waits *w, int timeout_ms)

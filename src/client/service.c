@@ -116,6 +116,7 @@ static void *service_main(void *arg)
 {
     comem_client *c = arg;
     comem_client_thread_mark(c, CLIENT_THREAD_SERVICE);
+    atomic_fetch_add(&c->threads_running, 1);
     while (!atomic_load(&c->stopping)) {
         if (!c->sock) {
             if (try_connect(c) == COMEM_OK)

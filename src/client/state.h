@@ -288,6 +288,7 @@ struct comem_client {
     atomic_int timeout_ms;
     atomic_uint next_req;
     atomic_bool stopping;
+    atomic_int threads_running; /* the service and callback threads that have begun their work (open waits for both) */
 
     /* owned by the service thread (and by open, before the thread starts) */
     pthread_t thread;
