@@ -36,6 +36,7 @@ static const uint16_t types[] = {
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
     COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,    COMEM_MSG_GOODBYE,
     COMEM_MSG_BOOKED,         COMEM_MSG_TOUCH,         COMEM_MSG_ADMIT_QUEUED,
+    COMEM_MSG_WDDM,
 };
 
 static comem_msg g_msg; /* large: kept off the stack */
@@ -134,6 +135,12 @@ static void sample(comem_msg *m, uint16_t type)
         strcpy(m->u.device_map.items[0].uuid, "GPU-2b744a59-1ae9-b842-9e25-484f12e0fcd9");
         m->u.device_map.items[1].ordinal = 1;
         strcpy(m->u.device_map.items[1].uuid, "GPU-2b744a59-1ae9-b842-9e25-484f12e0fcd9");
+        break;
+    case COMEM_MSG_WDDM: /* one adapter: 24 GiB of budget, 6 GiB used */
+        m->u.wddm.n = 1;
+        m->u.wddm.items[0].luid = 0x0000000100001b2cull;
+        m->u.wddm.items[0].budget = 24ll << 30;
+        m->u.wddm.items[0].usage = 6ll << 30;
         break;
     case COMEM_MSG_RECEIPT:
         m->u.receipt.ask_id = 8;

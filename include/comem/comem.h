@@ -199,6 +199,16 @@ COMEM_API int comem_holder_busy(comem_client *c, uint64_t holder, int busy, cons
  */
 COMEM_API int comem_holder_touch(comem_client *c, uint64_t holder);
 
+/*
+ * Windows: reads this process's own WDDM budget and usage of each adapter (DXGI; under WDDM only a
+ * process can read what it uses of a card) and tells the coordinator, which adds up every
+ * process's per adapter (`comem status --json`'s "wddm"). Also sent by itself at every node's end
+ * (comem_holder_busy with busy 0). Not waited on. COMEM_OK when told; COMEM_ENOTSUP where there is
+ * no WDDM (Linux; Windows before 10); COMEM_ENOENT when DXGI describes no hardware adapter;
+ * COMEM_ECLOSED when no coordinator is connected.
+ */
+COMEM_API int comem_wddm_report(comem_client *c);
+
 #define COMEM_ENTRY_PAGED 1u /* resident bytes are paged on demand (dynamic) */
 /*
  * What getting a host RAM entry's bytes back costs (docs/hostram.md), at most

@@ -649,6 +649,20 @@ class Client:
         finally:
             _L.comem_free(p)
 
+    def wddm_report(self) -> bool:
+        """Windows: tells the coordinator this process's own WDDM budget and usage per adapter.
+
+        The library sends it by itself at every node's end; this sends it now. True when told;
+        False where there is nothing to tell (no WDDM: Linux, or Windows before 10; no hardware
+        adapter; no coordinator connected). The coordinator adds up every process's reading per
+        adapter (``status()["wddm"]``).
+        """
+        rc = _L.comem_wddm_report(self._h())
+        if rc in (errors.ENOTSUP, errors.ENOENT, errors.ECLOSED):
+            return False
+        check(rc, "comem_wddm_report")
+        return True
+
     # ---- helpers ----
 
     def _holder_id(self, holder: Optional[Holder]) -> int:

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/bytes.h"
 #include "client/frames.h"
 
 /* Zeroes m and sets its type: every field a builder leaves is 0. */
@@ -128,6 +129,20 @@ comem_msg *comem_frame_device_map(comem_msg *m, const comem_client *c)
         d->n++;
     }
     return d->n ? m : NULL;
+}
+
+comem_msg *comem_frame_wddm(comem_msg *m, const comem_wddm_adapter *a, int n)
+{
+    comem_msg_wddm *w = &start(m, COMEM_MSG_WDDM)->u.wddm;
+    for (int i = 0; i < n && w->n < COMEM_MAX_DEVICES; i++) {
+        if (!a[i].luid)
+            continue; /* no adapter has LUID 0: the coordinator would refuse the frame */
+        w->items[w->n].luid = a[i].luid;
+        w->items[w->n].budget = comem_clamp0(a[i].budget);
+        w->items[w->n].usage = comem_clamp0(a[i].usage);
+        w->n++;
+    }
+    return m;
 }
 
 comem_msg *comem_frame_grant_done(comem_msg *m, uint64_t grant_coord, uint64_t entry_coord, int64_t used)

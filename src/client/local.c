@@ -138,7 +138,7 @@ int comem_local_status(comem_client *c, char **json)
         return COMEM_ENOMEM;
     /* The shape `comem status --json` has, with nothing a coordinator would know, then this client. */
     size_t at = (size_t)snprintf(buf, cap, "{\"schema\":1,\"coordinator\":null,\"counters\":null,\"pins\":null,"
-                                           "\"devices\":[],\"warnings\":[");
+                                           "\"devices\":[],\"wddm\":[],\"warnings\":[");
     char warning[COMEM_CLIENT_PATH_MAX + 96];
     snprintf(warning, sizeof warning, "no coordinator answers at %s: this process decides locally", c->path);
     at = json_str(buf, cap, at, warning);

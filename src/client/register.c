@@ -1,8 +1,8 @@
 /*
  * client/register.c - the registration calls: holders, entries, residency
- * censuses, holder reports, busy marks, touches (a sign of life between
- * busy marks, which the mirror does not keep: a touch is sent or dropped)
- * and the device map.
+ * censuses, holder reports, busy marks (a node's end also sends the WDDM
+ * reading, client/wddm.c), touches (a sign of life between busy marks, which
+ * the mirror does not keep: a touch is sent or dropped) and the device map.
  *
  * Each call updates the mirror first, under the lock, and then tells the
  * coordinator when the record is registered on the live connection: one
@@ -19,6 +19,7 @@
 #include "client/call.h"
 #include "client/conn.h"
 #include "client/frames.h"
+#include "client/wddm.h"
 
 #define ANSWER_FLAGS (COMEM_ANSWERS_RELEASE | COMEM_ANSWERS_IDLE | COMEM_ANSWERS_PINS)
 #define HOLDER_FLAGS (ANSWER_FLAGS | COMEM_RELEASES_WHILE_BUSY)
@@ -135,7 +136,10 @@ int comem_holder_busy(comem_client *c, uint64_t holder, int busy, const char *pr
        busy marks in the order they were set, whichever thread (or the resync) sends them. */
     comem_call_send_now(c, &call);
     pthread_mutex_unlock(&c->lock);
-    return comem_call_update(c, &call);
+    int rc = comem_call_update(c, &call);
+    if (!b)
+        (void)comem_wddm_send(c); /* a node's end: what it leaves on the card (Windows; nothing elsewhere) */
+    return rc;
 }
 
 int comem_holder_touch(comem_client *c, uint64_t holder)

@@ -13,6 +13,7 @@
  *
  *   8  client.c                         open and close: the threads, the socket, an embedded coordinator
  *   7  register.c admit.c calls.c       the public calls: one builder and the call helper each
+ *      wddm.c      (wddm.h)             this process's WDDM reading told (comem_wddm_report, a node's end)
  *      service.c   (service.h)          the service thread: reconnects, has the resync replay the mirror
  *   6  call.c      (call.h)             THE CALL HELPER: route, begin, send, wait, the reply's status
  *      resync.c    (resync.h)           the replay after a HELLO, with the calls' own builders

@@ -93,6 +93,10 @@ typedef struct conn {
        and receipt; status shows both so the two are never read as one figure. */
     int64_t told[COMEM_MAX_DEVICES];
     uint32_t told_known;
+    /* Its process's last WDDM report (Windows: its budget and usage per adapter, wddm.c), and when. */
+    comem_wire_wddm wddm[COMEM_MAX_DEVICES];
+    uint16_t n_wddm;
+    double wddm_at_s;
 } conn;
 _Static_assert(COMEM_MAX_DEVICES <= 32, "told_known has a bit per device");
 
@@ -598,6 +602,12 @@ void coord_pin_pressure(comem_coord_srv *s, uint64_t requester, int64_t shortfal
 /* ---- pressure.c ---- */
 /* Asks holders for what a device is short of its reserve, when nobody's request explains it. */
 void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns);
+
+/* ---- wddm.c ---- */
+/* WDDM: the session's report replaces its last. */
+void coord_wddm(comem_coord_srv *s, conn *c, const comem_msg_wddm *m);
+/* Every adapter reported, its usage summed over the sessions that reported it (a json_object array). */
+struct json_object *coord_wddm_json(comem_coord_srv *s);
 
 /* ---- status.c ---- */
 /* The status snapshot as JSON text (malloc'd). */

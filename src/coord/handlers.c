@@ -266,6 +266,10 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
         on_touch(s, c, &m->u.id);
         return;
     }
+    if (m->type == COMEM_MSG_WDDM) {
+        coord_wddm(s, c, &m->u.wddm); /* only the status shows it: no republish */
+        return;
+    }
     s->view_turns++; /* the turn's end republishes the view */
     uint32_t rid = m->request_id;
     switch (m->type) {

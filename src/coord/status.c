@@ -411,6 +411,7 @@ char *coord_status_json(comem_coord_srv *s)
         json_object_array_add(devs, device_json(s, &x, d));
     index_free(&x);
     json_object_object_add(root, "devices", devs);
+    json_object_object_add(root, "wddm", coord_wddm_json(s)); /* Windows: the processes' own WDDM readings */
     /* Added by issue 14: devices that are one card. */
     char warnings[16][COORD_WARNING_MAX];
     size_t nw = coord_device_warnings(s, warnings, 16);

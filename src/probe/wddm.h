@@ -1,5 +1,6 @@
 /*
- * probe/wddm.h - the WDDM video memory budget (Windows only: probe/wddm_win.c).
+ * probe/wddm.h - the WDDM video memory budget (Windows: probe/wddm_win.c; elsewhere
+ * probe/wddm_posix.c, which has none to read).
  *
  * Under WDDM the operating system, not the driver, decides how much of a card's memory each
  * process may have: its budget, which moves with what the other processes use, and beyond which
@@ -30,8 +31,8 @@ typedef struct comem_wddm_adapter {
 
 /*
  * Reads every hardware adapter (software ones, like the Basic Render Driver, are left out) into
- * out, at most max: COMEM_OK with *n (0: none), COMEM_ENOTSUP (no DXGI 1.4: before Windows 10),
- * COMEM_EIO.
+ * out, at most max: COMEM_OK with *n (0: none), COMEM_ENOTSUP (no WDDM: not Windows, or no DXGI
+ * 1.4: before Windows 10), COMEM_EIO.
  */
 int comem_wddm_adapters(comem_wddm_adapter *out, int max, int *n);
 

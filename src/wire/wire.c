@@ -37,6 +37,7 @@
  *                   list<residency, 512> items
  *   RELEASE         u64 entry_id, i64 bytes, u32 timeout_ms
  *   DEVICE_MAP      list<devmap, 16> items
+ *   WDDM            list<wddm, 16> items
  *   GOODBYE, BOOKED, ADMIT_QUEUED (empty)
  *   REPLY           i32 status, text<128> message
  *   HELLO_REPLY     u64 session_id, u32 coord_pid, u16 proto_version,
@@ -60,6 +61,7 @@
  *   residency = u64 entry_id, u64 seq, i64 resident, i64 refs (>= 0)   (32 bytes)
  *   release   = u64 entry_id, i64 bytes                        (16 bytes)
  *   devmap    = u16 ordinal (< 16), text<128> uuid (not empty)
+ *   wddm      = u64 luid (not 0), i64 budget (>= 0), i64 usage (>= 0)  (24 bytes)
  *   device    = u16 index, u8 scope (0..1), i64 total, i64 free,
  *               i64 reserved, text<128> uuid, text<128> name
  *
@@ -410,6 +412,19 @@ static void walk_device_map(comem_wire_cur *c, comem_msg_device_map *b)
     }
 }
 
+static void walk_wddm(comem_wire_cur *c, comem_msg_wddm *b)
+{
+    size_t n = io_count(c, &b->n, COMEM_MAX_DEVICES);
+    for (size_t i = 0; i < n && !c->err; i++) {
+        io_u64(c, &b->items[i].luid);
+        check(c, b->items[i].luid != 0);
+        io_i64(c, &b->items[i].budget);
+        check(c, b->items[i].budget >= 0);
+        io_i64(c, &b->items[i].usage);
+        check(c, b->items[i].usage >= 0);
+    }
+}
+
 static void walk_receipt(comem_wire_cur *c, comem_msg_receipt *b)
 {
     io_u64(c, &b->ask_id);
@@ -464,6 +479,7 @@ static bool walk_body(comem_wire_cur *c, comem_msg *m)
     case COMEM_MSG_PIN_RELEASE: walk_pin(c, &m->u.pin); break;
     case COMEM_MSG_RESERVE: walk_reserve(c, &m->u.reserve); break;
     case COMEM_MSG_DEVICE_MAP: walk_device_map(c, &m->u.device_map); break;
+    case COMEM_MSG_WDDM: walk_wddm(c, &m->u.wddm); break;
     case COMEM_MSG_STATUS: walk_status(c, &m->u.status); break;
     case COMEM_MSG_RECEIPT: walk_receipt(c, &m->u.receipt); break;
     case COMEM_MSG_RELEASE: walk_release_req(c, &m->u.release); break;
@@ -508,6 +524,7 @@ static const char *type_name_or_null(uint16_t type)
     case COMEM_MSG_GOODBYE: return "GOODBYE";
     case COMEM_MSG_BOOKED: return "BOOKED";
     case COMEM_MSG_TOUCH: return "TOUCH";
+    case COMEM_MSG_WDDM: return "WDDM";
     case COMEM_MSG_REPLY: return "REPLY";
     case COMEM_MSG_HELLO_REPLY: return "HELLO_REPLY";
     case COMEM_MSG_DEVICES_REPLY: return "DEVICES_REPLY";
@@ -576,6 +593,7 @@ static size_t body_size(uint16_t type)
     case COMEM_MSG_PIN_RELEASE: return sizeof m->u.pin;
     case COMEM_MSG_RESERVE: return sizeof m->u.reserve;
     case COMEM_MSG_DEVICE_MAP: return sizeof m->u.device_map;
+    case COMEM_MSG_WDDM: return sizeof m->u.wddm;
     case COMEM_MSG_STATUS: return sizeof m->u.status;
     case COMEM_MSG_RECEIPT: return sizeof m->u.receipt;
     case COMEM_MSG_RELEASE: return sizeof m->u.release;

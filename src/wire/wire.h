@@ -37,7 +37,8 @@
 #include "comem/common.h" /* COMEM_MAX_DEVICES; comem_status and comem_scope travel as integers */
 
 #define COMEM_WIRE_MAGIC 0x4d454d43u
-#define COMEM_WIRE_VERSION 3 /* 2: entries carry their reference count (ENTRY_ADD, residency); 3: HELLO_REPLY names its shares */
+#define COMEM_WIRE_VERSION 4 /* 2: entries carry their reference count (ENTRY_ADD, residency); 3: HELLO_REPLY names its shares;
+                                4: WDDM */
 #define COMEM_WIRE_HEADER_SIZE 16
 #define COMEM_WIRE_MAX_PAYLOAD (64 * 1024)
 #define COMEM_WIRE_MAX_FRAME (COMEM_WIRE_HEADER_SIZE + COMEM_WIRE_MAX_PAYLOAD)
@@ -71,6 +72,7 @@ typedef enum comem_msg_type {
     COMEM_MSG_GOODBYE = 32,      /* not replied to: the client ends its session on purpose */
     COMEM_MSG_BOOKED = 33,       /* not replied to: look at the booking area now (docs/booking.md) */
     COMEM_MSG_TOUCH = 34,        /* not replied to: this holder was in use just now (a pager faulted) */
+    COMEM_MSG_WDDM = 35,         /* not replied to: this process's WDDM budget and usage per adapter (Windows) */
 
     /* coordinator -> client */
     COMEM_MSG_REPLY = 64,
@@ -306,6 +308,21 @@ typedef struct comem_msg_device_map {
     comem_wire_devmap items[COMEM_MAX_DEVICES];
 } comem_msg_device_map;
 
+/*
+ * WDDM (Windows): this process's own budget and usage of each adapter's on-card memory, as DXGI
+ * gives them (probe/wddm.h), the adapter named by its LUID. Each report replaces the session's last.
+ */
+typedef struct comem_wire_wddm {
+    uint64_t luid;  /* != 0 */
+    int64_t budget; /* >= 0 */
+    int64_t usage;  /* >= 0 */
+} comem_wire_wddm;
+
+typedef struct comem_msg_wddm {
+    uint16_t n;
+    comem_wire_wddm items[COMEM_MAX_DEVICES];
+} comem_msg_wddm;
+
 typedef struct comem_msg_reserve_reply {
     int64_t published;      /* total reserve for the device */
     int64_t base;           /* the operator's base */
@@ -388,6 +405,7 @@ typedef struct comem_msg {
         comem_msg_pin_reply pin_reply;
         comem_msg_reserve reserve;
         comem_msg_device_map device_map;
+        comem_msg_wddm wddm;
         comem_msg_reserve_reply reserve_reply;
         comem_msg_status status;
         comem_msg_status_reply status_reply;

@@ -46,6 +46,8 @@ STATUS = {
                  "spill_events": INT},
     "pins": {"total": INT, "max": INT},
     "devices": [DEVICE],
+    "wddm": [{"luid": STR, "usage": INT,
+              "processes": [{"session": STR, "pid": INT, "name": STR, "budget": INT, "usage": INT, "age_s": NUM}]}],
     "warnings": [STR],
 }
 DEVICES = {"schema": INT,

@@ -330,6 +330,13 @@ class TestArguments(MachineCase):
         self.assertEqual(self.process("test")["holders"], [])
         self.assertEqual(self.grants(), [])
 
+    def test_no_wddm_reading_to_tell_here(self):
+        # Linux has no WDDM: nothing is sent, by the call or at a node's end, and the status lists no adapter.
+        self.c.set_busy(True)
+        self.c.set_busy(False)
+        self.assertFalse(self.c.wddm_report())
+        self.assertEqual(self.c.status()["wddm"], [])
+
     def test_names_roles_kinds_and_answers(self):
         c = self.c
         self.mark_log()
@@ -679,7 +686,7 @@ class TestClient(MachineCase):
         self.assertEqual([p["session"] for p in cli["devices"][0]["processes"]],
                          [p["session"] for p in mine["devices"][0]["processes"]])
         self.assertEqual(list(mine), list(cli))
-        self.assertEqual(list(mine), ["schema", "coordinator", "counters", "pins", "devices", "warnings"])
+        self.assertEqual(list(mine), ["schema", "coordinator", "counters", "pins", "devices", "wddm", "warnings"])
         self.assertEqual(shape(mine), shape(cli))
         self.assertEqual(stable(mine), stable(cli))
         self.assertEqual(mine["coordinator"]["socket"], self.m.socket)
@@ -707,7 +714,7 @@ class TestClient(MachineCase):
             self.assertIsNone(c.session)
             self.assertIn("local", repr(c))
             st = c.status()  # the shape comem status --json has, with nothing a coordinator would know
-            self.assertEqual(list(st), ["schema", "coordinator", "counters", "pins", "devices", "warnings", "local"])
+            self.assertEqual(list(st), ["schema", "coordinator", "counters", "pins", "devices", "wddm", "warnings", "local"])
             self.assertEqual((st["schema"], st["coordinator"], st["devices"]), (1, None, []))
             self.assertEqual(st["warnings"], [f"no coordinator answers at {missing}: this process decides locally"])
             self.assertEqual((st["local"]["name"], st["local"]["pid"]), ("local", os.getpid()))

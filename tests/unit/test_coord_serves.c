@@ -9,6 +9,11 @@
  * booking area, which opens writable and carries the session's id and this process's pid. It asks
  * for the devices and gets the card; a second coordinator under the same address is refused while
  * the first runs; once stopped, the address takes a new one.
+ *
+ * WDDM readings (Windows' per-process budgets): two processes' reports on one adapter are added up
+ * in the status, a new report replaces a session's last, a session gone takes its figures with it;
+ * a library client's own reading is sent at a node's end (under wine, of wine's adapter; on Linux
+ * there is none to send, and it says so).
  */
 #include "unit/cmocka_all.h"
 
@@ -21,6 +26,8 @@
 #else
 #include <unistd.h>
 #endif
+
+#include <json-c/json.h>
 
 #include "base/clock.h"
 #include "comem/comem.h"
@@ -118,10 +125,177 @@ static void test_a_client_gets_its_session_and_its_shares(void **s)
     comem_coord_stop(coord);
 }
 
+/* Says WDDM with n adapters, (luid, usage) pairs, budget 8 GiB each. */
+static void raw_wddm(comem_stream *st, int n, const uint64_t *luid, const int64_t *usage)
+{
+    static comem_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = COMEM_MSG_WDDM;
+    m.u.wddm.n = (uint16_t)n;
+    for (int i = 0; i < n; i++)
+        m.u.wddm.items[i] = (comem_wire_wddm){.luid = luid[i], .budget = 8 * GIB, .usage = usage[i]};
+    raw_send(st, &m);
+}
+
+/* The status's "wddm" through a library client (a tool); the caller puts the root. */
+static json_object *status_wddm(comem_client *tool, json_object **root)
+{
+    char *text = NULL;
+    assert_int_equal(comem_status_json(tool, &text), COMEM_OK);
+    *root = json_tokener_parse(text);
+    comem_free(text);
+    assert_non_null(*root);
+    json_object *w = NULL;
+    assert_true(json_object_object_get_ex(*root, "wddm", &w));
+    assert_true(json_object_is_type(w, json_type_array));
+    return w;
+}
+
+static int64_t get_i(json_object *o, const char *k)
+{
+    json_object *v = NULL;
+    assert_true(json_object_object_get_ex(o, k, &v));
+    return json_object_get_int64(v);
+}
+
+static const char *get_s(json_object *o, const char *k)
+{
+    json_object *v = NULL;
+    assert_true(json_object_object_get_ex(o, k, &v));
+    return json_object_get_string(v);
+}
+
+/* Waits until the status's "wddm" has n adapters (reports are not replied to): its root, to put. */
+static json_object *wddm_with(comem_client *tool, size_t n, json_object **w)
+{
+    json_object *root = NULL;
+    for (int i = 0; i < 500; i++) {
+        *w = status_wddm(tool, &root);
+        if (json_object_array_length(*w) == n)
+            return root;
+        json_object_put(root);
+        pause_ms(10);
+    }
+    *w = status_wddm(tool, &root);
+    assert_int_equal(json_object_array_length(*w), n);
+    return root;
+}
+
+static void test_wddm_readings_are_added_up_per_adapter(void **s)
+{
+    (void)s;
+    comem_coord *coord = NULL;
+    assert_int_equal(comem_coord_start(g_endpoint.name, g_card, &coord), COMEM_OK);
+    comem_client *tool = NULL;
+    assert_int_equal(comem_client_open(g_endpoint.name, COMEM_CLIENT_TOOL, "look", -1, COMEM_OPEN_NO_LOCAL, &tool),
+                     COMEM_OK);
+    comem_stream *a = NULL, *b = NULL;
+    static comem_msg m;
+    assert_int_equal(comem_connect(g_endpoint.name, 10000, &a), COMEM_OK);
+    raw_hello(a, "alpha", &m, NULL, NULL);
+    assert_int_equal(comem_connect(g_endpoint.name, 10000, &b), COMEM_OK);
+    raw_hello(b, "beta", &m, NULL, NULL);
+    const uint64_t card = 0x00000001000012abull, other = 0x0000000000000777ull;
+
+    raw_wddm(a, 2, (uint64_t[]){card, other}, (int64_t[]){1 * GIB, 5 * GIB});
+    raw_wddm(b, 1, (uint64_t[]){card}, (int64_t[]){2 * GIB});
+    json_object *w, *root = NULL;
+    for (int i = 0; i < 500; i++) { /* until both reports are in */
+        root = wddm_with(tool, 2, &w);
+        if (get_i(json_object_array_get_idx(w, 1), "usage") == 3 * GIB)
+            break;
+        json_object_put(root);
+        root = NULL;
+        pause_ms(10);
+    }
+    assert_non_null(root);
+    json_object *first = json_object_array_get_idx(w, 0), *second = json_object_array_get_idx(w, 1);
+    assert_string_equal(get_s(first, "luid"), "0x0000000000000777"); /* in LUID order */
+    assert_int_equal(get_i(first, "usage"), 5 * GIB);
+    assert_string_equal(get_s(second, "luid"), "0x00000001000012ab");
+    assert_int_equal(get_i(second, "usage"), 3 * GIB); /* 1 + 2: the two processes' own readings */
+    json_object *procs = NULL;
+    assert_true(json_object_object_get_ex(second, "processes", &procs));
+    assert_int_equal(json_object_array_length(procs), 2);
+    assert_string_equal(get_s(json_object_array_get_idx(procs, 0), "name"), "alpha");
+    assert_int_equal(get_i(json_object_array_get_idx(procs, 0), "budget"), 8 * GIB);
+    assert_int_equal(get_i(json_object_array_get_idx(procs, 0), "pid"), own_pid());
+    json_object_put(root);
+
+    /* A new report replaces the last: alpha now uses 4 GiB of the card and nothing of the other. */
+    raw_wddm(a, 1, (uint64_t[]){card}, (int64_t[]){4 * GIB});
+    root = wddm_with(tool, 1, &w);
+    assert_int_equal(get_i(json_object_array_get_idx(w, 0), "usage"), 6 * GIB);
+    json_object_put(root);
+    /* A session gone takes its reading with it. */
+    comem_stream_close(b);
+    for (int i = 0; i < 500; i++) {
+        root = wddm_with(tool, 1, &w);
+        if (get_i(json_object_array_get_idx(w, 0), "usage") == 4 * GIB)
+            break;
+        json_object_put(root);
+        root = NULL;
+        pause_ms(10);
+    }
+    assert_non_null(root);
+    assert_int_equal(get_i(json_object_array_get_idx(w, 0), "usage"), 4 * GIB);
+    json_object_put(root);
+
+    comem_stream_close(a);
+    comem_client_close(tool);
+    comem_coord_stop(coord);
+}
+
+static void test_a_library_client_sends_its_own_wddm_reading(void **s)
+{
+    (void)s;
+    comem_coord *coord = NULL;
+    assert_int_equal(comem_coord_start(g_endpoint.name, g_card, &coord), COMEM_OK);
+    comem_client *c = NULL;
+    assert_int_equal(comem_client_open(g_endpoint.name, COMEM_CLIENT_WORKER, "dxgi", -1, COMEM_OPEN_NO_LOCAL, &c),
+                     COMEM_OK);
+    /* A node's end sends it by itself. */
+    assert_int_equal(comem_holder_busy(c, 0, 1, "p"), COMEM_OK);
+    assert_int_equal(comem_holder_busy(c, 0, 0, NULL), COMEM_OK);
+    int rc = comem_wddm_report(c);
+    json_object *w, *root = NULL;
+#ifdef _WIN32
+    if (rc == COMEM_ENOENT) { /* wine's DXGI describes no adapter without a display */
+        comem_client_close(c);
+        comem_coord_stop(coord);
+        skip();
+    }
+    assert_int_equal(rc, COMEM_OK);
+    for (int i = 0; i < 500; i++) { /* not replied to: until it is in */
+        w = status_wddm(c, &root);
+        if (json_object_array_length(w) > 0)
+            break;
+        json_object_put(root);
+        pause_ms(10);
+    }
+    assert_true(json_object_array_length(w) > 0);
+    json_object *procs = NULL;
+    assert_true(json_object_object_get_ex(json_object_array_get_idx(w, 0), "processes", &procs));
+    json_object *p = json_object_array_get_idx(procs, 0);
+    assert_string_equal(get_s(p, "name"), "dxgi");
+    assert_int_equal(get_i(p, "pid"), own_pid());
+    assert_true(get_i(p, "budget") > 0); /* wine's adapter: the host's RAM as its budget */
+#else
+    assert_int_equal(rc, COMEM_ENOTSUP); /* no WDDM: nothing was sent at the node's end either */
+    w = status_wddm(c, &root);
+    assert_int_equal(json_object_array_length(w), 0);
+#endif
+    json_object_put(root);
+    comem_client_close(c);
+    comem_coord_stop(coord);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_a_client_gets_its_session_and_its_shares, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wddm_readings_are_added_up_per_adapter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_library_client_sends_its_own_wddm_reading, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@ static const uint16_t all_types[] = {
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
     COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,    COMEM_MSG_GOODBYE,
     COMEM_MSG_BOOKED,         COMEM_MSG_TOUCH,         COMEM_MSG_ADMIT_QUEUED,
+    COMEM_MSG_WDDM,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -153,6 +154,14 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         for (uint16_t i = 0; i < m->u.device_map.n; i++) {
             m->u.device_map.items[i].ordinal = (uint16_t)(COMEM_MAX_DEVICES - 1 - i);
             text(m->u.device_map.items[i].uuid, sizeof m->u.device_map.items[i].uuid, s == EMPTY ? SMALL : s, 'G');
+        }
+        break;
+    case COMEM_MSG_WDDM:
+        m->u.wddm.n = (uint16_t)items(s, COMEM_MAX_DEVICES);
+        for (uint16_t i = 0; i < m->u.wddm.n; i++) {
+            m->u.wddm.items[i].luid = 0x8000000000000001ull + i;
+            m->u.wddm.items[i].budget = s == FULL ? INT64_MAX - i : 0;
+            m->u.wddm.items[i].usage = (int64_t)i << 30;
         }
         break;
     case COMEM_MSG_STATUS: m->u.status.flags = 0; break;
@@ -288,6 +297,7 @@ static size_t expected_payload(const comem_msg *m)
             n += 2 + TXT(m->u.device_map.items[i].uuid);
         return n;
     }
+    case COMEM_MSG_WDDM: return 2 + 24 * (size_t)m->u.wddm.n;
     case COMEM_MSG_STATUS: return 1;
     case COMEM_MSG_RECEIPT: return 8 + 1 + 8 + 2 + 32 * (size_t)m->u.receipt.n;
     case COMEM_MSG_REPLY: return 4 + TXT(m->u.reply.message);
@@ -407,6 +417,14 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         for (size_t i = 0; i < a->u.device_map.n; i++) {
             assert_int_equal(a->u.device_map.items[i].ordinal, b->u.device_map.items[i].ordinal);
             assert_string_equal(a->u.device_map.items[i].uuid, b->u.device_map.items[i].uuid);
+        }
+        break;
+    case COMEM_MSG_WDDM:
+        assert_int_equal(a->u.wddm.n, b->u.wddm.n);
+        for (size_t i = 0; i < a->u.wddm.n; i++) {
+            assert_int_equal(a->u.wddm.items[i].luid, b->u.wddm.items[i].luid);
+            assert_true(a->u.wddm.items[i].budget == b->u.wddm.items[i].budget);
+            assert_true(a->u.wddm.items[i].usage == b->u.wddm.items[i].usage);
         }
         break;
     case COMEM_MSG_STATUS: assert_int_equal(a->u.status.flags, b->u.status.flags); break;
@@ -678,7 +696,7 @@ static void test_golden_reserve(void **st)
     (void)st;
     static const uint8_t golden[] = {
         0x43, 0x4d, 0x45, 0x4d, /* magic: "CMEM" */
-        0x03, 0x00,             /* version 3 */
+        0x04, 0x00,             /* version 4 */
         0x0e, 0x00,             /* type 14: RESERVE */
         0x07, 0x00, 0x00, 0x00, /* request_id 7 */
         0x02, 0x00, 0x00, 0x00, /* length 2 */
@@ -693,7 +711,7 @@ static void test_golden_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
         0x40, 0x00,             /* type 64: REPLY */
         0x04, 0x03, 0x02, 0x01, /* request_id 0x01020304 */
         0x07, 0x00, 0x00, 0x00, /* length 7 */
@@ -710,7 +728,7 @@ static void test_golden_hello_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
         0x41, 0x00,             /* type 65: HELLO_REPLY */
         0x01, 0x00, 0x00, 0x00, /* request_id 1 */
         0x20, 0x00, 0x00, 0x00, /* length 32 */
@@ -735,7 +753,7 @@ static void test_golden_hello(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
         0x01, 0x00,             /* type 1: HELLO */
         0x01, 0x00, 0x00, 0x00, /* request_id 1 */
         0x18, 0x00, 0x00, 0x00, /* length 24 */
@@ -763,7 +781,7 @@ static void test_golden_ask(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
         0x49, 0x00,             /* type 73: ASK */
         0x00, 0x00, 0x00, 0x00, /* request_id 0: unsolicited */
         0x31, 0x00, 0x00, 0x00, /* length 49 */
@@ -794,7 +812,7 @@ static void test_golden_census_refs(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
         0x07, 0x00,             /* type 7: CENSUS */
         0x03, 0x00, 0x00, 0x00, /* request_id 3 */
         0x43, 0x00, 0x00, 0x00, /* length 67 */
@@ -828,7 +846,7 @@ static void test_golden_status_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x03, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
         0x48, 0x00,             /* type 72: STATUS_REPLY */
         0x09, 0x00, 0x00, 0x00, /* request_id 9 */
         0x0f, 0x00, 0x00, 0x00, /* length 15 */
@@ -920,7 +938,7 @@ static void test_bad_headers_refused(void **st)
         g_buf[i] ^= 0x20;
         assert_int_equal(comem_wire_decode_header(g_buf, sizeof good, &h), COMEM_EPROTO);
     }
-    static const uint16_t versions[] = {0, 1, 2, 4, 0x0300, 0xffff}; /* every one but COMEM_WIRE_VERSION (3) */
+    static const uint16_t versions[] = {0, 1, 2, 3, 5, 0x0400, 0xffff}; /* every one but COMEM_WIRE_VERSION (4) */
     for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
         memcpy(g_buf, good, sizeof good);
         put_le(g_buf + 4, versions[i], 2);
@@ -1121,6 +1139,40 @@ static void test_list_limits(void **st)
     fb_start(&g_f, COMEM_MSG_CENSUS);
     fb_fill(&g_f, 0, 33);
     fb_int(&g_f, 0xffff, 2);
+    assert_int_equal(fb_decode(&g_f, &g_b), COMEM_EPROTO);
+}
+
+/* A WDDM frame of one adapter: accepted as it is, refused without a LUID or with a negative figure. */
+static void test_wddm_items_checked(void **st)
+{
+    (void)st;
+    static const struct {
+        uint64_t luid;
+        int64_t budget, usage;
+        int want;
+    } cases[] = {
+        {0x0000000100000abcull, 8ll << 30, 1ll << 30, 0},
+        {0, 8ll << 30, 1ll << 30, COMEM_EPROTO},
+        {7, -1, 0, COMEM_EPROTO},
+        {7, 0, -1, COMEM_EPROTO},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fb_start(&g_f, COMEM_MSG_WDDM);
+        fb_int(&g_f, 1, 2);
+        fb_int(&g_f, cases[i].luid, 8);
+        fb_int(&g_f, (uint64_t)cases[i].budget, 8);
+        fb_int(&g_f, (uint64_t)cases[i].usage, 8);
+        assert_int_equal(fb_decode(&g_f, &g_b), cases[i].want);
+        if (cases[i].want == 0)
+            assert_true(g_b.u.wddm.n == 1 && g_b.u.wddm.items[0].luid == cases[i].luid &&
+                        g_b.u.wddm.items[0].budget == cases[i].budget && g_b.u.wddm.items[0].usage == cases[i].usage);
+    }
+    fb_start(&g_f, COMEM_MSG_WDDM); /* more adapters than a machine has devices */
+    fb_int(&g_f, COMEM_MAX_DEVICES + 1, 2);
+    for (int i = 0; i <= COMEM_MAX_DEVICES; i++) {
+        fb_int(&g_f, (uint64_t)i + 1, 8);
+        fb_fill(&g_f, 0, 16);
+    }
     assert_int_equal(fb_decode(&g_f, &g_b), COMEM_EPROTO);
 }
 
@@ -1352,7 +1404,7 @@ static void test_type_names(void **st)
         "RECEIPT",        "REPLY",       "HELLO_REPLY",   "DEVICES_REPLY", "ID_REPLY",
         "ADMIT_REPLY",    "PRESSURE_REPLY", "PIN_REPLY",  "RESERVE_REPLY", "STATUS_REPLY",
         "ASK",            "RELEASE",     "RELEASE_REPLY", "DEVICE_MAP",    "GOODBYE",
-        "BOOKED",         "TOUCH",       "ADMIT_QUEUED",
+        "BOOKED",         "TOUCH",       "ADMIT_QUEUED",  "WDDM",
     };
     assert_int_equal(sizeof names / sizeof names[0], N_TYPES);
     for (size_t t = 0; t < N_TYPES; t++)
@@ -1391,6 +1443,7 @@ int main(void)
         cmocka_unit_test(test_trailing_bytes_refused),
         cmocka_unit_test(test_bad_headers_refused),
         cmocka_unit_test(test_text_limits),
+        cmocka_unit_test(test_wddm_items_checked),
         cmocka_unit_test(test_list_limits),
         cmocka_unit_test(test_enum_ranges),
         cmocka_unit_test(test_status_chunks),

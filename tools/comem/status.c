@@ -145,6 +145,12 @@ static void print_table(json_object *root)
     }
     json_object *pins = jget(root, "pins");
     printf("\npinned host RAM: %s of %s\n", sz(jget_int(pins, "total", -1), b[0]), sz(jget_int(pins, "max", -1), b[1]));
+    json_object *wddm = jget(root, "wddm"); /* Windows: the processes' own WDDM readings, added up */
+    for (size_t i = 0; wddm && i < json_object_array_length(wddm); i++) {
+        json_object *a = json_object_array_get_idx(wddm, i), *ps = jget(a, "processes");
+        printf("WDDM adapter %s: %s used by %zu reporting process(es)\n", jget_str(a, "luid"),
+               sz(jget_int(a, "usage", -1), b[0]), ps ? json_object_array_length(ps) : (size_t)0);
+    }
 }
 
 int cmd_status(int argc, char **argv)
