@@ -241,17 +241,6 @@ int comem_waits_open(client_waits **out)
     return COMEM_OK;
 }
 
-void comem_waits_close(client_waits *w)
-{
-    if (!w)
-        return;
-    if (w->efd >= 0)
-        close(w->efd);
-    if (w->epfd >= 0)
-        close(w->epfd);
-    free(w);
-}
-
 void comem_waits_close_forked(client_waits *w)
 {
     if (!w)
@@ -261,6 +250,12 @@ void comem_waits_close_forked(client_waits *w)
     if (w->epfd >= 0)
         close(w->epfd);
     w->efd = w->epfd = -1;
+}
+
+void comem_waits_close(client_waits *w)
+{
+    comem_waits_close_forked(w);
+    free(w);
 }
 
 void comem_waits_wake(client_waits *w)

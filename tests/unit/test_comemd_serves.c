@@ -253,6 +253,23 @@ static void child_part(const char *arg)
         exit(7);
 }
 
+/*
+ * Starts a child of kind ("admit", "model", "libadmit", "libmodel": child_part) on this test's daemon
+ * and card, and waits for its word that it holds what it holds: its pid.
+ */
+static int64_t start_holder(const char *kind)
+{
+    static char arg[PATH_MAX + 1000];
+    bool card = strstr(kind, "model") != NULL;
+    snprintf(arg, sizeof arg, "%s|%s|%s%s%s", kind, g_endpoint.name, g_note, card ? "|" : "", card ? g_card : "");
+    remove(g_note);
+    void *handle;
+    int64_t pid = start_child_with(120000, arg, &handle);
+    track(pid, handle);
+    assert_true(wait_for_file(g_note, 30000));
+    return pid;
+}
+
 static int64_t start_comemd(void **handle)
 {
     char *argv[] = {g_comemd, "--socket", g_endpoint.name, "--device", g_card, NULL};
@@ -283,13 +300,7 @@ static void test_admission_a_killed_clients_bytes_and_a_second_daemon(void **s)
     int64_t second = start_program(argv, &second_h);
     assert_int_equal(wait_child(second, second_h), 3); /* another runs there: refused, not to be retried */
 
-    static char arg[900];
-    snprintf(arg, sizeof arg, "admit|%s|%s", g_endpoint.name, g_note);
-    remove(g_note);
-    void *holder_h;
-    int64_t holder = start_child_with(120000, arg, &holder_h);
-    track(holder, holder_h);
-    assert_true(wait_for_file(g_note, 30000)); /* the child holds 2 GiB */
+    int64_t holder = start_holder("admit"); /* the child holds 2 GiB */
 
     static comem_msg m;
     raw_hello(st, "asker", &m, NULL, NULL);
@@ -318,13 +329,7 @@ static void test_a_holder_in_another_process_is_asked_and_frees(void **s)
     comem_stream *st = NULL;
     int64_t pid = start_comemd_connected(&st);
 
-    static char arg[PATH_MAX + 1000];
-    snprintf(arg, sizeof arg, "model|%s|%s|%s", g_endpoint.name, g_note, g_card);
-    remove(g_note);
-    void *holder_h;
-    int64_t holder = start_child_with(120000, arg, &holder_h);
-    track(holder, holder_h);
-    assert_true(wait_for_file(g_note, 30000)); /* its 2 GiB model is on the card and in the books */
+    int64_t holder = start_holder("model"); /* its 2 GiB model is on the card and in the books */
 
     static comem_msg m;
     raw_hello(st, "asker", &m, NULL, NULL);
@@ -347,13 +352,7 @@ static void test_library_clients_release_across_processes(void **s)
     int64_t pid = start_comemd_connected(&st);
     comem_stream_close(st);
 
-    static char arg[PATH_MAX + 1000];
-    snprintf(arg, sizeof arg, "libmodel|%s|%s|%s", g_endpoint.name, g_note, g_card);
-    remove(g_note);
-    void *holder_h;
-    int64_t holder = start_child_with(120000, arg, &holder_h);
-    track(holder, holder_h);
-    assert_true(wait_for_file(g_note, 30000)); /* its 2 GiB model is on the card and in the books */
+    int64_t holder = start_holder("libmodel"); /* its 2 GiB model is on the card and in the books */
 
     comem_client *c = lib_open(g_endpoint.name, COMEM_CLIENT_HOST, "asker");
     assert_non_null(c);
@@ -383,13 +382,7 @@ static void test_library_a_killed_clients_grant_and_a_lost_daemon(void **s)
     assert_int_equal(comem_probe(g_endpoint.name, 5000, why, sizeof why), COMEM_OK);
     assert_non_null(strstr(why, "answers"));
 
-    static char arg[900];
-    snprintf(arg, sizeof arg, "libadmit|%s|%s", g_endpoint.name, g_note);
-    remove(g_note);
-    void *holder_h;
-    int64_t holder = start_child_with(120000, arg, &holder_h);
-    track(holder, holder_h);
-    assert_true(wait_for_file(g_note, 30000)); /* the child holds 2 GiB */
+    int64_t holder = start_holder("libadmit"); /* the child holds 2 GiB */
 
     comem_client *c = lib_open(g_endpoint.name, COMEM_CLIENT_HOST, "asker");
     assert_non_null(c);

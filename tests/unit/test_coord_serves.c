@@ -165,19 +165,23 @@ static const char *get_s(json_object *o, const char *k)
     return json_object_get_string(v);
 }
 
-/* Waits until the status's "wddm" has n adapters (reports are not replied to): its root, to put. */
-static json_object *wddm_with(comem_client *tool, size_t n, json_object **w)
+/*
+ * Waits until the status's "wddm" has n adapters, the one at `at` using `usage` (reports are not
+ * replied to): its root, to put, and the list in *w.
+ */
+static json_object *wddm_when(comem_client *tool, size_t n, size_t at, int64_t usage, json_object **w)
 {
     json_object *root = NULL;
     for (int i = 0; i < 500; i++) {
         *w = status_wddm(tool, &root);
-        if (json_object_array_length(*w) == n)
+        if (json_object_array_length(*w) == n && get_i(json_object_array_get_idx(*w, at), "usage") == usage)
             return root;
         json_object_put(root);
         pause_ms(10);
     }
     *w = status_wddm(tool, &root);
     assert_int_equal(json_object_array_length(*w), n);
+    assert_int_equal(get_i(json_object_array_get_idx(*w, at), "usage"), usage);
     return root;
 }
 
@@ -199,16 +203,7 @@ static void test_wddm_readings_are_added_up_per_adapter(void **s)
 
     raw_wddm(a, 2, (uint64_t[]){card, other}, (int64_t[]){1 * GIB, 5 * GIB});
     raw_wddm(b, 1, (uint64_t[]){card}, (int64_t[]){2 * GIB});
-    json_object *w, *root = NULL;
-    for (int i = 0; i < 500; i++) { /* until both reports are in */
-        root = wddm_with(tool, 2, &w);
-        if (get_i(json_object_array_get_idx(w, 1), "usage") == 3 * GIB)
-            break;
-        json_object_put(root);
-        root = NULL;
-        pause_ms(10);
-    }
-    assert_non_null(root);
+    json_object *w, *root = wddm_when(tool, 2, 1, 3 * GIB, &w); /* until both reports are in */
     json_object *first = json_object_array_get_idx(w, 0), *second = json_object_array_get_idx(w, 1);
     assert_string_equal(get_s(first, "luid"), "0x0000000000000777"); /* in LUID order */
     assert_int_equal(get_i(first, "usage"), 5 * GIB);
@@ -224,22 +219,10 @@ static void test_wddm_readings_are_added_up_per_adapter(void **s)
 
     /* A new report replaces the last: alpha now uses 4 GiB of the card and nothing of the other. */
     raw_wddm(a, 1, (uint64_t[]){card}, (int64_t[]){4 * GIB});
-    root = wddm_with(tool, 1, &w);
-    assert_int_equal(get_i(json_object_array_get_idx(w, 0), "usage"), 6 * GIB);
-    json_object_put(root);
+    json_object_put(wddm_when(tool, 1, 0, 6 * GIB, &w));
     /* A session gone takes its reading with it. */
     comem_stream_close(b);
-    for (int i = 0; i < 500; i++) {
-        root = wddm_with(tool, 1, &w);
-        if (get_i(json_object_array_get_idx(w, 0), "usage") == 4 * GIB)
-            break;
-        json_object_put(root);
-        root = NULL;
-        pause_ms(10);
-    }
-    assert_non_null(root);
-    assert_int_equal(get_i(json_object_array_get_idx(w, 0), "usage"), 4 * GIB);
-    json_object_put(root);
+    json_object_put(wddm_when(tool, 1, 0, 4 * GIB, &w));
 
     comem_stream_close(a);
     comem_client_close(tool);
