@@ -383,6 +383,16 @@ class TestComfyPins(AdapterCase):
         with self.host.computing("p"):
             pass
         self.assertEqual(self.pins_booked(), CHUNK)
+        # ComfyUI lets pins go outside a node (its models released, for another process's ask or the
+        # host's own free_memory, then synced): the booking follows at that sync, not at the next node's
+        # end (on the H100 a released 8 GiB model's pins stayed booked until then).
+        with pinning():
+            self.assertTrue(mm.ensure_pin_budget(600 * MiB))
+        mm.TOTAL_PINNED_MEMORY += 600 * MiB
+        self.assertEqual(self.pins_booked(), 600 * MiB)
+        mm.TOTAL_PINNED_MEMORY = 0
+        self.host.models.sync()
+        self.assertEqual(self.pins_booked(), CHUNK)
         self.machine.check_ledger(self)
 
 

@@ -141,6 +141,10 @@ class Adapter:
         self.models = ComfyModels(client, self.mm, self.devices, self.lock)  # type: ignore[arg-type]
         self.ram = ram.RamCache(client)  # ComfyUI's RAM cache on host RAM, when the coordinator serves it
         self.pins = ComfyPins(client, self.mm, self.lock) if ComfyPins.applies(self.mm) else None
+        if self.pins is not None:
+            # ComfyUI lets pins go with the models it releases, in a node or for another process's ask:
+            # every sync of the models gives back what is booked beyond its pins and one chunk.
+            self.models.on_synced = self.pins.settle
         self._saved: Dict[Any, Dict[str, Any]] = {}
         self.installed = False
         self._aimdo = aimdo
@@ -308,9 +312,7 @@ class Adapter:
             finally:
                 try:
                     self.client.set_busy(False, _prompt(prompt))
-                    self.models.sync()
-                    if self.pins is not None:
-                        self.pins.settle()
+                    self.models.sync()  # and the pins (models.on_synced)
                 except errors.Error as e:
                     log.warning("comem: node boundary not reported: %s", e)
 

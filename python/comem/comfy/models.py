@@ -83,6 +83,8 @@ class ComfyModels:
         self.released_busy = 0  #: of which given while a node computed (aimdo's unpinned pages)
         self.steer: Any = None  #: this process's AimdoSteer, when its aimdo is steered (set by the adapter)
         self.answers_while_busy = False  #: register holders that are asked while busy (set before the first)
+        #: called at the end of every sync: what else must follow ComfyUI's list (the adapter's pins)
+        self.on_synced: Optional[Callable[[], None]] = None
 
     # ---- holders and entries ----
 
@@ -143,6 +145,8 @@ class ComfyModels:
         if self.mirror is not None:
             for idx in set(per_device) | set(self.mirror._charged):
                 self.mirror.set(idx, per_device.get(idx, 0))
+        if self.on_synced is not None:
+            self.on_synced()  # what else follows ComfyUI's list (its pins: released with the models)
 
     def census_dynamic(self) -> int:
         """Reports the residency aimdo gives each dynamic model now (its faults and evictions while it
