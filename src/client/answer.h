@@ -13,7 +13,7 @@
 int comem_answer_start(comem_client *c);
 /* Stops it after it has answered every queued ask. Not from the callback thread. */
 void comem_answer_stop(comem_client *c);
-/* Frees its queue and epoll set, once no thread of c runs. */
+/* Frees its queue and wait set, once no thread of c runs. */
 void comem_answer_free(comem_client *c);
 
 #endif

@@ -9,7 +9,7 @@
 
 #include "client/state.h"
 
-/* Makes the queue and its eventfd (c->cb_efd): COMEM_OK, COMEM_ENOMEM, COMEM_EIO. */
+/* Makes the queue and the callback thread's wait set (c->cb): COMEM_OK, COMEM_ENOMEM, COMEM_EIO. */
 int comem_callbacks_init(comem_client *c);
 /* Queues a copy of an ask (from the reader); a full or stopped queue answers busy at once. */
 void comem_callbacks_queue(comem_client *c, const comem_msg_ask *ask);

@@ -21,7 +21,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "comem/common.h"
-#include "os/stream.h"
+#include "os/stream_posix.h"
 
 _Static_assert(sizeof(((struct sockaddr_un *)0)->sun_path) == COMEM_PORT_NAME_MAX, "a name is a socket's path");
 
@@ -153,34 +153,6 @@ static int took(ssize_t r, size_t *got)
     return errno == ECONNRESET ? COMEM_ECLOSED : COMEM_EIO;
 }
 
-/* A read that also takes the descriptors riding on the bytes (SCM_RIGHTS); any beyond room are closed. */
-static ssize_t read_taking_shares(int fd, void *buf, size_t len, comem_shm_token *shares, int cap, int *n)
-{
-    struct iovec iov = {.iov_base = buf, .iov_len = len};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(COMEM_STREAM_SHARES_MAX * sizeof(int))];
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-    ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (r < 0)
-        return r;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; i++) {
-            int got;
-            memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof got);
-            if (*n < cap)
-                shares[(*n)++] = got;
-            else
-                close(got);
-        }
-    }
-    return r;
-}
-
 int comem_port_read_wait(client_waits *service, client_sock *s, void *buf, size_t cap, size_t *got,
                          comem_shm_token *shares, int share_cap, int *n, int timeout_ms)
 {
@@ -198,7 +170,7 @@ int comem_port_read_wait(client_waits *service, client_sock *s, void *buf, size_
     }
     if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
         return 0;
-    return took(read_taking_shares(s->fd, buf, cap, shares, share_cap, n), got);
+    return took(comem_recv_shares(s->fd, buf, cap, MSG_DONTWAIT, shares, share_cap, n), got);
 }
 
 int comem_port_fill(client_waits *service, client_sock *s, void *buf, size_t cap, size_t *got)

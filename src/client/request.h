@@ -155,13 +155,14 @@ int comem_req_finish_acked(comem_client *c, client_req *r, comem_msg *m, int ack
 int comem_reader_pump(comem_client *c, const bool *done, int64_t deadline_ns);
 
 /*
- * WHERE THE SOCKET RESTS while nobody leads: in the callback thread's epoll set
- * (c->cb_epfd) while that thread has nothing to answer, so the ask it reads is
- * answered where it was read; else in the service thread's (c->epfd): while a
- * callback runs, while the service thread reads for its own requests (the
- * resync), and once the callback thread's read has failed. A wish changes
+ * WHERE THE SOCKET RESTS while nobody leads: in the callback thread's wait set
+ * (c->cb, client/port.h) while that thread has nothing to answer, so the ask it
+ * reads is answered where it was read; else in the service thread's (c->svc):
+ * while a callback runs, while the service thread reads for its own requests
+ * (the resync), and once the callback thread's read has failed; always the
+ * service thread's where the socket cannot move (Windows). A wish changes
  * without the reader role; the role's holder moves the socket when it lets go
- * (c->rest_epfd, under read_lock; -1 while a leader reads or there is no socket).
+ * (c->rest, under read_lock; NULL while a leader reads or there is no socket).
  */
 
 /* The callback thread: it idles (true: the socket may rest with it) or answers (false). */

@@ -121,9 +121,9 @@ static void *service_main(void *arg)
         if (!c->sock) {
             if (try_connect(c) == COMEM_OK)
                 continue;
-            /* The attempt may have consumed close's wake-up (its HELLO waits on the same eventfd):
+            /* The attempt may have consumed close's wake-up (its HELLO waits on the same wait set):
                look at the flag before sleeping. stopping is set before the wake is written, so a
-               close after this check still finds the eventfd readable. */
+               close after this check still finds its wake-up pending. */
             if (atomic_load(&c->stopping))
                 break;
             /* Sleep, but wake at once for close. A refusal set a longer wait. */

@@ -324,20 +324,42 @@ int comem_stream_write_shares(comem_stream *s, const void *buf, size_t len, cons
     }
 }
 
+ssize_t comem_recv_shares(int fd, void *buf, size_t len, int flags, comem_shm_token *shares, int cap, int *n)
+{
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(COMEM_STREAM_SHARES_MAX * sizeof(int))];
+    } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t r = recvmsg(fd, &mh, flags | MSG_CMSG_CLOEXEC);
+    if (r < 0)
+        return r;
+    /* Whatever rode on these bytes is this process's now: kept, or closed when there is no room. */
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int got;
+            memcpy(&got, CMSG_DATA(cm) + i * sizeof got, sizeof got);
+            if (*n < cap)
+                shares[(*n)++] = got;
+            else
+                close(got);
+        }
+    }
+    return r;
+}
+
 int comem_stream_read_shares(comem_stream *s, void *buf, size_t len, comem_shm_token *shares, int cap, int *n,
                              int timeout_ms)
 {
     *n = 0;
     if (len > (size_t)INT32_MAX)
         len = INT32_MAX;
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(COMEM_STREAM_SHARES_MAX * sizeof(int))];
-    } ctl;
     for (;;) {
-        struct iovec iov = {.iov_base = buf, .iov_len = len};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-        ssize_t r = recvmsg(s->fd, &mh, MSG_CMSG_CLOEXEC);
+        ssize_t r = comem_recv_shares(s->fd, buf, len, 0, shares, cap, n);
         if (r < 0 && errno == EAGAIN) {
             int rc = wait_for(s->fd, POLLIN, timeout_ms);
             if (rc != COMEM_OK)
@@ -346,20 +368,6 @@ int comem_stream_read_shares(comem_stream *s, void *buf, size_t len, comem_shm_t
         }
         if (r < 0 && errno == EINTR)
             continue;
-        /* Whatever rode on these bytes is this process's now: kept, or closed when there is no room. */
-        for (struct cmsghdr *cm = r >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm)) {
-            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                continue;
-            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < k; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(cm) + i * sizeof fd, sizeof fd);
-                if (*n < cap)
-                    shares[(*n)++] = fd;
-                else
-                    close(fd);
-            }
-        }
         if (r > 0)
             return (int)r;
         if (r == 0)
