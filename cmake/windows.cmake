@@ -14,7 +14,7 @@ add_compile_definitions(__USE_MINGW_ANSI_STDIO=1)
 set(COMEM_PORTABLE_SOURCES
   src/base/clock.c src/base/log.c src/base/name.c src/base/size.c src/base/socket_name.c src/base/sort.c
   src/base/spin.c src/base/status.c src/base/token.c src/coord/plan.c
-  src/probe/cuda_driver.c src/probe/cuda_view.c src/probe/device.c src/probe/hostram.c src/probe/nvml.c
+  src/probe/cuda_driver.c src/probe/cuda_luid.c src/probe/cuda_view.c src/probe/device.c src/probe/hostram.c src/probe/nvml.c
   src/probe/select.c src/probe/sim.c src/probe/sim_spec.c src/shm/view.c)
 # The platform layer's Windows backends, as far as they are written (os/, base/, probe/ and shm/ *_win.c).
 file(GLOB COMEM_OS_SOURCES CONFIGURE_DEPENDS src/os/*_win.c src/base/*_win.c src/probe/*_win.c src/shm/*_win.c)

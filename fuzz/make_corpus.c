@@ -141,6 +141,7 @@ static void sample(comem_msg *m, uint16_t type)
         m->u.wddm.items[0].luid = 0x0000000100001b2cull;
         m->u.wddm.items[0].budget = 24ll << 30;
         m->u.wddm.items[0].usage = 6ll << 30;
+        snprintf(m->u.wddm.items[0].uuid, sizeof m->u.wddm.items[0].uuid, "GPU-00112233-4455-6677-8899-aabbccddeeff");
         break;
     case COMEM_MSG_RECEIPT:
         m->u.receipt.ask_id = 8;

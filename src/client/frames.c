@@ -131,16 +131,20 @@ comem_msg *comem_frame_device_map(comem_msg *m, const comem_client *c)
     return d->n ? m : NULL;
 }
 
-comem_msg *comem_frame_wddm(comem_msg *m, const comem_wddm_adapter *a, int n)
+comem_msg *comem_frame_wddm(comem_msg *m, const comem_wddm_adapter *a, int n, const comem_cuda_luid *cuda,
+                            int n_cuda)
 {
     comem_msg_wddm *w = &start(m, COMEM_MSG_WDDM)->u.wddm;
     for (int i = 0; i < n && w->n < COMEM_MAX_DEVICES; i++) {
         if (!a[i].luid)
             continue; /* no adapter has LUID 0: the coordinator would refuse the frame */
-        w->items[w->n].luid = a[i].luid;
-        w->items[w->n].budget = comem_clamp0(a[i].budget);
-        w->items[w->n].usage = comem_clamp0(a[i].usage);
-        w->n++;
+        comem_wire_wddm *item = &w->items[w->n++];
+        item->luid = a[i].luid;
+        item->budget = comem_clamp0(a[i].budget);
+        item->usage = comem_clamp0(a[i].usage);
+        for (int k = 0; k < n_cuda; k++)
+            if (cuda[k].luid == a[i].luid)
+                snprintf(item->uuid, sizeof item->uuid, "%s", cuda[k].uuid);
     }
     return m;
 }

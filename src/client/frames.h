@@ -13,6 +13,7 @@
 #define COMEM_CLIENT_FRAMES_H
 
 #include "client/state.h"
+#include "probe/cuda_luid.h"
 #include "probe/wddm.h"
 
 /* The API's holder flags (COMEM_ANSWERS_*, COMEM_RELEASES_WHILE_BUSY) as the protocol's capabilities. */
@@ -50,8 +51,10 @@ comem_msg *comem_frame_pin(comem_msg *m, uint16_t type, uint64_t holder_coord, i
 
 /* DEVICE_MAP of this process's mapped ordinals (lock held); NULL when none is mapped. */
 comem_msg *comem_frame_device_map(comem_msg *m, const comem_client *c);
-/* WDDM: this process's budget and usage on each of n adapters (at most COMEM_MAX_DEVICES are sent). */
-comem_msg *comem_frame_wddm(comem_msg *m, const comem_wddm_adapter *a, int n);
+/* WDDM: this process's budget and usage on each of n adapters (at most COMEM_MAX_DEVICES are sent), each
+   named also by the UUID of the CUDA device among cuda[n_cuda] with its LUID, where there is one. */
+comem_msg *comem_frame_wddm(comem_msg *m, const comem_wddm_adapter *a, int n, const comem_cuda_luid *cuda,
+                            int n_cuda);
 
 /* GRANT_DONE of a coordinator's grant: its bytes resident in entry_coord (0: cancelled), used loaded. */
 comem_msg *comem_frame_grant_done(comem_msg *m, uint64_t grant_coord, uint64_t entry_coord, int64_t used);

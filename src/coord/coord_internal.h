@@ -66,6 +66,15 @@ typedef struct ep_tag {
     struct conn *conn;
 } ep_tag;
 
+/* One adapter of a session's last WDDM report (wddm.c). */
+typedef struct coord_wddm_item {
+    uint64_t luid;
+    int64_t budget, usage; /* the process's own, as DXGI gave them */
+    int device;            /* the coordinator's device with the CUDA UUID the report named; -1: none */
+    int64_t held;          /* what the ledger saw its process hold on that device when it came, plus
+                              what it registered since of what was already allocated (coord_wddm_claimed) */
+} coord_wddm_item;
+
 typedef struct conn {
     comem_stream *stream;    /* the connection (os/stream.h), in the loop */
     comem_proc_watch *watch; /* the session's process (os/proc.h), in the loop */
@@ -94,7 +103,7 @@ typedef struct conn {
     int64_t told[COMEM_MAX_DEVICES];
     uint32_t told_known;
     /* Its process's last WDDM report (Windows: its budget and usage per adapter, wddm.c), and when. */
-    comem_wire_wddm wddm[COMEM_MAX_DEVICES];
+    coord_wddm_item wddm[COMEM_MAX_DEVICES];
     uint16_t n_wddm;
     double wddm_at_s;
 } conn;
@@ -328,6 +337,7 @@ typedef struct comem_coord_srv {
     measurement meas[COMEM_MAX_DEVICES];
     coord_spill spill[COMEM_MAX_DEVICES];
     conn *conns[COORD_MAX_CONNS];
+    int wddm_reports; /* connections whose last WDDM report names a device of ours (wddm.c) */
     comem_slab asks, jobs;
     uint64_t queue_head[COMEM_MAX_DEVICES], queue_tail[COMEM_MAX_DEVICES];
     int64_t started_ns, last_tick_ns, last_pin_sweep_ns;
@@ -464,6 +474,9 @@ coord_floor_split coord_split_floor_given(const comem_coord_srv *s, uint64_t ses
  * entry is refused), or -1 when the holder is not the session's.
  */
 int64_t coord_floor_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, int64_t resident);
+/* Σ resident and granted on device of every session of session's process (an embedding process has
+   several), and how many sessions it has. */
+int64_t coord_process_held(const comem_coord_srv *s, uint64_t session, int device, int *n_sessions);
 /* The residency a census adds (Σ of its entries' growth), for coord_floor_claim. */
 int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m);
 
@@ -608,6 +621,20 @@ void coord_pressure_tick(comem_coord_srv *s, int64_t now_ns);
 void coord_wddm(comem_coord_srv *s, conn *c, const comem_msg_wddm *m);
 /* Every adapter reported, its usage summed over the sessions that reported it (a json_object array). */
 struct json_object *coord_wddm_json(comem_coord_srv *s);
+/*
+ * What session's process used of device beyond what the ledger saw it hold, by its newest WDDM report
+ * naming that device (from any of its sessions): its context and allocations nobody registered, the
+ * context floor where the card gives no per-process figure (NVML under WDDM). -1: no such report.
+ */
+int64_t coord_wddm_overhead(comem_coord_srv *s, uint64_t session, int device);
+/*
+ * session registered `bytes` resident on device that no grant had booked (an entry, a census's growth):
+ * allocated before, they may be in its process's last report already. Its overhead gives them up, down
+ * to a context (as coord_floor_claim does for a card's own figure), until the next report says.
+ */
+void coord_wddm_registered(comem_coord_srv *s, uint64_t session, int device, int64_t bytes);
+/* A session's report goes with it: the devices its report named are read again. */
+void coord_wddm_forget(comem_coord_srv *s, conn *c);
 
 /* ---- status.c ---- */
 /* The status snapshot as JSON text (malloc'd). */

@@ -98,6 +98,8 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
         (void)comem_ledger_entry_set_tier(&s->ledger, c->session, id,
                                           (e->flags & COMEM_ENTRY_CACHE) ? LEDGER_TIER_CACHE : LEDGER_TIER_FILE);
     reply_id(s, c, rid, id);
+    if (h)
+        coord_wddm_registered(s, c->session, h->device, e->resident);
     ledger_entry *en = comem_ledger_entry(&s->ledger, id);
     if (en && en->resident > 0)
         coord_publish_reserve(s, en->device, false);
@@ -106,7 +108,8 @@ static void on_entry_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem_
 static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_census *m)
 {
     ledger_holder *h = comem_ledger_holder(&s->ledger, m->holder_id);
-    int64_t floor_was = coord_floor_claim(s, c->session, m->holder_id, coord_census_growth(s, m));
+    int64_t growth = coord_census_growth(s, m);
+    int64_t floor_was = coord_floor_claim(s, c->session, m->holder_id, growth);
     ledger_residency items[COMEM_WIRE_MAX_ITEMS];
     coord_residency(m->items, m->n, items);
     int64_t pinned, overhead;
@@ -119,8 +122,10 @@ static void on_census(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg
                 rc == COMEM_ERANGE   ? "census claims more than the device holds"
                 : rc == COMEM_EINVAL ? "census lists an entry more than once"
                                      : NULL);
-    if (rc == COMEM_OK && h)
+    if (rc == COMEM_OK && h) {
+        coord_wddm_registered(s, c->session, h->device, growth);
         coord_publish_reserve(s, h->device, false); /* grow at a boundary; shrink needs a receipt */
+    }
 }
 
 static void on_grant_done(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_grant_done *g)

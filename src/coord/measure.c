@@ -147,8 +147,7 @@ static int64_t reclaimable(comem_coord_srv *s, int device)
     return sum;
 }
 
-/* Σ resident and granted on device of every session of session's process (an embedding process has several). */
-static int64_t process_held(comem_coord_srv *s, uint64_t session, int device, int *n_sessions)
+int64_t coord_process_held(const comem_coord_srv *s, uint64_t session, int device, int *n_sessions)
 {
     const ledger_process *p = comem_ledger_process_of(&s->ledger, session);
     *n_sessions = p ? (int)p->sessions : 1;
@@ -158,11 +157,12 @@ static int64_t process_held(comem_coord_srv *s, uint64_t session, int device, in
 /*
  * Context floors from per-process usage: what a process holds beyond its entries and grants,
  * shared evenly by its sessions (a process that embeds the coordinator may hold several), so
- * the floors add up to what the process really holds beyond the ledger.
+ * the floors add up to what the process really holds beyond the ledger. Where the card gives no
+ * figure for a process (NVML under WDDM lists none), its own last WDDM report does (wddm.c).
  */
 static void update_floors(comem_coord_srv *s, int device, const comem_device_reading *r)
 {
-    if (!r->procs_known)
+    if (!r->procs_known && !s->wddm_reports)
         return;
     for (size_t i = 0; i < comem_slab_slots(&s->ledger.sessions); i++) {
         uint64_t id;
@@ -170,15 +170,17 @@ static void update_floors(comem_coord_srv *s, int device, const comem_device_rea
         if (!ss)
             continue;
         int64_t usage = -1;
-        for (size_t p = 0; p < r->n_procs; p++)
+        for (size_t p = 0; r->procs_known && p < r->n_procs; p++)
             if (r->procs[p].pid == ss->pid)
                 usage = r->procs[p].bytes;
-        int64_t floor = 0;
-        if (usage > 0) {
-            int n = 1;
-            int64_t held = process_held(s, id, device, &n);
-            floor = comem_clamp0(comem_sub(usage, held)) / (n > 0 ? n : 1);
-        }
+        int n = 1;
+        int64_t held = coord_process_held(s, id, device, &n), beyond = -1, floor = 0;
+        if (usage > 0)
+            beyond = comem_sub(usage, held);
+        else if (usage < 0 && s->wddm_reports) /* the card has no figure for it: what it said under WDDM */
+            beyond = coord_wddm_overhead(s, id, device);
+        if (beyond > 0)
+            floor = beyond / (n > 0 ? n : 1);
         if (floor != ss->floor[device])
             comem_ledger_set_floor(&s->ledger, id, device, floor); /* refused if it would not fit: keep the old */
     }

@@ -148,6 +148,7 @@ void coord_session_end(comem_coord_srv *s, conn *c, const char *why)
     char name[COMEM_LEDGER_NAME_MAX] = "";
     if (ss)
         snprintf(name, sizeof name, "%s", ss->name);
+    coord_wddm_forget(s, c);
     c->session = 0;
     s->trim_due = true;
     coord_asks_session_ended(s, id);

@@ -7,30 +7,117 @@
  * own budget and usage per adapter (WDDM, not replied to: a node's end sends it) and the
  * coordinator keeps each session's last report and sums them per adapter, named by LUID: what the
  * joined processes use of each card, which no one process can read. A session's report goes with
- * its connection. Which of the coordinator's devices an adapter is (its LUID against the CUDA
- * device's) is not matched yet: the status lists adapters by LUID (docs/windows.md).
+ * its connection.
+ *
+ * A process that runs CUDA names each adapter's CUDA device too (its UUID: probe/cuda_luid.h), and
+ * that is the coordinator's device with the same UUID. There the report gives what the card does
+ * not: NVML under WDDM lists no process's usage, so a process's context floor (what it holds beyond
+ * its entries and grants, measure.c) is what it used beyond what the ledger saw it hold when it
+ * reported. Later registrations of bytes it had allocated without a grant come off that, down to a
+ * context, until it reports again (coord_wddm_registered).
  */
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "arith/cross_reserve.h" /* COMEM_CONTEXT_FLOOR */
 #include "base/bytes.h"
 #include "coord/coord_internal.h"
+
+/* The card with this UUID among ours, host RAM aside; -1: none (or no UUID). */
+static int device_named(const comem_coord_srv *s, const char *uuid)
+{
+    for (int d = 0; uuid[0] && d < s->ledger.n_devices; d++)
+        if (d != s->ram_index && !strcmp(s->ledger.devices[d].uuid, uuid))
+            return d;
+    return -1;
+}
+
+/* The devices a report names are read again: the floors there follow it. */
+static void devices_changed(comem_coord_srv *s, const conn *c)
+{
+    for (uint16_t k = 0; k < c->n_wddm; k++)
+        if (c->wddm[k].device >= 0)
+            coord_card_changed(s, c->wddm[k].device);
+}
+
+static bool names_a_device(const conn *c)
+{
+    for (uint16_t k = 0; k < c->n_wddm; k++)
+        if (c->wddm[k].device >= 0)
+            return true;
+    return false;
+}
+
+void coord_wddm_forget(comem_coord_srv *s, conn *c)
+{
+    devices_changed(s, c);
+    if (names_a_device(c))
+        s->wddm_reports--;
+    c->n_wddm = 0;
+}
 
 void coord_wddm(comem_coord_srv *s, conn *c, const comem_msg_wddm *m)
 {
     if (!c->session)
         return; /* before HELLO the frame is refused elsewhere; nothing to keep */
-    c->n_wddm = 0;
+    coord_wddm_forget(s, c);
     for (uint16_t i = 0; i < m->n; i++) {
+        const comem_wire_wddm *w = &m->items[i];
         uint16_t k = 0; /* an adapter named twice keeps its last figures */
-        while (k < c->n_wddm && c->wddm[k].luid != m->items[i].luid)
+        while (k < c->n_wddm && c->wddm[k].luid != w->luid)
             k++;
-        c->wddm[k] = m->items[i];
+        int n = 1, device = device_named(s, w->uuid);
+        c->wddm[k] = (coord_wddm_item){.luid = w->luid, .budget = w->budget, .usage = w->usage, .device = device,
+                                       .held = device >= 0 ? coord_process_held(s, c->session, device, &n) : 0};
         if (k == c->n_wddm)
             c->n_wddm++;
     }
+    if (names_a_device(c))
+        s->wddm_reports++;
+    devices_changed(s, c);
     c->wddm_at_s = coord_now_s(s);
+}
+
+/* The newest report on device of pid's process among its sessions (an embedding process has several,
+   and DXGI reads the same process's figures in each); NULL when none names device. */
+static coord_wddm_item *newest_of(comem_coord_srv *s, int32_t pid, int device)
+{
+    coord_wddm_item *best = NULL;
+    double at = 0;
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *c = s->conns[i];
+        if (!c || !c->session || c->pid != pid || (best && c->wddm_at_s < at))
+            continue;
+        for (uint16_t k = 0; k < c->n_wddm; k++)
+            if (c->wddm[k].device == device) {
+                best = &c->wddm[k];
+                at = c->wddm_at_s;
+            }
+    }
+    return best;
+}
+
+int64_t coord_wddm_overhead(comem_coord_srv *s, uint64_t session, int device)
+{
+    const ledger_session *ss = comem_ledger_session(&s->ledger, session);
+    const coord_wddm_item *w = ss ? newest_of(s, ss->pid, device) : NULL;
+    return w ? comem_clamp0(comem_sub(w->usage, w->held)) : -1;
+}
+
+void coord_wddm_registered(comem_coord_srv *s, uint64_t session, int device, int64_t bytes)
+{
+    const ledger_session *ss = s->wddm_reports && bytes > 0 ? comem_ledger_session(&s->ledger, session) : NULL;
+    coord_wddm_item *w = ss ? newest_of(s, ss->pid, device) : NULL;
+    if (!w)
+        return;
+    int64_t beyond_context = comem_clamp0(comem_sub(comem_sub(w->usage, w->held), COMEM_CONTEXT_FLOOR));
+    int64_t gone = comem_min(bytes, beyond_context);
+    if (gone <= 0)
+        return;
+    w->held = comem_add(w->held, gone);
+    coord_card_changed(s, device); /* the floors follow at the next reading */
 }
 
 /* One session's figures for one adapter: where they are kept. */
@@ -49,7 +136,7 @@ static int by_luid(const void *a, const void *b)
 }
 
 /* One process's report on one adapter. */
-static json_object *process_json(comem_coord_srv *s, const conn *c, const comem_wire_wddm *w, double now)
+static json_object *process_json(comem_coord_srv *s, const conn *c, const coord_wddm_item *w, double now)
 {
     const ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
     char id[24];
@@ -60,6 +147,9 @@ static json_object *process_json(comem_coord_srv *s, const conn *c, const comem_
     json_object_object_add(p, "name", json_object_new_string(ss ? ss->name : ""));
     json_object_object_add(p, "budget", json_object_new_int64(w->budget));
     json_object_object_add(p, "usage", json_object_new_int64(w->usage));
+    json_object_object_add(p, "device", w->device >= 0 ? json_object_new_int(w->device) : NULL);
+    int64_t beyond = comem_clamp0(comem_sub(w->usage, w->held)); /* its context floor's source (measure.c) */
+    json_object_object_add(p, "beyond_ledger", w->device >= 0 ? json_object_new_int64(beyond) : NULL);
     json_object_object_add(p, "age_s", json_object_new_double(now - c->wddm_at_s));
     return p;
 }
@@ -87,12 +177,17 @@ json_object *coord_wddm_json(comem_coord_srv *s)
         snprintf(luid, sizeof luid, "0x%016llx", (unsigned long long)r[j].luid);
         json_object_object_add(a, "luid", json_object_new_string(luid));
         int64_t usage = 0;
+        int device = -1; /* the card its reports name (the first that names one) */
         size_t end = j;
         for (; end < n && r[end].luid == r[j].luid; end++) {
             const conn *c = s->conns[r[end].conn];
-            json_object_array_add(procs, process_json(s, c, &c->wddm[r[end].k], now));
-            usage = comem_add(usage, c->wddm[r[end].k].usage);
+            const coord_wddm_item *w = &c->wddm[r[end].k];
+            json_object_array_add(procs, process_json(s, c, w, now));
+            usage = comem_add(usage, w->usage);
+            if (device < 0)
+                device = w->device;
         }
+        json_object_object_add(a, "device", device >= 0 ? json_object_new_int(device) : NULL);
         json_object_object_add(a, "usage", json_object_new_int64(usage));
         json_object_object_add(a, "processes", procs);
         json_object_array_add(out, a);

@@ -27,6 +27,8 @@ typedef struct comem_dl comem_dl;
  * reason in why, when it cannot be loaded.
  */
 comem_dl *comem_dl_open(const char *path, bool prefer_loaded, char *why, size_t whylen);
+/* Whether the process has path loaded already (nothing is loaded by asking). */
+bool comem_dl_loaded(const char *path);
 /* The address of symbol name in dl; NULL when it has none. */
 void *comem_dl_sym(comem_dl *dl, const char *name);
 void comem_dl_close(comem_dl *dl);

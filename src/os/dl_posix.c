@@ -16,6 +16,14 @@ comem_dl *comem_dl_open(const char *path, bool prefer_loaded, char *why, size_t 
     return (comem_dl *)h;
 }
 
+bool comem_dl_loaded(const char *path)
+{
+    void *h = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+    if (h)
+        dlclose(h); /* NOLOAD raised its count */
+    return h != NULL;
+}
+
 void *comem_dl_sym(comem_dl *dl, const char *name) { return dl ? dlsym(dl, name) : NULL; }
 
 void comem_dl_close(comem_dl *dl)

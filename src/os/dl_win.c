@@ -39,6 +39,15 @@ comem_dl *comem_dl_open(const char *path, bool prefer_loaded, char *why, size_t 
     return (comem_dl *)h;
 }
 
+bool comem_dl_loaded(const char *path)
+{
+    wchar_t *wide = comem_wide(path);
+    HMODULE h = NULL;
+    bool loaded = wide && GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT, wide, &h);
+    free(wide);
+    return loaded;
+}
+
 void *comem_dl_sym(comem_dl *dl, const char *name)
 {
     if (!dl)

@@ -54,6 +54,7 @@ typedef struct CUuuid_st {
 typedef enum CUdevice_attribute_e {
     CU_DEVICE_ATTRIBUTE_INTEGRATED = 18, /* the GPU shares host memory (Jetson, GB10, APUs) */
     CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
+    CU_DEVICE_ATTRIBUTE_TCC_DRIVER = 35, /* Windows: the card runs TCC, not WDDM (its memory is the driver's alone) */
     CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
     CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
@@ -151,6 +152,8 @@ typedef CUresult (*PFN_cuDeviceGetUuid)(CUuuid *uuid, CUdevice dev);
 typedef CUresult (*PFN_cuDeviceTotalMem)(size_t *bytes, CUdevice dev);
 typedef CUresult (*PFN_cuDeviceGetAttribute)(int *value, CUdevice_attribute attrib, CUdevice dev);
 typedef CUresult (*PFN_cuDeviceGetPCIBusId)(char *busid, int len, CUdevice dev);
+/* The device's LUID, 8 bytes laid out as Windows' LUID (LowPart, then HighPart); Windows only. */
+typedef CUresult (*PFN_cuDeviceGetLuid)(char *luid, unsigned int *deviceNodeMask, CUdevice dev);
 typedef CUresult (*PFN_cuDevicePrimaryCtxRetain)(CUcontext *ctx, CUdevice dev);
 typedef CUresult (*PFN_cuDevicePrimaryCtxRelease)(CUdevice dev);
 typedef CUresult (*PFN_cuCtxSetCurrent)(CUcontext ctx);

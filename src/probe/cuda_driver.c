@@ -37,8 +37,14 @@ static const struct {
     SLOT(MemAddressFree), SLOT(MemCreate), SLOT(MemRelease), SLOT(MemMap), SLOT(MemUnmap),
     SLOT(MemSetAccess), SLOT(GetErrorString), SLOT(GetErrorName),
 };
+/* Slots a driver may lack: NULL then, and the load goes on. */
+static const struct {
+    const char *name;
+    size_t offset;
+} g_optional[] = {SLOT(DeviceGetLuid)};
 #undef SLOT
-_Static_assert(sizeof g_slots / sizeof g_slots[0] == sizeof(comem_cuda) / sizeof(void *),
+_Static_assert((sizeof g_slots / sizeof g_slots[0]) + (sizeof g_optional / sizeof g_optional[0]) ==
+                   sizeof(comem_cuda) / sizeof(void *),
                "every table slot is resolved");
 
 /* Written once inside pthread_once, read-only afterwards. */
@@ -118,6 +124,14 @@ static int load_once(void)
         memcpy((char *)&t + g_slots[i].offset, &fn, sizeof fn);
     }
 
+    for (size_t i = 0; i < sizeof g_optional / sizeof g_optional[0]; i++) {
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult why;
+        if (resolve(gpa2, gpa1, g_optional[i].name, &fn, &why) != CUDA_SUCCESS)
+            fn = NULL;
+        memcpy((char *)&t + g_optional[i].offset, &fn, sizeof fn);
+    }
+
     CUresult rc = t.Init(0);
     if (rc != CUDA_SUCCESS) {
         const char *s = NULL;
@@ -155,6 +169,14 @@ int comem_cuda_load(const comem_cuda **out)
     if (out)
         *out = &g_table;
     return COMEM_OK;
+}
+
+bool comem_cuda_in_process(void)
+{
+    if (atomic_load(&g_ready))
+        return true;
+    const char *env = getenv(COMEM_CUDA_LIBRARY_ENV);
+    return comem_dl_loaded(env && *env ? env : DEFAULT_LIBRARY);
 }
 
 const char *comem_cuda_load_error(void) { return g_error; }

@@ -21,6 +21,7 @@
 #ifndef COMEM_PROBE_CUDA_DRIVER_H
 #define COMEM_PROBE_CUDA_DRIVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "probe/cuda_abi.h"
@@ -94,6 +95,8 @@ typedef struct comem_cuda {
     /* errors */
     PFN_cuGetErrorString GetErrorString;
     PFN_cuGetErrorName GetErrorName;
+    /* optional: NULL where the driver hands out none (it means something on Windows only) */
+    PFN_cuDeviceGetLuid DeviceGetLuid;
 } comem_cuda;
 
 /*
@@ -104,6 +107,12 @@ typedef struct comem_cuda {
  * return the first call's result without retrying. Thread-safe.
  */
 int comem_cuda_load(const comem_cuda **out);
+
+/*
+ * Whether this process has the driver already: loaded by comem, or by anyone (PyTorch) from the
+ * library comem_cuda_load would take. Loads nothing: a process that never used CUDA is not made to.
+ */
+bool comem_cuda_in_process(void);
 
 /*
  * Why the load failed, one line ("cannot load libcuda.so.1: ...",

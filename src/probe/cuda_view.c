@@ -167,6 +167,12 @@ static int view_read(comem_device_source *src, int index, comem_device_reading *
     int integrated = 0;
     if (cu->DeviceGetAttribute(&integrated, CU_DEVICE_ATTRIBUTE_INTEGRATED, dev) == CUDA_SUCCESS)
         out->unified = integrated != 0; /* one pool: pinned RAM comes out of the device's free */
+#ifdef _WIN32
+    /* Under WDDM (a card not in TCC mode) cuMemGetInfo reads this process's budget, not the card. */
+    int tcc = 0;
+    if (cu->DeviceGetAttribute(&tcc, CU_DEVICE_ATTRIBUTE_TCC_DRIVER, dev) != CUDA_SUCCESS || !tcc)
+        out->scope = out->local_scope = COMEM_SCOPE_PROCESS_LOCAL;
+#endif
 
     size_t free_b = 0, ctx_total = 0;
     bool known;

@@ -12,8 +12,9 @@
  *
  * Scope: on Linux cuMemGetInfo's free is device-wide (other processes'
  * allocations move it), so readings say COMEM_SCOPE_DEVICE_WIDE. Under Windows
- * WDDM the same call reports the caller's own budget (process-local); comem
- * runs this source on Linux only, and the simulated card models the other case.
+ * WDDM the same call reports the caller's own budget: there a card not in TCC
+ * mode (CU_DEVICE_ATTRIBUTE_TCC_DRIVER) reads COMEM_SCOPE_PROCESS_LOCAL. The
+ * simulated card models that case on Linux.
  * The view has no per-process list and no reserved figure (-1).
  */
 #ifndef COMEM_PROBE_CUDA_VIEW_H

@@ -61,7 +61,7 @@
  *   residency = u64 entry_id, u64 seq, i64 resident, i64 refs (>= 0)   (32 bytes)
  *   release   = u64 entry_id, i64 bytes                        (16 bytes)
  *   devmap    = u16 ordinal (< 16), text<128> uuid (not empty)
- *   wddm      = u64 luid (not 0), i64 budget (>= 0), i64 usage (>= 0)  (24 bytes)
+ *   wddm      = u64 luid (not 0), i64 budget (>= 0), i64 usage (>= 0), text<128> uuid (may be empty)
  *   device    = u16 index, u8 scope (0..1), i64 total, i64 free,
  *               i64 reserved, text<128> uuid, text<128> name
  *
@@ -422,6 +422,7 @@ static void walk_wddm(comem_wire_cur *c, comem_msg_wddm *b)
         check(c, b->items[i].budget >= 0);
         io_i64(c, &b->items[i].usage);
         check(c, b->items[i].usage >= 0);
+        io_text(c, b->items[i].uuid, sizeof b->items[i].uuid);
     }
 }
 

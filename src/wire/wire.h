@@ -37,8 +37,8 @@
 #include "comem/common.h" /* COMEM_MAX_DEVICES; comem_status and comem_scope travel as integers */
 
 #define COMEM_WIRE_MAGIC 0x4d454d43u
-#define COMEM_WIRE_VERSION 4 /* 2: entries carry their reference count (ENTRY_ADD, residency); 3: HELLO_REPLY names its shares;
-                                4: WDDM */
+#define COMEM_WIRE_VERSION 5 /* 2: entries carry their reference count (ENTRY_ADD, residency); 3: HELLO_REPLY names its shares;
+                                4: WDDM; 5: a WDDM reading names its adapter's CUDA device */
 #define COMEM_WIRE_HEADER_SIZE 16
 #define COMEM_WIRE_MAX_PAYLOAD (64 * 1024)
 #define COMEM_WIRE_MAX_FRAME (COMEM_WIRE_HEADER_SIZE + COMEM_WIRE_MAX_PAYLOAD)
@@ -310,12 +310,14 @@ typedef struct comem_msg_device_map {
 
 /*
  * WDDM (Windows): this process's own budget and usage of each adapter's on-card memory, as DXGI
- * gives them (probe/wddm.h), the adapter named by its LUID. Each report replaces the session's last.
+ * gives them (probe/wddm.h), the adapter named by its LUID and, where the process runs CUDA on it,
+ * by that device's UUID (probe/cuda_luid.h). Each report replaces the session's last.
  */
 typedef struct comem_wire_wddm {
     uint64_t luid;  /* != 0 */
     int64_t budget; /* >= 0 */
     int64_t usage;  /* >= 0 */
+    char uuid[COMEM_WIRE_TEXT_MAX]; /* the CUDA device with this LUID ("GPU-..."); "" where unknown */
 } comem_wire_wddm;
 
 typedef struct comem_msg_wddm {

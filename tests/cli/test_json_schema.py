@@ -46,8 +46,9 @@ STATUS = {
                  "spill_events": INT},
     "pins": {"total": INT, "max": INT},
     "devices": [DEVICE],
-    "wddm": [{"luid": STR, "usage": INT,
-              "processes": [{"session": STR, "pid": INT, "name": STR, "budget": INT, "usage": INT, "age_s": NUM}]}],
+    "wddm": [{"luid": STR, "device": INT + "?", "usage": INT,
+              "processes": [{"session": STR, "pid": INT, "name": STR, "budget": INT, "usage": INT,
+                             "device": INT + "?", "beyond_ledger": INT + "?", "age_s": NUM}]}],
     "warnings": [STR],
 }
 DEVICES = {"schema": INT,

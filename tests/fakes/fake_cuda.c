@@ -158,6 +158,7 @@ static CUresult f_DeviceGetAttribute(int *value, CUdevice_attribute attrib, CUde
         return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = 1; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED: *value = dev == 1 && is_mode("integrated"); return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: *value = is_mode("tcc"); return CUDA_SUCCESS;
     default: return CUDA_ERROR_INVALID_VALUE;
     }
 }
@@ -169,6 +170,22 @@ static CUresult f_DeviceGetPCIBusId(char *busid, int len, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     strncpy(busid, g_devs[dev].bus_id, (size_t)len - 1);
     busid[len - 1] = '\0';
+    return CUDA_SUCCESS;
+}
+
+/* FAKE_CUDA_LUID (hex) is device 0's LUID, device 1's the next; unset, there are none (as on Linux). */
+static CUresult f_DeviceGetLuid(char *luid, unsigned int *mask, CUdevice dev)
+{
+    NEED_DEVICE(dev);
+    const char *e = getenv("FAKE_CUDA_LUID");
+    if (!e || !*e)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    unsigned long long v = strtoull(e, NULL, 16) + (unsigned long long)dev;
+    for (int i = 0; i < 4; i++) { /* Windows' LUID: LowPart, then HighPart, each little-endian */
+        luid[i] = (char)(v >> (8 * i));
+        luid[4 + i] = (char)(v >> (32 + 8 * i));
+    }
+    *mask = 1u << dev;
     return CUDA_SUCCESS;
 }
 
@@ -530,7 +547,7 @@ static const struct {
 } g_entries[] = {
     ENTRY(Init), ENTRY(DriverGetVersion), ENTRY(DeviceGetCount), ENTRY(DeviceGet),
     ENTRY(DeviceGetName), ENTRY(DeviceGetUuid), ENTRY(DeviceTotalMem), ENTRY(DeviceGetAttribute),
-    ENTRY(DeviceGetPCIBusId), ENTRY(DevicePrimaryCtxRetain), ENTRY(DevicePrimaryCtxRelease),
+    ENTRY(DeviceGetPCIBusId), ENTRY(DeviceGetLuid), ENTRY(DevicePrimaryCtxRetain), ENTRY(DevicePrimaryCtxRelease),
     ENTRY(CtxSetCurrent), ENTRY(CtxGetCurrent), ENTRY(CtxGetDevice), ENTRY(CtxSynchronize),
     ENTRY(MemGetInfo), ENTRY(MemAlloc), ENTRY(MemFree), ENTRY(MemHostAlloc), ENTRY(MemFreeHost),
     ENTRY(MemHostRegister), ENTRY(MemHostUnregister), ENTRY(MemcpyHtoD), ENTRY(MemcpyDtoH),
@@ -555,6 +572,11 @@ static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t f
         g_stats.flags[k] = flags;
     }
     *pfn = NULL;
+    if (is_mode("no_luid") && strcmp(symbol, "cuDeviceGetLuid") == 0) {
+        if (status)
+            *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        return CUDA_ERROR_NOT_FOUND;
+    }
     if (is_mode("missing_symbol") && strcmp(symbol, "cuMemSetAccess") == 0) {
         if (status)
             *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;

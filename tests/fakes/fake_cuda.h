@@ -13,6 +13,11 @@
  *   no_devices       cuInit succeeds, cuDeviceGetCount gives 0
  *   missing_symbol   cuMemSetAccess is refused (version not sufficient)
  *   integrated       device 1 reports CU_DEVICE_ATTRIBUTE_INTEGRATED (its memory is host RAM)
+ *   no_luid          cuDeviceGetLuid is not handed out (a driver without it: the load goes on)
+ *   tcc              every device reports CU_DEVICE_ATTRIBUTE_TCC_DRIVER (Windows: not WDDM)
+ *
+ * FAKE_CUDA_LUID (hex), read at each cuDeviceGetLuid, is device 0's LUID and device 1's is one
+ * more; unset, cuDeviceGetLuid answers CUDA_ERROR_NOT_SUPPORTED.
  *
  * Devices: 0 "Fake H200", UUID bytes 00 11 22 .. ff, bus 0000:3B:00.0,
  * 143771 MiB, 1143 MiB used at start; 1 "Fake L4", UUID bytes 10 11 .. 1f,

@@ -22,6 +22,7 @@
 #include "comem/common.h"
 #include "fakes/fake_cuda.h"
 #include "probe/cuda_driver.h"
+#include "probe/cuda_luid.h"
 #include "probe/cuda_view.h"
 #include "probe/device.h"
 
@@ -404,6 +405,61 @@ static void test_view_with_retained_context(void **s)
     in_child(child_view_retains, fake_path("libfake_cuda.so"), "basic");
 }
 
+/* ---- LUIDs (which CUDA device a WDDM adapter is) ---- */
+
+/*
+ * Nothing is loaded to answer while the process runs no CUDA; once it does (dlopen here, as PyTorch
+ * would), each device's LUID comes with its UUID, and a driver that gives none says so.
+ */
+static int child_luids(void)
+{
+    comem_cuda_luid l[4];
+    int n = -1;
+    CHECK(!comem_cuda_in_process());
+    CHECK_EQ(comem_cuda_luids(l, 4, &n), COMEM_ENODEV);
+    CHECK_EQ(n, 0);
+    CHECK(dlopen(getenv(COMEM_CUDA_LIBRARY_ENV), RTLD_NOW | RTLD_NOLOAD) == NULL); /* asking loaded nothing */
+    void *h = dlopen(getenv(COMEM_CUDA_LIBRARY_ENV), RTLD_NOW);
+    CHECK(h != NULL);
+    CHECK(comem_cuda_in_process());
+    unsetenv("FAKE_CUDA_LUID");
+    CHECK_EQ(comem_cuda_luids(l, 4, &n), COMEM_ENOTSUP); /* Linux: the driver has no LUID to give */
+    setenv("FAKE_CUDA_LUID", "100000abc", 1);
+    CHECK_EQ(comem_cuda_luids(l, 4, &n), COMEM_OK);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(l[0].luid, 0x100000abcull); /* HighPart 1, LowPart 0xabc */
+    CHECK_STR(l[0].uuid, "GPU-00112233-4455-6677-8899-aabbccddeeff");
+    CHECK_EQ(l[1].luid, 0x100000abdull);
+    CHECK_STR(l[1].uuid, "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f");
+    CHECK_EQ(comem_cuda_luids(l, 1, &n), COMEM_OK); /* at most max */
+    CHECK_EQ(n, 1);
+    dlclose(h);
+    return 0;
+}
+
+static int child_luids_not_handed_out(void)
+{
+    void *h = dlopen(getenv(COMEM_CUDA_LIBRARY_ENV), RTLD_NOW);
+    CHECK(h != NULL);
+    const comem_cuda *cu = NULL;
+    CHECK_EQ(comem_cuda_load(&cu), COMEM_OK); /* an optional entry point missing: the load goes on */
+    CHECK(cu->DeviceGetLuid == NULL);
+    setenv("FAKE_CUDA_LUID", "100000abc", 1);
+    comem_cuda_luid l[4];
+    int n = -1;
+    CHECK_EQ(comem_cuda_luids(l, 4, &n), COMEM_ENOTSUP);
+    CHECK_EQ(n, 0);
+    dlclose(h);
+    return 0;
+}
+
+static void test_luids_name_the_cuda_devices(void **s)
+{
+    (void)s;
+    in_child(child_luids, fake_path("libfake_cuda.so"), "basic");
+    in_child(child_luids_not_handed_out, fake_path("libfake_cuda.so"), "no_luid");
+}
+
 static int child_granularity(void)
 {
     int64_t mn = 0, rec = 0;
@@ -466,6 +522,7 @@ int main(void)
         cmocka_unit_test(test_view_reads_free_only_with_a_current_context),
         cmocka_unit_test(test_view_with_retained_context),
         cmocka_unit_test(test_view_detects_an_integrated_gpu),
+        cmocka_unit_test(test_luids_name_the_cuda_devices),
         cmocka_unit_test(test_granularity),
         cmocka_unit_test(test_status_mapping),
         cmocka_unit_test(test_uuid_format),

@@ -162,6 +162,7 @@ static void sample(comem_msg *m, uint16_t type, shape s)
             m->u.wddm.items[i].luid = 0x8000000000000001ull + i;
             m->u.wddm.items[i].budget = s == FULL ? INT64_MAX - i : 0;
             m->u.wddm.items[i].usage = (int64_t)i << 30;
+            text(m->u.wddm.items[i].uuid, sizeof m->u.wddm.items[i].uuid, s, 'W'); /* empty: a LUID alone */
         }
         break;
     case COMEM_MSG_STATUS: m->u.status.flags = 0; break;
@@ -297,7 +298,12 @@ static size_t expected_payload(const comem_msg *m)
             n += 2 + TXT(m->u.device_map.items[i].uuid);
         return n;
     }
-    case COMEM_MSG_WDDM: return 2 + 24 * (size_t)m->u.wddm.n;
+    case COMEM_MSG_WDDM: {
+        size_t n = 2;
+        for (size_t i = 0; i < m->u.wddm.n; i++)
+            n += 24 + TXT(m->u.wddm.items[i].uuid);
+        return n;
+    }
     case COMEM_MSG_STATUS: return 1;
     case COMEM_MSG_RECEIPT: return 8 + 1 + 8 + 2 + 32 * (size_t)m->u.receipt.n;
     case COMEM_MSG_REPLY: return 4 + TXT(m->u.reply.message);
@@ -425,6 +431,7 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
             assert_int_equal(a->u.wddm.items[i].luid, b->u.wddm.items[i].luid);
             assert_true(a->u.wddm.items[i].budget == b->u.wddm.items[i].budget);
             assert_true(a->u.wddm.items[i].usage == b->u.wddm.items[i].usage);
+            assert_string_equal(a->u.wddm.items[i].uuid, b->u.wddm.items[i].uuid);
         }
         break;
     case COMEM_MSG_STATUS: assert_int_equal(a->u.status.flags, b->u.status.flags); break;
@@ -696,7 +703,7 @@ static void test_golden_reserve(void **st)
     (void)st;
     static const uint8_t golden[] = {
         0x43, 0x4d, 0x45, 0x4d, /* magic: "CMEM" */
-        0x04, 0x00,             /* version 4 */
+        0x05, 0x00,             /* version 5 */
         0x0e, 0x00,             /* type 14: RESERVE */
         0x07, 0x00, 0x00, 0x00, /* request_id 7 */
         0x02, 0x00, 0x00, 0x00, /* length 2 */
@@ -711,7 +718,7 @@ static void test_golden_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
         0x40, 0x00,             /* type 64: REPLY */
         0x04, 0x03, 0x02, 0x01, /* request_id 0x01020304 */
         0x07, 0x00, 0x00, 0x00, /* length 7 */
@@ -728,7 +735,7 @@ static void test_golden_hello_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
         0x41, 0x00,             /* type 65: HELLO_REPLY */
         0x01, 0x00, 0x00, 0x00, /* request_id 1 */
         0x20, 0x00, 0x00, 0x00, /* length 32 */
@@ -753,7 +760,7 @@ static void test_golden_hello(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
         0x01, 0x00,             /* type 1: HELLO */
         0x01, 0x00, 0x00, 0x00, /* request_id 1 */
         0x18, 0x00, 0x00, 0x00, /* length 24 */
@@ -781,7 +788,7 @@ static void test_golden_ask(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
         0x49, 0x00,             /* type 73: ASK */
         0x00, 0x00, 0x00, 0x00, /* request_id 0: unsolicited */
         0x31, 0x00, 0x00, 0x00, /* length 49 */
@@ -812,7 +819,7 @@ static void test_golden_census_refs(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
         0x07, 0x00,             /* type 7: CENSUS */
         0x03, 0x00, 0x00, 0x00, /* request_id 3 */
         0x43, 0x00, 0x00, 0x00, /* length 67 */
@@ -846,7 +853,7 @@ static void test_golden_status_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x04, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
         0x48, 0x00,             /* type 72: STATUS_REPLY */
         0x09, 0x00, 0x00, 0x00, /* request_id 9 */
         0x0f, 0x00, 0x00, 0x00, /* length 15 */
@@ -938,7 +945,7 @@ static void test_bad_headers_refused(void **st)
         g_buf[i] ^= 0x20;
         assert_int_equal(comem_wire_decode_header(g_buf, sizeof good, &h), COMEM_EPROTO);
     }
-    static const uint16_t versions[] = {0, 1, 2, 3, 5, 0x0400, 0xffff}; /* every one but COMEM_WIRE_VERSION (4) */
+    static const uint16_t versions[] = {0, 1, 2, 3, 4, 6, 0x0500, 0xffff}; /* every one but COMEM_WIRE_VERSION (5) */
     for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
         memcpy(g_buf, good, sizeof good);
         put_le(g_buf + 4, versions[i], 2);
@@ -1142,19 +1149,26 @@ static void test_list_limits(void **st)
     assert_int_equal(fb_decode(&g_f, &g_b), COMEM_EPROTO);
 }
 
-/* A WDDM frame of one adapter: accepted as it is, refused without a LUID or with a negative figure. */
+/* A WDDM frame of one adapter: accepted as it is, refused without a LUID, with a negative figure, or
+   with a CUDA UUID that is no text (a NUL inside, longer than a UUID field holds). */
 static void test_wddm_items_checked(void **st)
 {
     (void)st;
+    static const char gpu[] = "GPU-00112233-4455-6677-8899-aabbccddeeff";
     static const struct {
         uint64_t luid;
         int64_t budget, usage;
+        const char *uuid;
+        size_t uuid_len;
         int want;
     } cases[] = {
-        {0x0000000100000abcull, 8ll << 30, 1ll << 30, 0},
-        {0, 8ll << 30, 1ll << 30, COMEM_EPROTO},
-        {7, -1, 0, COMEM_EPROTO},
-        {7, 0, -1, COMEM_EPROTO},
+        {0x0000000100000abcull, 8ll << 30, 1ll << 30, gpu, sizeof gpu - 1, 0},
+        {0x0000000100000abcull, 8ll << 30, 1ll << 30, "", 0, 0}, /* a process that runs no CUDA */
+        {0, 8ll << 30, 1ll << 30, gpu, sizeof gpu - 1, COMEM_EPROTO},
+        {7, -1, 0, "", 0, COMEM_EPROTO},
+        {7, 0, -1, "", 0, COMEM_EPROTO},
+        {7, 0, 0, "GPU\0-1", 6, COMEM_EPROTO},
+        {7, 0, 0, NULL, COMEM_WIRE_TEXT_MAX, COMEM_EPROTO},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fb_start(&g_f, COMEM_MSG_WDDM);
@@ -1162,16 +1176,24 @@ static void test_wddm_items_checked(void **st)
         fb_int(&g_f, cases[i].luid, 8);
         fb_int(&g_f, (uint64_t)cases[i].budget, 8);
         fb_int(&g_f, (uint64_t)cases[i].usage, 8);
+        if (cases[i].uuid) {
+            fb_text(&g_f, cases[i].uuid, cases[i].uuid_len);
+        } else {
+            fb_int(&g_f, cases[i].uuid_len, 1);
+            fb_fill(&g_f, 'G', cases[i].uuid_len);
+        }
         assert_int_equal(fb_decode(&g_f, &g_b), cases[i].want);
-        if (cases[i].want == 0)
+        if (cases[i].want == 0) {
             assert_true(g_b.u.wddm.n == 1 && g_b.u.wddm.items[0].luid == cases[i].luid &&
                         g_b.u.wddm.items[0].budget == cases[i].budget && g_b.u.wddm.items[0].usage == cases[i].usage);
+            assert_string_equal(g_b.u.wddm.items[0].uuid, cases[i].uuid);
+        }
     }
     fb_start(&g_f, COMEM_MSG_WDDM); /* more adapters than a machine has devices */
     fb_int(&g_f, COMEM_MAX_DEVICES + 1, 2);
     for (int i = 0; i <= COMEM_MAX_DEVICES; i++) {
         fb_int(&g_f, (uint64_t)i + 1, 8);
-        fb_fill(&g_f, 0, 16);
+        fb_fill(&g_f, 0, 17);
     }
     assert_int_equal(fb_decode(&g_f, &g_b), COMEM_EPROTO);
 }

@@ -148,7 +148,11 @@ static void print_table(json_object *root)
     json_object *wddm = jget(root, "wddm"); /* Windows: the processes' own WDDM readings, added up */
     for (size_t i = 0; wddm && i < json_object_array_length(wddm); i++) {
         json_object *a = json_object_array_get_idx(wddm, i), *ps = jget(a, "processes");
-        printf("WDDM adapter %s: %s used by %zu reporting process(es)\n", jget_str(a, "luid"),
+        long long dev = jget_int(a, "device", -1); /* null: no process named its card */
+        char which[32] = "";
+        if (dev >= 0)
+            snprintf(which, sizeof which, " (device %lld)", dev);
+        printf("WDDM adapter %s%s: %s used by %zu reporting process(es)\n", jget_str(a, "luid"), which,
                sz(jget_int(a, "usage", -1), b[0]), ps ? json_object_array_length(ps) : (size_t)0);
     }
 }
