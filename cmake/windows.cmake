@@ -15,13 +15,14 @@ set(COMEM_PORTABLE_SOURCES
   src/base/clock.c src/base/log.c src/base/name.c src/base/size.c src/base/socket_name.c src/base/sort.c
   src/base/spin.c src/base/status.c src/base/token.c src/coord/plan.c
   src/probe/cuda_driver.c src/probe/cuda_luid.c src/probe/cuda_view.c src/probe/device.c src/probe/hostram.c src/probe/nvml.c
-  src/probe/select.c src/probe/sim.c src/probe/sim_spec.c src/shm/view.c)
+  src/probe/select.c src/probe/sim.c src/probe/sim_spec.c src/probe/simcard.c src/shm/view.c)
 # The platform layer's Windows backends, as far as they are written (os/, base/, probe/ and shm/ *_win.c).
 file(GLOB COMEM_OS_SOURCES CONFIGURE_DEPENDS src/os/*_win.c src/base/*_win.c src/probe/*_win.c src/shm/*_win.c)
-# The coordinator (coord/) and the client library (client/) build whole: they stand on the platform
-# layer (the client's own port to it: client/port_win.c).
+# The coordinator (coord/), the client library (client/) and the pager (pager/: the CUDA driver's VMM,
+# or the simulated card's pages on os/vm.h) build whole: they stand on the platform layer (the
+# client's own port to it: client/port_win.c).
 file(GLOB COMEM_PORTABLE_LAYERS CONFIGURE_DEPENDS src/arith/*.c src/wire/*.c src/ledger/*.c src/coord/*.c
-     src/client/*.c)
+     src/client/*.c src/pager/*.c)
 list(FILTER COMEM_PORTABLE_LAYERS EXCLUDE REGEX "_posix\\.c$")
 # One object set, built static (what the programs and tests link) and as comem.dll (what a binding
 # loads: its exports are comem.h's COMEM_API functions).

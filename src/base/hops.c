@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "os/env.h"
+
 _Atomic(int64_t *) comem_hops_slots;
 atomic_int comem_hops_state;
 
@@ -15,7 +17,7 @@ void comem_hops_init(void)
     int expected = 0;
     if (!atomic_compare_exchange_strong(&comem_hops_state, &expected, 3))
         return; /* another thread looks (3) or has looked: its stamp may be lost, never a wrong one */
-    const char *path = getenv("COMEM_HOPS");
+    const char *path = comem_env("COMEM_HOPS");
     int64_t *slots = NULL;
     int fd = path && path[0] ? open(path, O_RDWR | O_CLOEXEC) : -1;
     struct stat st;

@@ -10,6 +10,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "os/env.h"
+
 static atomic_int g_level = -1;
 static pthread_mutex_t g_sink_lock = PTHREAD_MUTEX_INITIALIZER;
 static comem_log_sink g_sink;
@@ -17,7 +19,7 @@ static void *g_sink_user;
 
 static int level_from_env(void)
 {
-    const char *e = getenv("COMEM_LOG");
+    const char *e = comem_env("COMEM_LOG");
     if (!e || !*e)
         return COMEM_LOG_INFO;
     if (!strcasecmp(e, "error") || !strcmp(e, "0"))

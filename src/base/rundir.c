@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "comem/comem.h"
 #include "comem/common.h"
+#include "os/env.h"
 
 /* The reason, logged as an error and, where asked for, written to why. */
 static int refuse(int status, char *why, size_t whylen, const char *fmt, ...) COMEM_PRINTF(4, 5);
@@ -53,8 +54,8 @@ int comem_private_dir(const char *path) { return comem_private_dir_why(path, NUL
 
 int comem_runtime_dir_why(char *buf, size_t len, char *why, size_t whylen)
 {
-    const char *over = getenv("COMEM_RUNTIME_DIR");
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    const char *over = comem_env("COMEM_RUNTIME_DIR");
+    const char *xdg = comem_env("XDG_RUNTIME_DIR");
     struct stat st;
     int n;
     if (over && *over)

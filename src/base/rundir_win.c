@@ -27,6 +27,7 @@
 #include "comem/common.h"
 #include "os/user_win.h"
 #include "os/wide_win.h"
+#include "os/env.h"
 
 #define PIPE_NAME_MAX 256 /* what CreateNamedPipe takes, the \\.\pipe\ prefix included */
 #define SID_TEXT_MAX 192   /* a SID as text: S-1-5-21-... with at most 15 sub-authorities */
@@ -160,7 +161,7 @@ int comem_runtime_dir_why(char *buf, size_t len, char *why, size_t whylen)
 {
     if (!buf || len == 0)
         return COMEM_EINVAL;
-    const char *over = getenv("COMEM_RUNTIME_DIR");
+    const char *over = comem_env("COMEM_RUNTIME_DIR");
     wchar_t local[MAX_PATH];
     char base[MAX_PATH * 3];
     DWORD k; /* 0: failed; MAX_PATH or more: too long (the size it needs) */

@@ -7,10 +7,11 @@
 
 #include "base/rundir.h"
 #include "comem/comem.h"
+#include "os/env.h"
 
 int comem_socket_resolve_why(const char *arg, char *buf, size_t len, char *why, size_t whylen)
 {
-    const char *env = getenv("COMEM_SOCKET");
+    const char *env = comem_env("COMEM_SOCKET");
     const char *name = arg && *arg ? arg : env && *env ? env : NULL;
     if (!name)
         return comem_default_socket_why(buf, len, why, whylen);

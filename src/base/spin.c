@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "os/env.h"
 
 bool comem_spin_parse(const char *text, int64_t *ns)
 {
@@ -27,7 +28,7 @@ int64_t comem_spin_ns(void)
     if (ns >= 0)
         return ns;
     ns = (int64_t)COMEM_SPIN_DEFAULT_US * 1000;
-    const char *e = getenv("COMEM_SPIN_US");
+    const char *e = comem_env("COMEM_SPIN_US");
     if (e && *e && !comem_spin_parse(e, &ns))
         comem_warn("COMEM_SPIN_US=%s is not a number of microseconds from 0 to %d; using %d", e, COMEM_SPIN_MAX_US,
                    COMEM_SPIN_DEFAULT_US);

@@ -6,10 +6,11 @@
 #include <string.h>
 
 #include "comem/common.h"
+#include "os/env.h"
 
 int comem_token_from_env(char *buf, size_t len, char *err, size_t errlen)
 {
-    const char *t = getenv("COMEM_TOKEN");
+    const char *t = comem_env("COMEM_TOKEN");
     size_t n = t ? strlen(t) : 0;
     if (n > COMEM_TOKEN_MAX || len < COMEM_TOKEN_MAX + 1) {
         if (err && errlen)

@@ -14,6 +14,7 @@
 #include "shm/book.h"
 #include "probe/sim.h"
 #include "probe/device.h"
+#include "os/env.h"
 
 /* Most frames are small; receipts and keep lists can reach a few KiB. */
 #define SMALL_FRAME 2048
@@ -159,7 +160,7 @@ int comem_conn_next(comem_client *c)
  */
 static comem_scope own_scope(void)
 {
-    const char *dev = getenv("COMEM_DEVICE");
+    const char *dev = comem_env("COMEM_DEVICE");
     comem_sim_spec spec;
     if (dev && !strncmp(dev, "sim", 3) && comem_sim_spec_parse(dev, &spec, NULL, 0) == COMEM_OK &&
         spec.semantics == COMEM_SIM_WDDM)

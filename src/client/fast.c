@@ -25,6 +25,7 @@
 #include "client/frames.h"
 #include "client/shared.h"
 #include "shm/book.h"
+#include "os/env.h"
 
 struct client_fast {
     comem_shm *m;
@@ -41,7 +42,7 @@ void comem_fast_attach(comem_client *c, uint64_t gen, uint64_t session)
     c->area = (client_share){0};
     if (!share.named)
         return; /* COMEM_NO_FAST at the coordinator, or a tool: every admission goes through the socket */
-    const char *off = getenv("COMEM_NO_FAST");
+    const char *off = comem_env("COMEM_NO_FAST");
     comem_shm *m = NULL;
     if (off && *off && strcmp(off, "0") != 0) {
         comem_shm_token_discard(share.t);

@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
+#include "os/env.h"
 
 #define BOOK_ACTIVE_NS 100000000 /* after a booking, the loop looks every 250 us for this long */
 #define BOOK_WANT_NS 100000000   /* a session keeps a stock on a device this long after it admitted there */
@@ -31,7 +32,7 @@ void coord_book_open(comem_coord_srv *s)
 {
     coord_book *b = &s->book;
     memset(b, 0, sizeof *b);
-    const char *no = getenv("COMEM_NO_FAST");
+    const char *no = comem_env("COMEM_NO_FAST");
     b->off = no && *no && strcmp(no, "0") != 0;
     if (b->off)
         comem_info("booking areas: off (COMEM_NO_FAST)");

@@ -34,6 +34,7 @@
 #include "comem/comem.h"
 #include "comem/common.h"
 #include "coord/coord_internal.h"
+#include "os/env.h"
 
 #define TIMER_PERIOD_MS 20 /* deadlines are checked this often; the tick runs every cfg.tick_ms */
 
@@ -48,14 +49,14 @@ int comem_coord_config_defaults(comem_coord_config *cfg, char *err, size_t errle
     cfg->hello_timeout_ms = 5000;
     cfg->reserve_base = -1;
     const char *e;
-    if ((e = getenv("COMEM_DEVICE")) && *e)
+    if ((e = comem_env("COMEM_DEVICE")) && *e)
         snprintf(cfg->device_spec, sizeof cfg->device_spec, "%s", e);
-    if ((e = getenv("COMEM_RAM")) && *e && strcmp(e, "off") != 0)
+    if ((e = comem_env("COMEM_RAM")) && *e && strcmp(e, "off") != 0)
         snprintf(cfg->ram_spec, sizeof cfg->ram_spec, "%s", e);
-    if ((e = getenv("COMEM_CHECK")) && *e && strcmp(e, "0") != 0)
+    if ((e = comem_env("COMEM_CHECK")) && *e && strcmp(e, "0") != 0)
         cfg->check = true;
     int rc = comem_token_from_env(cfg->token, sizeof cfg->token, err, errlen);
-    if (rc == COMEM_OK && (e = getenv("COMEM_IDLE_SECONDS")) && *e)
+    if (rc == COMEM_OK && (e = comem_env("COMEM_IDLE_SECONDS")) && *e)
         rc = comem_parse_seconds("COMEM_IDLE_SECONDS", e, &cfg->idle_release_s, err, errlen);
     return rc;
 }

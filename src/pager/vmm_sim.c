@@ -1,30 +1,29 @@
 /*
  * pager/vmm_sim.c - the pager's VMM backend on the simulated card.
  *
- * A reservation is host address space (mmap PROT_NONE, MAP_NORESERVE: no
- * memory). A commit charges the simulated card (comem_sim_alloc, so other
+ * A reservation is host address space without memory (os/vm.h). A commit charges the simulated card (comem_sim_alloc, so other
  * processes and the coordinator see it, and a full card fails it with
  * COMEM_ENOSPC like cuMemCreate) and then opens the pages read-write; they
  * read as zero, since a private anonymous page that was never touched or was
- * dropped reads as zero. An eviction drops the pages (MADV_DONTNEED), closes
- * them again (PROT_NONE) and gives the bytes back to the card. A kernel never
+ * dropped reads as zero. An eviction drops the pages, closes them again and
+ * gives the bytes back to the card. A kernel never
  * runs here, so sync has nothing to wait for. Granularity: 2 MiB, like the
  * CUDA VMM minimum on current GPUs.
  */
 #include "pager/vmm_sim.h"
 
-#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "base/bytes.h"
 #include "base/log.h"
 #include "comem/common.h"
+#include "os/proc.h"
+#include "os/vm.h"
 #include "probe/sim.h"
+#include "os/env.h"
 
 #define SIM_GRANULARITY (2 * COMEM_MIB)
 #define SIM_DEFAULT_SPEC "sim:24GiB"
@@ -44,9 +43,10 @@ static vmm_sim *as_sim(comem_vmm *m) { return (vmm_sim *)m; }
 static int sim_reserve(comem_vmm *m, int64_t size, uint64_t *va)
 {
     (void)m;
-    void *p = mmap(NULL, (size_t)size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-        comem_warn("pager sim: cannot reserve %lld bytes of address space: %s", (long long)size, strerror(errno));
+    void *p = NULL;
+    char why[128];
+    if (comem_vm_reserve(size, &p, why, sizeof why) != COMEM_OK) {
+        comem_warn("pager sim: cannot reserve %lld bytes of address space: %s", (long long)size, why);
         return COMEM_ENOMEM;
     }
     *va = (uint64_t)(uintptr_t)p;
@@ -56,8 +56,7 @@ static int sim_reserve(comem_vmm *m, int64_t size, uint64_t *va)
 static void sim_unreserve(comem_vmm *m, uint64_t va, int64_t size)
 {
     (void)m;
-    if (munmap((void *)(uintptr_t)va, (size_t)size) != 0)
-        comem_warn("pager sim: munmap of a reservation failed: %s", strerror(errno));
+    comem_vm_unreserve((void *)(uintptr_t)va, size);
 }
 
 /* Takes one injected failure of this kind if any is pending. */
@@ -82,8 +81,9 @@ static int sim_commit(comem_vmm *m, uint64_t va, int64_t size, uint64_t *handle)
     int rc = comem_sim_alloc(s->sim, s->card, size);
     if (rc != COMEM_OK)
         return rc; /* COMEM_ENOSPC: the card is full */
-    if (mprotect((void *)(uintptr_t)va, (size_t)size, PROT_READ | PROT_WRITE) != 0) {
-        comem_warn("pager sim: cannot open a page: %s", strerror(errno));
+    char why[128];
+    if (comem_vm_open((void *)(uintptr_t)va, size, why, sizeof why) != COMEM_OK) {
+        comem_warn("pager sim: cannot open a page: %s", why);
         comem_sim_free(s->sim, s->card, size);
         return COMEM_EIO;
     }
@@ -95,9 +95,9 @@ static void sim_evict(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle)
 {
     (void)handle;
     vmm_sim *s = as_sim(m);
-    void *p = (void *)(uintptr_t)va;
-    if (madvise(p, (size_t)size, MADV_DONTNEED) != 0 || mprotect(p, (size_t)size, PROT_NONE) != 0)
-        comem_warn("pager sim: dropping a page failed: %s", strerror(errno));
+    char why[128];
+    if (comem_vm_drop((void *)(uintptr_t)va, size, why, sizeof why) != COMEM_OK)
+        comem_warn("pager sim: dropping a page failed: %s", why);
     int rc = comem_sim_free(s->sim, s->card, size);
     if (rc != COMEM_OK)
         comem_warn("pager sim: giving %lld bytes back to the card failed: %s", (long long)size,
@@ -118,9 +118,9 @@ static void sim_release(comem_vmm *m, int64_t size, uint64_t handle)
 static bool sim_unmap_keep(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle)
 {
     (void)m, (void)handle;
-    void *p = (void *)(uintptr_t)va;
-    if (madvise(p, (size_t)size, MADV_DONTNEED) != 0 || mprotect(p, (size_t)size, PROT_NONE) != 0) {
-        comem_warn("pager sim: dropping a page failed: %s; its bytes go back to the card", strerror(errno));
+    char why[128];
+    if (comem_vm_drop((void *)(uintptr_t)va, size, why, sizeof why) != COMEM_OK) {
+        comem_warn("pager sim: dropping a page failed: %s; its bytes go back to the card", why);
         sim_release(m, size, handle);
         return false;
     }
@@ -130,8 +130,9 @@ static bool sim_unmap_keep(comem_vmm *m, uint64_t va, int64_t size, uint64_t han
 static int sim_remap(comem_vmm *m, uint64_t va, int64_t size, uint64_t handle)
 {
     (void)m, (void)handle;
-    if (mprotect((void *)(uintptr_t)va, (size_t)size, PROT_READ | PROT_WRITE) != 0) {
-        comem_warn("pager sim: cannot open a page: %s", strerror(errno));
+    char why[128];
+    if (comem_vm_open((void *)(uintptr_t)va, size, why, sizeof why) != COMEM_OK) {
+        comem_warn("pager sim: cannot open a page: %s", why);
         return COMEM_EIO;
     }
     return COMEM_OK;
@@ -167,7 +168,7 @@ static int sim_charged(comem_vmm *m, int64_t *bytes)
 {
     vmm_sim *s = as_sim(m);
     int64_t context = 0;
-    return comem_sim_usage(s->sim, s->card, (int32_t)getpid(), &context, bytes); /* this process's slot */
+    return comem_sim_usage(s->sim, s->card, (int32_t)comem_proc_id(), &context, bytes); /* this process's slot */
 }
 
 static int sim_write(comem_vmm *m, uint64_t va, const void *src, int64_t size)
@@ -212,7 +213,7 @@ int comem_vmm_sim_open(int device, const char *sim_spec, comem_vmm **out)
 {
     const char *text = sim_spec;
     if (!text) {
-        const char *env = getenv("COMEM_DEVICE");
+        const char *env = comem_env("COMEM_DEVICE");
         text = env && !strncmp(env, "sim", 3) ? env : SIM_DEFAULT_SPEC;
     }
     comem_sim_spec spec;

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "os/dl.h"
 #include "comem/common.h"
+#include "os/env.h"
 
 #define DEFAULT_LIBRARY COMEM_DL_CUDA
 
@@ -85,7 +86,7 @@ COMEM_PRINTF(1, 2) static int fail(const char *fmt, ...)
 
 static int load_once(void)
 {
-    const char *env = getenv(COMEM_CUDA_LIBRARY_ENV);
+    const char *env = comem_env(COMEM_CUDA_LIBRARY_ENV);
     const char *path = env && *env ? env : DEFAULT_LIBRARY;
 
     /* Prefer the copy already loaded (by PyTorch, say): one driver instance per process. */
@@ -175,7 +176,7 @@ bool comem_cuda_in_process(void)
 {
     if (atomic_load(&g_ready))
         return true;
-    const char *env = getenv(COMEM_CUDA_LIBRARY_ENV);
+    const char *env = comem_env(COMEM_CUDA_LIBRARY_ENV);
     return comem_dl_loaded(env && *env ? env : DEFAULT_LIBRARY);
 }
 

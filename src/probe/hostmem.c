@@ -12,6 +12,7 @@
 #include "arith/pinned.h"
 #include "base/bytes.h"
 #include "comem/common.h"
+#include "os/env.h"
 
 #define MAX_DIRS 64
 
@@ -273,7 +274,7 @@ const char *comem_hostmem_root(const char *root)
 {
     if (root)
         return root;
-    const char *env = getenv("COMEM_HOSTMEM_ROOT");
+    const char *env = comem_env("COMEM_HOSTMEM_ROOT");
     return env ? env : "";
 }
 

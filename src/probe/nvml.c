@@ -12,6 +12,7 @@
 #include "os/dl.h"
 #include "comem/common.h"
 #include "probe/nvml_abi.h"
+#include "os/env.h"
 
 #define DEFAULT_LIBRARY COMEM_DL_NVML
 #define PROCS_FIRST_GUESS 32u /* records in the first process-list buffer */
@@ -443,7 +444,7 @@ int comem_nvml_open(comem_device_source **out, char *why, size_t whylen)
         return COMEM_EINVAL;
     *out = NULL;
 
-    const char *env = getenv(COMEM_NVML_LIBRARY_ENV);
+    const char *env = comem_env(COMEM_NVML_LIBRARY_ENV);
     const char *path = env && *env ? env : DEFAULT_LIBRARY;
     char reason[160] = "";
     comem_dl *lib = comem_dl_open(path, false, reason, sizeof reason);

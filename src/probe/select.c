@@ -9,13 +9,14 @@
 #include "probe/cuda_view.h"
 #include "probe/nvml.h"
 #include "probe/sim.h"
+#include "os/env.h"
 
 int comem_devices_open(const char *spec, comem_device_source **out, char *note, size_t notelen)
 {
     char why[256] = "";
     note[0] = '\0';
     if (!spec)
-        spec = getenv("COMEM_DEVICE");
+        spec = comem_env("COMEM_DEVICE");
     if (!spec || !*spec || !strcmp(spec, "auto")) {
         if (comem_nvml_open(out, why, sizeof why) == COMEM_OK)
             return COMEM_OK;

@@ -6,6 +6,7 @@
 
 #include "probe/select.h"
 #include "probe/sim.h"
+#include "os/env.h"
 
 /* The public handle is the sim itself: the type is only renamed at the edge. */
 static comem_sim *sim_of(comem_simcard *s) { return (comem_sim *)s; }
@@ -16,7 +17,7 @@ int comem_simcard_open(const char *spec, comem_simcard **out)
         return COMEM_EINVAL;
     *out = NULL;
     if (!spec) {
-        const char *env = getenv("COMEM_DEVICE");
+        const char *env = comem_env("COMEM_DEVICE");
         spec = env && strncmp(env, "sim", 3) == 0 ? env : COMEM_DEFAULT_SIM;
     }
     comem_sim_spec sp;

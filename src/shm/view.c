@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "comem/comem.h"
 #include "comem/common.h"
+#include "os/env.h"
 
 #define VIEW_MAGIC 0x5745495645454d43ULL /* "CMEEVIEW" */
 #define VIEW_VERSION 3u /* 2: unregistered bytes; 3: heartbeat, publication time, a lock held for life */
@@ -190,7 +191,7 @@ int comem_view_open(const char *socket_path, comem_view **out)
     if (!out)
         return COMEM_EINVAL;
     if (!socket_path) {
-        const char *env = getenv("COMEM_SOCKET");
+        const char *env = comem_env("COMEM_SOCKET");
         if (env && *env) {
             snprintf(sock, sizeof sock, "%s", env);
         } else {
