@@ -115,7 +115,7 @@ if(COMEM_BUILD_TESTS)
     comem_wine_path(w_bin ${CMAKE_BINARY_DIR}/bin)
     comem_wine_path(w_src ${CMAKE_SOURCE_DIR})
     comem_wine_path(w_py ${CMAKE_SOURCE_DIR}/python)
-    foreach(suite test_smoke test_binding test_calc_binding test_pager test_view_simcard)
+    foreach(suite test_smoke test_binding test_calc_binding test_pager test_view_simcard test_autostart)
       add_test(NAME py_${suite} COMMAND ${CMAKE_CROSSCOMPILING_EMULATOR} ${COMEM_WIN_PYTHON} -m unittest -v ${suite}
                WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests/python)
       set_tests_properties(py_${suite} PROPERTIES TIMEOUT 300 LABELS python ENVIRONMENT

@@ -445,6 +445,12 @@ COMEM_API int comem_default_socket(char *buf, size_t len);
  * and how to put it right; the line the log has.
  */
 COMEM_API int comem_default_socket_why(char *buf, size_t len, char *why, size_t whylen);
+/*
+ * This user's private runtime folder (created if needed, checked as the default socket's is):
+ * where the default socket lives on Linux, and where the coordinator keeps its lock file and an
+ * autostarted comemd its log on every system. COMEM_OK, or a status with why as above.
+ */
+COMEM_API int comem_runtime_dir_why(char *buf, size_t len, char *why, size_t whylen);
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,7 @@ pages, the torch census figure, a release ladder for torch models),
 from ._bin import binary_path
 from ._lib import path as library_path
 from .client import (ANSWERS, HOST_RAM, KINDS, ROLES, Client, Entry, Grant, Holder, Released, ReleaseAsk, Reserve,
-                     default_socket)
+                     default_socket, runtime_dir)
 from .coordinator import Coordinator
 from .errors import (Busy, Closed, Error, Forked, NoDevice, NotFound, PermissionDenied, Refused, TimedOut,
                      status_str)
@@ -36,5 +36,5 @@ __all__ = [
     "ANSWERS", "HOST_RAM", "KINDS", "ROLES", "Busy", "CardReading", "Client", "Closed", "Coordinator", "Entry", "Error", "Forked",
     "Grant", "Holder", "NoDevice", "NotFound", "Pager", "PermissionDenied", "Refused", "Released", "ReleaseAsk", "Reserve",
     "SimCard", "TimedOut", "VBar", "View", "ViewReading", "ViewState", "binary_path", "default_socket", "library_path",
-    "status_str",
+    "runtime_dir", "status_str",
 ]

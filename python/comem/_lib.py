@@ -207,6 +207,7 @@ _proto("comem_default_socket", c_int, ctypes.c_char_p, c_size_t)
 _proto("comem_name_check", c_int, ctypes.c_char_p, ctypes.c_char_p, c_size_t)
 _proto("comem_probe", c_int, ctypes.c_char_p, c_int, ctypes.c_char_p, c_size_t)
 _proto("comem_default_socket_why", c_int, ctypes.c_char_p, c_size_t, ctypes.c_char_p, c_size_t)
+_proto("comem_runtime_dir_why", c_int, ctypes.c_char_p, c_size_t, ctypes.c_char_p, c_size_t)
 
 # pager.h
 _proto("comem_pager_open", c_int, c_int, c_int, c_char_p, POINTER(c_void_p))

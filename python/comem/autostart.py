@@ -22,8 +22,11 @@ doubled by a second coordinator on another socket.
 
 The daemon is detached: a session of its own (no terminal's hangup or ^C
 reaches it), run from ``/``, standard input from ``/dev/null``, standard
-output and error appended to ``comemd.log`` in the per-user runtime directory,
-no other descriptor of the caller. It stays the caller's child while the
+output and error appended to ``comemd.log`` in the per-user runtime directory
+(:func:`comem.runtime_dir`), no other descriptor of the caller. On Windows the
+same: a process detached from the caller's console in a process group of its
+own (no Ctrl-C of the caller's reaches it), run from the system folder, the
+coordinator's address a named pipe, which is probed by opening it. It stays the caller's child while the
 caller lives, and a thread of the caller waits for it: a comemd that lost the
 lock is reaped at once, never left a zombie (a container's PID 1 often reaps
 nothing, so a double fork would leave one per loser there); when the caller
@@ -47,7 +50,10 @@ import time
 from typing import List, NamedTuple, Optional, Tuple
 
 from . import _bin, _lib, errors
-from .client import Client, default_socket
+from .client import Client, default_socket, runtime_dir
+
+_WINDOWS = sys.platform == "win32"
+_COMEMD = "comemd.exe" if _WINDOWS else "comemd"  # the program's file in a folder
 
 _L = _lib.lib
 
@@ -117,18 +123,20 @@ def search_places() -> List[str]:
     places = []
     bin_dir = os.environ.get("COMEM_BIN_DIR")
     if bin_dir:
-        places.append(os.path.join(bin_dir, "comemd"))
+        places.append(os.path.join(bin_dir, _COMEMD))
     places += [os.path.abspath(p) for p, _ in _bin._candidates("comemd")]
     return places
 
 
 def comemd_path() -> Optional[str]:
     """The ``comemd`` to start, else None: ``$COMEM_BIN_DIR/comemd`` when that is an executable file
-    (an explicit choice, taken as it is), else :func:`comem.binary_path` ``("comemd")``."""
+    (an explicit choice, taken as it is; on Windows ``comemd.exe``, a program file), else
+    :func:`comem.binary_path` ``("comemd")``."""
     bin_dir = os.environ.get("COMEM_BIN_DIR")
     if bin_dir:
-        forced = os.path.join(bin_dir, "comemd")
-        if os.path.isfile(forced) and os.access(forced, os.X_OK):
+        forced = os.path.join(bin_dir, _COMEMD)
+        # Windows has no execute bit: there the file must be a program (PE) to be taken.
+        if _bin._is_native(forced) if _WINDOWS else os.path.isfile(forced) and os.access(forced, os.X_OK):
             return os.path.abspath(forced)
     try:
         return _bin.binary_path("comemd")
@@ -156,8 +164,12 @@ class _Peer(NamedTuple):
 
 def _look(path: str) -> Optional[_Peer]:
     """Who listens at ``path``: None when nobody (nothing there, or a stale socket), else its pid (the
-    kernel's word, SO_PEERCRED) and the version of the header it answers a bare HELLO header with (every
-    version answers a frame it cannot take with a REPLY in its own header before it closes)."""
+    kernel's word, SO_PEERCRED; on Windows the pipe server's process) and the version of the header it
+    answers a bare HELLO header with (every version answers a frame it cannot take with a REPLY in its
+    own header before it closes)."""
+    hello = _HEADER.pack(WIRE_MAGIC, WIRE_VERSION, _MSG_HELLO, 1, 0)
+    if _WINDOWS:
+        return _look_pipe(path, hello)
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     s.settimeout(1.0)
     try:
@@ -175,7 +187,7 @@ def _look(path: str) -> Optional[_Peer]:
             pass
         head = b""
         try:
-            s.sendall(_HEADER.pack(WIRE_MAGIC, WIRE_VERSION, _MSG_HELLO, 1, 0))
+            s.sendall(hello)
         except OSError:
             pass  # a coordinator that refused at accept wrote why and closed: read it all the same
         try:
@@ -186,19 +198,65 @@ def _look(path: str) -> Optional[_Peer]:
                 head += got
         except OSError:
             pass
-        if len(head) < _HEADER.size:
-            return _Peer(pid, False, None)
-        magic, version = struct.unpack_from("<IH", head)
-        return _Peer(pid, magic == WIRE_MAGIC, version)
+        return _peer_of(pid, head)
     finally:
         s.close()
 
 
+def _peer_of(pid: Optional[int], head: bytes) -> _Peer:
+    if len(head) < _HEADER.size:
+        return _Peer(pid, False, None)
+    magic, version = struct.unpack_from("<IH", head)
+    return _Peer(pid, magic == WIRE_MAGIC, version)
+
+
+def _look_pipe(path: str, hello: bytes) -> Optional[_Peer]:
+    """_look on Windows: the pipe opened as a file (nobody there: no such pipe), the server's pid from
+    the pipe. A coordinator that does not answer is not waited for: a read that would block past a
+    second is abandoned by closing the pipe under it."""
+    import msvcrt
+    try:
+        f = open(path, "r+b", buffering=0)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _Peer(None, False, None)  # busy, another user's: someone is there, not ours to replace
+    pid: Optional[int] = None
+    try:
+        k32 = ctypes.WinDLL("kernel32", use_last_error=True)
+        server = ctypes.c_ulong(0)
+        if k32.GetNamedPipeServerProcessId(ctypes.c_void_p(msvcrt.get_osfhandle(f.fileno())), ctypes.byref(server)):
+            pid = server.value or None
+        head = b""
+        timer = threading.Timer(1.0, f.close)
+        timer.start()
+        try:
+            f.write(hello)
+            while len(head) < _HEADER.size:
+                got = f.read(_HEADER.size - len(head))
+                if not got:
+                    break
+                head += got
+        except (OSError, ValueError):
+            pass  # refused and closed, or closed by the timer
+        finally:
+            timer.cancel()
+        return _peer_of(pid, head)
+    finally:
+        try:
+            f.close()
+        except OSError:
+            pass
+
+
 def _executable(pid: Optional[int]) -> Optional[str]:
     """What can be read of a process's program: /proc/PID/exe (unreadable when it is not dumpable, as comemd
-    is), else its argv[0] from /proc/PID/cmdline."""
+    is), else its argv[0] from /proc/PID/cmdline; on Windows its image's path (comemd.exe lets its user query
+    it)."""
     if pid is None:
         return None
+    if _WINDOWS:
+        return _image_of(pid)
     try:
         return "executable " + os.readlink(f"/proc/{pid}/exe")
     except OSError:
@@ -213,6 +271,21 @@ def _executable(pid: Optional[int]) -> Optional[str]:
     return None
 
 
+def _image_of(pid: int) -> Optional[str]:
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    k32.OpenProcess.restype = ctypes.c_void_p
+    handle = k32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return None
+    try:
+        buf, size = ctypes.create_unicode_buffer(1024), ctypes.c_ulong(1024)
+        if not k32.QueryFullProcessImageNameW(ctypes.c_void_p(handle), 0, buf, ctypes.byref(size)):
+            return None
+        return "executable " + buf.value
+    finally:
+        k32.CloseHandle(ctypes.c_void_p(handle))
+
+
 def _open_log(path: str) -> int:
     """comemd.log in the private runtime directory, opened to append: a regular file of ours, never a link."""
     try:
@@ -220,6 +293,8 @@ def _open_log(path: str) -> int:
             os.replace(path, path + ".1")
     except FileNotFoundError:
         pass
+    if _WINDOWS:
+        return _open_log_windows(path)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
@@ -229,20 +304,51 @@ def _open_log(path: str) -> int:
     return fd
 
 
+def _open_log_windows(path: str) -> int:
+    """_open_log on Windows: opened for appending only (FILE_APPEND_DATA), so every write of every comemd
+    that shares it lands at its end (the C runtime's O_APPEND is its own seek, which a child's runtime does
+    not do), a link at the path opened as itself and refused; the folder is the user's alone
+    (comem_runtime_dir_why checked its access list)."""
+    import msvcrt
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    k32.CreateFileW.restype = ctypes.c_void_p
+    k32.CreateFileW.argtypes = [ctypes.c_wchar_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                                ctypes.c_ulong, ctypes.c_void_p]
+    append, share, open_always = 0x0004 | 0x00100000 | 0x0080, 0x7, 4  # FILE_APPEND_DATA | SYNCHRONIZE | READ_ATTR
+    flags = 0x80 | 0x00200000  # FILE_ATTRIBUTE_NORMAL | FILE_FLAG_OPEN_REPARSE_POINT: a link is not followed
+    handle = k32.CreateFileW(path, append, share, None, open_always, flags, None)
+    if handle is None or handle == ctypes.c_void_p(-1).value:
+        raise errors.PermissionDenied(errors.EPERM, "ensure_running",
+                                      f"cannot open {path} to append: error {ctypes.get_last_error()}")
+    fd = msvcrt.open_osfhandle(handle, os.O_WRONLY | os.O_APPEND)
+    if not stat.S_ISREG(os.fstat(fd).st_mode) or os.path.islink(path):
+        os.close(fd)
+        raise errors.PermissionDenied(errors.EPERM, "ensure_running", f"refusing {path}: not a regular file")
+    return fd
+
+
 def _spawn(binary: str, args: List[str], log: str) -> subprocess.Popen:
     """Starts ``binary args`` detached (see the module), with a thread that waits for it."""
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "LD_PRELOAD")}
     fd = _open_log(log)
     try:
-        proc = subprocess.Popen([binary, *args], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env, cwd="/",
-                                start_new_session=True, close_fds=True)
+        if _WINDOWS:
+            detached = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP
+            proc = subprocess.Popen([binary, *args], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env,
+                                    cwd=os.environ.get("SystemRoot"), creationflags=detached, close_fds=True)
+        else:
+            proc = subprocess.Popen([binary, *args], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env,
+                                    cwd="/", start_new_session=True, close_fds=True)
     finally:
         os.close(fd)
     threading.Thread(target=proc.wait, name=f"comem-comemd-{proc.pid}", daemon=True).start()
     return proc
 
 
-def _alive(pid: int) -> bool:
+def _alive(proc: subprocess.Popen) -> bool:
+    if _WINDOWS:
+        return proc.poll() is None  # no zombies there: its handle says whether it ended
+    pid = proc.pid
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             state = f.read().rsplit(b")", 1)[1].split()[0]
@@ -334,7 +440,7 @@ def ensure_running(socket: Optional[str] = None, timeout: float = 10.0, started_
     if binary is None:
         raise errors.NotFound(errors.ENOENT, "ensure_running",
                               "no comemd to start: looked at " + ", ".join(search_places()))
-    log = os.path.join(os.path.dirname(default_socket()), LOG_NAME)  # the private per-user runtime directory
+    log = os.path.join(runtime_dir(), LOG_NAME)  # the private per-user runtime directory
     try:
         offset = os.path.getsize(log)
     except OSError:
@@ -356,7 +462,7 @@ def _wait(path: str, deadline: float, timeout: float, proc: Optional[subprocess.
         rc, why = _probe(path, 500)
         if rc == errors.OK:
             return _found(path, pid, binary, log)
-        if not lost and proc is not None and log is not None and not _alive(proc.pid):
+        if not lost and proc is not None and log is not None and not _alive(proc):
             try:
                 proc.wait(5)  # its status, once the thread waiting for it has it
             except subprocess.TimeoutExpired:

@@ -100,9 +100,21 @@ class ReleaseAsk(NamedTuple):
 
 
 def default_socket() -> str:
-    """This user's default coordinator socket (creates its private 0700 directory)."""
+    """This user's default coordinator socket (creates its private 0700 directory): a path in
+    :func:`runtime_dir` on Linux, the pipe named after the user's SID on Windows."""
     buf, why = ctypes.create_string_buffer(4096), ctypes.create_string_buffer(512)
     check(_L.comem_default_socket_why(buf, len(buf), why, len(why)), "comem_default_socket",
+          why.value.decode(errors="replace"))
+    return buf.value.decode()
+
+
+def runtime_dir() -> str:
+    """This user's private runtime folder, created if needed (``COMEM_RUNTIME_DIR``, else
+    ``$XDG_RUNTIME_DIR/comem`` or ``/tmp/comem-UID``; on Windows ``%LOCALAPPDATA%\\comem``): where an
+    autostarted comemd logs. Raises :class:`comem.PermissionDenied` when the folder is not private,
+    saying how to put it right."""
+    buf, why = ctypes.create_string_buffer(4096), ctypes.create_string_buffer(512)
+    check(_L.comem_runtime_dir_why(buf, len(buf), why, len(why)), "comem_runtime_dir",
           why.value.decode(errors="replace"))
     return buf.value.decode()
 

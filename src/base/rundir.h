@@ -16,6 +16,8 @@
 
 #include <stddef.h>
 
+#include "comem/comem.h" /* comem_runtime_dir_why */
+
 /* Writes the directory path into buf, creating it if needed. 0 or a negative status. */
 int comem_runtime_dir(char *buf, size_t len);
 
@@ -24,9 +26,9 @@ int comem_private_dir(const char *path);
 
 /*
  * The same, with the reason a refusal logs also written to why (whylen 0: not
- * written): what is wrong with the folder and how to put it right.
+ * written): what is wrong with the folder and how to put it right. (The
+ * runtime folder's, comem_runtime_dir_why, is in the public API: comem/comem.h.)
  */
-int comem_runtime_dir_why(char *buf, size_t len, char *why, size_t whylen);
 int comem_private_dir_why(const char *path, char *why, size_t whylen);
 
 /*

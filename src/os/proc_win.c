@@ -78,10 +78,12 @@ int comem_proc_protect_self(void)
     char me[192], sddl[512];
     if (!comem_user_sid_text(GetCurrentProcess(), me, sizeof me))
         return COMEM_EIO;
-    /* The user may query and wait (its clients watch the coordinator end), nothing more; OWNER RIGHTS
-       (OW) takes the owner's implicit right to change this list back; SYSTEM keeps everything. */
+    /* The user may query and wait (its clients watch the coordinator end) and end it (as a signal of
+       the same uid does on Linux: Task Manager's End task, a test's cleanup), nothing more: no reading,
+       writing or duplicating from it. OWNER RIGHTS (OW) takes the owner's implicit right to change this
+       list back; SYSTEM keeps everything. */
     snprintf(sddl, sizeof sddl, "D:P(A;;0x%lx;;;%s)(A;;0x%lx;;;OW)(A;;GA;;;SY)",
-             (unsigned long)(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE), me,
+             (unsigned long)(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE | PROCESS_TERMINATE), me,
              (unsigned long)(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE | READ_CONTROL));
     PSECURITY_DESCRIPTOR sd = NULL;
     BOOL present = FALSE, defaulted = FALSE;

@@ -802,6 +802,7 @@ class TestClient(MachineCase):
     @unittest.skipIf(WINDOWS, "test_default_pipe")
     def test_default_socket(self):
         self.assertEqual(comem.default_socket(), self.m.socket)  # COMEM_SOCKET, as the C API reads it
+        self.assertEqual(comem.runtime_dir(), self.m.dir)  # COMEM_RUNTIME_DIR
         os.environ.pop("COMEM_SOCKET")
         try:
             path = comem.default_socket()
@@ -817,6 +818,7 @@ class TestClient(MachineCase):
         self.assertRegex(comem.default_socket(), r"^\\\\\.\\pipe\\comem-S-1-[0-9-]+$")
         with comem.Client("named", socket=self.m.socket, require_coordinator=True) as c:
             self.assertTrue(c.connected)  # COMEM_SOCKET and socket= name another pipe
+        self.assertEqual(comem.runtime_dir(), self.m.dir)  # COMEM_RUNTIME_DIR, where the lock file and a log go
 
 
 class TestAdmission(MachineCase):
