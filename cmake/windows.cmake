@@ -65,6 +65,15 @@ set_target_properties(comem_cli PROPERTIES OUTPUT_NAME comem RUNTIME_OUTPUT_DIRE
 target_include_directories(comem_cli PRIVATE tools)
 target_link_libraries(comem_cli PRIVATE comem_portable)
 
+# A wheel (scikit-build-core sets SKBUILD; scripts/wheel-windows.sh cross-builds one): the binding's
+# package with comem.dll, comem.exe and comemd.exe in comem/_native/bin, where comem/_lib.py and
+# comem/_bin.py look first on Windows; build-info.json says the version and json-c (no glibc there).
+if(SKBUILD)
+  install(TARGETS comem comem_cli comemd RUNTIME DESTINATION comem/_native/bin)
+  install(CODE "file(WRITE \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/comem/_native/build-info.json\"
+                     \"{\\\"version\\\": \\\"${PROJECT_VERSION}\\\", \\\"system\\\": \\\"windows\\\", \\\"json_c\\\": \\\"static\\\"}\\n\")")
+endif()
+
 if(COMEM_BUILD_TESTS)
   # cmocka built for MinGW: scripts/windows-check.sh builds Debian's source into COMEM_WIN_DEPS
   # (outside the MinGW root the toolchain file confines searches to).
@@ -121,6 +130,11 @@ if(COMEM_BUILD_TESTS)
       set_tests_properties(py_${suite} PROPERTIES TIMEOUT 300 LABELS python ENVIRONMENT
         "WINEDEBUG=-all;COMEM_LIB=${w_lib};COMEM_BIN_DIR=${w_bin};COMEM_SOURCE_DIR=${w_src};PYTHONPATH=${w_py};PYTHONDONTWRITEBYTECODE=1;COMEM_LOG=warn")
     endforeach()
+    # The Windows wheel, built with the dev venv's scikit-build-core, installed by pip for win_amd64 and
+    # used by this Python from its own folder (it skips, 77, without either).
+    add_test(NAME wheel_win COMMAND bash ${CMAKE_SOURCE_DIR}/tests/install/test_wheel_win.sh
+             ${CMAKE_SOURCE_DIR}/.venv/bin/python ${COMEM_WIN_PYTHON})
+    set_tests_properties(wheel_win PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "WINEDEBUG=-all")
   else()
     message(STATUS "comem: no Windows Python at ${COMEM_WIN_PYTHON}: the binding's suites are not run under wine")
   endif()
