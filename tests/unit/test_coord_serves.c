@@ -200,14 +200,21 @@ static json_object *wddm_when(comem_client *tool, size_t n, size_t at, int64_t u
     return root;
 }
 
+/* A coordinator on this test's card, and a library client (a tool) of it that reads its status. */
+static comem_client *coordinator_and_tool(comem_coord **coord)
+{
+    assert_int_equal(comem_coord_start(g_endpoint.name, g_card, coord), COMEM_OK);
+    comem_client *tool = NULL;
+    assert_int_equal(comem_client_open(g_endpoint.name, COMEM_CLIENT_TOOL, "look", -1, COMEM_OPEN_NO_LOCAL, &tool),
+                     COMEM_OK);
+    return tool;
+}
+
 static void test_wddm_readings_are_added_up_per_adapter(void **s)
 {
     (void)s;
     comem_coord *coord = NULL;
-    assert_int_equal(comem_coord_start(g_endpoint.name, g_card, &coord), COMEM_OK);
-    comem_client *tool = NULL;
-    assert_int_equal(comem_client_open(g_endpoint.name, COMEM_CLIENT_TOOL, "look", -1, COMEM_OPEN_NO_LOCAL, &tool),
-                     COMEM_OK);
+    comem_client *tool = coordinator_and_tool(&coord);
     comem_stream *a = NULL, *b = NULL;
     static comem_msg m;
     assert_int_equal(comem_connect(g_endpoint.name, 10000, &a), COMEM_OK);
@@ -283,10 +290,7 @@ static void test_a_wddm_reading_naming_the_card_gives_the_floor(void **s)
 {
     (void)s;
     comem_coord *coord = NULL;
-    assert_int_equal(comem_coord_start(g_endpoint.name, g_card, &coord), COMEM_OK);
-    comem_client *tool = NULL;
-    assert_int_equal(comem_client_open(g_endpoint.name, COMEM_CLIENT_TOOL, "look", -1, COMEM_OPEN_NO_LOCAL, &tool),
-                     COMEM_OK);
+    comem_client *tool = coordinator_and_tool(&coord);
     comem_stream *a = NULL;
     static comem_msg m;
     assert_int_equal(comem_connect(g_endpoint.name, 10000, &a), COMEM_OK);
