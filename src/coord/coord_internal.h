@@ -448,8 +448,9 @@ int coord_measure(comem_coord_srv *s, int device);
  * again instead, rather than count them twice.
  */
 void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t granted_ns);
-/* The card changed where the ledger shows nothing (a receipt: what was freed shows on the card). */
-void coord_card_changed(comem_coord_srv *s, int device);
+/* The card changed where the ledger shows nothing (a receipt: what was freed shows on the card): the
+   next decision reads it again. */
+static inline void coord_card_changed(comem_coord_srv *s, int device) { s->meas[device].stale = true; }
 
 /*
  * What a process holds on device beyond its entries and grants (its ledger floor), split for
@@ -474,9 +475,6 @@ coord_floor_split coord_split_floor_given(const comem_coord_srv *s, uint64_t ses
  * entry is refused), or -1 when the holder is not the session's.
  */
 int64_t coord_floor_claim(comem_coord_srv *s, uint64_t session, uint64_t holder, int64_t resident);
-/* Σ resident and granted on device of every session of session's process (an embedding process has
-   several), and how many sessions it has. */
-int64_t coord_process_held(const comem_coord_srv *s, uint64_t session, int device, int *n_sessions);
 /* The residency a census adds (Σ of its entries' growth), for coord_floor_claim. */
 int64_t coord_census_growth(comem_coord_srv *s, const comem_msg_census *m);
 

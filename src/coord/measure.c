@@ -147,12 +147,6 @@ static int64_t reclaimable(comem_coord_srv *s, int device)
     return sum;
 }
 
-int64_t coord_process_held(const comem_coord_srv *s, uint64_t session, int device, int *n_sessions)
-{
-    const ledger_process *p = comem_ledger_process_of(&s->ledger, session);
-    *n_sessions = p ? (int)p->sessions : 1;
-    return p ? comem_add(p->resident[device], p->granted[device]) : 0;
-}
 
 /*
  * Context floors from per-process usage: what a process holds beyond its entries and grants,
@@ -174,7 +168,7 @@ static void update_floors(comem_coord_srv *s, int device, const comem_device_rea
             if (r->procs[p].pid == ss->pid)
                 usage = r->procs[p].bytes;
         int n = 1;
-        int64_t held = coord_process_held(s, id, device, &n), beyond = -1, floor = 0;
+        int64_t held = comem_ledger_process_held(&s->ledger, id, device, &n), beyond = -1, floor = 0;
         if (usage > 0)
             beyond = comem_sub(usage, held);
         else if (usage < 0 && s->wddm_reports) /* the card has no figure for it: what it said under WDDM */
@@ -333,4 +327,3 @@ void coord_note_done(comem_coord_srv *s, int device, int64_t bytes, int64_t gran
     coord_publish_view(s, device);
 }
 
-void coord_card_changed(comem_coord_srv *s, int device) { s->meas[device].stale = true; }

@@ -70,7 +70,7 @@ void coord_wddm(comem_coord_srv *s, conn *c, const comem_msg_wddm *m)
             k++;
         int n = 1, device = device_named(s, w->uuid);
         c->wddm[k] = (coord_wddm_item){.luid = w->luid, .budget = w->budget, .usage = w->usage, .device = device,
-                                       .held = device >= 0 ? coord_process_held(s, c->session, device, &n) : 0};
+                                       .held = device >= 0 ? comem_ledger_process_held(&s->ledger, c->session, device, &n) : 0};
         if (k == c->n_wddm)
             c->n_wddm++;
     }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/bytes.h"
 #include "comem/common.h"
 
 static const uint32_t process_bound[LEDGER_KINDS] = {COMEM_LEDGER_PROCESS_HOLDERS, COMEM_LEDGER_PROCESS_ENTRIES,
@@ -88,6 +89,15 @@ const ledger_process *comem_ledger_process_of(const comem_ledger *l, uint64_t se
 {
     const ledger_session *s = comem_slab_get(&l->sessions, session);
     return s ? comem_slab_get(&l->processes, s->process) : NULL;
+}
+
+int64_t comem_ledger_process_held(const comem_ledger *l, uint64_t session, int device, int *n_sessions)
+{
+    const ledger_process *p = comem_ledger_process_of(l, session);
+    *n_sessions = p ? (int)p->sessions : 1;
+    if (!p || device < 0 || device >= l->n_devices)
+        return 0;
+    return comem_add(p->resident[device], p->granted[device]);
 }
 
 size_t comem_ledger_bound_why(const comem_ledger *l, uint64_t session, ledger_kind k, char *why, size_t len)

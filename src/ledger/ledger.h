@@ -254,6 +254,12 @@ ledger_session *comem_ledger_session(comem_ledger *l, uint64_t id);
 /* The process of a live session, or NULL. */
 const ledger_process *comem_ledger_process_of(const comem_ledger *l, uint64_t session);
 /*
+ * Σ resident and granted on device of every session of session's process (a process that embeds
+ * the coordinator holds several), and how many sessions that is into *n_sessions: 0 and 1 for an
+ * unknown session.
+ */
+int64_t comem_ledger_process_held(const comem_ledger *l, uint64_t session, int device, int *n_sessions);
+/*
  * Whether a bound refuses session one more record of kind now: 0 when none
  * does, else the length of a one-line reason written to why (cut to len):
  * the process's own bound ("this process holds 256 over its 2 sessions"), or

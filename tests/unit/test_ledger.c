@@ -249,9 +249,18 @@ static void test_grants(void **st)
     assert_true(comem_ledger_entry(&g_l, e)->resident == 5 * GIB);
     assert_true(comem_ledger_granted(&g_l, 1) == 3 * GIB);
     assert_int_equal(comem_ledger_grant_done(&g_l, s, g1, e, 1), COMEM_ENOENT); /* once */
+    /* what the process holds on a card: 5 GiB resident and 3 GiB granted, by both of its sessions */
+    uint64_t s2 = session("w2"); /* pid 100 too */
+    int n = 0;
+    assert_true(comem_ledger_process_held(&g_l, s2, 1, &n) == 8 * GIB);
+    assert_int_equal(n, 2);
+    assert_true(comem_ledger_process_held(&g_l, s, 0, &n) == 0); /* nothing on the other card */
+    assert_true(comem_ledger_process_held(&g_l, 12345, 1, &n) == 0); /* no such session */
+    assert_int_equal(n, 1);
     assert_int_equal(comem_ledger_grants_expire(&g_l, 49), 0);
     assert_int_equal(comem_ledger_grants_expire(&g_l, 50), 1);
     assert_true(comem_ledger_granted(&g_l, 1) == 0);
+    assert_true(comem_ledger_process_held(&g_l, s, 1, &n) == 5 * GIB); /* the expired grant is not held */
 }
 
 static void test_pins(void **st)
