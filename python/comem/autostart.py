@@ -212,8 +212,9 @@ def _peer_of(pid: Optional[int], head: bytes) -> _Peer:
 
 def _look_pipe(path: str, hello: bytes) -> Optional[_Peer]:
     """_look on Windows: the pipe opened as a file (nobody there: no such pipe), the server's pid from
-    the pipe. A coordinator that does not answer is not waited for: a read that would block past a
-    second is abandoned by closing the pipe under it."""
+    the pipe. The exchange runs on a thread of its own and is waited for a second: a pipe's synchronous
+    read cannot be timed out, and one that does not answer is left to that thread (which closes the
+    pipe when the read ends), as a socket's timeout leaves it on Linux."""
     import msvcrt
     try:
         f = open(path, "r+b", buffering=0)
@@ -227,26 +228,29 @@ def _look_pipe(path: str, hello: bytes) -> Optional[_Peer]:
         server = ctypes.c_ulong(0)
         if k32.GetNamedPipeServerProcessId(ctypes.c_void_p(msvcrt.get_osfhandle(f.fileno())), ctypes.byref(server)):
             pid = server.value or None
+    except OSError:
+        pass
+    got: List[bytes] = []
+
+    def exchange() -> None:
         head = b""
-        timer = threading.Timer(1.0, f.close)
-        timer.start()
         try:
             f.write(hello)
             while len(head) < _HEADER.size:
-                got = f.read(_HEADER.size - len(head))
-                if not got:
+                more = f.read(_HEADER.size - len(head))
+                if not more:
                     break
-                head += got
-        except (OSError, ValueError):
-            pass  # refused and closed, or closed by the timer
-        finally:
-            timer.cancel()
-        return _peer_of(pid, head)
-    finally:
-        try:
-            f.close()
+                head += more
         except OSError:
-            pass
+            pass  # refused and closed: what came is what it said
+        finally:
+            got.append(head)
+            f.close()
+
+    t = threading.Thread(target=exchange, name="comem-look", daemon=True)
+    t.start()
+    t.join(1.0)
+    return _peer_of(pid, got[0] if got else b"")
 
 
 def _executable(pid: Optional[int]) -> Optional[str]:

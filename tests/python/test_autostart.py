@@ -275,6 +275,25 @@ class TestEnsureRunning(AutostartCase):
         self.assertNotIn("started by", text.stdout)
         self.assertFalse(os.path.exists(self.log))  # nothing was started
 
+    def test_a_frozen_coordinator_is_reported_not_waited_for_nor_doubled(self):
+        d = subprocess.Popen([COMEMD, "--socket", self.socket], env=self.env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.addCleanup(self._stop, d)
+        self.assertTrue(wait_for(lambda: autostart._probe(self.socket, 500)[0] == 0), "comemd never answered")
+        support.suspend(d)  # it holds the address and answers nothing
+        try:
+            t0 = time.monotonic()
+            with self.assertRaises(comem.Error) as cm:
+                ensure_running(started_by="test-frozen", timeout=5)
+            self.assertLess(time.monotonic() - t0, 30)  # a bound on a hang, not a speed
+            self.assertIn("not starting another coordinator there", str(cm.exception))
+        finally:
+            support.resume(d)
+        # nothing else was started (on Windows a pipe busy while it catches up reads as nobody: waited out)
+        self.assertTrue(wait_for(lambda: comemds(self.socket) == [d.pid]), comemds(self.socket))
+        self.assertFalse(os.path.exists(self.log))
+        self.assertEqual(ensure_running().pid, d.pid)  # answering again, it is used
+
     @staticmethod
     def _stop(p: subprocess.Popen) -> None:
         if p.poll() is None:
