@@ -47,7 +47,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from . import _bin, _lib, errors
 from .client import Client, default_socket, runtime_dir
@@ -185,22 +185,28 @@ def _look(path: str) -> Optional[_Peer]:
             pid = struct.unpack("3i", cred)[0] or None
         except OSError:
             pass
-        head = b""
         try:
             s.sendall(hello)
         except OSError:
             pass  # a coordinator that refused at accept wrote why and closed: read it all the same
-        try:
-            while len(head) < _HEADER.size:
-                got = s.recv(_HEADER.size - len(head))
-                if not got:
-                    break
-                head += got
-        except OSError:
-            pass
-        return _peer_of(pid, head)
+        return _peer_of(pid, _read_header(s.recv))
     finally:
         s.close()
+
+
+def _read_header(read: Callable[[int], bytes]) -> bytes:
+    """Up to a frame header's bytes from ``read`` (a socket's recv, a pipe's read): what came before the
+    peer closed, or an error."""
+    head = b""
+    try:
+        while len(head) < _HEADER.size:
+            more = read(_HEADER.size - len(head))
+            if not more:
+                break
+            head += more
+    except OSError:
+        pass
+    return head
 
 
 def _peer_of(pid: Optional[int], head: bytes) -> _Peer:
@@ -233,18 +239,13 @@ def _look_pipe(path: str, hello: bytes) -> Optional[_Peer]:
     got: List[bytes] = []
 
     def exchange() -> None:
-        head = b""
         try:
             f.write(hello)
-            while len(head) < _HEADER.size:
-                more = f.read(_HEADER.size - len(head))
-                if not more:
-                    break
-                head += more
         except OSError:
-            pass  # refused and closed: what came is what it said
+            pass  # refused and closed: what it wrote is read all the same
+        try:
+            got.append(_read_header(f.read))
         finally:
-            got.append(head)
             f.close()
 
     t = threading.Thread(target=exchange, name="comem-look", daemon=True)
