@@ -26,8 +26,9 @@ output and error appended to ``comemd.log`` in the per-user runtime directory
 (:func:`comem.runtime_dir`), no other descriptor of the caller. On Windows the
 same: a process detached from the caller's console in a process group of its
 own (no Ctrl-C of the caller's reaches it), run from the system folder, the
-coordinator's address a named pipe, which is probed by opening it. It stays the caller's child while the
-caller lives, and a thread of the caller waits for it: a comemd that lost the
+coordinator's address a named pipe, which is probed by opening it. It stays
+the caller's child while the caller lives, and a thread of the caller waits
+for it: a comemd that lost the
 lock is reaped at once, never left a zombie (a container's PID 1 often reaps
 nothing, so a double fork would leave one per loser there); when the caller
 exits the daemon runs on, adopted like any orphan. Its environment is the

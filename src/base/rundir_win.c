@@ -25,9 +25,9 @@
 #include "base/log.h"
 #include "comem/comem.h"
 #include "comem/common.h"
+#include "os/env.h"
 #include "os/user_win.h"
 #include "os/wide_win.h"
-#include "os/env.h"
 
 #define PIPE_NAME_MAX 256 /* what CreateNamedPipe takes, the \\.\pipe\ prefix included */
 #define SID_TEXT_MAX 192   /* a SID as text: S-1-5-21-... with at most 15 sub-authorities */

@@ -11,10 +11,10 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "client/conn.h"
+#include "os/env.h"
 #include "shm/book.h"
 #include "probe/sim.h"
 #include "probe/device.h"
-#include "os/env.h"
 
 /* Most frames are small; receipts and keep lists can reach a few KiB. */
 #define SMALL_FRAME 2048

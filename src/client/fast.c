@@ -24,8 +24,8 @@
 #include "client/conn.h"
 #include "client/frames.h"
 #include "client/shared.h"
-#include "shm/book.h"
 #include "os/env.h"
+#include "shm/book.h"
 
 struct client_fast {
     comem_shm *m;

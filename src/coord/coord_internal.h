@@ -72,7 +72,7 @@ typedef struct coord_wddm_item {
     int64_t budget, usage; /* the process's own, as DXGI gave them */
     int device;            /* the coordinator's device with the CUDA UUID the report named; -1: none */
     int64_t held;          /* what the ledger saw its process hold on that device when it came, plus
-                              what it registered since of what was already allocated (coord_wddm_claimed) */
+                              what it registered since without a grant (coord_wddm_registered) */
 } coord_wddm_item;
 
 typedef struct conn {

@@ -147,7 +147,6 @@ static int64_t reclaimable(comem_coord_srv *s, int device)
     return sum;
 }
 
-
 /*
  * Context floors from per-process usage: what a process holds beyond its entries and grants,
  * shared evenly by its sessions (a process that embeds the coordinator may hold several), so

@@ -69,8 +69,9 @@ void coord_wddm(comem_coord_srv *s, conn *c, const comem_msg_wddm *m)
         while (k < c->n_wddm && c->wddm[k].luid != w->luid)
             k++;
         int n = 1, device = device_named(s, w->uuid);
+        int64_t held = device >= 0 ? comem_ledger_process_held(&s->ledger, c->session, device, &n) : 0;
         c->wddm[k] = (coord_wddm_item){.luid = w->luid, .budget = w->budget, .usage = w->usage, .device = device,
-                                       .held = device >= 0 ? comem_ledger_process_held(&s->ledger, c->session, device, &n) : 0};
+                                       .held = held};
         if (k == c->n_wddm)
             c->n_wddm++;
     }

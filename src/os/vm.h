@@ -14,7 +14,7 @@
 /* size bytes of address space, no access and no memory behind it, into *out. */
 int comem_vm_reserve(int64_t size, void **out, char *why, size_t whylen);
 /* A whole reservation given back. */
-void comem_vm_unreserve(void *p, int64_t size);
+int comem_vm_unreserve(void *p, int64_t size, char *why, size_t whylen);
 /* Pages inside a reservation made readable and writable; untouched, they read as zero. */
 int comem_vm_open(void *p, int64_t size, char *why, size_t whylen);
 /* Pages inside a reservation dropped (they read as zero if opened again) and closed. */

@@ -24,7 +24,10 @@ int comem_vm_reserve(int64_t size, void **out, char *why, size_t whylen)
     return COMEM_OK;
 }
 
-void comem_vm_unreserve(void *p, int64_t size) { (void)munmap(p, (size_t)size); }
+int comem_vm_unreserve(void *p, int64_t size, char *why, size_t whylen)
+{
+    return munmap(p, (size_t)size) == 0 ? COMEM_OK : failed(COMEM_EIO, why, whylen);
+}
 
 int comem_vm_open(void *p, int64_t size, char *why, size_t whylen)
 {

@@ -22,10 +22,10 @@ int comem_vm_reserve(int64_t size, void **out, char *why, size_t whylen)
     return COMEM_OK;
 }
 
-void comem_vm_unreserve(void *p, int64_t size)
+int comem_vm_unreserve(void *p, int64_t size, char *why, size_t whylen)
 {
     (void)size; /* a reservation is given back whole */
-    (void)VirtualFree(p, 0, MEM_RELEASE);
+    return VirtualFree(p, 0, MEM_RELEASE) ? COMEM_OK : failed(COMEM_EIO, why, whylen);
 }
 
 int comem_vm_open(void *p, int64_t size, char *why, size_t whylen)

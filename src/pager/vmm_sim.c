@@ -1,14 +1,14 @@
 /*
  * pager/vmm_sim.c - the pager's VMM backend on the simulated card.
  *
- * A reservation is host address space without memory (os/vm.h). A commit charges the simulated card (comem_sim_alloc, so other
- * processes and the coordinator see it, and a full card fails it with
- * COMEM_ENOSPC like cuMemCreate) and then opens the pages read-write; they
- * read as zero, since a private anonymous page that was never touched or was
- * dropped reads as zero. An eviction drops the pages, closes them again and
- * gives the bytes back to the card. A kernel never
- * runs here, so sync has nothing to wait for. Granularity: 2 MiB, like the
- * CUDA VMM minimum on current GPUs.
+ * A reservation is host address space without memory (os/vm.h). A commit
+ * charges the simulated card (comem_sim_alloc, so other processes and the
+ * coordinator see it, and a full card fails it with COMEM_ENOSPC like
+ * cuMemCreate) and then opens the pages read-write; they read as zero, as
+ * os/vm.h's pages do when never touched or dropped. An eviction drops the
+ * pages, closes them again and gives the bytes back to the card. A kernel
+ * never runs here, so sync has nothing to wait for. Granularity: 2 MiB, like
+ * the CUDA VMM minimum on current GPUs.
  */
 #include "pager/vmm_sim.h"
 
@@ -20,10 +20,10 @@
 #include "base/bytes.h"
 #include "base/log.h"
 #include "comem/common.h"
+#include "os/env.h"
 #include "os/proc.h"
 #include "os/vm.h"
 #include "probe/sim.h"
-#include "os/env.h"
 
 #define SIM_GRANULARITY (2 * COMEM_MIB)
 #define SIM_DEFAULT_SPEC "sim:24GiB"
@@ -56,7 +56,9 @@ static int sim_reserve(comem_vmm *m, int64_t size, uint64_t *va)
 static void sim_unreserve(comem_vmm *m, uint64_t va, int64_t size)
 {
     (void)m;
-    comem_vm_unreserve((void *)(uintptr_t)va, size);
+    char why[128];
+    if (comem_vm_unreserve((void *)(uintptr_t)va, size, why, sizeof why) != COMEM_OK)
+        comem_warn("pager sim: giving a reservation back failed: %s", why);
 }
 
 /* Takes one injected failure of this kind if any is pending. */

@@ -11,8 +11,8 @@
 #include "base/log.h"
 #include "os/dl.h"
 #include "comem/common.h"
-#include "probe/nvml_abi.h"
 #include "os/env.h"
+#include "probe/nvml_abi.h"
 
 #define DEFAULT_LIBRARY COMEM_DL_NVML
 #define PROCS_FIRST_GUESS 32u /* records in the first process-list buffer */

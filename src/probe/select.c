@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "comem/common.h"
+#include "os/env.h"
 #include "probe/cuda_view.h"
 #include "probe/nvml.h"
 #include "probe/sim.h"
-#include "os/env.h"
 
 int comem_devices_open(const char *spec, comem_device_source **out, char *note, size_t notelen)
 {

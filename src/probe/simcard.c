@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "os/env.h"
 #include "probe/select.h"
 #include "probe/sim.h"
-#include "os/env.h"
 
 /* The public handle is the sim itself: the type is only renamed at the edge. */
 static comem_sim *sim_of(comem_simcard *s) { return (comem_sim *)s; }

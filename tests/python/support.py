@@ -149,10 +149,9 @@ class Machine:
     def __init__(self, card: str = "sim:8GiB:reserved=256MiB:ctx=300MiB", idle_release: Optional[float] = None,
                  extra: Optional[List[str]] = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="comem-py-")
-        # Windows: a named pipe's name, as unique as the folder (the coordinator keeps its lock file in
-        # the runtime directory, COMEM_RUNTIME_DIR below).
-        self.socket = (rf"\\.\pipe\{os.path.basename(self.dir)}" if WINDOWS
-                       else os.path.join(self.dir, "comem.sock"))
+        # On Windows a named pipe's name, as unique as the folder (the coordinator keeps its lock file
+        # in the runtime directory, COMEM_RUNTIME_DIR below).
+        self.socket = socket_in(self.dir, "comem")
         self.spec = f"{card}:path={os.path.join(self.dir, 'card')}"
         self.env = dict(os.environ)
         self.env.update({"COMEM_RUNTIME_DIR": self.dir, "COMEM_SOCKET": self.socket, "COMEM_DEVICE": self.spec,
@@ -276,8 +275,13 @@ class Child:
         import threading
         if not hasattr(self, "_lines"):
             self._lines: "queue.Queue[str]" = queue.Queue()
-            threading.Thread(target=lambda: [self._lines.put(x) for x in iter(self.proc.stdout.readline, "")]
-                             + [self._lines.put("")], daemon=True).start()  # type: ignore[union-attr]
+
+            def pump() -> None:
+                for line in iter(self.proc.stdout.readline, ""):  # type: ignore[union-attr]
+                    self._lines.put(line)
+                self._lines.put("")  # its end, read as "" as readline says it
+
+            threading.Thread(target=pump, daemon=True).start()
         try:
             self._next = self._lines.get(timeout=timeout)
             return True
