@@ -38,7 +38,7 @@ from ..client import Client
 from . import ram, steer
 from .devices import DeviceMap
 from .pins import ComfyPins, wrap_ensure_pin_budget, wrap_pin_memory
-from .models import ComfyModels, is_dynamic, is_stand_in, set_memory_required
+from .models import ComfyModels, is_dynamic, is_foreign, set_memory_required
 
 log = logging.getLogger("comem.comfy")
 
@@ -68,6 +68,10 @@ class ModelLock:
         if self._depth == 0:
             self._owner = None
         self._lock.release()
+
+    def held_here(self) -> bool:
+        """True when the calling thread holds the lock."""
+        return self._owner == threading.get_ident()
 
     def __enter__(self) -> "ModelLock":
         self.acquire()
@@ -275,13 +279,16 @@ class Adapter:
     def after_uninstall(self) -> None:
         """Runs after the functions are restored."""
 
+    def node_boundary(self) -> None:
+        """Runs as every node starts and after it ends (the host brings other processes' rows up to date)."""
+
     def offload_bytes(self, lm: Any, memory_to_free: Any = None) -> int:
         """Host RAM ``lm.model_unload(memory_to_free)`` will take: the weights it moves from a card comem manages
         to a CPU offload device (ComfyUI frees at least what it is asked, whole modules). 0 for a dynamic model
         (its weights never leave RAM: aimdo only drops the card's pages), a stand-in, or a model kept on its
         card."""
         model = getattr(lm, "model", None)
-        if model is None or is_stand_in(lm) or is_dynamic(lm):
+        if model is None or is_foreign(lm) or is_dynamic(lm):
             return 0
         offload = getattr(model, "offload_device", None)
         if getattr(offload, "type", None) != "cpu" or self.devices.index(offload) is not None:
@@ -307,6 +314,7 @@ class Adapter:
             self.client.set_busy(True, _prompt(prompt))
             self.ram.census()  # the outputs the nodes before this one left in the RAM cache
             self.ram.make_room()  # and ComfyUI's headroom for this one, other processes asked first
+            self.node_boundary()
             try:
                 yield
             finally:
@@ -315,6 +323,7 @@ class Adapter:
                     self.models.sync()  # and the pins (models.on_synced)
                 except errors.Error as e:
                     log.warning("comem: node boundary not reported: %s", e)
+                self.node_boundary()
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:
@@ -392,7 +401,7 @@ def _wrap_model_load(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
     def model_load(lm: Any, lowvram_model_memory: float = 0, force_patch_weights: bool = False) -> Any:
         adapter = _active
-        if adapter is None or is_stand_in(lm):
+        if adapter is None or is_foreign(lm):
             return orig(lm, lowvram_model_memory, force_patch_weights)
         with adapter.lock:
             return adapter.models.load(lm, lambda budget: orig(lm, budget, force_patch_weights),

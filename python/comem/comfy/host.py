@@ -72,6 +72,7 @@ class Host(Adapter):
         self._depth = threading.local()  # this thread's nesting of the wrapped free_memory / load_models_gpu
         self._reading: Optional[Callable[..., Any]] = None  # our get_free_memory wrapper, while installed
         self._reading_orig: Optional[Callable[..., Any]] = None
+        self.comfy_env: Optional[Any] = None  #: the bridge over comfy-env's workers, where it runs here
 
     # ---- install: the adapter's hooks, and a reading that sees what workers freed ----
 
@@ -83,10 +84,15 @@ class Host(Adapter):
         self._reading_orig = self.mm.get_free_memory
         self._reading = self._wrap_free_reading(self._reading_orig)
         self.mm.get_free_memory = self._reading
+        from .comfyenv_host import Bridge
+        self.comfy_env = Bridge.attach(self)
         return self
 
     def uninstall(self) -> None:
         """Restores ComfyUI's own functions (ours first) and forgets this process's stand-ins."""
+        if self.comfy_env is not None:
+            self.comfy_env.uninstall()
+            self.comfy_env = None
         if self.installed and self._reading is not None:
             if self.mm.get_free_memory is self._reading:
                 self.mm.get_free_memory = self._reading_orig
@@ -141,6 +147,8 @@ class Host(Adapter):
                 self.standins.clear()
             return
         try:
+            if self.comfy_env is not None:
+                self.comfy_env.drop_proxies()
             self.standins.sync()
             if getattr(self._depth, "n", 0) <= 1:
                 self.publish()
@@ -163,11 +171,28 @@ class Host(Adapter):
             self.headroom = r.pager_headroom
             _forward_headroom(r.pager_headroom)
 
+    def sync_standins(self) -> None:
+        """Other processes' models brought into ComfyUI's list now (as before an eviction loop, without the
+        reserve): after a worker's node, whose loads the list should show at once."""
+        if not self.installed or not self.client.connected:
+            return
+        with self.lock:
+            try:
+                if self.comfy_env is not None:
+                    self.comfy_env.drop_proxies()
+                self.standins.sync()
+            except errors.Error as e:
+                log.warning("comem: could not bring other processes' models up to date: %s", e)
+
     def sync(self) -> None:
         """Stand-ins, this process's entries and the reserve, all brought up to date now."""
         with self.lock:
             self.before_loop()
             self.models.sync()
+
+    def node_boundary(self) -> None:
+        """Other processes' rows follow the ledger at every node boundary too: a process gone since is no row."""
+        self.sync_standins()
 
     def after_uninstall(self) -> None:
         self.standins.clear()

@@ -57,6 +57,20 @@ def is_stand_in(loaded_model: Any) -> bool:
     return getattr(getattr(loaded_model, "model", None), "comem_stand_in", False)
 
 
+def is_comfy_env_proxy(loaded_model: Any) -> bool:
+    """True for comfy-env's stand-in for a model one of its workers holds (its ``SubprocessModelPatcher``).
+
+    Recognised by its class, whatever comfy-env's version: it is never this process's model, so it
+    is never registered, admitted or offloaded as one (docs/comfy-env.md)."""
+    cls = type(getattr(loaded_model, "model", None))
+    return cls.__name__ == "SubprocessModelPatcher" and cls.__module__.startswith("comfy_env.")
+
+
+def is_foreign(loaded_model: Any) -> bool:
+    """True for an entry of ComfyUI's list that stands for another process's model (comem's or comfy-env's)."""
+    return is_stand_in(loaded_model) or is_comfy_env_proxy(loaded_model)
+
+
 class _Tracked:
     __slots__ = ("ref", "entry", "index")
 
@@ -101,7 +115,7 @@ class ComfyModels:
         """(LoadedModel, comem device) of this process's models on devices comem manages."""
         out = []
         for lm in list(self.mm.current_loaded_models):
-            if is_stand_in(lm) or lm.model is None:
+            if is_foreign(lm) or lm.model is None:
                 continue
             idx = self.devices.index(lm.device)
             if idx is not None:
