@@ -1,0 +1,207 @@
+"""comem's bridge over the real comfy-env 0.4.46's host side, in this process (ComfyUI's own model manager).
+
+This process is ComfyUI's host (the real ``comfy.model_management``, comem's host
+adapter on a real comemd's simulated card) with the real comfy-env's host modules
+imported. comfy-env's proxies are its own ``SubprocessModelPatcher`` in a real
+``LoadedModel``; its workers are its own ``SubprocessWorker`` objects, never started:
+where a check needs a worker that joined comem, its liveness and pid are set on
+that object (the server test, test_comfy_env.py, joins real ones). Checked here:
+a proxy is never a host model; a joined worker's proxy is never a row; comfy-env's
+budget call, reserve publication, aimdo forward and idle/pressure plans leave
+joined workers to comem and write nothing; switches and versions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import support
+from support import GiB, MiB, Machine
+
+LINUX = "sim:8GiB:reserved=256MiB:ctx=300MiB"
+
+
+def _comfy_env_missing():
+    try:
+        from importlib import metadata
+        v = metadata.version("comfy-env")
+    except Exception:  # noqa: BLE001
+        return "comfy-env is not installed in the tests' Python (scripts/requirements-dev.txt pins comfy-env==0.4.46)"
+    return None if v == "0.4.46" else f"these checks are for comfy-env 0.4.46; the tests' Python has {v}"
+
+
+class BridgeCase(unittest.TestCase):
+    def setUp(self) -> None:
+        support.need_torch(self)
+        support.need_comfyui(self)
+        why = _comfy_env_missing()
+        if why:
+            self.skipTest(why)
+        self.mm = support.import_comfy()
+        import comem
+        from comem.comfy import Host
+        from comfy_env import state_sync
+        from comfy_env.isolation import metadata, pool
+        self.pool, self.metadata, self.state_sync = pool, metadata, state_sync
+        self.originals = {n: getattr(pool, n) for n in ("_create_worker", "_handle_vram_budget", "_publish_reserve",
+                                                         "_forward_reserve_to_aimdo", "_insert_loaded_model")}
+        self.machine = Machine(LINUX).__enter__()
+        self.addCleanup(self.machine.__exit__, None, None, None)
+        self.card = comem.SimCard(self.machine.spec)
+        self.addCleanup(self.card.close)
+        self.Host = Host
+        self.host = None
+
+    def start_host(self):
+        self.host = self.Host(self.mm, socket=self.machine.socket, embed=False, card=self.card, name="comfyui")
+        self.host.install()
+        self.addCleanup(self._teardown_host)
+        return self.host
+
+    def _teardown_host(self) -> None:
+        self.mm.current_loaded_models.clear()
+        self.host.close()
+
+    def worker(self, name: str, pid: int = 0):
+        """A real comfy-env worker object, never started; ``pid``: play a live process of that pid."""
+        from comfy_env.isolation.workers.subprocess import SubprocessWorker
+        folder = tempfile.mkdtemp(prefix="ce-worker-")
+        self.addCleanup(os.rmdir, folder)
+        w = SubprocessWorker(python=sys.executable, working_dir=folder, sys_path=[], name=name)
+        if pid:
+            w.pin_state = {"pid": pid}
+            patcher = mock.patch.object(w, "is_alive", return_value=True)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        return w
+
+    def proxy(self, worker, size: int, model_id: str = "m"):
+        from comfy_env.isolation.model_patcher import SubprocessModelPatcher
+        p = SubprocessModelPatcher(worker, 1, model_id, size, self.mm.get_torch_device(), self.mm.unet_offload_device())
+        self.addCleanup(lambda: setattr(p, "_worker", None))
+        return p
+
+    def host_entries(self):
+        proc = self.machine.process("comfyui")
+        return [e for h in (proc or {}).get("holders", []) for e in h.get("entries", [])]
+
+
+class TestAttach(BridgeCase):
+    def test_attached_and_detached(self):
+        host = self.start_host()
+        self.assertIsNotNone(host.comfy_env)
+        for name, orig in self.originals.items():
+            self.assertIsNot(getattr(self.pool, name), orig, name)
+        host.uninstall()
+        for name, orig in self.originals.items():
+            self.assertIs(getattr(self.pool, name), orig, name)
+        self.assertIsNone(host.comfy_env)
+
+    def test_switched_off(self):
+        with mock.patch.dict(os.environ, {"COMEM_COMFY_ENV": "off"}):
+            host = self.start_host()
+        self.assertIsNone(host.comfy_env)
+        for name, orig in self.originals.items():
+            self.assertIs(getattr(self.pool, name), orig, name)
+
+    def test_another_version_is_named_once_and_left_alone(self):
+        from comem.comfy import comfyenv_host
+        with mock.patch.object(comfyenv_host, "installed_version", return_value="0.4.47"), \
+                self.assertLogs("comem.comfy", logging.WARNING) as logs:
+            host = self.start_host()
+        said = [r for r in logs.output if "comfy-env" in r]
+        self.assertEqual(len(said), 1, logs.output)
+        self.assertIn("0.4.47", said[0])
+        self.assertIn("0.4.46", said[0])
+        self.assertIsNone(host.comfy_env)
+        for name, orig in self.originals.items():
+            self.assertIs(getattr(self.pool, name), orig, name)
+
+
+class TestOneRowOneWriter(BridgeCase):
+    def test_a_proxy_is_never_a_host_model(self):
+        from comem.comfy.models import is_comfy_env_proxy, is_foreign
+        host = self.start_host()
+        w = self.worker("unjoined")
+        p = self.proxy(w, 512 * MiB)
+        self.pool._insert_loaded_model(p)  # comfy-env's own insertion: the worker runs without comem
+        lm = self.mm.current_loaded_models[0]
+        self.assertIs(lm.model, p)
+        self.assertTrue(is_comfy_env_proxy(lm))
+        self.assertTrue(is_foreign(lm))
+        host.sync()
+        self.assertIn(lm, self.mm.current_loaded_models, "an unjoined worker's proxy is its model's only row")
+        self.assertEqual(self.host_entries(), [])
+        self.assertEqual(host.offload_bytes(lm), 0)
+
+    def test_a_joined_workers_proxy_is_no_row(self):
+        host = self.start_host()
+        bridge = host.comfy_env
+        joined, other = self.worker("joined", pid=4242), self.worker("other")
+        p_joined, p_other = self.proxy(joined, 256 * MiB, "a"), self.proxy(other, 128 * MiB, "b")
+        self.pool._insert_loaded_model(p_joined)  # before the join: comfy-env's row
+        from comem.comfy.comfyenv_host import _Joined
+        bridge._joined["/envs/joined_py311/.pixi/envs/default"] = _Joined(joined, 4242, "9", "joined")
+        self.assertTrue(bridge.runs_comem(joined))
+        self.assertFalse(bridge.runs_comem(other))
+        host.sync()  # the joined worker's proxy leaves the list
+        self.assertEqual([lm.model for lm in self.mm.current_loaded_models], [])
+        self.pool._insert_loaded_model(p_joined)
+        self.pool._insert_loaded_model(p_other)
+        self.assertEqual([lm.model for lm in self.mm.current_loaded_models], [p_other])
+        # The process behind the worker object changed (comfy-env replaced it): no longer joined.
+        joined.pin_state = {"pid": 4343}
+        self.assertFalse(bridge.runs_comem(joined))
+
+    def test_comfy_env_decides_nothing_for_a_joined_worker_and_writes_nothing(self):
+        host = self.start_host()
+        bridge = host.comfy_env
+        key = "/envs/joined_py311/.pixi/envs/default"
+        w = self.worker("joined", pid=4242)
+        from comem.comfy.comfyenv_host import _Joined
+        bridge._joined[key] = _Joined(w, 4242, "9", "joined")
+        self.mm.EXTRA_RESERVED_VRAM = reserve = 400 * MiB + 1
+        before = list(self.mm.current_loaded_models)
+        reply = self.pool._handle_vram_budget({"models": [], "total_size": 6 * GiB}, worker_key=key)
+        self.assertEqual(reply, {"device": str(self.mm.get_torch_device())})
+        self.assertEqual(self.mm.EXTRA_RESERVED_VRAM, reserve)
+        self.assertEqual(list(self.mm.current_loaded_models), before)
+        self.assertEqual(self.pool._publish_reserve(shrink_allowed=True), reserve)
+        self.assertEqual(self.mm.EXTRA_RESERVED_VRAM, reserve)
+        self.assertEqual(self.pool._RESERVE_PUBLISHED, 0)
+        self.assertFalse(self.pool._forward_reserve_to_aimdo(8 * GiB))
+        states = {key: {"alive": True, "advertises": True, "in_flight": False, "held": GiB},
+                  "/envs/other": {"alive": True, "advertises": True, "in_flight": False, "held": GiB}}
+        plan = self.state_sync.plan_pressure_release(states, 512 * MiB)
+        self.assertEqual([k for k, _ in plan], ["/envs/other"])
+        self.assertEqual(states[key]["advertises"], True, "the caller's states are not changed")
+
+
+class TestNames(unittest.TestCase):
+    def test_env_name(self):
+        from comem.comfy.comfyenv_host import env_name
+        self.assertEqual(env_name("/r/envs/isodemo-nodes_py311-torch2.14-cpu/.pixi/envs/default"), "isodemo-nodes")
+        self.assertEqual(env_name("/r/envs/a_b-nodes_py312-torch2.9-cu128/.pixi/envs/default"), "a_b-nodes")
+        self.assertEqual(env_name("/r/envs/legacy-nodes-py311/.pixi/envs/default"), "legacy-nodes-py311")
+        self.assertEqual(env_name("/opt/venv"), "venv")
+        self.assertEqual(len(env_name("/r/envs/" + "x" * 80 + "_py311/.pixi/envs/default").encode()), 63)
+        self.assertEqual(env_name("/r/envs/bad\nname_py3/.pixi/envs/default"), "bad?name")
+
+
+class TestWorkerSide(unittest.TestCase):
+    def test_switched_off_in_the_worker(self):
+        from comem.comfy import comfyenv_worker
+        with mock.patch.dict(os.environ, {"COMEM_COMFY": "off"}):
+            answer = comfyenv_worker.join("w")
+        self.assertFalse(answer["joined"])
+        self.assertIn("COMEM_COMFY=off", answer["why"])
+        self.assertIsNone(comfyenv_worker.joined())
+
+
+if __name__ == "__main__":
+    unittest.main()
