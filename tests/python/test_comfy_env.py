@@ -29,6 +29,7 @@ import sys
 import sysconfig
 import time
 import unittest
+import urllib.request
 from typing import Any, Dict, List, Optional
 
 import support
@@ -39,6 +40,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "fixtures", "comfy_env")
 PACK = "ComfyUI-IsoDemo"
 ENV_NAME = "isodemo-nodes"  #: the session name comem gives the pack's worker (comfy-env's environment)
+OFF_PACK = "ComfyUI-IsoOff"  #: a pack whose environment says COMEM_COMFY=off: its worker never joins
+OFF_NAME = "isooff-nodes"
 MIB = 1 << 20
 
 PIXI_LAUNCHER = """#!/bin/sh
@@ -91,9 +94,10 @@ def lay_environment(comfyui: str, pack_dir: str, root: str, home: str) -> str:
         os.symlink(os.path.join(libdir, ldlib), os.path.join(prefix, "lib", ldlib))
     pixi = os.path.join(home, ".comfy-env", "pixi", "0.75.0", "pixi")
     os.makedirs(os.path.dirname(pixi), exist_ok=True)
-    with open(pixi, "w") as f:
+    with open(pixi + ".new", "w") as f:
         f.write(PIXI_LAUNCHER)
-    os.chmod(pixi, 0o755)
+    os.chmod(pixi + ".new", 0o755)
+    os.replace(pixi + ".new", pixi)
     return prefix
 
 
@@ -109,11 +113,12 @@ class ComfyEnvCase(ServerCase):
         if why:
             self.skipTest(why)
         nodes = os.path.join(self.base, "custom_nodes")
-        shutil.copytree(os.path.join(FIXTURES, PACK), os.path.join(nodes, PACK))
         shutil.copytree(os.path.join(FIXTURES, "host-probe"), os.path.join(nodes, "host-probe"))
         self.root = os.path.join(self.base, "comfy-env-root")
         self.home = os.path.join(self.base, "home")
-        self.prefix = lay_environment(self.comfyui, os.path.join(nodes, PACK), self.root, self.home)
+        for pack in (PACK, OFF_PACK):
+            shutil.copytree(os.path.join(FIXTURES, pack), os.path.join(nodes, pack))
+            lay_environment(self.comfyui, os.path.join(nodes, pack), self.root, self.home)
         self.machine.env.update({"COMFY_ENV_ROOT": self.root, "HOME": self.home,
                                  "COMFY_ENV_IDLE_REAP_SECONDS": "0"})
 
@@ -190,6 +195,27 @@ class TestIsolatedPack(ComfyEnvCase):
         self.assertLess(sum(e["resident"] for e in worker_entries), 1024 * MIB)
         self.machine.check_ledger(self)
 
+        # The other way: the worker's load does not fit beside the host's model; the coordinator asks the host,
+        # which waits idle while the worker computes, and ComfyUI's own unload gives the room (comfy-env's budget
+        # call evicts nothing: one admission path).
+        before = self.machine.status()["counters"]
+        again = self.iso("IsoLoad", name="a", mib=1024, hold=0.0)
+        self.assertEqual(again["loaded"]["a"], 1024 * MIB, again)
+        after = self.machine.status()["counters"]
+        self.assertGreater(after["asks"], before["asks"])
+        self.assertGreater(after["bytes_freed"], before["bytes_freed"])
+        probe = self.host()
+        own = [r["loaded"] for r in probe["rows"] if r["class"] == "ModelPatcher"]
+        self.assertEqual(len(own), 1, probe)
+        self.assertLess(own[0], 1536 * MIB, "the host gave nothing for the worker's load")
+        self.machine.check_ledger(self)
+
+        # The Free button (ComfyUI's /free; its OOM handler calls the same unload_all_models) reaches the worker
+        # through its stand-in and the ledger.
+        self.post_free()
+        emptied = support.wait_for(lambda: sum(e["resident"] for e in self.entries(self.worker_row())) == 0, 60)
+        self.assertTrue(emptied, f"the Free button did not reach the worker: {self.worker_row()}")
+
         # 4. Busy from comfy-env's call boundaries: while the worker's node runs, the ledger says so.
         r = self.post("/prompt", {"prompt": {"1": {"class_type": "IsoLoad",
                                                    "inputs": {"name": "b", "mib": 64, "hold": 4.0}}},
@@ -218,6 +244,32 @@ class TestIsolatedPack(ComfyEnvCase):
         row = self.worker_row()
         self.assertEqual(row["pid"], second["pid"])
         self.assertEqual(self.entries(row), [])
+        self.machine.check_ledger(self)
+
+    def post_free(self) -> None:
+        """POST /free {"unload_models": true}, as the browser's Free button does (it answers an empty 200)."""
+        req = urllib.request.Request(self.url("/free"), data=json.dumps({"unload_models": True}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with test_comfy_server._http.open(req, timeout=30) as r:
+            self.assertEqual(r.status, 200)
+
+    def test_a_worker_that_does_not_join(self):
+        self.start_server()
+        first = self.iso("OffProbe")
+        self.assertEqual(first["switch"], "off")
+        self.assertIsNone(first["comem"], "the worker joined although its environment says COMEM_COMFY=off")
+        second = self.iso("OffProbe")
+        self.assertEqual(second["pid"], first["pid"])
+        self.assertIsNone(self.machine.process(OFF_NAME))
+        said = [line for line in self.run_.stdout().splitlines() + self.run_.stderr().splitlines()
+                if f"comfy-env worker {OFF_NAME}" in line and "runs without comem" in line]
+        self.assertEqual(len(said), 1, "the host says once that the worker runs without comem\n" + self.run_.logs())
+        self.assertIn("COMEM_COMFY=off", said[0])
+        probe = self.host()
+        self.assertEqual([(w["name"], w["pid"], w["joined"]) for w in probe["bridge"].values()],
+                         [(OFF_NAME, first["pid"], False)])
+        # ComfyUI and the joining pack's worker are unaffected.
+        self.assertTrue(self.iso("IsoProbe")["comem"]["joined"])
         self.machine.check_ledger(self)
 
     def wait_done(self, prompt_id: str) -> None:
