@@ -30,7 +30,7 @@ import sysconfig
 import time
 import unittest
 import urllib.request
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import support
 import test_comfy_server
@@ -72,8 +72,11 @@ def comfy_env_missing() -> Optional[str]:
     return None
 
 
-def lay_environment(comfyui: str, pack_dir: str, root: str, home: str) -> str:
-    """Lays a ready environment for ``pack_dir`` where comfy-env 0.4.46 looks, and the pixi launcher."""
+def lay_environment(comfyui: str, pack_dir: str, root: str, home: str, extra_paths: Sequence[str] = ()) -> str:
+    """Lays a ready environment for ``pack_dir`` where comfy-env 0.4.46 looks, and the pixi launcher.
+
+    The environment's site-packages reach this Python's own, then ``extra_paths`` (folders of packages
+    this Python finds through PYTHONPATH, which comfy-env does not pass to a worker)."""
     code = ("import sys; from pathlib import Path; "
             "from comfy_env.environment.cache import get_env_name, get_workspace_env_dir; "
             "p = Path(sys.argv[1]); print(get_workspace_env_dir(None, get_env_name(p, p / 'nodes' / 'comfy-env.toml')))")
@@ -87,7 +90,8 @@ def lay_environment(comfyui: str, pack_dir: str, root: str, home: str) -> str:
                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     with open(os.path.join(own, "comem-test-packages.pth"), "w") as f:
-        f.write(purelib + "\n")  # the tests' packages (torch, numpy, ComfyUI's needs), after the env's own
+        # the tests' packages (torch, numpy, ComfyUI's needs), after the env's own
+        f.write("".join(p + "\n" for p in [purelib, *extra_paths]))
     libdir, ldlib = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
     if libdir and ldlib and os.path.exists(os.path.join(libdir, ldlib)):
         os.makedirs(os.path.join(prefix, "lib"), exist_ok=True)
