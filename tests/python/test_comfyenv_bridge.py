@@ -182,6 +182,46 @@ class TestOneRowOneWriter(BridgeCase):
         self.assertEqual(states[key]["advertises"], True, "the caller's states are not changed")
 
 
+class TestJoinRecords(BridgeCase):
+    def test_a_join_record_is_believed_only_as_the_ledger_confirms_it(self):
+        host = self.start_host()
+        bridge = host.comfy_env
+        me, session = os.getpid(), host.client.session
+        self.assertTrue(bridge._checked({"joined": True, "pid": me, "session": session}, me)["joined"])
+        for record, pid, why in (({"joined": True, "pid": me + 1, "session": session}, me, "not the worker's"),
+                                 ({"joined": True, "pid": True, "session": session}, 1, "not the worker's"),
+                                 ({"joined": True, "pid": me, "session": "900999999"}, me, "lists no session"),
+                                 (["joined"], me, "not the join record"),
+                                 (None, me, "not the join record")):
+            answer = bridge._checked(record, pid)
+            self.assertFalse(answer["joined"], record)
+            self.assertIn(why, answer["why"])
+
+    def test_a_worker_that_said_no_is_asked_again_only_once_replaced(self):
+        host = self.start_host()
+        bridge = host.comfy_env
+        w = self.worker("refuses", pid=5151)
+        key = "/envs/refuses_py311/.pixi/envs/default"
+        calls = []
+
+        def call_module(**kw):
+            calls.append(kw)
+            return {"joined": False, "why": "no comem here"}
+        with mock.patch.object(w, "call_module", side_effect=call_module), \
+                self.assertLogs("comem.comfy", logging.WARNING) as logs:
+            self.assertFalse(bridge.ensure_joined(w, key))
+            self.assertFalse(bridge.ensure_joined(w, key))
+            self.assertEqual(len(calls), 1)
+            self.assertEqual((calls[0]["module"], calls[0]["func"], calls[0]["name"]),
+                             ("comem.comfy.comfyenv_worker", "join", "refuses"))
+            w.pin_state = {"pid": 5252}  # comfy-env replaced the process
+            self.assertFalse(bridge.ensure_joined(w, key))
+            self.assertEqual(len(calls), 2)
+        said = [r for r in logs.output if "runs without comem" in r]
+        self.assertEqual(len(said), 1, logs.output)
+        self.assertIn("no comem here", said[0])
+
+
 class TestNames(unittest.TestCase):
     def test_env_name(self):
         from comem.comfy.comfyenv_host import env_name

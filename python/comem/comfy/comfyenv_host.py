@@ -149,6 +149,7 @@ class Bridge:
         self._saved: list = []
         self._joined: Dict[str, _Joined] = {}  # comfy-env's pool key (env dir) -> the worker that joined
         self._said: Set[str] = set()  # env keys whose refusal to join was logged (once each)
+        self._refused: Dict[str, Optional[int]] = {}  # env key -> the worker pid that did not join (not asked again)
         self._lock = threading.Lock()
         self.installed = False
 
@@ -248,15 +249,16 @@ class Bridge:
         if self.joined(key) is not None:
             return True
         pid = worker_pid(worker)
+        if key in self._refused and self._refused[key] == pid:
+            return False  # this process said no once: asked again only once comfy-env replaces it
         name = env_name(key)
         try:
             answer = worker.call_module(module=WORKER_MODULE, func="join", timeout=JOIN_S, name=name,
                                         host_pid=os.getpid())
         except Exception as e:  # noqa: BLE001 - a worker that cannot join still runs its nodes
             answer = {"joined": False, "why": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-        if not isinstance(answer, dict):
-            answer = {"joined": False, "why": f"its answer was {type(answer).__name__}, not the join record"}
-        if answer.get("joined") and isinstance(answer.get("pid"), int):
+        answer = self._checked(answer, pid)
+        if answer.get("joined"):
             with self._lock:
                 self._joined[key] = _Joined(worker, int(answer["pid"]), answer.get("session"), name)
             self._said.discard(key)
@@ -264,12 +266,35 @@ class Bridge:
                      answer.get("session"))
             self.drop_proxies()
             return True
+        self._refused[key] = pid
         if key not in self._said:
             self._said.add(key)
             log.warning("comem: comfy-env worker %s (pid %s) runs without comem: %s. Its models stay under "
                         "comfy-env's own stand-ins, and the card sees its process as unregistered",
                         name, pid, answer.get("why", "it did not join"))
         return False
+
+    def _checked(self, answer: Any, pid: Optional[int]) -> Dict[str, Any]:
+        """The worker's join record, believed only as far as the ledger confirms it.
+
+        The record is another process's word: it is a join only when it names the worker's own pid and the
+        coordinator lists a session of that id for that pid (what the ledger holds for the worker is then
+        its own, whatever the record said)."""
+        if not isinstance(answer, dict):
+            return {"joined": False, "why": f"its answer was {type(answer).__name__}, not the join record"}
+        if not answer.get("joined"):
+            return answer
+        said, session = answer.get("pid"), answer.get("session")
+        if not isinstance(said, int) or isinstance(said, bool) or said != pid:
+            return {"joined": False, "why": f"its join record names pid {said!r}, not the worker's {pid}"}
+        try:
+            listed = any(p.get("session") == session and p.get("pid") == pid
+                         for d in self.host.client.status().get("devices", []) for p in d.get("processes", []))
+        except Exception as e:  # noqa: BLE001 - no confirmation, no join
+            return {"joined": False, "why": f"the coordinator could not confirm its session: {e}"}
+        if not listed:
+            return {"joined": False, "why": f"the coordinator lists no session {session!r} for pid {pid}"}
+        return answer
 
     def drop_proxies(self) -> None:
         """Takes comfy-env's proxies for joined workers' models out of ComfyUI's list (comem's stand-ins stand
