@@ -109,13 +109,14 @@ class ComfyEnvCase(ServerCase):
     """ComfyUI's server with the isolated pack, its environment laid, and the host probe pack."""
 
     def setUp(self) -> None:
-        super().setUp()
+        support.need_comfyui(self)  # (also what tells CMake to run this suite once per ComfyUI snapshot)
         if support.comfyui_era() != "783545f6":
             self.skipTest("comfy-env 0.4.46 is checked with ComfyUI 783545f6 (v0.33), the ComfyUI its contract "
                           "targets; a125cd84 (2025) predates its worker shims")
         why = comfy_env_missing()
         if why:
             self.skipTest(why)
+        super().setUp()
         nodes = os.path.join(self.base, "custom_nodes")
         shutil.copytree(os.path.join(FIXTURES, "host-probe"), os.path.join(nodes, "host-probe"))
         self.root = os.path.join(self.base, "comfy-env-root")
