@@ -5,7 +5,9 @@
         [--a-gib 12] [--b-gib 12] [--rounds 2] [--hold 0.5] [--policy both|comem|comfy-env] [--json FILE]
 
 The workload of ``bench/bench_comfy_env.py`` (issue 38 item 9) on CUDA. The host is a
-process set up as ComfyUI sets itself up (its defaults: CUDA, the ``ModelPatcher`` path),
+process set up as ComfyUI sets itself up (its defaults: CUDA, the ``ModelPatcher`` path; with
+``--aimdo``, comfy-aimdo and ``ModelPatcherDynamic`` as 783545f6's ``main.py`` enables them,
+which comfy-env then enables in its workers),
 that imports three packs from a ``custom_nodes/`` folder as ComfyUI does: ``host-probe``
 (a model in the host) and ``ComfyUI-IsoDemo`` and ``ComfyUI-IsoTwo``, isolated by the real
 comfy-env in a worker each (their environments laid as ``tests/python/test_comfy_env.py``
@@ -53,12 +55,23 @@ def child(policy: str, base: str, a: argparse.Namespace) -> int:
     """The host process of one policy: prints one JSON line of figures."""
     comfyui = os.environ["COMFYUI_DIR"]
     sys.path.insert(0, comfyui)
+    control = None
+    if a.aimdo:  # as ComfyUI 783545f6's main.py does: aimdo before torch
+        import comfy_aimdo.control as control
+        control.init(simple_vram_headroom=None, nvml_pressure=True)
     if a.simulated:
         import comfy.cli_args
         comfy.cli_args.args.cpu = True  # the dry run: ComfyUI on the CPU, comem's simulated card
     import folder_paths  # noqa: F401 - comfy-env finds ComfyUI's source through it
     import comfy.model_management as mm
     import comfy.model_patcher  # noqa: F401
+    if control is not None:  # and after ComfyUI's model manager: the devices, the dynamic patcher
+        import comfy.memory_management
+        if not control.init_devices([(d.index, 0) for d in mm.get_all_torch_devices()]):
+            print(json.dumps({"error": "comfy-aimdo did not initialise the devices"}), flush=True)
+            return 1
+        comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
+        comfy.memory_management.aimdo_enabled = True  # comfy-env gives its workers aimdo too (COMFY_ENV_WORKER_AIMDO)
     node: Any = contextlib.nullcontext
     host = None
     if policy == "comem":
@@ -136,6 +149,8 @@ def main() -> int:
     ap.add_argument("--hold", type=float, default=0.5)
     ap.add_argument("--policy", choices=("both", "comem", "comfy-env"), default="both")
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--aimdo", action="store_true",
+                    help="the host runs comfy-aimdo as ComfyUI's main.py does (dynamic VRAM), and so its workers")
     ap.add_argument("--simulated", action="store_true",
                     help="dry run without a GPU: ComfyUI on the CPU, comem's simulated card of --card-gib, comem only")
     ap.add_argument("--child", nargs=2, metavar=("POLICY", "BASE"), help=argparse.SUPPRESS)
@@ -198,7 +213,7 @@ def main() -> int:
                 env.update({k: machine.env[k] for k in ("COMEM_SOCKET", "COMEM_RUNTIME_DIR", "COMEM_DEVICE")})
             argv = [sys.executable, os.path.abspath(__file__), "--child", policy, base] + [
                 f"--{k.replace('_', '-')}={getattr(a, k)}" for k in ("host_gib", "a_gib", "b_gib", "rounds", "hold")] + (
-                ["--simulated"] if a.simulated else [])
+                ["--simulated"] if a.simulated else []) + (["--aimdo"] if a.aimdo else [])
             t = time.monotonic()
             r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
             sys.stderr.write(r.stderr[-20000:])
