@@ -148,7 +148,7 @@ class ComfyEnvCase(ServerCase):
 
 
 class TestIsolatedPack(ComfyEnvCase):
-    def test_worker_joins_loads_is_asked_and_respawns(self):
+    def test_workers_join_load_are_asked_and_respawn(self):
         self.start_server()
         lines = self.run_.stdout()
         self.assertIn("comem: comfy-env 0.4.46 bridged", lines, self.run_.logs())
@@ -235,6 +235,21 @@ class TestIsolatedPack(ComfyEnvCase):
         text = self.machine.cli("status").stdout
         self.assertIn(ENV_NAME, text)
 
+        # A pack whose environment says COMEM_COMFY=off: its worker runs as comfy-env alone would, the host says
+        # so once, and nothing else changes.
+        off = self.iso("OffProbe")
+        self.assertEqual(off["switch"], "off")
+        self.assertIsNone(off["comem"], "the worker joined although its environment says COMEM_COMFY=off")
+        self.assertEqual(self.iso("OffProbe")["pid"], off["pid"])
+        self.assertIsNone(self.machine.process(OFF_NAME))
+        said = [line for line in self.run_.stdout().splitlines() + self.run_.stderr().splitlines()
+                if f"comfy-env worker {OFF_NAME}" in line and "runs without comem" in line]
+        self.assertEqual(len(said), 1, "the host says once that the worker runs without comem\n" + self.run_.logs())
+        self.assertIn("COMEM_COMFY=off", said[0])
+        probe = self.host()
+        self.assertEqual(sorted((w["name"], w["pid"], w["joined"]) for w in probe["bridge"].values()),
+                         [(ENV_NAME, first["pid"], True), (OFF_NAME, off["pid"], False)])
+
         # 6. A SIGKILLed worker leaves the ledger; comfy-env's next worker joins as a new session.
         pid = first["pid"]
         os.kill(pid, signal.SIGKILL)
@@ -257,25 +272,6 @@ class TestIsolatedPack(ComfyEnvCase):
                                      headers={"Content-Type": "application/json"}, method="POST")
         with test_comfy_server._http.open(req, timeout=30) as r:
             self.assertEqual(r.status, 200)
-
-    def test_a_worker_that_does_not_join(self):
-        self.start_server()
-        first = self.iso("OffProbe")
-        self.assertEqual(first["switch"], "off")
-        self.assertIsNone(first["comem"], "the worker joined although its environment says COMEM_COMFY=off")
-        second = self.iso("OffProbe")
-        self.assertEqual(second["pid"], first["pid"])
-        self.assertIsNone(self.machine.process(OFF_NAME))
-        said = [line for line in self.run_.stdout().splitlines() + self.run_.stderr().splitlines()
-                if f"comfy-env worker {OFF_NAME}" in line and "runs without comem" in line]
-        self.assertEqual(len(said), 1, "the host says once that the worker runs without comem\n" + self.run_.logs())
-        self.assertIn("COMEM_COMFY=off", said[0])
-        probe = self.host()
-        self.assertEqual([(w["name"], w["pid"], w["joined"]) for w in probe["bridge"].values()],
-                         [(OFF_NAME, first["pid"], False)])
-        # ComfyUI and the joining pack's worker are unaffected.
-        self.assertTrue(self.iso("IsoProbe")["comem"]["joined"])
-        self.machine.check_ledger(self)
 
     def wait_done(self, prompt_id: str) -> None:
         deadline = time.monotonic() + test_comfy_server.PROMPT_S
