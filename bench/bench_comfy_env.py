@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(HERE)
@@ -152,30 +152,50 @@ class Server:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
+def steps(host_mib: int, a_mib: int, b_mib: int, hold: float) -> List[Tuple[str, Dict[str, Any]]]:
+    """One round of the fixed mix: (node class, its inputs) in order (also tests/gpu/comfy_env_gpu.py's)."""
+    return [("HostLoad", {"name": "h", "mib": host_mib}),
+            ("IsoLoad", {"name": "a", "mib": a_mib, "hold": hold}),
+            ("IsoTwoLoad", {"name": "b", "mib": b_mib, "hold": hold}),
+            ("HostLoad", {"name": "h", "mib": host_mib}),
+            ("IsoLoad", {"name": "a", "mib": a_mib, "hold": hold})]
+
+
+class Tally:
+    """The mix's figures from the nodes' reports (each model's residency before and after its own node)."""
+
+    def __init__(self) -> None:
+        self.figures: Dict[str, Any] = {"ooms": 0, "bytes_reloaded": 0, "bytes_evicted": 0}
+        self._last: Dict[str, int] = {}  # model -> its residency when its last node ended
+
+    def failed(self) -> None:
+        self.figures["ooms"] += 1
+
+    def ran(self, kind: str, inputs: Dict[str, Any], report: Dict[str, Any]) -> Tuple[int, int]:
+        """Counts one node's report; returns the model's (before, after) bytes."""
+        key = f"{kind}:{inputs['name']}"
+        after = int(report.get("after", report.get("model_loaded", 0)))
+        before = int(report.get("before", 0))
+        if key in self._last:  # what others took since its last node, and what it loaded again
+            self.figures["bytes_reloaded"] += max(0, after - before)
+            self.figures["bytes_evicted"] += max(0, self._last[key] - before)
+        self._last[key] = after
+        return before, after
+
+
 def mix(server: Server, args: argparse.Namespace) -> Dict[str, Any]:
     """The fixed workload; the figures of one policy."""
-    steps = [("HostLoad", {"name": "h", "mib": args.host_mib}),
-             ("IsoLoad", {"name": "a", "mib": args.a_mib, "hold": args.hold}),
-             ("IsoTwoLoad", {"name": "b", "mib": args.b_mib, "hold": args.hold}),
-             ("HostLoad", {"name": "h", "mib": args.host_mib}),
-             ("IsoLoad", {"name": "a", "mib": args.a_mib, "hold": args.hold})]
-    last_after: Dict[str, int] = {}
-    out = {"ooms": 0, "bytes_reloaded": 0, "bytes_evicted": 0}
+    tally = Tally()
     before_counters = server.counters()
     t0 = time.monotonic()
     for _ in range(args.rounds):
-        for kind, inputs in steps:
+        for kind, inputs in steps(args.host_mib, args.a_mib, args.b_mib, args.hold):
             r = server.run(kind, **inputs)
             if r is None:
-                out["ooms"] += 1
-                continue
-            key = f"{kind[:4]}:{inputs['name']}"
-            after = int(r.get("after", r.get("model_loaded", 0)))
-            before = int(r.get("before", 0))
-            if key in last_after:
-                out["bytes_reloaded"] += max(0, after - before)
-                out["bytes_evicted"] += max(0, last_after[key] - before)
-            last_after[key] = after
+                tally.failed()
+            else:
+                tally.ran(kind, inputs, r)
+    out = tally.figures
     out["wall_s"] = round(time.monotonic() - t0, 2)
     c = server.counters()
     if c:

@@ -45,6 +45,7 @@ from typing import Any, Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SOURCE, "tests", "python"))
+sys.path.insert(0, os.path.join(SOURCE, "bench"))
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -99,33 +100,24 @@ def child(policy: str, base: str, a: argparse.Namespace) -> int:
         text = r["result"][0] if isinstance(r, dict) else r[0]
         return json.loads(text)
 
-    steps = [("HostLoad", {"name": "h", "mib": int(a.host_gib * 1024)}),
-             ("IsoLoad", {"name": "a", "mib": int(a.a_gib * 1024), "hold": a.hold}),
-             ("IsoTwoLoad", {"name": "b", "mib": int(a.b_gib * 1024), "hold": a.hold}),
-             ("HostLoad", {"name": "h", "mib": int(a.host_gib * 1024)}),
-             ("IsoLoad", {"name": "a", "mib": int(a.a_gib * 1024), "hold": a.hold})]
-    out: Dict[str, Any] = {"ooms": 0, "bytes_reloaded": 0, "bytes_evicted": 0, "errors": []}
-    last: Dict[str, int] = {}
+    from bench_comfy_env import Tally, steps
+    tally = Tally()
+    errors: List[str] = []
     t0 = time.monotonic()
     for rnd in range(a.rounds):
-        for kind, inputs in steps:
+        for kind, inputs in steps(int(a.host_gib * 1024), int(a.a_gib * 1024), int(a.b_gib * 1024), a.hold):
             t = time.monotonic()
             try:
                 r = run(kind, **inputs)
             except Exception as e:  # noqa: BLE001 - an OOM in a process is a figure
-                out["ooms"] += 1
-                out["errors"].append(f"{kind}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
-                print(f"  round {rnd} {kind}: FAILED {out['errors'][-1]}", flush=True, file=sys.stderr)
+                tally.failed()
+                errors.append(f"{kind}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+                print(f"  round {rnd} {kind}: FAILED {errors[-1]}", flush=True, file=sys.stderr)
                 continue
-            key = f"{kind}:{inputs['name']}"
-            after = int(r.get("after", r.get("model_loaded", 0)))
-            before = int(r.get("before", 0))
-            if key in last:
-                out["bytes_reloaded"] += max(0, after - before)
-                out["bytes_evicted"] += max(0, last[key] - before)
-            last[key] = after
+            before, after = tally.ran(kind, inputs, r)
             print(f"  round {rnd} {kind}: {before / GiB:.2f} -> {after / GiB:.2f} GiB in {time.monotonic() - t:.2f} s",
                   flush=True, file=sys.stderr)
+    out: Dict[str, Any] = dict(tally.figures, errors=errors)
     out["wall_s"] = round(time.monotonic() - t0, 2)
     out["rows"] = sorted(type(lm.model).__name__ for lm in mm.current_loaded_models)
     if host is not None:

@@ -233,6 +233,27 @@ class TestNames(unittest.TestCase):
         self.assertEqual(env_name("/r/envs/bad\nname_py3/.pixi/envs/default"), "bad?name")
 
 
+class TestPathFolder(unittest.TestCase):
+    def test_a_private_folder_holding_only_comem(self):
+        import comem
+        from comem.comfy.comfyenv_host import comem_path_folder
+        runtime = tempfile.mkdtemp(prefix="comem-rt-")
+        self.addCleanup(__import__("shutil").rmtree, runtime, True)
+        os.chmod(runtime, 0o700)
+        with mock.patch.dict(os.environ, {"COMEM_RUNTIME_DIR": runtime}):
+            folder = comem_path_folder()
+            self.assertEqual(os.path.dirname(folder), os.path.realpath(runtime))
+            self.assertEqual(os.listdir(folder), ["comem"])
+            package = os.path.dirname(os.path.abspath(comem.__file__))
+            self.assertEqual(os.readlink(os.path.join(folder, "comem")), package)
+            self.assertEqual(comem_path_folder(), folder)
+            os.unlink(os.path.join(folder, "comem"))
+            os.symlink("/nonexistent", os.path.join(folder, "comem"))  # planted: replaced, not followed
+            self.assertEqual(comem_path_folder(), folder)
+            self.assertEqual(os.readlink(os.path.join(folder, "comem")), package)
+            self.assertEqual(os.listdir(folder), ["comem"])
+
+
 class TestWorkerSide(unittest.TestCase):
     def test_switched_off_in_the_worker(self):
         from comem.comfy import comfyenv_worker

@@ -94,12 +94,15 @@ def comem_path_folder() -> str:
 
     Never the folder that holds comem itself: in an installed comem that is site-packages, whose
     other packages (torch among them) must not shadow the environment's own. The folder lives in
-    the user's private runtime folder; a link found there that names anything else is replaced.
+    the user's private runtime folder, one per comem install (two ComfyUIs of one user with two comem
+    installs never swap each other's); a link found there that names anything else is replaced.
     """
+    import hashlib
     import comem
     from ..client import runtime_dir
     target = os.path.dirname(os.path.abspath(comem.__file__))
-    folder = os.path.join(runtime_dir(), "comfy-env-path")
+    tag = hashlib.sha256(target.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    folder = os.path.join(runtime_dir(), f"comfy-env-path-{tag}")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     link = os.path.join(folder, "comem")
     try:
