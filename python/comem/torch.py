@@ -26,7 +26,7 @@ import contextlib
 import ctypes
 import logging
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -254,6 +254,9 @@ class Models:
         self.holder: Holder = client.add_holder(name, device=self.device, kind="models", on_release=self._on_release,
                                                 answers=("release", "idle"))
         self.released = 0  #: bytes given back to release asks so far
+        #: bytes this process's other holders keep in the same allocator on this device (a ComfyUI adapter's
+        #: models, in a worker that runs both): never this holder's overhead, since no flush can give them back
+        self.others: Optional[Callable[[], int]] = None
 
     # ---- loading ----
 
@@ -323,6 +326,8 @@ class Models:
                 if r != m.entry.resident:
                     m.entry.resident = r
             cached = self.placement.cached()
+            if cached and self.others is not None:
+                total += max(0, int(self.others()))
             self.holder.report(overhead=max(0, cached - total) if cached else None)
 
     # ---- the release ladder ----

@@ -82,6 +82,33 @@ class TestModels(TorchCase):
         self.assertEqual(self.machine.process("holder")["resident"], 0)
         self.machine.check_ledger(self)
 
+    def test_overhead_leaves_out_what_other_holders_keep_in_the_allocator(self):
+        # A worker that runs ComfyUI's adapter beside plain torch models: ComfyUI's weights sit in the same
+        # allocator, and reporting them as this holder's overhead had the coordinator ask it for a flush that
+        # could free none of them (found on an H100, tests/gpu/comfy_env_gpu.py).
+        ct = self.ct
+        card = self.card
+
+        class Reserved(ct.SimPlacement):
+            def cached(self) -> int:  # what torch.cuda.memory_reserved says on a GPU
+                return 3 * GiB
+
+        c = self.comem.Client("holder", socket=self.machine.socket, require_coordinator=True)
+        self.addCleanup(c.close)
+        ms = ct.Models(c, placement_=Reserved(card))
+        ms.load(self.layers(256), "m")
+
+        def overhead() -> int:
+            return [h for h in self.machine.process("holder")["holders"] if h["name"] == "models"][0]["overhead"]
+        ms.census()
+        self.assertEqual(overhead(), 3 * GiB - 256 * MiB)
+        ms.others = lambda: 2 * GiB  # another holder's 2 GiB in the same allocator
+        ms.census()
+        self.assertEqual(overhead(), 1 * GiB - 256 * MiB)
+        ms.others = lambda: 8 * GiB  # never below nothing
+        ms.census()
+        self.assertEqual(overhead(), 0)
+
     def test_another_process_admission_runs_the_ladder(self):
         c, ms = self.models()
         m = self.layers(128, 256, 512, 1024)  # 1.875 GiB

@@ -226,6 +226,11 @@ class ComfyModels:
             self.mm.soft_empty_cache()
         return freed
 
+    def allocator_resident(self, index: int) -> int:
+        """Bytes of this process's models on comem device ``index`` that live in torch's own allocator (all but
+        the dynamic models, whose pages aimdo maps outside it)."""
+        return max(0, self.resident(index) - self.dynamic_resident(index))
+
     def dynamic_resident(self, index: int) -> int:
         """Bytes aimdo holds for this process's dynamic models on comem device ``index`` (no lock taken)."""
         total = 0

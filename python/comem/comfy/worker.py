@@ -55,6 +55,11 @@ class Worker:
             card = self.comfy.devices.card if self.comfy.devices.simulated else card
         place = ctorch.placement(self.device, card)
         self.torch_models = ctorch.Models(self.client, self.device, name="torch-models", placement_=place)
+        if self.comfy is not None:
+            # ComfyUI's models share torch's allocator with the plain ones: its bytes are not the plain holder's
+            # overhead (reported so, a coordinator asked that holder for a flush that could free none of them).
+            comfy_models, index = self.comfy.models, self.device
+            self.torch_models.others = lambda: comfy_models.allocator_resident(index)
 
     # ---- loading ----
 
