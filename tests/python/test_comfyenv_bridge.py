@@ -174,6 +174,8 @@ class TestOneRowOneWriter(BridgeCase):
         self.assertEqual(self.pool._publish_reserve(shrink_allowed=True), reserve)
         self.assertEqual(self.mm.EXTRA_RESERVED_VRAM, reserve)
         self.assertEqual(self.pool._RESERVE_PUBLISHED, 0)
+        from comem.comfy.comfyenv_host import _no_forward
+        self.assertIs(self.pool._forward_reserve_to_aimdo, _no_forward)  # comfy-env's own returns False too here
         self.assertFalse(self.pool._forward_reserve_to_aimdo(8 * GiB))
         states = {key: {"alive": True, "advertises": True, "in_flight": False, "held": GiB},
                   "/envs/other": {"alive": True, "advertises": True, "in_flight": False, "held": GiB}}

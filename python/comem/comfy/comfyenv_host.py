@@ -130,6 +130,12 @@ class _Joined:
         self.name = name
 
 
+def _printable(text: Any, limit: int = 300) -> str:
+    """Another process's words, fit for one log line: control characters replaced, at most ``limit`` characters."""
+    s = "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
 def worker_pid(worker: Any) -> Optional[int]:
     """The pid of the Python a comfy-env worker runs now (its ready frame's, else the process it started)."""
     state = getattr(worker, "pin_state", None)
@@ -266,15 +272,14 @@ class Bridge:
                 self._joined[key] = _Joined(worker, int(answer["pid"]), answer.get("session"), name)
             self._said.discard(key)
             log.info("comem: comfy-env worker %s (pid %s) joined the ledger as session %s", name, answer["pid"],
-                     answer.get("session"))
-            self.drop_proxies()
-            return True
+                     _printable(answer.get("session")))
+            return True  # its proxies leave ComfyUI's list at the next sync, under the model lock
         self._refused[key] = pid
         if key not in self._said:
             self._said.add(key)
             log.warning("comem: comfy-env worker %s (pid %s) runs without comem: %s. Its models stay under "
                         "comfy-env's own stand-ins, and the card sees its process as unregistered",
-                        name, pid, answer.get("why", "it did not join"))
+                        name, pid, _printable(answer.get("why", "it did not join")))
         return False
 
     def _checked(self, answer: Any, pid: Optional[int]) -> Dict[str, Any]:
@@ -336,10 +341,8 @@ class Bridge:
                         self.ensure_joined(worker, str(spec[0]))
                     except Exception as e:  # noqa: BLE001 - comfy-env's own call reports a start failure
                         log.debug("comem: comfy-env worker not joined before its call: %s", e)
-                try:
-                    return orig(*args, **kwargs)
-                finally:
-                    self.host.sync_standins()  # what the node loaded is a row of ComfyUI's list at once
+                # The rows follow at the host node's end (Host.node_boundary), right after this returns.
+                return orig(*args, **kwargs)
         return call_in_worker
 
     def _waiting(self) -> Any:

@@ -43,7 +43,6 @@ class _Joined:
         self.pid = os.getpid()
         self._node: Optional[contextlib.ExitStack] = None
         self.hooked = False
-        self.nodes = 0  #: calls marked busy so far
 
     def answer(self) -> Dict[str, Any]:
         client = self.worker.client
@@ -65,7 +64,6 @@ class _Joined:
             log.warning("comem: the comfy-env worker %s could not mark its call busy: %s", self.name, e)
             return
         self._node = stack
-        self.nodes += 1
 
     def end(self) -> None:
         """A request's method returned or raised: idle again, with a census."""

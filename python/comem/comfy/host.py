@@ -147,9 +147,7 @@ class Host(Adapter):
                 self.standins.clear()
             return
         try:
-            if self.comfy_env is not None:
-                self.comfy_env.drop_proxies()
-            self.standins.sync()
+            self._sync_rows()
             if getattr(self._depth, "n", 0) <= 1:
                 self.publish()
         except errors.Error as e:
@@ -178,11 +176,16 @@ class Host(Adapter):
             return
         with self.lock:
             try:
-                if self.comfy_env is not None:
-                    self.comfy_env.drop_proxies()
-                self.standins.sync()
+                self._sync_rows()
             except errors.Error as e:
                 log.warning("comem: could not bring other processes' models up to date: %s", e)
+
+    def _sync_rows(self) -> None:
+        """Other processes' rows in ComfyUI's list as the ledger has them: comem's stand-ins, and no comfy-env
+        proxy for a worker that joined (the caller holds the model lock)."""
+        if self.comfy_env is not None:
+            self.comfy_env.drop_proxies()
+        self.standins.sync()
 
     def sync(self) -> None:
         """Stand-ins, this process's entries and the reserve, all brought up to date now."""
