@@ -152,13 +152,18 @@ class Server:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def steps(host_mib: int, a_mib: int, b_mib: int, hold: float) -> List[Tuple[str, Dict[str, Any]]]:
-    """One round of the fixed mix: (node class, its inputs) in order (also tests/gpu/comfy_env_gpu.py's)."""
-    return [("HostLoad", {"name": "h", "mib": host_mib}),
-            ("IsoLoad", {"name": "a", "mib": a_mib, "hold": hold}),
-            ("IsoTwoLoad", {"name": "b", "mib": b_mib, "hold": hold}),
-            ("HostLoad", {"name": "h", "mib": host_mib}),
-            ("IsoLoad", {"name": "a", "mib": a_mib, "hold": hold})]
+def steps(host_mib: int, a_mib: int, b_mib: int, hold: float,
+          compute: bool = False) -> List[Tuple[str, Dict[str, Any]]]:
+    """One round of the fixed mix: (node class, its inputs) in order (also tests/gpu/comfy_env_gpu.py's).
+
+    ``compute``: each node runs its model's layers once after loading it (a dynamic model's pages come in
+    only then); the CPU benchmark leaves it off."""
+    c = {"compute": True} if compute else {}
+    return [("HostLoad", {"name": "h", "mib": host_mib, **c}),
+            ("IsoLoad", {"name": "a", "mib": a_mib, "hold": hold, **c}),
+            ("IsoTwoLoad", {"name": "b", "mib": b_mib, "hold": hold, **c}),
+            ("HostLoad", {"name": "h", "mib": host_mib, **c}),
+            ("IsoLoad", {"name": "a", "mib": a_mib, "hold": hold, **c})]
 
 
 class Tally:

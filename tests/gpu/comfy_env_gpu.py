@@ -12,7 +12,8 @@ that imports three packs from a ``custom_nodes/`` folder as ComfyUI does: ``host
 (a model in the host) and ``ComfyUI-IsoDemo`` and ``ComfyUI-IsoTwo``, isolated by the real
 comfy-env in a worker each (their environments laid as ``tests/python/test_comfy_env.py``
 lays them, reaching this Python's packages). Each round, one node at a time: the host
-loads, worker A loads and computes (holds ``--hold`` s), worker B the same, the host again,
+loads and runs its model's layers once (a dynamic model's pages come in only as it computes),
+worker A loads, runs its layers and holds ``--hold`` s, worker B the same, the host again,
 A again. A ballast outside both makes the card ``--card-gib`` large.
 
 Policies (each a fresh host process and fresh workers): ``comfy-env`` (no comem: comfy-env's
@@ -105,7 +106,8 @@ def child(policy: str, base: str, a: argparse.Namespace) -> int:
     errors: List[str] = []
     t0 = time.monotonic()
     for rnd in range(a.rounds):
-        for kind, inputs in steps(int(a.host_gib * 1024), int(a.a_gib * 1024), int(a.b_gib * 1024), a.hold):
+        for kind, inputs in steps(int(a.host_gib * 1024), int(a.a_gib * 1024), int(a.b_gib * 1024), a.hold,
+                                  compute=not a.simulated):
             t = time.monotonic()
             try:
                 r = run(kind, **inputs)

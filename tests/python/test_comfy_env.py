@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import unittest
 import urllib.request
@@ -146,6 +147,9 @@ class ComfyEnvCase(ServerCase):
     def entries(self, proc: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
         return [e for h in (proc or {}).get("holders", []) for e in h.get("entries", [])]
 
+    def worker_resident(self) -> int:
+        return sum(e["resident"] for e in self.entries(self.worker_row()))
+
 
 class TestIsolatedPack(ComfyEnvCase):
     def test_workers_join_load_are_asked_and_respawn(self):
@@ -223,19 +227,58 @@ class TestIsolatedPack(ComfyEnvCase):
         emptied = support.wait_for(lambda: sum(e["resident"] for e in self.entries(self.worker_row())) == 0, 60)
         self.assertTrue(emptied, f"the Free button did not reach the worker: {self.worker_row()}")
 
-        # 4. Busy from comfy-env's call boundaries: while the worker's node runs, the ledger says so.
+        # 4. Busy from comfy-env's call boundaries: while the worker's node runs, the ledger says so; an admission
+        # whose room only the computing worker holds waits for the worker's boundary and is then answered from
+        # the worker's receipt. (The node ends when the test creates its gate file: the order is the test's.)
+        gate = os.path.join(self.base, "the-node-may-end")
         r = self.post("/prompt", {"prompt": {"1": {"class_type": "IsoLoad",
-                                                   "inputs": {"name": "b", "mib": 64, "hold": 4.0}}},
+                                                   "inputs": {"name": "a", "mib": 1024, "hold": 0.0, "gate": gate}}},
                                   "client_id": "comem-test"})
-        busy = support.wait_for(lambda: (self.worker_row() or {}).get("busy"), 30)
-        self.assertTrue(busy, f"the worker was never busy in the ledger: {self.worker_row()}")
+        busy = support.wait_for(lambda: (self.worker_row() or {}).get("busy") and self.worker_resident() == 1024 * MIB,
+                                60)
+        self.assertTrue(busy, f"the worker was never busy with its model in: {self.worker_row()}")
+        holders = [h["id"] for h in self.worker_row()["holders"] if h.get("entries")]
+        import comem
+        taker = comem.Client("taker", socket=self.machine.socket, require_coordinator=True)
+        self.addCleanup(taker.close)
+        with self.assertRaises(comem.Refused) as probe:  # what fits in the room the card has free now
+            taker.admit(4096 * MIB, timeout=0.5)
+        self.assertEqual(probe.exception.n_asked, 0, "the computing worker was asked")
+        want = probe.exception.fits + 512 * MIB  # fits only with (a part of) the worker's 1 GiB
+        out: Dict[str, Any] = {}
+
+        def admit() -> None:
+            try:
+                out["grant"] = taker.admit(want, timeout=90)
+            except Exception as e:  # noqa: BLE001 - whatever it is, the assertions below say so
+                out["error"] = e
+
+        t = threading.Thread(target=admit)
+        t.start()
+        support.wait_for(lambda: self.machine.status()["coordinator"]["requests_in_flight"] > 0 or not t.is_alive(), 30)
+        time.sleep(0.2)
+        self.assertTrue(t.is_alive(), f"answered while the worker computed: {out}")
+        self.assertEqual(self.worker_resident(), 1024 * MIB, "a computing worker was asked")
+        self.assertTrue(self.worker_row()["busy"])
+        open(gate, "w").close()
+        t.join(120)
+        self.assertNotIn("error", out)
+        g = out["grant"]
+        self.assertEqual(g.asked, holders, "the admission asked someone other than the worker")
+        self.assertGreater(g.freed, 0)
+        self.assertLess(self.worker_resident(), 1024 * MIB)
+        g.cancel()
         idle = support.wait_for(lambda: not (self.worker_row() or {}).get("busy", True), 60)
         self.assertTrue(idle, "the worker stayed busy after its node")
         self.wait_done(r["prompt_id"])
+        self.machine.check_ledger(self)
 
-        # 5. The status tools list the worker by its environment.
-        text = self.machine.cli("status").stdout
-        self.assertIn(ENV_NAME, text)
+        # 5. The status tools list the worker by its environment: comem status, comem watch, the status node.
+        self.assertIn(ENV_NAME, self.machine.cli("status").stdout)
+        self.assertIn(ENV_NAME, self.machine.cli("watch", "--plain", "--count", "1", "--status-every", "0.1").stdout)
+        node = self.status_output(self.queue_status_node())
+        self.assertIn(ENV_NAME, [p.get("name") for d in node.get("devices", []) for p in d.get("processes", [])],
+                      node)
 
         # A pack whose environment says COMEM_COMFY=off: its worker runs as comfy-env alone would, the host says
         # so once, and nothing else changes.
