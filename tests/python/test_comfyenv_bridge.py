@@ -224,6 +224,46 @@ class TestJoinRecords(BridgeCase):
         self.assertIn("no comem here", said[0])
 
 
+    def test_a_worker_that_never_answers_is_not_asked_again_nor_its_successors(self):
+        # comfy-env ends a worker whose call timed out (its TimeoutError); the next worker of that environment
+        # would time out the same way, so none is asked again in this host's life.
+        host = self.start_host()
+        bridge = host.comfy_env
+        w = self.worker("mute", pid=6161)
+        key = "/envs/mute_py311/.pixi/envs/default"
+        calls = []
+
+        def call_module(**kw):
+            calls.append(kw)
+            raise TimeoutError(f"mute: call_id=1 timed out after {kw['timeout']}s")
+        with mock.patch.object(w, "call_module", side_effect=call_module), \
+                self.assertLogs("comem.comfy", logging.WARNING) as logs:
+            self.assertFalse(bridge.ensure_joined(w, key))
+            w.pin_state = {"pid": 6262}  # comfy-env's next worker
+            self.assertFalse(bridge.ensure_joined(w, key))
+        self.assertEqual(len(calls), 1)
+        from comem.comfy.comfyenv_host import JOIN_S
+        self.assertEqual(calls[0]["timeout"], JOIN_S)
+        said = [r for r in logs.output if "runs without comem" in r]
+        self.assertEqual(len(said), 1, logs.output)
+        self.assertIn("did not answer its join", said[0])
+        self.assertFalse(bridge.workers().get(key, {}).get("joined", False))
+
+    def test_a_workers_words_reach_the_log_as_one_bounded_line(self):
+        host = self.start_host()
+        w = self.worker("loud", pid=7171)
+        hostile = "\x1b[2J\x1b[31mforged\nWARNING comem: all is well\r" + "x" * 100_000
+        with mock.patch.object(w, "call_module", return_value={"joined": False, "why": hostile}), \
+                self.assertLogs("comem.comfy", logging.WARNING) as logs:
+            self.assertFalse(host.comfy_env.ensure_joined(w, "/envs/loud_py311/.pixi/envs/default"))
+        (line,) = [r for r in logs.output if "runs without comem" in r]
+        self.assertNotIn("\x1b", line)
+        self.assertNotIn("\n", line)
+        self.assertNotIn("\r", line)
+        self.assertIn("forged", line)
+        self.assertLess(len(line), 1000)
+
+
 class TestNames(unittest.TestCase):
     def test_env_name(self):
         from comem.comfy.comfyenv_host import env_name

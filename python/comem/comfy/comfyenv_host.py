@@ -118,6 +118,10 @@ def comem_path_folder() -> str:
     return folder
 
 
+#: In the bridge's refusals: no worker of that environment is asked to join again (one did not answer).
+_EVERY_WORKER = -1
+
+
 class _Joined:
     """A worker that runs comem: its comfy-env worker object (weakly), the process and its session."""
 
@@ -158,7 +162,8 @@ class Bridge:
         self._saved: list = []
         self._joined: Dict[str, _Joined] = {}  # comfy-env's pool key (env dir) -> the worker that joined
         self._said: Set[str] = set()  # env keys whose refusal to join was logged (once each)
-        self._refused: Dict[str, Optional[int]] = {}  # env key -> the worker pid that did not join (not asked again)
+        # env key -> the worker pid that did not join (not asked again), or _EVERY_WORKER
+        self._refused: Dict[str, Optional[int]] = {}
         self._lock = threading.Lock()
         self.installed = False
 
@@ -258,12 +263,17 @@ class Bridge:
         if self.joined(key) is not None:
             return True
         pid = worker_pid(worker)
-        if key in self._refused and self._refused[key] == pid:
+        if key in self._refused and self._refused[key] in (pid, _EVERY_WORKER):
             return False  # this process said no once: asked again only once comfy-env replaces it
-        name = env_name(key)
+        name, timed_out = env_name(key), False
         try:
             answer = worker.call_module(module=WORKER_MODULE, func="join", timeout=JOIN_S, name=name,
                                         host_pid=os.getpid())
+        except TimeoutError:
+            # comfy-env ends a worker whose call timed out: asking its successors again could end each in turn.
+            timed_out = True
+            answer = {"joined": False, "why": f"it did not answer its join within {JOIN_S:.0f} s (comfy-env ended "
+                                              "it); this environment's next workers are not asked"}
         except Exception as e:  # noqa: BLE001 - a worker that cannot join still runs its nodes
             answer = {"joined": False, "why": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
         answer = self._checked(answer, pid)
@@ -274,7 +284,7 @@ class Bridge:
             log.info("comem: comfy-env worker %s (pid %s) joined the ledger as session %s", name, answer["pid"],
                      _printable(answer.get("session")))
             return True  # its proxies leave ComfyUI's list at the next sync, under the model lock
-        self._refused[key] = pid
+        self._refused[key] = _EVERY_WORKER if timed_out else pid
         if key not in self._said:
             self._said.add(key)
             log.warning("comem: comfy-env worker %s (pid %s) runs without comem: %s. Its models stay under "
