@@ -48,7 +48,9 @@ check: deps venv
 	  fi; \
 	done
 	$(MAKE) --no-print-directory build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	@rc=0; ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --output-junit $(abspath $(BUILD))/ctest-junit.xml \
+	    --test-output-size-passed 8000000 $(CTEST_ARGS) || rc=$$?; \
+	  python3 scripts/skips.py $(BUILD)/ctest-junit.xml || true; exit $$rc
 
 asan:
 	$(MAKE) check BUILD=build-asan SANITIZE=address,undefined
