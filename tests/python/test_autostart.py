@@ -248,7 +248,8 @@ class TestEnsureRunning(AutostartCase):
             m = re.match(r"comem\[(\d+)\] error: (.*)", ln)
             if m:
                 self.assertNotEqual(int(m.group(1)), pid)
-                self.assertEqual(m.group(2), f"another coordinator already runs on {self.socket}")
+                self.assertEqual(m.group(2), f"another coordinator already runs on {self.socket} "
+                                             f"(`comem status --socket {self.socket}` names its pid)")
 
     def test_switched_off_starts_nothing(self):
         os.environ[autostart.SWITCH] = "0"

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "base/name.h"
 #include "base/size.h"
+#include "comem/comem.h"
 #include "comem/common.h"
 #include "coord/coord.h"
 #include "os/proc.h"
@@ -182,7 +183,12 @@ int main(int argc, char **argv)
     if (rc == COMEM_OK && g_stop_asked)
         comem_coord_request_stop(srv); /* asked while it was starting: run returns at once, cleaning up */
     if (rc == COMEM_EEXIST) {
-        comem_error("another coordinator already runs on %s", cfg.socket_path[0] ? cfg.socket_path : "the default socket");
+        char where[sizeof cfg.socket_path];
+        if (cfg.socket_path[0])
+            snprintf(where, sizeof where, "%s", cfg.socket_path);
+        else if (comem_default_socket(where, sizeof where) != COMEM_OK)
+            snprintf(where, sizeof where, "the default socket");
+        comem_error("another coordinator already runs on %s (`comem status --socket %s` names its pid)", where, where);
         return 3; /* not a failure to retry: the systemd unit says RestartPreventExitStatus=3 */
     }
     if (rc == COMEM_EINVAL) /* a setting it was given (--device, the environment): already named in one line */
