@@ -157,6 +157,9 @@ class CudaPlacement(Placement):
     def to_card(self, part: torch.nn.Module) -> int:
         return self._move(part, self.device)
 
+    def __repr__(self) -> str:
+        return f"CudaPlacement(cuda:{self.index})"
+
     def to_host(self, part: torch.nn.Module) -> int:
         return self._move(part, torch.device("cpu"))
 
@@ -186,6 +189,11 @@ class SimPlacement(Placement):
 
     def resident(self, part: torch.nn.Module) -> int:
         return self._on.get(id(part), 0)
+
+    def __repr__(self) -> str:
+        with self._lock:
+            parts, charged = len(self._on), sum(self._on.values())
+        return f"SimPlacement(simulated card {self.index}: {parts} parts on it, {charged} bytes charged)"
 
     def to_card(self, part: torch.nn.Module) -> int:
         with self._lock:
