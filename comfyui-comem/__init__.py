@@ -36,7 +36,9 @@ def _unavailable(error: BaseException) -> str:
     else:
         why = f"the comem package cannot be loaded ({type(error).__name__}: {error})"
     return (f"comem: {why}; ComfyUI runs without comem. Install it with "
-            f"`{sys.executable} -m pip install -r {requirements}`, then restart ComfyUI")
+            f"`{sys.executable} -m pip install -r {requirements}` once comem is on PyPI; until then from "
+            f"comem's source: `{sys.executable} -m pip install /path/to/comem` (it builds the wheel: a C "
+            f"compiler, CMake, Ninja and json-c's headers are needed; docs/install.md). Then restart ComfyUI")
 
 
 try:

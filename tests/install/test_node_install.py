@@ -347,6 +347,7 @@ class TestManagerInstall(unittest.TestCase):
         said = [line for line in logs.splitlines() if MISSING in line]
         self.assertEqual(len(said), 1, self.logs("quick"))
         self.assertIn(f"{self.python} -m pip install -r {os.path.join(node, 'requirements.txt')}", said[0])
+        self.assertIn(f"until then from comem's source: `{self.python} -m pip install /path/to/comem`", said[0])
         self.assert_node_loaded(logs, node)
         self.assertEqual(comemds(self.sock), [], "a coordinator started without comem installed")
 
