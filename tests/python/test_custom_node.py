@@ -101,9 +101,14 @@ class TestCustomNode(unittest.TestCase):
         saved = node._host
         node._host = None
         self.addCleanup(setattr, node, "_host", saved)
+        saved_why = node._why_none
+        self.addCleanup(setattr, node, "_why_none", saved_why)
         self.assertIsNone(node.install_from_comfyui())
         from comem.comfy import active
         self.assertIsNone(active())
+        # The status node says comem is there and switched off, not that it is missing.
+        text = node.ComemStatus().status()["result"][0]
+        self.assertIn("comem is installed, and switched off in this ComfyUI (COMEM_COMFY=off)", text)
 
     def test_install_needs_no_torch(self):
         # the install links a folder: a Python where torch cannot be imported does it all the same

@@ -15,6 +15,8 @@ from typing import Any, Dict, Optional
 log = logging.getLogger("comem.comfy")
 
 _host: Optional[Any] = None
+#: Why this process has no adapter, as the status node says it (set by install_from_comfyui).
+_why_none = "comem's node was not loaded by ComfyUI in this process"
 
 
 def announce_binding() -> str:
@@ -36,25 +38,30 @@ def install_from_comfyui() -> Optional[Any]:
     Returns the installed :class:`comem.comfy.Host`, or None where it is switched off or could not
     be installed (then ComfyUI runs on without it, and the error is logged once).
     """
-    global _host
+    global _host, _why_none
     if _host is not None:
         return _host
-    if os.environ.get("COMEM_COMFY", "").strip().lower() in ("0", "off", "false", "no"):
-        log.info("comem: COMEM_COMFY=%s: the adapter is not installed", os.environ["COMEM_COMFY"])
+    switch = os.environ.get("COMEM_COMFY", "").strip()
+    if switch.lower() in ("0", "off", "false", "no"):
+        log.info("comem: COMEM_COMFY=%s: the adapter is not installed", switch)
+        _why_none = (f"comem is installed, and switched off in this ComfyUI (COMEM_COMFY={switch}): ComfyUI manages "
+                     "its memory alone. `comem status` shows the other processes' ledger")
         return None
     try:
         from .host import Host
         _host = Host().install()
-    except Exception:
+    except Exception as e:
         log.exception("comem: the ComfyUI adapter could not be installed; ComfyUI runs without it")
         _host = None
+        _why_none = (f"comem's adapter could not be installed in this ComfyUI ({type(e).__name__}: {e}); "
+                     "ComfyUI's log has the details")
     return _host
 
 
 def status_text() -> str:
     """The coordinator's status as ``comem status --json`` prints it, or a sentence saying why there is none."""
     if _host is None:
-        return "comem is not installed in this process"
+        return _why_none
     return json.dumps(_host.client.status(), indent=1)
 
 
