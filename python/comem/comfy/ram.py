@@ -157,8 +157,11 @@ class RamCache:
                 log.debug("comem: could not ask whether host RAM is served: %s", e)
                 return False
             if not self.served:
-                log.info("comem: the coordinator serves no host RAM (comemd --ram): ComfyUI's RAM cache and "
-                         "offloads are not on the ledger")
+                log.info("comem: the coordinator serves no host RAM: ComfyUI's RAM cache and offloads are not on "
+                         "the ledger. To put them there, start it with COMEM_RAM=machine in its environment (in "
+                         "ComfyUI's, where ComfyUI starts it; one already running keeps its settings until it exits) "
+                         "or `comemd --ram machine` "
+                         "(docs/hostram.md)")
         return bool(self.served)
 
     def _attach(self) -> Optional[Holder]:
