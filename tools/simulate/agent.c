@@ -1225,6 +1225,7 @@ _Noreturn void sim_agent_main(const scenario *s, sc_policy policy, int idx, sh_r
     atomic_store(&sh->p[idx].state, 1);
     ev(&a, EV_START, -1, getpid(), 0);
     open_policy(&a);
+    atomic_store(&sh->p[idx].started, 1); /* others' steps after this start may go on (clock.c) */
     for (int k = 0; k < a.pr->n_steps && !atomic_load(&sh->end); k++) {
         take_marks(&a, k, false);
         do_step(&a, &a.pr->steps[k]);

@@ -3,6 +3,7 @@
  */
 #include "simulate/clock.h"
 
+#include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -28,12 +29,34 @@ void sh_event_add(sh_run *r, int proc, sh_kind kind, int model, int card, int64_
     r->ev[i] = (sh_event){sh_now(r), proc, (int32_t)kind, model, card, a, b};
 }
 
+/*
+ * Whether every process that starts before scenario time t has started or is
+ * gone. A start (the client's open, CUDA initialisation: agent.c) takes real
+ * time that grows with the machine's load and with how many processes start at
+ * once; scenario time does not wait for it, so without this a step written
+ * seconds after another process's start could still come before it (F14: a
+ * context created after loads were admitted on the card without it).
+ */
+static bool started_before(const sh_run *r, double t)
+{
+    for (int i = 0; i < r->n_procs; i++)
+        if (r->p[i].start < t && !atomic_load(&r->p[i].started) && atomic_load(&r->p[i].state) != 3)
+            return false;
+    return true;
+}
+
 void sh_sleep_until(sh_run *r, double t)
 {
     for (;;) {
-        double left = t - sh_now(r);
-        if (left <= 0 || atomic_load(&r->end))
+        if (atomic_load(&r->end))
             return;
+        double left = t - sh_now(r);
+        if (left <= 0) {
+            if (started_before(r, t))
+                return;
+            usleep(1000); /* a start still under way: it is ordered first */
+            continue;
+        }
         double real = left / r->speed;
         usleep((useconds_t)(comem_min((int64_t)(real * 1e6), 20000) + 1));
     }

@@ -64,8 +64,10 @@ typedef struct sh_event {
 } sh_event;
 
 typedef struct sh_proc {
+    double start; /* scenario time it starts (its sc_proc's, set before the agents are forked) */
     _Atomic int32_t pid;
     _Atomic int32_t state; /* 0 not started, 1 running, 2 done with its timeline, 3 gone */
+    _Atomic int32_t started; /* 1 once its start is over: connected, its CUDA context created */
     _Atomic int32_t busy;
     _Atomic int32_t killed; /* a scripted kill or the OOM killer: not a crash */
     _Atomic int64_t pinned;
@@ -88,6 +90,7 @@ typedef struct run_sample {
 typedef struct sh_run {
     int64_t t0_ns; /* CLOCK_MONOTONIC origin; 0 until the run starts */
     double speed;
+    int32_t n_procs; /* p[0 .. n_procs) are the scenario's processes */
     _Atomic int32_t end;       /* set when the run is over: agents close and exit */
     _Atomic int64_t ram_total; /* Σ pinned + plain RAM of every process (the RAM model) */
     _Atomic uint32_t n_events;
@@ -102,9 +105,14 @@ typedef struct sh_run {
 double sh_now(const sh_run *r);
 /* Appends an event stamped now (dropped, and counted, when the log is full). */
 void sh_event_add(sh_run *r, int proc, sh_kind kind, int model, int card, int64_t a, int64_t b);
-/* Sleeps until scenario time t (returns early when the run ends). */
+/*
+ * Sleeps until scenario time t and until every process that starts before t
+ * has started (its start over, or it is gone): a start is ordered before
+ * whatever anyone does at a later scenario time, however late the machine's
+ * load made it in real time. Returns early when the run ends.
+ */
 void sh_sleep_until(sh_run *r, double t);
-/* Sleeps for scenario seconds. */
+/* Sleeps for scenario seconds (sh_sleep_until from now). */
 void sh_sleep(sh_run *r, double secs);
 /* Reads every card of s into *x, stamped now (rd: scratch space for one card's reading). */
 struct comem_sim;

@@ -351,6 +351,9 @@ int sim_run(const scenario *s, sc_policy policy, bool verbose, run_result *out)
         goto done;
     }
     r.sh->speed = s->speed;
+    r.sh->n_procs = s->n_procs;
+    for (int i = 0; i < s->n_procs; i++)
+        r.sh->p[i].start = s->procs[i].start;
     comem_sim_spec sp;
     if (write_host_tree(&r) != 0 || comem_sim_spec_parse(r.spec, &sp, NULL, 0) != COMEM_OK ||
         comem_sim_open(&sp, &r.sim) != COMEM_OK) {
