@@ -3,6 +3,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import unittest
 
@@ -157,17 +158,30 @@ class MetricsFile(unittest.TestCase):
         victim = os.path.join(m.dir.name, "victim")
         with open(victim, "w") as f:
             f.write("precious\n")
-        os.unlink(path)
-        os.symlink(victim, path)
-        time.sleep(0.5)  # several intervals
+        said = []  # comemd's stderr, line by line, while it runs
+
+        def listen():
+            for line in m.daemon.stderr:
+                said.append(line)
+        reader = threading.Thread(target=listen, daemon=True)
+        reader.start()
+        # Planted in one step (no moment without a file, when comemd could write one first), maybe while
+        # comemd writes its next file: the file it has just written must not replace the link either.
+        os.symlink(victim, os.path.join(m.dir.name, "link"))
+        os.replace(os.path.join(m.dir.name, "link"), path)
+        m.wait_for(lambda: "not this user's regular file" in "".join(said), "comemd to say it leaves the link")
+        time.sleep(0.5)  # several more intervals: still left alone
         self.assertTrue(os.path.islink(path))
+        self.assertEqual(os.readlink(path), victim)
         self.assertEqual(read(victim), "precious\n")
         os.unlink(path)  # gone: written again
         m.wait_for(lambda: os.path.isfile(path) and not os.path.islink(path), "the metrics file again")
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o640)
         m.daemon.terminate()
         m.daemon.wait(timeout=10)
+        reader.join(timeout=10)
         self.assertEqual(sorted(os.listdir(os.path.dirname(path))), ["comem.prom"])  # no temporary left
-        self.assertIn("not this user's regular file", m.daemon.stderr.read())
+        self.assertEqual("".join(said).count("not this user's regular file"), 1)  # said once, not every interval
 
     def test_bad_interval(self):
         with Machine("sim:8GiB") as m:
