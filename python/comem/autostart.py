@@ -35,11 +35,16 @@ exits the daemon runs on, adopted like any orphan. Its environment is the
 caller's, less ``CUDA_VISIBLE_DEVICES`` (the ledger is the machine's, not one
 process's view of it) and ``LD_PRELOAD`` (``comem run``'s preload must not
 wrap the coordinator itself).
+
+A coordinator started here goes away by itself: ``--exit-idle`` makes it exit
+once no process has been connected for :func:`grace_seconds` (10 minutes unless
+``COMEM_AUTOSTART_GRACE`` says otherwise), and the next client starts another.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import socket as _socket
 import stat
@@ -60,6 +65,10 @@ _L = _lib.lib
 
 #: The environment variable that switches the starting off ("0", "off", "false", "no").
 SWITCH = "COMEM_AUTOSTART"
+#: How long a coordinator started here lives on after its last client left (``comemd --exit-idle``), in
+#: seconds; ``COMEM_AUTOSTART_GRACE`` overrides it (``0``: it never exits on its own).
+GRACE_S = 600.0
+GRACE = "COMEM_AUTOSTART_GRACE"
 #: The log the started daemon writes, in the per-user runtime directory.
 LOG_NAME = "comemd.log"
 _LOG_ROTATE = 8 << 20  # a log past this is renamed to comemd.log.1 before the next start
@@ -400,6 +409,24 @@ def _found(path: str, spawned: Optional[int], binary: Optional[str], log: Option
     return Running(path, pid, co.get("started_by"), started, binary if started else None, log if started else None)
 
 
+def grace_seconds() -> float:
+    """How long a coordinator started here lives on after its last client left (``COMEM_AUTOSTART_GRACE``,
+    default :data:`GRACE_S`; 0 never exits). A value that is not a number of seconds >= 0 is said once in the
+    log and the default is used."""
+    text = os.environ.get(GRACE, "").strip()
+    if not text:
+        return GRACE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and value < 1e9):  # also NaN
+        logging.getLogger("comem").warning("comem: %s=%r is not a number of seconds >= 0; using %g", GRACE, text,
+                                           GRACE_S)
+        return GRACE_S
+    return value
+
+
 def ensure_running(socket: Optional[str] = None, timeout: float = 10.0, started_by: Optional[str] = None,
                    device: Optional[str] = None, autostart: Optional[bool] = None) -> Optional[Running]:
     """The coordinator at ``socket`` (None: ``COMEM_SOCKET``, else the per-user socket), started if none answers.
@@ -407,7 +434,8 @@ def ensure_running(socket: Optional[str] = None, timeout: float = 10.0, started_
     A coordinator that answers is used as it is (``started`` False). When nobody answers (nothing at the path,
     or a stale socket of a coordinator that is gone) and starting is on (``autostart``; None:
     ``COMEM_AUTOSTART``, on unless ``0``), starts :func:`comemd_path`'s ``comemd --socket PATH --started-by
-    TEXT [--device SPEC]`` detached (see the module) and waits up to ``timeout`` seconds for it to answer.
+    TEXT [--device SPEC] [--exit-idle SECONDS]`` detached (see the module; the grace is :func:`grace_seconds`)
+    and waits up to ``timeout`` seconds for it to answer.
     ``started_by`` (default ``"PROGRAM (pid N)"``: the name rule, at most 127 bytes) is what ``comem status``
     shows; ``device`` (default: ``COMEM_DEVICE``, else auto) the cards it coordinates. When several processes
     do this at once one comemd wins and all of them get it; ``started`` says whether it was this call's.
@@ -454,6 +482,9 @@ def ensure_running(socket: Optional[str] = None, timeout: float = 10.0, started_
     if offset > _LOG_ROTATE:
         offset = 0  # _open_log rotates it
     args = ["--socket", path, "--started-by", text] + (["--device", device] if device else [])
+    grace = grace_seconds()
+    if grace > 0:
+        args += ["--exit-idle", f"{grace:g}"]
     proc = _spawn(binary, args, log)
     return _wait(path, time.monotonic() + timeout, timeout, proc, binary, log, offset)
 

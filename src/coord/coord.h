@@ -33,6 +33,8 @@ typedef struct comem_coord_config {
                                    --ram, COMEM_RAM); "" : no RAM device */
     char started_by[128];       /* who started comemd (--started-by: the name rule); "" : not said (an operator,
                                    a service manager, an embedded coordinator) */
+    double exit_idle_s;         /* exit once no process has been connected for this long (comemd --exit-idle: the
+                                   autostart's, so that the coordinator it made goes away); 0: never */
 } comem_coord_config;
 
 /*

@@ -341,6 +341,7 @@ typedef struct comem_coord_srv {
     comem_slab asks, jobs;
     uint64_t queue_head[COMEM_MAX_DEVICES], queue_tail[COMEM_MAX_DEVICES];
     int64_t started_ns, last_tick_ns, last_pin_sweep_ns;
+    int64_t alone_since_ns; /* when the coordinator was last left with no connection (0: one is open) */
     uint64_t idle_asking[64]; /* holders with an idle ask out */
     int n_idle_asking;
     int acks_due; /* jobs with an ack_due_ns set: the loop wakes for them within a millisecond */

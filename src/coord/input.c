@@ -294,6 +294,7 @@ void coord_conn_close(comem_coord_srv *s, conn *c)
         comem_proc_watch_close(c->watch);
     }
     s->conns[c->slot] = NULL;
+    s->alone_since_ns = 0; /* --exit-idle counts from the next tick: this connection was here until now */
     s->out_total -= c->out_len;
     free(c->in);
     free(c->out);

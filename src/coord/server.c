@@ -65,6 +65,28 @@ const char *comem_coord_socket(const comem_coord_srv *s) { return s->cfg.socket_
 
 /* ---- the tick ---- */
 
+/*
+ * With --exit-idle: stops the loop once no process has been connected for that long. Nothing is held
+ * then (what a session holds ends with it), so exiting loses nothing; a client that comes later
+ * starts a coordinator again (the autostart).
+ */
+static void exit_when_alone(comem_coord_srv *s, int64_t now)
+{
+    if (s->cfg.exit_idle_s <= 0)
+        return;
+    for (int i = 0; i < COORD_MAX_CONNS; i++)
+        if (s->conns[i]) {
+            s->alone_since_ns = 0;
+            return;
+        }
+    if (!s->alone_since_ns)
+        s->alone_since_ns = now;
+    else if ((double)(now - s->alone_since_ns) >= s->cfg.exit_idle_s * 1e9) {
+        comem_info("coordinator: no process connected for %g s (--exit-idle): exiting", s->cfg.exit_idle_s);
+        comem_coord_request_stop(s);
+    }
+}
+
 static void tick(comem_coord_srv *s)
 {
     int64_t now = comem_now_ns();
@@ -87,6 +109,7 @@ static void tick(comem_coord_srv *s)
         coord_measure(s, d);
     coord_idle_tick(s, now);
     coord_pressure_tick(s, now);
+    exit_when_alone(s, now);
 }
 
 /*

@@ -219,6 +219,32 @@ class TestEnsureRunning(AutostartCase):
         # the default names this program and its pid
         self.assertTrue(autostart._default_started_by().endswith(f" (pid {os.getpid()})"))
 
+    def test_a_coordinator_it_started_goes_away_after_its_last_client(self):
+        self.assertEqual(autostart.grace_seconds(), autostart.GRACE_S)  # nothing set: 10 minutes
+        os.environ[autostart.GRACE] = "soon"
+        self.addCleanup(os.environ.pop, autostart.GRACE, None)
+        with self.assertLogs("comem", "WARNING") as said:
+            self.assertEqual(autostart.grace_seconds(), autostart.GRACE_S)
+        self.assertIn("COMEM_AUTOSTART_GRACE='soon' is not a number of seconds", said.output[0])
+        os.environ[autostart.GRACE] = "1"
+        r = ensure_running(started_by="grace-test")
+        self.assertTrue(r.started)
+        with comem.Client("brief", socket=self.socket, require_coordinator=True):
+            pass  # a client came and went: the grace counts from its leaving
+        self.assertTrue(wait_for(lambda: not comemds(self.socket), 60), "the coordinator outlived its grace")
+        with open(self.log) as f:
+            log = f.read()
+        self.assertIn(f"comem[{r.pid}] info: coordinator: no process connected for 1 s (--exit-idle): exiting", log)
+        again = ensure_running(started_by="grace-test")  # the next client starts another
+        self.assertTrue(again.started)
+        self.assertNotEqual(again.pid, r.pid)
+        os.environ[autostart.GRACE] = "0"  # never: started without --exit-idle
+        self.stop_comemds()
+        third = ensure_running(started_by="grace-test")
+        if not WINDOWS:
+            with open(f"/proc/{third.pid}/cmdline", "rb") as f:
+                self.assertNotIn(b"--exit-idle", f.read())
+
     def test_two_processes_at_once_get_one_coordinator(self):
         racers = []
         go = os.path.join(self.dir, "go")

@@ -48,7 +48,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: comemd [--socket PATH] [--device auto|nvml|sim[:...]] [--idle-release SECONDS]\n"
             "              [--hello-timeout SECONDS] [--reserve SIZE] [--ram machine|SIZE] [--check]\n"
-            "              [--metrics PATH [--metrics-interval SECONDS]] [--started-by TEXT] [--version]\n"
+            "              [--metrics PATH [--metrics-interval SECONDS]] [--started-by TEXT]\n"
+            "              [--exit-idle SECONDS] [--version]\n"
             "  The coordinator for comem clients on this machine. Logs to stderr; stops on SIGTERM.\n"
             "  --socket PATH           where to listen (default: COMEM_SOCKET, else the per-user socket);\n"
             "                          an existing file there is replaced only if it is a stale socket of\n"
@@ -66,6 +67,8 @@ static void usage(FILE *f)
             "  --metrics-interval SECONDS  how often (default 5)\n"
             "  --started-by TEXT       who started this daemon, shown by comem status (at most 127 bytes of UTF-8,\n"
             "                          no control characters); a client that starts one passes its name and pid\n"
+            "  --exit-idle SECONDS     exit once no process has been connected for this long (what a client\n"
+            "                          that starts comemd passes: it goes away after its last client); default never\n"
             "  --version               print the version\n"
             "  Environment: COMEM_SOCKET, COMEM_DEVICE, COMEM_RAM, COMEM_TOKEN (at most 127 bytes), COMEM_IDLE_SECONDS,\n"
             "  COMEM_CHECK, COMEM_LOG, COMEM_RUNTIME_DIR (the per-user folder of the default socket: mode 0700,\n"
@@ -108,6 +111,12 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--device") && v) {
             snprintf(cfg.device_spec, sizeof cfg.device_spec, "%s", v);
+            i++;
+        } else if (!strcmp(a, "--exit-idle") && v) {
+            if (comem_parse_seconds("--exit-idle", v, &cfg.exit_idle_s, err, sizeof err) != COMEM_OK) {
+                comem_error("%s", err);
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--idle-release") && v) {
             if (comem_parse_seconds("--idle-release", v, &cfg.idle_release_s, err, sizeof err) != COMEM_OK) {
