@@ -8,7 +8,7 @@ import re
 
 from comem_cli import BIN_DIR, SOURCE_DIR, Machine, run
 
-COMMANDS = ["status", "watch", "metrics", "release", "devices", "calc", "simulate", "demo", "run"]
+COMMANDS = ["status", "watch", "metrics", "release", "devices", "calc", "simulate", "demo", "run", "stop"]
 
 
 class Conventions(unittest.TestCase):

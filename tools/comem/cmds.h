@@ -12,6 +12,7 @@ int cmd_release(int argc, char **argv);
 int cmd_metrics(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
 /* `comem --socket PATH run ...`: cmd_run with the coordinator's socket given before the command (NULL: none). */
 int cmd_run_at(const char *socket, int argc, char **argv);
 

@@ -1,7 +1,8 @@
 /*
  * tools/comem/cmds_win.c - the subcommands comem.exe does not have on Windows (docs/windows.md),
- * each saying why instead: `run` puts a program under the Linux preload (LD_PRELOAD), and `demo`,
- * `simulate` and `watch` start their processes with fork() or draw on a POSIX terminal. Exit 2,
+ * each saying why instead: `run` puts a program under the Linux preload (LD_PRELOAD), `demo`,
+ * `simulate` and `watch` start their processes with fork() or draw on a POSIX terminal, and `stop`
+ * finds and signals comemd through /proc. Exit 2,
  * as for a command this build does not know.
  */
 #include <stdio.h>
@@ -48,4 +49,10 @@ int cmd_watch(int argc, char **argv)
 {
     (void)argc, (void)argv;
     return not_here("watch", "it draws on a POSIX terminal; `comem status` shows the same figures");
+}
+
+int cmd_stop(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    return not_here("stop", "it signals comemd through /proc; end comemd.exe with `taskkill /IM comemd.exe`");
 }

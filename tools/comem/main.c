@@ -39,6 +39,7 @@ static void usage(FILE *f)
             "  simulate SCENARIO            replay a workload under comem, comfy-env and no coordination\n"
             "  demo                         three processes share a simulated 24 GiB card\n"
             "  run -- PROGRAM [ARGS]        run an unmodified CUDA program as a member of the ledger\n"
+            "  stop                         end the coordinator cleanly (its sessions end with it)\n"
             "  version                      print the version\n\n"
             "global flags (before or after the command):\n"
             "  --socket PATH  the coordinator's socket (default: COMEM_SOCKET, else the per-user socket)\n"
@@ -61,7 +62,7 @@ static const command k_commands[] = {
     {"devices", cmd_devices, false, true},   {"calc", cmd_calc, false, false},
     {"simulate", cmd_simulate, false, false}, {"demo", cmd_demo, false, false},
     {"demo-worker", cmd_demo_worker, false, false}, /* the demo's own workers */
-    {"run", cmd_run, true, false},
+    {"run", cmd_run, true, false},           {"stop", cmd_stop, true, true},
 };
 
 static bool is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }

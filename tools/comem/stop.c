@@ -1,0 +1,165 @@
+/*
+ * tools/comem/stop.c - `comem stop`: ends the user's coordinator cleanly.
+ *
+ *   comem stop [--socket PATH] [--timeout SECONDS] [--json]
+ *
+ * Asks the coordinator that answers on the socket for its pid (its status),
+ * makes sure that pid is a comemd of this user, sends it SIGTERM (what systemd
+ * sends: it closes every session, removes its socket and exits 0) and waits
+ * until it is gone. What the sessions held ends with them; their processes
+ * carry on deciding locally, and the next client that starts one (the
+ * autostart) gets a new coordinator. Exit status: 0 stopped, 1 nobody answers,
+ * the pid is not a comemd of this user, or it did not stop within the
+ * timeout, 2 bad arguments. (Windows: cmds_win.c.)
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "cmds.h"
+#include "jsonout.h"
+#include "snapshot.h"
+
+static const arg_spec k_specs[] = {
+    {"socket", ARG_STRING, false},
+    {"timeout", ARG_STRING, false},
+    {"json", ARG_FLAG, false},
+    {"pretty", ARG_FLAG, false},
+};
+#define N_SPECS (sizeof k_specs / sizeof k_specs[0])
+
+/* Whether pid is a process of this user running a program named comemd (why says what it is otherwise). */
+static bool is_my_comemd(long pid, char *why, size_t len)
+{
+    char path[64], exe[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/%ld", pid);
+    if (stat(path, &st) != 0) {
+        snprintf(why, len, "no process %ld", pid);
+        return false;
+    }
+    if (st.st_uid != getuid()) {
+        snprintf(why, len, "process %ld belongs to user %u, not to you", pid, (unsigned)st.st_uid);
+        return false;
+    }
+    snprintf(path, sizeof path, "/proc/%ld/exe", pid);
+    ssize_t n = readlink(path, exe, sizeof exe - 1);
+    if (n < 0) {
+        snprintf(why, len, "cannot see which program process %ld runs (%s)", pid, strerror(errno));
+        return false;
+    }
+    exe[n] = '\0';
+    const char *base = strrchr(exe, '/');
+    base = base ? base + 1 : exe;
+    /* " (deleted)": the binary was replaced (a rebuild, an upgrade) while it runs */
+    if (strcmp(base, "comemd") != 0 && strcmp(base, "comemd (deleted)") != 0) {
+        snprintf(why, len, "process %ld runs %s, not comemd", pid, exe);
+        return false;
+    }
+    return true;
+}
+
+/* Gone, or a zombie its parent has not reaped yet (it has exited: its socket is closed and removed). */
+static bool gone(long pid)
+{
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+        return true;
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true;
+    bool zombie = false;
+    if (fgets(line, sizeof line, f)) {
+        const char *close = strrchr(line, ')'); /* the name may hold spaces and parentheses */
+        zombie = close && close[1] == ' ' && close[2] == 'Z';
+    }
+    fclose(f);
+    return zombie;
+}
+
+int cmd_stop(int argc, char **argv)
+{
+    if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+        printf("usage: comem stop [--socket PATH] [--timeout SECONDS] [--json]\n"
+               "  Ends the coordinator that answers on the socket (default: COMEM_SOCKET, else the per-user\n"
+               "  socket): SIGTERM to its pid, once that pid is a comemd of yours, then waits until it is gone\n"
+               "  (--timeout, default 10 s). Its sessions end; their processes carry on deciding locally, and\n"
+               "  the next client that starts a coordinator gets a new one.\n"
+               "  Exit status: 0 stopped, 1 nobody answers, not a comemd of yours, or still running after\n"
+               "  the timeout, 2 bad arguments.\n");
+        return 0;
+    }
+    arg_value v[N_SPECS];
+    char err[512];
+    if (args_parse(argc, argv, k_specs, N_SPECS, v, err, sizeof err) != 0) {
+        fprintf(stderr, "comem stop: %s\n", err);
+        return 2;
+    }
+    int wait_ms = 10000;
+    if (v[1].set && (wait_ms = snapshot_timeout_ms(v[1].str, err, sizeof err)) < 0) {
+        fprintf(stderr, "comem stop: %s\n", err);
+        return 2;
+    }
+    comem_client *c = NULL;
+    json_object *st = NULL;
+    if (snapshot_connect(v[0].set ? v[0].str : NULL, "comem-stop", 5000, &c, err, sizeof err) == 0)
+        st = snapshot_read(c, err, sizeof err);
+    if (c)
+        comem_client_close(c);
+    if (!st) {
+        fprintf(stderr, "comem stop: %s\n", err);
+        return 1;
+    }
+    json_object *co = NULL, *jpid = NULL, *jsock = NULL;
+    long pid = 0;
+    char sock[PATH_MAX] = "";
+    if (json_object_object_get_ex(st, "coordinator", &co) && json_object_object_get_ex(co, "pid", &jpid))
+        pid = (long)json_object_get_int64(jpid);
+    if (co && json_object_object_get_ex(co, "socket", &jsock))
+        snprintf(sock, sizeof sock, "%s", json_object_get_string(jsock));
+    json_object_put(st);
+    char why[PATH_MAX + 128];
+    if (pid <= 1) {
+        fprintf(stderr, "comem stop: the coordinator on %s did not say its pid\n", sock);
+        return 1;
+    }
+    if (!is_my_comemd(pid, why, sizeof why)) {
+        fprintf(stderr, "comem stop: what answers on %s says it is pid %ld, but %s: not stopping it\n", sock, pid,
+                why);
+        return 1;
+    }
+    if (kill((pid_t)pid, SIGTERM) != 0 && errno != ESRCH) {
+        fprintf(stderr, "comem stop: cannot signal pid %ld: %s\n", pid, strerror(errno));
+        return 1;
+    }
+    struct timespec step = {0, 20 * 1000000L};
+    for (int waited = 0; !gone(pid); waited += 20) {
+        if (waited >= wait_ms) {
+            fprintf(stderr, "comem stop: the coordinator (pid %ld) on %s is still running after %.1f s\n", pid, sock,
+                    wait_ms / 1000.0);
+            return 1;
+        }
+        nanosleep(&step, NULL);
+    }
+    if (v[2].set) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "schema", json_object_new_int(1));
+        json_object_object_add(o, "stopped", json_object_new_boolean(1));
+        json_object_object_add(o, "pid", json_object_new_int64(pid));
+        json_object_object_add(o, "socket", json_object_new_string(sock));
+        jprint(o, v[3].set);
+        json_object_put(o);
+    } else {
+        printf("stopped the coordinator (pid %ld) on %s\n", pid, sock);
+    }
+    return 0;
+}
