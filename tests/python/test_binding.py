@@ -799,7 +799,7 @@ class TestClient(MachineCase):
         with self.assertRaises(comem.Closed):  # the embedded coordinator stopped with its client
             comem.Client("after", socket=esock, require_coordinator=True)
 
-    @unittest.skipIf(WINDOWS, "test_default_pipe")
+    @unittest.skipIf(WINDOWS, "a Unix socket in the runtime folder is POSIX's (Windows: test_default_pipe)")
     def test_default_socket(self):
         self.assertEqual(comem.default_socket(), self.m.socket)  # COMEM_SOCKET, as the C API reads it
         self.assertEqual(comem.runtime_dir(), self.m.dir)  # COMEM_RUNTIME_DIR
@@ -812,7 +812,7 @@ class TestClient(MachineCase):
         self.assertEqual(os.stat(os.path.dirname(path)).st_mode & 0o777, 0o700)
 
 
-    @unittest.skipUnless(WINDOWS, "test_default_socket")
+    @unittest.skipUnless(WINDOWS, "the default named pipe is Windows' (POSIX: test_default_socket)")
     def test_default_pipe(self):
         # Windows: the user's own pipe, named by the SID, whatever the runtime folder.
         self.assertRegex(comem.default_socket(), r"^\\\\\.\\pipe\\comem-S-1-[0-9-]+$")
