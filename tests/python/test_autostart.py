@@ -215,7 +215,7 @@ class TestEnsureRunning(AutostartCase):
             self.assertEqual(stat.S_IMODE(os.stat(self.log).st_mode), 0o600)
         text = subprocess.run([COMEM, "status"], env=self.env, capture_output=True, text=True, timeout=30)
         self.assertEqual(text.returncode, 0, text.stderr)
-        self.assertEqual(text.stdout.splitlines()[1], f"started by {me}")
+        self.assertEqual(text.stdout.splitlines()[1], f"started by {me}" + ("" if WINDOWS else " (running)"))
         # the default names this program and its pid
         self.assertTrue(autostart._default_started_by().endswith(f" (pid {os.getpid()})"))
 
@@ -432,6 +432,9 @@ class TestComfyProcesses(AutostartCase):
         self.assertEqual(co["started_by"], f"sam3 worker (pid {got['pid']})")
         self.assertEqual(comemds(self.socket), [co["pid"]])  # it outlives the worker that started it
         self.assertEqual(self.status()["started_by"], f"sam3 worker (pid {got['pid']})")
+        if not WINDOWS:  # comem status says that the starter has exited
+            text = subprocess.run([COMEM, "status"], env=self.env, capture_output=True, text=True, timeout=30)
+            self.assertEqual(text.stdout.splitlines()[1], f"started by sam3 worker (pid {got['pid']}) (exited)")
 
 
 if __name__ == "__main__":

@@ -10,9 +10,15 @@
  * answers it says why (comem_probe): nothing at the path, a stale socket,
  * refused (uid, token), full, or frozen; and exits 1.
  */
+#include <errno.h>
 #include <json-c/json.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#ifndef _WIN32
+#include <signal.h>
+#include <sys/types.h>
+#endif
 
 #include "args.h"
 #include "base/size.h"
@@ -53,6 +59,29 @@ static void print_holder(json_object *h)
     }
 }
 
+/*
+ * Whether the process that started the coordinator still runs, where its words end in "(pid N)" as a
+ * starting client writes them (python/comem/autostart.py): " (running)", " (exited)", or "" when
+ * they name no pid or this platform cannot tell.
+ */
+static const char *starter_state(const char *started_by)
+{
+#ifdef _WIN32
+    (void)started_by;
+    return "";
+#else
+    const char *at = started_by ? strrchr(started_by, '(') : NULL;
+    long long pid = 0;
+    char tail = 0;
+    if (!at || sscanf(at, "(pid %lld%c", &pid, &tail) != 2 || tail != ')' || at[strlen(at) - 1] != ')' || pid <= 1 ||
+        pid > INT_MAX)
+        return "";
+    if (kill((pid_t)pid, 0) == 0 || errno == EPERM)
+        return " (running)";
+    return errno == ESRCH ? " (exited)" : "";
+#endif
+}
+
 static void print_table(json_object *root)
 {
     char b[6][32];
@@ -63,7 +92,7 @@ static void print_table(json_object *root)
         printf(", ledger checks %lld, violations %lld", (long long)jget_int(co, "checks", -1), (long long)jget_int(co, "violations", -1));
     printf("\n");
     if (jget(co, "started_by")) /* null: not said (the service manager, a person, an embedded coordinator) */
-        printf("started by %s\n", jget_str(co, "started_by"));
+        printf("started by %s%s\n", jget_str(co, "started_by"), starter_state(jget_str(co, "started_by")));
     json_object *devs = jget(root, "devices");
     json_object *ws = jget(root, "warnings");
     for (size_t w = 0; ws && w < json_object_array_length(ws); w++)
