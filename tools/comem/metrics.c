@@ -53,12 +53,7 @@ int cmd_metrics(int argc, char **argv)
         fprintf(stderr, "comem metrics: %s\n", err);
         return 2;
     }
-    comem_client *c = NULL;
-    json_object *st = NULL;
-    if (snapshot_connect(v[0].set ? v[0].str : NULL, "comem-metrics", timeout_ms, &c, err, sizeof err) == 0)
-        st = snapshot_read(c, err, sizeof err);
-    if (c)
-        comem_client_close(c);
+    json_object *st = snapshot_fetch(v[0].set ? v[0].str : NULL, "comem-metrics", timeout_ms, err, sizeof err);
     if (!st) {
         fprintf(stderr, "comem metrics: %s\n", err);
         return 1;

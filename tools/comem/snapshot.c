@@ -81,3 +81,14 @@ int snapshot_timeout_ms(const char *text, char *err, size_t len)
         return -1;
     return secs * 1000 > 3600000 ? 3600000 : secs * 1000 < 1 ? 1 : (int)(secs * 1000);
 }
+
+json_object *snapshot_fetch(const char *sock, const char *name, int timeout_ms, char *why, size_t len)
+{
+    comem_client *c = NULL;
+    json_object *st = NULL;
+    if (snapshot_connect(sock, name, timeout_ms, &c, why, len) == 0)
+        st = snapshot_read(c, why, len);
+    if (c)
+        comem_client_close(c);
+    return st;
+}

@@ -22,6 +22,9 @@ int snapshot_connect(const char *sock, const char *name, int timeout_ms, comem_c
 /* The snapshot from a joined client (json_object_put it), or NULL with why filled. */
 json_object *snapshot_read(comem_client *c, char *why, size_t len);
 
+/* Joins, reads one snapshot and leaves: the snapshot (json_object_put it), or NULL with why filled. */
+json_object *snapshot_fetch(const char *sock, const char *name, int timeout_ms, char *why, size_t len);
+
 /* "--timeout SECONDS" to milliseconds (default 5 s, at most an hour); -1 with err on a bad value. */
 int snapshot_timeout_ms(const char *text, char *err, size_t len);
 

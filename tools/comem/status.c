@@ -206,13 +206,8 @@ int cmd_status(int argc, char **argv)
         return 2;
     }
     int timeout_ms = timeout_s * 1000 > 3600000 ? 3600000 : (int)(timeout_s * 1000);
-    comem_client *c = NULL;
-    json_object *root = NULL;
     /* Asks first whether anyone answers, and why not: the client's own failure says only that. */
-    if (snapshot_connect(vals[0].set ? vals[0].str : NULL, "comem-status", timeout_ms, &c, err, sizeof err) == 0)
-        root = snapshot_read(c, err, sizeof err);
-    if (c)
-        comem_client_close(c);
+    json_object *root = snapshot_fetch(vals[0].set ? vals[0].str : NULL, "comem-status", timeout_ms, err, sizeof err);
     if (!root) {
         fprintf(stderr, "comem status: %s\n", err);
         args_free(vals, N_SPECS);

@@ -109,12 +109,7 @@ int cmd_stop(int argc, char **argv)
         fprintf(stderr, "comem stop: %s\n", err);
         return 2;
     }
-    comem_client *c = NULL;
-    json_object *st = NULL;
-    if (snapshot_connect(v[0].set ? v[0].str : NULL, "comem-stop", 5000, &c, err, sizeof err) == 0)
-        st = snapshot_read(c, err, sizeof err);
-    if (c)
-        comem_client_close(c);
+    json_object *st = snapshot_fetch(v[0].set ? v[0].str : NULL, "comem-stop", 5000, err, sizeof err);
     if (!st) {
         fprintf(stderr, "comem stop: %s\n", err);
         return 1;

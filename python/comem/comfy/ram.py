@@ -160,8 +160,7 @@ class RamCache:
                 log.info("comem: the coordinator serves no host RAM: ComfyUI's RAM cache and offloads are not on "
                          "the ledger. To put them there, start it with COMEM_RAM=machine in its environment (in "
                          "ComfyUI's, where ComfyUI starts it; one already running keeps its settings until it exits) "
-                         "or `comemd --ram machine` "
-                         "(docs/hostram.md)")
+                         "or `comemd --ram machine` (docs/hostram.md)")
         return bool(self.served)
 
     def _attach(self) -> Optional[Holder]:
