@@ -10,8 +10,9 @@
  * Where ComfyUI's versions differ, a `rules` argument picks one (docs/conformance.md lists
  * every difference): COMEM_COMFYUI_CURRENT is what comem itself follows (today the same as
  * COMEM_COMFYUI_783545F6, the 2026-08-22 ComfyUI), COMEM_COMFYUI_A125CD84 the 2025-10-12
- * snapshot. The conformance tests run each against that ComfyUI's own code. Rules that every
- * version shares take no such argument.
+ * snapshot, COMEM_COMFYUI_V039 ComfyUI v0.39 (October 2026: only its pinned-RAM rules differ
+ * from 783545f6's). The conformance tests run each against that ComfyUI's own code. Rules that
+ * every version shares take no such argument.
  *
  * Byte figures are doubles where ComfyUI computes in doubles (anything multiplied by 0.8, 1.1,
  * a ratio or a --reserve-vram fraction), so results compare exactly with ComfyUI's own.
@@ -32,7 +33,8 @@ extern "C" {
 typedef enum comem_comfyui_rules {
     COMEM_COMFYUI_CURRENT = 0,  /* the rules comem decides by: today 783545f6's */
     COMEM_COMFYUI_A125CD84 = 1, /* the 2025-10-12 snapshot (Comfy-Org/ComfyUI a125cd84) */
-    COMEM_COMFYUI_783545F6 = 2  /* Comfy-Org/ComfyUI 783545f6 (2026-08-22): stays this when CURRENT moves on */
+    COMEM_COMFYUI_783545F6 = 2, /* Comfy-Org/ComfyUI 783545f6 (2026-08-22): stays this when CURRENT moves on */
+    COMEM_COMFYUI_V039 = 3      /* ComfyUI v0.39 (2026-10): 783545f6's but for the pinned-RAM rules */
 } comem_comfyui_rules;
 
 /* ComfyUI's VRAMState, with its values. */
@@ -183,14 +185,23 @@ COMEM_API int comem_calc_free_memory_ensures_pins(int rules, unsigned flags, dou
 COMEM_API int comem_calc_should_empty_cache(int unloaded_any, int device_none, int vram_state, double free_total,
                                             double free_torch);
 
-/* ---- pinned host RAM (ComfyUI 783545f6; a125cd84 has no pinned budget: COMEM_ENOTSUP) ---- */
+/* ---- pinned host RAM (ComfyUI 783545f6 and v0.39; a125cd84 has no pinned budget: COMEM_ENOTSUP) ---- */
 
 /*
  * MAX_PINNED_MEMORY: -1 unless enabled (NVIDIA or AMD, no --disable-pinned-memory); on
  * Windows 0.40 * ram; else max(0.40 ram, min(0.90 ram, ram - 4 GiB, ram + disk_swap - 16 GiB)).
- * ram is psutil's total; disk_swap /proc/swaps without zram devices, cgroup limit or not.
+ * ram is ComfyUI's RAM total (783545f6: psutil's; v0.39: a cgroup limit where one is lower);
+ * disk_swap /proc/swaps without zram devices, cgroup limit or not (783545f6's rule).
  */
 COMEM_API double comem_calc_max_pinned(int enabled, int windows, double ram, int64_t disk_swap);
+
+/*
+ * The same by a version's rule into *max_pinned: under COMEM_COMFYUI_V039 the swap counts as 0
+ * when cgroup_limited (a cgroup memory limit applies). Returns 0, COMEM_EINVAL (unknown rules,
+ * max_pinned NULL) or COMEM_ENOTSUP (a125cd84).
+ */
+COMEM_API int comem_calc_max_pinned_of(int rules, int enabled, int windows, double ram, int64_t disk_swap,
+                                       int cgroup_limited, double *max_pinned);
 
 /* pinned_hostbuf_size(size): max(0, int(min(size, max_pinned) * 2)); int(size * 2) with --high-ram. */
 COMEM_API int64_t comem_calc_pinned_hostbuf_size(double size, double max_pinned, int high_ram);
@@ -200,6 +211,8 @@ COMEM_API int64_t comem_calc_pinned_hostbuf_size(double size, double max_pinned,
 #define COMEM_CALC_PINS_PATCHES 2u        /* "patches" */
 #define COMEM_CALC_PINS_WEIGHTS_LOADED 4u /* "weights-loaded" */
 #define COMEM_CALC_PINS_PATCHES_LOADED 8u /* "patches-loaded" */
+#define COMEM_CALC_PINS_WEIGHTS_FAST 16u  /* "weights-fast" (v0.39) */
+#define COMEM_CALC_PINS_PATCHES_FAST 32u  /* "patches-fast" (v0.39) */
 
 /* One entry of current_loaded_models (list order, index 0 most recent), as flags: */
 #define COMEM_CALC_PIN_MODEL_DYNAMIC 1u        /* a live dynamic patcher (only these hold pins) */
@@ -215,13 +228,13 @@ typedef double (*comem_calc_pin_free_fn)(void *user, size_t model, double size, 
 
 /* Gate flags. */
 #define COMEM_CALC_PIN_HIGH_RAM 1u     /* --high-ram */
-#define COMEM_CALC_PIN_FAST_DISK 2u    /* --fast-disk */
+#define COMEM_CALC_PIN_FAST_DISK 2u    /* --fast-disk (783545f6's RAM gate; v0.39 ignores it there) */
 #define COMEM_CALC_PIN_LOADED 4u       /* loaded=True */
 #define COMEM_CALC_PIN_EVICT_ACTIVE 8u /* evict_active=True */
 
 /*
  * ensure_pin_budget(size, evict_active, loaded): --high-ram passes; shortfall = total_pinned +
- * size - max_pinned with --fast-disk, else size + max(ram_cache_headroom / 2, 2 GiB) -
+ * size - max_pinned with --fast-disk (783545f6 only), else size + max(ram_cache_headroom / 2, 2 GiB) -
  * available; passes when <= 0, else free_pins(shortfall + 256 MiB) over models[0..n) and
  * passes when that freed >= shortfall. *passed is 1 or 0; *shortfall (may be NULL) the figure.
  */
@@ -231,7 +244,7 @@ COMEM_API int comem_calc_ensure_pin_budget(int rules, unsigned flags, double siz
                                            int *passed, double *shortfall);
 
 /*
- * free_pins(size, evict_active, loaded): the pin eviction ladder (see arith/pinned.h), each
+ * free_pins(size, evict_active, loaded): the pin eviction ladder of the rules' version (see arith/pinned.h), each
  * rung asked for size minus what earlier rungs freed. *freed the total (may exceed size).
  */
 COMEM_API int comem_calc_free_pins(int rules, unsigned flags, double size, const uint32_t *models, size_t n,

@@ -15,10 +15,11 @@ ComfyUI case by case::
 
 Where ComfyUI's versions differ, ``rules`` picks one: ``"current"`` (the
 default, what comem decides by: today the same as ``"783545f6"``, ComfyUI of
-2026-08-22), ``"783545f6"``, or ``"a125cd84"`` (the 2025-10-12 snapshot).
-``docs/conformance.md`` lists every rule whose result differs between them. The
-pinned-RAM rules (:func:`ensure_pin_budget` and the rest) are 783545f6's; the
-a125cd84 snapshot has no pinned budget and refuses them.
+2026-08-22), ``"783545f6"``, ``"v0.39"`` (ComfyUI v0.39, October 2026: the
+same load rules, its own pinned-RAM ones) or ``"a125cd84"`` (the 2025-10-12
+snapshot). ``docs/conformance.md`` lists every rule whose result differs between
+them. The a125cd84 snapshot has no pinned budget and refuses the pinned-RAM rules
+(:func:`ensure_pin_budget` and the rest).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .errors import check
 
 _L = _lib.lib
 
-RULES: Dict[str, int] = {"current": 0, "a125cd84": 1, "783545f6": 2}
+RULES: Dict[str, int] = {"current": 0, "a125cd84": 1, "783545f6": 2, "v0.39": 3}
 """The ComfyUI versions whose rules can be chosen, by name ("current" is what comem follows: 783545f6's)."""
 
 # The rules calc.h added for 783545f6 (load order, the pin step, pinned RAM), declared here.
@@ -44,6 +45,7 @@ for _name, _res, _args in (
         ("comem_calc_load_order", c_int, [c_int, POINTER(c_uint64), c_size_t, _SP, _SP]),
         ("comem_calc_free_memory_ensures_pins", c_int, [c_int, c_uint, c_double]),
         ("comem_calc_max_pinned", c_double, [c_int, c_int, c_double, c_int64]),
+        ("comem_calc_max_pinned_of", c_int, [c_int, c_int, c_int, c_double, c_int64, c_int, _DP]),
         ("comem_calc_pinned_hostbuf_size", c_int64, [c_double, c_double, c_int]),
         ("comem_calc_ensure_pin_budget", c_int, [c_int, c_uint, c_double, c_int64, c_double, c_double, c_double,
                                                  POINTER(c_uint32), c_size_t, _PIN_FREE_FN, c_void_p, _IP, _DP]),
@@ -329,11 +331,11 @@ def load_order(ids: Sequence[object], rules: str = "current") -> List[int]:
     return [order[k] for k in range(m.value)]
 
 
-# ---- pinned host RAM (783545f6) ----
+# ---- pinned host RAM (783545f6, v0.39) ----
 
 PIN_SUBSETS: Tuple[Tuple[int, str], ...] = ((1, "weights"), (2, "patches"), (4, "weights-loaded"),
-                                             (8, "patches-loaded"))
-"""The pin subsets: calc.h's bit and ComfyUI's name, in ComfyUI's list order."""
+                                             (8, "patches-loaded"), (16, "weights-fast"), (32, "patches-fast"))
+"""The pin subsets: calc.h's bit and ComfyUI's name, in ComfyUI's list order (the "-fast" pair: v0.39)."""
 
 _PIN_DYNAMIC, _PIN_ACTIVE, _PIN_PROMPT = 1, 2, 4
 _PG_HIGH_RAM, _PG_FAST_DISK, _PG_LOADED, _PG_EVICT_ACTIVE = 1, 2, 4, 8
@@ -354,10 +356,18 @@ PinFree = Callable[[int, float, List[str], bool], float]
 subsets=...) or, with registrations, unregister_inactive_pins(size, subsets=...)."""
 
 
-def max_pinned(ram: float, swap: int = 0, windows: bool = False, enabled: bool = True) -> float:
+def max_pinned(ram: float, swap: int = 0, windows: bool = False, enabled: bool = True, *,
+               cgroup_limited: bool = False, rules: str = "current") -> float:
     """MAX_PINNED_MEMORY: -1 when disabled; Windows 0.40 * ram; else
-    max(0.40 ram, min(0.90 ram, ram - 4 GiB, ram + swap - 16 GiB)) (swap: disk swap, zram excluded)."""
-    return _L.comem_calc_max_pinned(1 if enabled else 0, 1 if windows else 0, float(ram), int(swap))
+    max(0.40 ram, min(0.90 ram, ram - 4 GiB, ram + swap - 16 GiB)) (swap: disk swap, zram excluded).
+
+    ``cgroup_limited``: a cgroup memory limit applies; under ``rules="v0.39"`` the swap then
+    counts as 0 (783545f6 counts it all the same)."""
+    out = c_double()
+    rc = _L.comem_calc_max_pinned_of(_rules(rules), 1 if enabled else 0, 1 if windows else 0, float(ram), int(swap),
+                                     1 if cgroup_limited else 0, byref(out))
+    check(rc, "comem_calc_max_pinned_of", "the a125cd84 snapshot has no pinned budget" if rules == "a125cd84" else "")
+    return out.value
 
 
 def pinned_hostbuf_size(size: float, maximum: float, high_ram: bool = False) -> int:
@@ -413,9 +423,10 @@ def ensure_pin_budget(size: float, models: Sequence[PinModel], free: PinFree, *,
     """ensure_pin_budget(size, evict_active, loaded): the RAM gate, evicting pins through ``free``
     (tier by tier, model by model, as free_pins does) when it is short.
 
-    ``available``: psutil.virtual_memory().available; ``ram_cache_headroom``: RAM_CACHE_HEADROOM;
-    with ``fast_disk`` the shortfall is ``total_pinned + size - maximum`` (TOTAL_PINNED_MEMORY,
-    MAX_PINNED_MEMORY) instead."""
+    ``available``: psutil.virtual_memory().available (v0.39: comfy.system_memory's);
+    ``ram_cache_headroom``: RAM_CACHE_HEADROOM; with ``fast_disk`` the shortfall is
+    ``total_pinned + size - maximum`` (TOTAL_PINNED_MEMORY, MAX_PINNED_MEMORY) instead, under
+    783545f6's rules only (v0.39 has no such branch)."""
     flags, n, cb, raised = _pin_call(models, free)
     ok, short = c_int(), c_double()
     rc = _L.comem_calc_ensure_pin_budget(_rules(rules), _gate_flags(high_ram, fast_disk, loaded, evict_active),

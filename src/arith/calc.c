@@ -15,15 +15,22 @@
 
 static bool known_rules(int rules)
 {
-    return rules == COMEM_COMFYUI_CURRENT || rules == COMEM_COMFYUI_A125CD84 || rules == COMEM_COMFYUI_783545F6;
+    return rules == COMEM_COMFYUI_CURRENT || rules == COMEM_COMFYUI_A125CD84 || rules == COMEM_COMFYUI_783545F6 ||
+           rules == COMEM_COMFYUI_V039;
 }
 _Static_assert(COMEM_CALC_PINS_WEIGHTS == COMEM_PIN_WEIGHTS && COMEM_CALC_PINS_PATCHES == COMEM_PIN_PATCHES &&
                    COMEM_CALC_PINS_WEIGHTS_LOADED == COMEM_PIN_WEIGHTS_LOADED &&
-                   COMEM_CALC_PINS_PATCHES_LOADED == COMEM_PIN_PATCHES_LOADED,
+                   COMEM_CALC_PINS_PATCHES_LOADED == COMEM_PIN_PATCHES_LOADED &&
+                   COMEM_CALC_PINS_WEIGHTS_FAST == COMEM_PIN_WEIGHTS_FAST &&
+                   COMEM_CALC_PINS_PATCHES_FAST == COMEM_PIN_PATCHES_FAST,
                "calc.h's subset bits are arith's");
 
-/* CURRENT and 783545F6 name the same rules today; only the snapshot's differ. */
+/* CURRENT and 783545F6 name the same rules today; the snapshot's differ, and v0.39's pin rules. */
 static bool snapshot(int rules) { return rules == COMEM_COMFYUI_A125CD84; }
+static comem_pin_era pin_era(int rules)
+{
+    return rules == COMEM_COMFYUI_V039 ? COMEM_PIN_ERA_V039 : COMEM_PIN_ERA_783545F6;
+}
 static bool known_state(int s) { return s >= COMEM_CALC_VRAM_DISABLED && s <= COMEM_CALC_VRAM_SHARED; }
 
 COMEM_API int comem_calc_reserve(int windows, double total_vram_mib, int reserve_vram_set, double reserve_vram_gb,
@@ -222,6 +229,23 @@ COMEM_API double comem_calc_max_pinned(int enabled, int windows, double ram, int
     return comem_max_pinned(&in);
 }
 
+COMEM_API int comem_calc_max_pinned_of(int rules, int enabled, int windows, double ram, int64_t disk_swap,
+                                       int cgroup_limited, double *max_pinned)
+{
+    if (!known_rules(rules) || !max_pinned)
+        return COMEM_EINVAL;
+    if (snapshot(rules))
+        return COMEM_ENOTSUP;
+    comem_pin_ceiling_in in = {.ram = ram,
+                               .disk_swap = disk_swap,
+                               .windows = windows != 0,
+                               .cgroup_limited = cgroup_limited != 0,
+                               .enabled = enabled != 0,
+                               .era = pin_era(rules)};
+    *max_pinned = comem_max_pinned(&in);
+    return COMEM_OK;
+}
+
 COMEM_API int64_t comem_calc_pinned_hostbuf_size(double size, double max_pinned, int high_ram)
 {
     return comem_pinned_hostbuf_size(size, max_pinned, high_ram != 0);
@@ -280,7 +304,8 @@ COMEM_API int comem_calc_ensure_pin_budget(int rules, unsigned flags, double siz
     int rc = pin_begin(rules, models, n, fn, user, passed, &w);
     if (rc != COMEM_OK)
         return rc;
-    comem_pin_budget_in in = {.size = size,
+    comem_pin_budget_in in = {.era = pin_era(rules),
+                              .size = size,
                               .ram_cache_headroom = ram_cache_headroom,
                               .available = available,
                               .high_ram = (flags & COMEM_CALC_PIN_HIGH_RAM) != 0,
@@ -306,8 +331,8 @@ COMEM_API int comem_calc_free_pins(int rules, unsigned flags, double size, const
     int rc = pin_begin(rules, models, n, fn, user, freed, &w);
     if (rc != COMEM_OK)
         return rc;
-    *freed = comem_free_pins(size, (flags & COMEM_CALC_PIN_LOADED) != 0, (flags & COMEM_CALC_PIN_EVICT_ACTIVE) != 0,
-                             pin_tier_free, &w);
+    *freed = comem_free_pins(pin_era(rules), size, (flags & COMEM_CALC_PIN_LOADED) != 0,
+                             (flags & COMEM_CALC_PIN_EVICT_ACTIVE) != 0, pin_tier_free, &w);
     return pin_done(&w);
 }
 
@@ -319,8 +344,8 @@ COMEM_API int comem_calc_free_registrations(int rules, unsigned flags, double sh
     int rc = pin_begin(rules, models, n, fn, user, passed, &w);
     if (rc != COMEM_OK)
         return rc;
-    *passed = comem_free_registrations(shortfall, max_pinned, (flags & COMEM_CALC_PIN_EVICT_ACTIVE) != 0,
-                                       pin_tier_free, &w)
+    *passed = comem_free_registrations(pin_era(rules), shortfall, max_pinned,
+                                       (flags & COMEM_CALC_PIN_EVICT_ACTIVE) != 0, pin_tier_free, &w)
                   ? 1
                   : 0;
     return pin_done(&w);
@@ -334,7 +359,7 @@ COMEM_API int comem_calc_ensure_pin_registerable(int rules, unsigned flags, doub
     int rc = pin_begin(rules, models, n, fn, user, passed, &w);
     if (rc != COMEM_OK)
         return rc;
-    *passed = comem_ensure_pin_registerable(total_pinned, size, max_pinned,
+    *passed = comem_ensure_pin_registerable(pin_era(rules), total_pinned, size, max_pinned,
                                             (flags & COMEM_CALC_PIN_EVICT_ACTIVE) != 0, pin_tier_free, &w)
                   ? 1
                   : 0;

@@ -30,6 +30,16 @@
  * destroyed fast pins in the registration ladder, had no --fast-disk branch and ignored
  * swap under a cgroup limit (docs/conformance.md).
  * Source: comfyui-manager-code.md section 9 and 14 (a7631e35, the same ladders); vectors V7, V12, V13.
+ *
+ * ComfyUI v0.39 (the assembled tree, model_management.py of 2026-10; COMEM_PIN_ERA_V039) differs in
+ * four places, and comem follows each era's:
+ *   ceiling           swap counts as 0 when a cgroup limit applies (R is then the limit)
+ *   RAM gate          no --fast-disk branch: always the RAM shortfall
+ *   pin tiers         (FAST, F, F) (PIN, F, any) (LOADED, F, any) (FAST, T, F) (LOADED, T, any)
+ *                     + (PIN, T, F) when not loaded, + (FAST, F, T) (FAST, T, T) (PIN, T, T)
+ *                     when also evict_active; each destroys pins
+ *   registration      for each active in (F, then T when evict_active), each prompt in (F, T):
+ *   tiers             (FAST, p, a) destroying, then (PIN+LOADED, p, a) unregistering
  */
 #ifndef COMEM_ARITH_PINNED_H
 #define COMEM_ARITH_PINNED_H
@@ -45,12 +55,16 @@
 #define COMEM_WINDOWS_PIN_EMERGENCY_AVAILABLE ((int64_t)512 << 20)
 #define COMEM_PINNING_DISABLED (-1.0)
 
+/* Whose pin rules: the ladders and the swap rule differ between ComfyUI 783545f6 and v0.39. */
+typedef enum comem_pin_era { COMEM_PIN_ERA_783545F6 = 0, COMEM_PIN_ERA_V039 = 1 } comem_pin_era;
+
 typedef struct comem_pin_ceiling_in {
     double ram;          /* RAM total, bytes (ComfyUI: psutil's, not cgroup-clamped) */
     int64_t disk_swap;   /* swap excluding zram, bytes */
     bool windows;
-    bool cgroup_limited; /* a cgroup limit applies: no effect under 783545f6 (02b2b388 ignored swap) */
+    bool cgroup_limited; /* a cgroup limit applies: swap counts as 0 under v0.39, no effect under 783545f6 */
     bool enabled;        /* NVIDIA/AMD and pinning not disabled */
+    comem_pin_era era;   /* whose rule (0, the default: 783545f6's) */
 } comem_pin_ceiling_in;
 
 /* MAX_PINNED_MEMORY: a double, or COMEM_PINNING_DISABLED. */
@@ -68,15 +82,18 @@ int64_t comem_disk_swap_total(const comem_swap_entry *rows, size_t n);
 /* pinned_hostbuf_size(size). */
 int64_t comem_pinned_hostbuf_size(double size, double max_pinned, bool high_ram);
 
-/* Pin subsets of a dynamic model, as bits (ComfyUI 783545f6's four; the "-fast" pair of 02b2b388 is gone). */
+/* Pin subsets of a dynamic model, as bits (783545f6's four; v0.39 adds the "-fast" pair back). */
 enum {
     COMEM_PIN_WEIGHTS = 1 << 0,
     COMEM_PIN_PATCHES = 1 << 1,
     COMEM_PIN_WEIGHTS_LOADED = 1 << 2,
     COMEM_PIN_PATCHES_LOADED = 1 << 3,
+    COMEM_PIN_WEIGHTS_FAST = 1 << 4,
+    COMEM_PIN_PATCHES_FAST = 1 << 5,
 };
 #define COMEM_PIN_SET (COMEM_PIN_WEIGHTS | COMEM_PIN_PATCHES)
 #define COMEM_PIN_SET_LOADED (COMEM_PIN_WEIGHTS_LOADED | COMEM_PIN_PATCHES_LOADED)
+#define COMEM_PIN_SET_FAST (COMEM_PIN_WEIGHTS_FAST | COMEM_PIN_PATCHES_FAST)
 
 /* A filter that is either "any" or must match. */
 typedef enum comem_tristate { COMEM_ANY = -1, COMEM_NO = 0, COMEM_YES = 1 } comem_tristate;
@@ -89,14 +106,14 @@ typedef struct comem_pin_tier {
     bool unregister;               /* unregister (keep the RAM) instead of destroying */
 } comem_pin_tier;
 
-/* Room for a ladder: the longest has 5 rungs (3 base + not loaded + evict_active; registration has 4). */
-#define COMEM_PIN_TIERS_MAX 5
+/* Room for a ladder: the longest is v0.39's pin ladder, 9 rungs (5 base + not loaded + 3 evict_active). */
+#define COMEM_PIN_TIERS_MAX 9
 
-/* pin_eviction_tiers(loaded, evict_active); returns the count. */
-size_t comem_pin_eviction_tiers(bool loaded, bool evict_active, comem_pin_tier *out);
+/* pin_eviction_tiers(loaded, evict_active) of an era; returns the count. */
+size_t comem_pin_eviction_tiers(comem_pin_era era, bool loaded, bool evict_active, comem_pin_tier *out);
 
-/* registration_eviction_tiers(evict_active); returns the count. */
-size_t comem_registration_eviction_tiers(bool evict_active, comem_pin_tier *out);
+/* registration_eviction_tiers(evict_active) of an era; returns the count. */
+size_t comem_registration_eviction_tiers(comem_pin_era era, bool evict_active, comem_pin_tier *out);
 
 /* free_model_pins(size, tier): frees up to size from matching models; returns bytes freed. */
 typedef double (*comem_free_model_pins_fn)(void *user, double size, const comem_pin_tier *tier);
@@ -121,8 +138,9 @@ typedef double (*comem_pin_model_free_fn)(void *user, size_t model, double size,
 double comem_free_model_pins(const comem_pin_model *models, size_t n, double size, const comem_pin_tier *tier,
                              comem_pin_model_free_fn fn, void *user);
 
-/* free_pins(size): walks the eviction tiers; returns the total freed (may exceed size). */
-double comem_free_pins(double size, bool loaded, bool evict_active, comem_free_model_pins_fn fn, void *user);
+/* free_pins(size): walks the era's eviction tiers; returns the total freed (may exceed size). */
+double comem_free_pins(comem_pin_era era, double size, bool loaded, bool evict_active, comem_free_model_pins_fn fn,
+                       void *user);
 
 typedef struct comem_pin_budget_check {
     bool passes_now; /* shortfall <= 0 (or --high-ram) */
@@ -136,7 +154,8 @@ typedef struct comem_pin_budget_in {
     int64_t ram_cache_headroom; /* comfy.memory_management.RAM_CACHE_HEADROOM */
     double available;           /* psutil.virtual_memory().available */
     bool high_ram;              /* --high-ram: always passes */
-    bool fast_disk;             /* --fast-disk: the page-lock shortfall instead of the RAM one */
+    bool fast_disk;             /* --fast-disk: the page-lock shortfall instead of the RAM one (783545f6 only) */
+    comem_pin_era era;          /* whose gate and ladder (0, the default: 783545f6's) */
     double total_pinned;        /* TOTAL_PINNED_MEMORY (--fast-disk only) */
     double max_pinned;          /* MAX_PINNED_MEMORY (--fast-disk only) */
 } comem_pin_budget_in;
@@ -144,7 +163,7 @@ typedef struct comem_pin_budget_in {
 /* The RAM gate's arithmetic (ensure_pin_budget without the eviction). */
 void comem_pin_budget_of(const comem_pin_budget_in *in, comem_pin_budget_check *out);
 
-/* The same without --fast-disk. */
+/* The same without --fast-disk, 783545f6's ladder. */
 void comem_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
                       comem_pin_budget_check *out);
 
@@ -152,7 +171,7 @@ void comem_pin_budget(double size, int64_t ram_cache_headroom, double available,
 bool comem_ensure_pin_budget_of(const comem_pin_budget_in *in, bool evict_active, bool loaded,
                                 comem_free_model_pins_fn fn, void *user);
 
-/* The same without --fast-disk. */
+/* The same without --fast-disk, 783545f6's ladder. */
 bool comem_ensure_pin_budget(double size, int64_t ram_cache_headroom, double available, bool high_ram,
                              bool evict_active, bool loaded, comem_free_model_pins_fn fn, void *user);
 
@@ -167,13 +186,13 @@ typedef struct comem_pin_registerable_check {
 void comem_pin_registerable(double total_pinned, double size, double max_pinned,
                             comem_pin_registerable_check *out);
 
-/* free_registrations(shortfall): walks the registration tiers. */
-bool comem_free_registrations(double shortfall, double max_pinned, bool evict_active,
+/* free_registrations(shortfall): walks the era's registration tiers. */
+bool comem_free_registrations(comem_pin_era era, double shortfall, double max_pinned, bool evict_active,
                               comem_free_model_pins_fn fn, void *user);
 
 /* ensure_pin_registerable(size): free_registrations(total_pinned + size - max_pinned). */
-bool comem_ensure_pin_registerable(double total_pinned, double size, double max_pinned, bool evict_active,
-                                   comem_free_model_pins_fn fn, void *user);
+bool comem_ensure_pin_registerable(comem_pin_era era, double total_pinned, double size, double max_pinned,
+                                   bool evict_active, comem_free_model_pins_fn fn, void *user);
 
 /*
  * should_free_pins_for_ram_pressure: never for shortfall <= 0; always off

@@ -130,10 +130,32 @@ class ComfyVersions(unittest.TestCase):
         self.assertEqual(run_json(*args, "--comfyui", "a125cd84")["actions"],
                          [{"entry": 0, "action": "partial", "asked": 0}])
 
+    def test_pin_rules_of_v039(self):
+        old = run_json("calc", "pin-tiers", "--evict-active")["tiers"]
+        new = run_json("calc", "pin-tiers", "--evict-active", "--comfyui", "v0.39")["tiers"]
+        self.assertEqual(len(old), 5)
+        self.assertEqual(len(new), 9)
+        self.assertEqual(new[0], {"subsets": ["weights-fast", "patches-fast"], "current_prompt": False,
+                                  "active": False, "unregister": False})
+        reg = run_json("calc", "pin-tiers", "--registrations", "--comfyui", "v0.39")["tiers"]
+        self.assertEqual([(t["subsets"][0], t["unregister"]) for t in reg],
+                         [("weights-fast", False), ("weights", True)] * 2)
+        # --fast-disk: 783545f6 compares with the ceiling, v0.39 reads RAM whatever the disk
+        args = ("calc", "pin-budget", "--size", "1GiB", "--available", "2GiB", "--headroom", "0", "--fast-disk",
+                "--total-pinned", "10GiB", "--max-pinned", "20GiB")
+        self.assertEqual(run_json(*args)["shortfall"], -9 * GiB)
+        self.assertEqual(run_json(*args, "--comfyui", "v0.39")["shortfall"], 1 * GiB)
+        ceiling = ("calc", "pinned-max", "--ram", "16GiB", "--swap", "8GiB", "--cgroup")
+        self.assertEqual(run_json(*ceiling)["max_pinned"], 8 * GiB)
+        self.assertEqual(run_json(*ceiling, "--comfyui", "v0.39")["max_pinned"], 16 * GiB * 0.40)
+
     def test_refusals(self):
         p = run("calc", "lowvram", "--free", "2GiB", "--mmr", "3GiB", "--comfyui", "2024")
         self.assertEqual(p.returncode, 2)
-        self.assertIn("--comfyui: '2024' is not one of current, a125cd84", p.stderr)
+        self.assertIn("--comfyui: '2024' is not one of current, 783545f6, v0.39, a125cd84", p.stderr)
+        p = run("calc", "pin-tiers", "--comfyui", "a125cd84")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("a125cd84 has no pinned-RAM budget", p.stderr)
         p = run("calc", "evict", "--required", "2GiB", "--free", "1GiB", "--for-dynamic", "--comfyui", "a125cd84",
                 "--entry", "size=1GiB,loaded=1GiB")
         self.assertEqual(p.returncode, 2)

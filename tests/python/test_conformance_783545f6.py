@@ -73,6 +73,10 @@ class Conformance783545f6(unittest.TestCase):
                           "test_conformance.py compares the a125cd84 snapshot")
         from comem import calc
         self.calc = calc
+        # v0.39 (the assembled tree) keeps 783545f6's load rules and changes the pin ones: its own
+        # rules are compared there; "current" names 783545f6's and is compared on 783545f6 only.
+        self.rules = "v0.39" if hasattr(self.mm, "FAST_PIN_SUBSETS") else "783545f6"
+        self.compared = ("v0.39",) if self.rules == "v0.39" else ("783545f6", "current")
         logging.disable(logging.WARNING)  # ComfyUI's leak warnings for the dead entries made here
         self.addCleanup(logging.disable, logging.NOTSET)
 
@@ -112,16 +116,20 @@ class Conformance783545f6(unittest.TestCase):
 
     @contextlib.contextmanager
     def host(self, case: Case) -> Iterator[None]:
-        """psutil, the pin totals, --high-ram/--fast-disk and RAM_CACHE_HEADROOM as this case has them."""
+        """psutil (v0.39: comfy.system_memory), the pin totals, --high-ram/--fast-disk and
+        RAM_CACHE_HEADROOM as this case has them."""
         import comfy.memory_management as mem
         mm = self.mm
         fake_psutil = types.SimpleNamespace(
             virtual_memory=lambda: types.SimpleNamespace(available=case["available"], total=case["available"] * 2),
             swap_memory=lambda: _swap(case))
+        sysmem = sys.modules.get("comfy.system_memory")  # v0.39 reads RAM through it (cgroup-aware)
+        ram = self.patched(sysmem, virtual_memory_available=lambda: case["available"]) if sysmem is not None \
+            else contextlib.nullcontext()
         with self.patched(psutil=fake_psutil, MAX_PINNED_MEMORY=case["max_pinned"],
                           TOTAL_PINNED_MEMORY=case["total_pinned"], WINDOWS=case.get("windows", False)), \
                 self.patched(mm.args, high_ram=case["high_ram"], fast_disk=case["fast_disk"]), \
-                self.patched(mem, RAM_CACHE_HEADROOM=case["headroom"]):
+                self.patched(mem, RAM_CACHE_HEADROOM=case["headroom"]), ram:
             yield
 
 
@@ -344,13 +352,15 @@ if st is not None:
         # Some cases exactly on a boundary: the second pass's strict <, and the budget's 0 -> 0.1.
         from comem import calc
         adm = calc.admission(memory_required, minimum, reserve)
-        pick, d = draw(st.integers(0, 5)), draw(st.sampled_from([0, 1]))
+        pick, d = draw(st.integers(0, 6)), draw(st.sampled_from([0, 1]))
         if pick == 0:
             free[d] = adm.minimum_memory_required - rel[d][0]
         elif pick == 1:
             m = pool[draw(st.integers(0, k - 1))]
             free[d] = adm.minimum_memory_required - m["loaded"] + draw(st.sampled_from([0, 128 * MiB, 0.1])) \
                 - rel[d][0] - rel[d][1]
+        elif pick == 2:  # a budget just above nothing: cur - mmr under 128 MiB (a125cd84's floor)
+            free[d] = adm.minimum_memory_required + draw(st.integers(1, 128 * MiB - 1)) - rel[d][0]
         return case
 
     def reserve_cases() -> Any:
@@ -364,7 +374,7 @@ if st is not None:
         return st.fixed_dictionaries({
             "ram": st.sampled_from([8 * GiB, 16 * GiB, 24 * GiB, 64 * GiB, 31.3 * GiB]) | st.integers(GiB, 1024 * GiB),
             "swap": st.sampled_from([0, 8 * GiB, 64 * GiB]) | st.integers(0, 256 * GiB),
-            "windows": st.booleans(), "vendor": st.sampled_from(["nvidia", "amd", "other"]),
+            "windows": st.booleans(), "vendor": st.sampled_from(["nvidia", "amd", "other"]), "cgroup": st.booleans(),
             "disabled": st.integers(0, 5).map(lambda x: x == 0), "high_ram": st.booleans(),
             "size": st.sampled_from([0, GiB, 100 * GiB]) | st.integers(0, 200 * GiB) | st.floats(0, 200 * GiB)})
 else:  # pragma: no cover
@@ -450,7 +460,7 @@ class TestFreeMemory(Conformance783545f6):
 
     def compare(self, case: Case) -> None:
         comfy = self.comfy_side(case)
-        for rules in ("783545f6", "current"):
+        for rules in self.compared:
             mine = self.comem_side(case, rules)
             for key in ("events", "unloaded", "remaining", "flushes"):
                 self.assertEqual(comfy[key], mine[key], f"{key} differ (comem rules={rules}) on {case!r}")
@@ -495,7 +505,7 @@ class TestFreeMemory(Conformance783545f6):
 class TestPinGates(Conformance783545f6):
     """ensure_pin_budget, free_pins, free_registrations, ensure_pin_registerable, RAM pressure."""
 
-    def run_side(self, case: Case, comfy: bool, rules: str = "783545f6") -> Dict[str, Any]:
+    def run_side(self, case: Case, comfy: bool, rules: str = "") -> Dict[str, Any]:
         mm, calc = self.mm, self.calc
         out: Dict[str, Any] = {}
         for gate in ("budget", "free_pins", "registrations", "registerable"):
@@ -519,7 +529,7 @@ class TestPinGates(Conformance783545f6):
             else:
                 pins = _pin_models(calc, ms, list(range(len(ms))))
                 free = card.free_pins
-                kw = {"evict_active": case["evict_active"], "rules": rules}
+                kw = {"evict_active": case["evict_active"], "rules": rules or self.rules}
                 if gate == "budget":
                     r = calc.ensure_pin_budget(case["size"], pins, free, available=case["available"],
                                                ram_cache_headroom=case["headroom"], high_ram=case["high_ram"],
@@ -543,7 +553,7 @@ class TestPinGates(Conformance783545f6):
 
     def check_gates(self, case: Case) -> None:
         comfy = self.run_side(case, True)
-        for rules in ("783545f6", "current"):
+        for rules in self.compared:
             mine = self.run_side(case, False, rules)
             for key in comfy:
                 self.assertEqual(comfy[key], mine[key], f"{key} differs (comem rules={rules}) on {case!r}")
@@ -562,9 +572,11 @@ class TestPinGates(Conformance783545f6):
                                    "no_pressure", "windows_swap_unknown"))
 
     def test_ladders_by_hand(self) -> None:
-        """783545f6's ladders, rung by rung: three base rungs, (weights, patches) of the running prompt
-        only when not loaded, and its active models only when evict_active too; registrations only
-        unregister."""
+        """The ladders, rung by rung. 783545f6: three base rungs, (weights, patches) of the running
+        prompt only when not loaded, and its active models only when evict_active too; registrations
+        only unregister. v0.39: the -fast pair first where it can go, the active fast pins late;
+        registrations destroy the -fast pair before they unregister the rest. Models: 0 (idle, not
+        in the prompt), 1 (idle, in it), 2 (active, not in it), 3 (active, in it)."""
         ev: List[tuple] = []
 
         def free(i: int, size: float, subsets: List[str], reg: bool) -> float:
@@ -573,13 +585,21 @@ class TestPinGates(Conformance783545f6):
 
         calc = self.calc
         models = [calc.PinModel(active=a, current_prompt=p) for a in (False, True) for p in (False, True)]
-        calc.free_pins(GiB, models, free, evict_active=True)
-        w, lw = ("weights", "patches"), ("weights-loaded", "patches-loaded")
-        self.assertEqual(ev, [(0, w, False), (2, w, False), (0, lw, False), (2, lw, False), (1, lw, False),
-                              (3, lw, False), (1, w, False), (3, w, False)])
+        calc.free_pins(GiB, models, free, evict_active=True, rules=self.rules)
+        w, lw, fw = ("weights", "patches"), ("weights-loaded", "patches-loaded"), ("weights-fast", "patches-fast")
+        if self.rules == "v0.39":
+            want = [(0, fw, False), (0, w, False), (2, w, False), (0, lw, False), (2, lw, False), (1, fw, False),
+                    (1, lw, False), (3, lw, False), (1, w, False), (2, fw, False), (3, fw, False), (3, w, False)]
+        else:
+            want = [(0, w, False), (2, w, False), (0, lw, False), (2, lw, False), (1, lw, False),
+                    (3, lw, False), (1, w, False), (3, w, False)]
+        self.assertEqual(ev, want)
         ev.clear()
-        calc.free_registrations(GiB, models, free, maximum=8 * GiB, evict_active=False)
-        self.assertEqual(ev, [(0, w + lw, True), (1, w + lw, True)])
+        calc.free_registrations(GiB, models, free, maximum=8 * GiB, evict_active=False, rules=self.rules)
+        if self.rules == "v0.39":
+            self.assertEqual(ev, [(0, fw, False), (0, w + lw, True), (1, fw, False), (1, w + lw, True)])
+        else:
+            self.assertEqual(ev, [(0, w + lw, True), (1, w + lw, True)])
 
 
 # ---- load_models_gpu ----
@@ -733,7 +753,7 @@ class TestLoadModelsGpu(Conformance783545f6):
 
     def check(self, case: Case) -> None:
         comfy = self.comfy_side(case)
-        for rules in ("783545f6", "current"):
+        for rules in self.compared:
             mine = self.comem_side(case, rules)
             self.assertEqual(comfy["frees"], mine["frees"], f"free_memory calls differ (rules={rules}) on {case!r}")
             self.assertEqual(comfy["loads"], mine["loads"], f"budgets or order differ (rules={rules}) on {case!r}")
@@ -792,10 +812,14 @@ class TestImportTimeFigures(Conformance783545f6):
         platform.win32_ver = (lambda *a, **k: WINDOWS_VER) if case["windows"] else (lambda *a, **k: ("",) * 4)
         psutil.virtual_memory = lambda: _VirtualMemory(total)
         args.reserve_vram = case["reserve_vram"]
+        sysmem = sys.modules.get("comfy.system_memory")  # v0.39: this machine's own cgroup limit stays out
+        limits = self.patched(sysmem, _limited=lambda host_total: []) if sysmem is not None \
+            else contextlib.nullcontext()
         try:
             fresh = types.ModuleType("comfy_model_management_conformance_783545f6")
             fresh.__file__ = self.mm.__file__
-            exec(self.code, fresh.__dict__)
+            with limits:
+                exec(self.code, fresh.__dict__)
             self.assertEqual((fresh.WINDOWS, fresh.total_vram), (case["windows"], total / MiB))
             comfy = (fresh.extra_reserved_memory(), fresh.minimum_inference_memory())
         finally:
@@ -814,7 +838,10 @@ class TestImportTimeFigures(Conformance783545f6):
     def check_ceiling(self, case: Case) -> None:
         mm = self.mm
         ns = dict(vars(mm))
-        ns.update(args=types.SimpleNamespace(disable_pinned_memory=case["disabled"], high_ram=case["high_ram"]),
+        limit = 8 * GiB if case["cgroup"] else None  # v0.39 asks comfy.system_memory whether a limit applies
+        comfy_ns = types.SimpleNamespace(system_memory=types.SimpleNamespace(cgroup_memory_limit=lambda: limit))
+        ns.update(comfy=comfy_ns,
+                  args=types.SimpleNamespace(disable_pinned_memory=case["disabled"], high_ram=case["high_ram"]),
                   is_nvidia=lambda: case["vendor"] == "nvidia", is_amd=lambda: case["vendor"] == "amd",
                   WINDOWS=case["windows"], get_total_memory=lambda dev=None, torch_total_too=False: case["ram"],
                   get_disk_swap_total=lambda: case["swap"], MAX_PINNED_MEMORY=-1,
@@ -823,7 +850,8 @@ class TestImportTimeFigures(Conformance783545f6):
         comfy_max = ns["MAX_PINNED_MEMORY"]
         hostbuf = types.FunctionType(mm.pinned_hostbuf_size.__code__, ns)(case["size"])
         enabled = not case["disabled"] and case["vendor"] != "other"
-        mine = self.calc.max_pinned(case["ram"], case["swap"], case["windows"], enabled)
+        mine = self.calc.max_pinned(case["ram"], case["swap"], case["windows"], enabled,
+                                    cgroup_limited=case["cgroup"], rules=self.rules)
         self.assertEqual((float(comfy_max), math.copysign(1, comfy_max)), (mine, math.copysign(1, mine)),
                          f"MAX_PINNED_MEMORY on {case!r}")
         self.assertEqual(hostbuf, self.calc.pinned_hostbuf_size(case["size"], mine, case["high_ram"]),
@@ -832,11 +860,12 @@ class TestImportTimeFigures(Conformance783545f6):
             comfy_max != max(case["ram"] * 0.40, min(case["ram"] * 0.90, case["ram"] - 4 * GiB,
                                                      case["ram"] - 16 * GiB))
         self.tag("pin_disabled" if not enabled else "pin_windows" if case["windows"] else "pin_linux",
-                 *(["swap_decides"] if big_swap else []))
+                 *(["swap_decides"] if big_swap else []),
+                 *(["cgroup_limited"] if case["cgroup"] and enabled and not case["windows"] else []))
 
     def test_max_pinned_matches_comfyui(self) -> None:
         self.run_property("MAX_PINNED_MEMORY", ceiling_cases(), 600, self.check_ceiling,
-                          ("pin_disabled", "pin_windows", "pin_linux", "swap_decides"))
+                          ("pin_disabled", "pin_windows", "pin_linux", "swap_decides", "cgroup_limited"))
 
 
 if __name__ == "__main__":

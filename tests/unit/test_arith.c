@@ -221,9 +221,9 @@ static void test_pin_eviction_tiers(void **st)
     (void)st;
     comem_pin_tier t[COMEM_PIN_TIERS_MAX];
     /* 783545f6: no fast-pin subset; 3 rungs, +1 when not loaded, +1 more with evict_active */
-    assert_int_equal(comem_pin_eviction_tiers(true, true, t), 3);
-    assert_int_equal(comem_pin_eviction_tiers(false, false, t), 4);
-    assert_int_equal(comem_pin_eviction_tiers(false, true, t), 5);
+    assert_int_equal(comem_pin_eviction_tiers(COMEM_PIN_ERA_783545F6, true, true, t), 3);
+    assert_int_equal(comem_pin_eviction_tiers(COMEM_PIN_ERA_783545F6, false, false, t), 4);
+    assert_int_equal(comem_pin_eviction_tiers(COMEM_PIN_ERA_783545F6, false, true, t), 5);
     assert_int_equal(t[0].subsets, COMEM_PIN_SET);
     assert_int_equal(t[0].current_prompt, COMEM_NO);
     assert_int_equal(t[0].active, COMEM_ANY);
@@ -233,8 +233,8 @@ static void test_pin_eviction_tiers(void **st)
     assert_int_equal(t[4].subsets, COMEM_PIN_SET);
     assert_int_equal(t[4].active, COMEM_YES);
     /* every registration rung only unregisters */
-    assert_int_equal(comem_registration_eviction_tiers(false, t), 2);
-    assert_int_equal(comem_registration_eviction_tiers(true, t), 4);
+    assert_int_equal(comem_registration_eviction_tiers(COMEM_PIN_ERA_783545F6, false, t), 2);
+    assert_int_equal(comem_registration_eviction_tiers(COMEM_PIN_ERA_783545F6, true, t), 4);
     assert_true(t[0].unregister && t[3].unregister);
     assert_int_equal(t[0].subsets, COMEM_PIN_SET | COMEM_PIN_SET_LOADED);
     assert_int_equal(t[2].active, COMEM_YES);
@@ -244,7 +244,7 @@ static void test_free_pins_asks_remaining(void **st)
 {
     (void)st;
     pin_walk w = {.give = 100};
-    double freed = comem_free_pins(250, false, false, walk_fn, &w);
+    double freed = comem_free_pins(COMEM_PIN_ERA_783545F6, 250, false, false, walk_fn, &w);
     assert_int_equal(w.n, 4);
     assert_true(w.asked[0] == 250 && w.asked[1] == 150 && w.asked[2] == 50 && w.asked[3] == -50);
     assert_true(freed == 300); /* whole pins over-free */
@@ -269,15 +269,80 @@ static void test_free_registrations(void **st)
 {
     (void)st;
     pin_walk w = {.give = 1 * (double)COMEM_GIB};
-    assert_false(comem_free_registrations(1, -1, true, walk_fn, &w));
-    assert_true(comem_free_registrations(0, 48 * (double)COMEM_GIB, true, walk_fn, &w));
+    assert_false(comem_free_registrations(COMEM_PIN_ERA_783545F6, 1, -1, true, walk_fn, &w));
+    assert_true(comem_free_registrations(COMEM_PIN_ERA_783545F6, 0, 48 * (double)COMEM_GIB, true, walk_fn, &w));
     assert_int_equal(w.n, 0);
     /* shortfall 0.5 GiB: target 2.5 GiB; the first tier frees 1 GiB, leaving 1.5 <= 2 GiB */
-    assert_true(comem_free_registrations(0.5 * (double)COMEM_GIB, 48 * (double)COMEM_GIB, false, walk_fn, &w));
+    const double gib = (double)COMEM_GIB;
+    assert_true(comem_free_registrations(COMEM_PIN_ERA_783545F6, 0.5 * gib, 48 * gib, false, walk_fn, &w));
     assert_true(w.asked[0] == 2.5 * (double)COMEM_GIB);
     assert_true(w.asked[1] == 1.5 * (double)COMEM_GIB);
     pin_walk tiny = {.give = 1};
-    assert_false(comem_free_registrations(0.5 * (double)COMEM_GIB, 48 * (double)COMEM_GIB, false, walk_fn, &tiny));
+    assert_false(comem_free_registrations(COMEM_PIN_ERA_783545F6, 0.5 * gib, 48 * gib, false, walk_fn, &tiny));
+}
+
+/* v0.39's ladders (model_management.py of the assembled v0.39 tree, pin_eviction_tiers and
+   registration_eviction_tiers), rung by rung. */
+static void test_pin_tiers_v039(void **st)
+{
+    (void)st;
+    comem_pin_tier t[COMEM_PIN_TIERS_MAX];
+    assert_int_equal(comem_pin_eviction_tiers(COMEM_PIN_ERA_V039, true, true, t), 5);
+    assert_int_equal(comem_pin_eviction_tiers(COMEM_PIN_ERA_V039, false, false, t), 6);
+    assert_int_equal(comem_pin_eviction_tiers(COMEM_PIN_ERA_V039, false, true, t), 9);
+    const comem_pin_tier want[9] = {
+        {COMEM_PIN_SET_FAST, COMEM_NO, COMEM_NO, false},   {COMEM_PIN_SET, COMEM_NO, COMEM_ANY, false},
+        {COMEM_PIN_SET_LOADED, COMEM_NO, COMEM_ANY, false}, {COMEM_PIN_SET_FAST, COMEM_YES, COMEM_NO, false},
+        {COMEM_PIN_SET_LOADED, COMEM_YES, COMEM_ANY, false}, {COMEM_PIN_SET, COMEM_YES, COMEM_NO, false},
+        {COMEM_PIN_SET_FAST, COMEM_NO, COMEM_YES, false},  {COMEM_PIN_SET_FAST, COMEM_YES, COMEM_YES, false},
+        {COMEM_PIN_SET, COMEM_YES, COMEM_YES, false},
+    };
+    for (size_t i = 0; i < 9; i++) {
+        assert_int_equal(t[i].subsets, want[i].subsets);
+        assert_int_equal(t[i].current_prompt, want[i].current_prompt);
+        assert_int_equal(t[i].active, want[i].active);
+        assert_false(t[i].unregister);
+    }
+    /* registration: the fast pool destroyed, then the rest unregistered, per (prompt, active) */
+    assert_int_equal(comem_registration_eviction_tiers(COMEM_PIN_ERA_V039, false, t), 4);
+    assert_int_equal(comem_registration_eviction_tiers(COMEM_PIN_ERA_V039, true, t), 8);
+    const unsigned rest = COMEM_PIN_SET | COMEM_PIN_SET_LOADED;
+    for (size_t i = 0; i < 8; i++) {
+        bool fast = i % 2 == 0;
+        assert_int_equal(t[i].subsets, fast ? COMEM_PIN_SET_FAST : rest);
+        assert_int_equal(t[i].unregister, !fast);
+        assert_int_equal(t[i].current_prompt, (i / 2) % 2 ? COMEM_YES : COMEM_NO);
+        assert_int_equal(t[i].active, i >= 4 ? COMEM_YES : COMEM_NO);
+    }
+}
+
+/* v0.39's gate has no --fast-disk branch, and its ceiling counts no swap under a cgroup limit. */
+static void test_pin_budget_and_ceiling_v039(void **st)
+{
+    (void)st;
+    const double gib = (double)COMEM_GIB;
+    /* --fast-disk with 783545f6: total 10 + size 1 - ceiling 20 GiB < 0 passes without a walk;
+       v0.39 reads RAM instead: 1 + 2 (the floor) - 2 GiB available = 1 GiB short */
+    comem_pin_budget_in in = {.size = gib, .available = 2 * gib, .fast_disk = true, .total_pinned = 10 * gib,
+                              .max_pinned = 20 * gib};
+    comem_pin_budget_check c;
+    comem_pin_budget_of(&in, &c);
+    assert_true(c.passes_now && c.shortfall == -9 * gib);
+    in.era = COMEM_PIN_ERA_V039;
+    comem_pin_budget_of(&in, &c);
+    assert_false(c.passes_now);
+    assert_true(c.shortfall == gib && c.ask == gib + 256.0 * COMEM_MIB);
+    /* 24 GiB RAM, 64 GiB swap: min(21.6, 20, 72) = 20 GiB either way without a limit */
+    comem_pin_ceiling_in p = {.ram = 24 * gib, .disk_swap = (int64_t)64 << 30, .enabled = true, .cgroup_limited = true};
+    assert_true(comem_max_pinned(&p) == 20 * gib);
+    /* 16 GiB RAM, 8 GiB swap: 783545f6 max(6.4, min(14.4, 12, 8)) = 8 GiB; v0.39 under a limit: max(6.4, 0) */
+    p.ram = 16 * gib;
+    p.disk_swap = (int64_t)8 << 30;
+    assert_true(comem_max_pinned(&p) == 8 * gib);
+    p.era = COMEM_PIN_ERA_V039;
+    assert_true(comem_max_pinned(&p) == 16 * gib * 0.40);
+    p.cgroup_limited = false;
+    assert_true(comem_max_pinned(&p) == 8 * gib);
 }
 
 static void test_windows_pin_pressure(void **st)
@@ -403,6 +468,8 @@ int main(void)
         cmocka_unit_test(test_free_pins_asks_remaining),
         cmocka_unit_test(test_ensure_pin_budget),
         cmocka_unit_test(test_free_registrations),
+        cmocka_unit_test(test_pin_tiers_v039),
+        cmocka_unit_test(test_pin_budget_and_ceiling_v039),
         cmocka_unit_test(test_windows_pin_pressure),
         cmocka_unit_test(test_disk_swap),
         cmocka_unit_test(test_admit_target),

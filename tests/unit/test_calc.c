@@ -88,7 +88,9 @@ static void test_lowvram_versions(void **st)
         assert_true(budget(r, COMEM_CALC_VRAM_NO, COMEM_CALC_NO_LOWVRAM, 1 * GIB, 0, &k) == 0.1);
     }
     double b;
-    assert_int_equal(comem_calc_lowvram_budget(3, 3, 0, 0, 0, 0, 0, 0, &k, &b), COMEM_EINVAL);
+    assert_int_equal(comem_calc_lowvram_budget(9, 3, 0, 0, 0, 0, 0, 0, &k, &b), COMEM_EINVAL);
+    /* v0.39's load rules are 783545f6's. */
+    assert_true(budget(COMEM_COMFYUI_V039, COMEM_CALC_VRAM_LOW, 0, 0.5 * GIB, 3 * GIB, &k) == -956301312.0);
     /* 783545f6 is what current means today. */
     assert_true(budget(COMEM_COMFYUI_783545F6, COMEM_CALC_VRAM_NORMAL, 0, 1 * GIB, 0, &k) == 0.1);
     assert_true(budget(COMEM_COMFYUI_783545F6, COMEM_CALC_VRAM_LOW, 0, 0.5 * GIB, 3 * GIB, &k) == -956301312.0);
@@ -275,6 +277,33 @@ static void test_pins(void **st)
     assert_true(p.n == 2 && p.unregister[0] && p.unregister[1]); /* evict_active off: two rungs */
     assert_true(p.subsets[0] == (pin | loaded) && ok == 1);
     assert_int_equal(comem_calc_free_pins(COMEM_COMFYUI_A125CD84, 0, 1, m, 3, p_free, &p, &freed), COMEM_ENOTSUP);
+    /* v0.39: the fast pool of the model outside the prompt goes first; the same walk has six rungs. */
+    const unsigned fast = COMEM_CALC_PINS_WEIGHTS_FAST | COMEM_CALC_PINS_PATCHES_FAST;
+    p.n = 0;
+    assert_int_equal(comem_calc_free_pins(COMEM_COMFYUI_V039, 0, 8 * GIB, m, 3, p_free, &p, &freed), COMEM_OK);
+    assert_int_equal(p.n, 6);
+    assert_true(p.model[0] == 0 && p.subsets[0] == fast && p.model[3] == 1 && p.subsets[3] == fast);
+    /* v0.39's gate ignores --fast-disk: 1 GiB + the 2 GiB floor - 1e15 available passes without a walk. */
+    p.n = 0;
+    assert_int_equal(comem_calc_ensure_pin_budget(COMEM_COMFYUI_V039, COMEM_CALC_PIN_FAST_DISK, 1 * GIB, 0, 1e15,
+                                                  20 * GIB, 20.5 * GIB, m, 3, p_free, &p, &ok, &shortfall),
+                     COMEM_OK);
+    assert_true(ok == 1 && p.n == 0 && shortfall < 0);
+    /* v0.39 registrations destroy the fast pool, then unregister the rest. */
+    p.n = 0;
+    assert_int_equal(comem_calc_ensure_pin_registerable(COMEM_COMFYUI_V039, 0, 20 * GIB, 1 * GIB, 20.5 * GIB, m, 3,
+                                                        p_free, &p, &ok),
+                     COMEM_OK);
+    assert_true(p.n >= 1 && p.subsets[0] == fast && !p.unregister[0]);
+    /* The ceiling by version: under a cgroup limit v0.39 counts no swap (16 GiB, 8 GiB swap). */
+    double max = 0;
+    assert_int_equal(comem_calc_max_pinned_of(COMEM_COMFYUI_783545F6, 1, 0, 16 * GIB, 8LL << 30, 1, &max), COMEM_OK);
+    assert_true(max == 8 * GIB);
+    assert_int_equal(comem_calc_max_pinned_of(COMEM_COMFYUI_V039, 1, 0, 16 * GIB, 8LL << 30, 1, &max), COMEM_OK);
+    assert_true(max == 16 * GIB * 0.40);
+    assert_int_equal(comem_calc_max_pinned_of(COMEM_COMFYUI_A125CD84, 1, 0, 16 * GIB, 0, 0, &max), COMEM_ENOTSUP);
+    assert_int_equal(comem_calc_max_pinned_of(9, 1, 0, 16 * GIB, 0, 0, &max), COMEM_EINVAL);
+    assert_int_equal(comem_calc_max_pinned_of(COMEM_COMFYUI_V039, 1, 0, 16 * GIB, 0, 0, NULL), COMEM_EINVAL);
     assert_int_equal(comem_calc_should_free_pins_for_ram_pressure(1, 1, 1e12, 0, 0), 1);
 }
 

@@ -174,8 +174,8 @@ static json_object *run_evict(json_object *in)
 
 static json_object *run_pinned_max(json_object *in)
 {
-    comem_pin_ceiling_in p = {num(in, "ram", 0), inum(in, "swap", 0), flag(in, "windows"), flag(in, "cgroup"),
-                              !flag(in, "disabled")};
+    comem_pin_ceiling_in p = {.ram = num(in, "ram", 0), .disk_swap = inum(in, "swap", 0), .windows = flag(in, "windows"),
+                              .cgroup_limited = flag(in, "cgroup"), .enabled = !flag(in, "disabled")};
     double m = comem_max_pinned(&p);
     json_object *out = json_object_new_object();
     put(out, "max_pinned", dbl(m));

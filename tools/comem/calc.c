@@ -126,17 +126,46 @@ static int parse_state(const rule_ctx *c, comem_vram_state *st)
 }
 
 /*
- * --comfyui current|783545f6|a125cd84: which ComfyUI's rule, where they differ
- * (docs/conformance.md). current is 783545f6's today; only a125cd84's differ.
+ * --comfyui current|783545f6|v0.39|a125cd84: which ComfyUI's rule, where they differ
+ * (docs/conformance.md). current is 783545f6's today; a125cd84's differ in the load rules,
+ * v0.39's in the pinned-RAM ones.
  */
-static int parse_comfyui(const rule_ctx *c, bool *a125cd84)
+static int era_of(const char *name, calc_era *era)
+{
+    static const struct { const char *name; calc_era era; } k_eras[] = {
+        {"current", CALC_ERA_783545F6}, {"783545f6", CALC_ERA_783545F6}, {"v0.39", CALC_ERA_V039},
+        {"a125cd84", CALC_ERA_A125CD84},
+    };
+    for (size_t i = 0; i < sizeof k_eras / sizeof k_eras[0]; i++)
+        if (!strcmp(name, k_eras[i].name)) {
+            *era = k_eras[i].era;
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_comfyui(const rule_ctx *c, calc_era *era)
 {
     arg_value *v = val(c, "comfyui");
-    *a125cd84 = v->set && strcmp(v->str, "a125cd84") == 0;
-    if (v->set && !*a125cd84 && strcmp(v->str, "current") != 0 && strcmp(v->str, "783545f6") != 0) {
-        snprintf(c->err, c->errlen, "--comfyui: '%s' is not one of current, a125cd84, 783545f6", v->str);
+    *era = CALC_ERA_783545F6;
+    if (v->set && era_of(v->str, era) != 0) {
+        snprintf(c->err, c->errlen, "--comfyui: '%s' is not one of current, 783545f6, v0.39, a125cd84", v->str);
         return -1;
     }
+    return 0;
+}
+
+/* The pin rules' era: a125cd84 has no pinned budget, so its name is refused there. */
+static int parse_pin_era(const rule_ctx *c, comem_pin_era *pin)
+{
+    calc_era era;
+    if (parse_comfyui(c, &era) != 0)
+        return -1;
+    if (era == CALC_ERA_A125CD84) {
+        snprintf(c->err, c->errlen, "--comfyui: ComfyUI a125cd84 has no pinned-RAM budget");
+        return -1;
+    }
+    *pin = era == CALC_ERA_V039 ? COMEM_PIN_ERA_V039 : COMEM_PIN_ERA_783545F6;
     return 0;
 }
 
@@ -158,10 +187,10 @@ static int rule_lowvram(const rule_ctx *c, json_object *out)
         .inference = comem_minimum_inference_memory(num(c, "reserve", DEFAULT_RESERVE)),
         .ratio = num(c, "ratio", COMEM_WEIGHT_RATIO_NVIDIA),
     };
-    bool a125cd84;
-    if (parse_state(c, &in.vram_state) != 0 || parse_comfyui(c, &a125cd84) != 0)
+    calc_era era;
+    if (parse_state(c, &in.vram_state) != 0 || parse_comfyui(c, &era) != 0)
         return -1;
-    comem_budget b = a125cd84 ? comem_lowvram_budget_a125cd84(&in) : comem_lowvram_budget(&in);
+    comem_budget b = era == CALC_ERA_A125CD84 ? comem_lowvram_budget_a125cd84(&in) : comem_lowvram_budget(&in);
     static const char *kinds[] = {"full", "nothing", "bytes"};
     json_object_object_add(out, "kind", json_object_new_string(kinds[b.kind]));
     json_object_object_add(out, "budget", jnum(b.value));
@@ -275,13 +304,14 @@ static int rule_evict(const rule_ctx *c, json_object *out)
     size_t *order = calloc(n ? n : 1, sizeof *order);
     comem_evict_action *actions = calloc(n ? n : 1, sizeof *actions);
     int rc = -1;
-    bool a125cd84;
+    calc_era era;
     if (!entries || !order || !actions) {
         snprintf(c->err, c->errlen, "out of memory");
         goto done;
     }
-    if (parse_comfyui(c, &a125cd84) != 0)
+    if (parse_comfyui(c, &era) != 0)
         goto done;
+    bool a125cd84 = era == CALC_ERA_A125CD84;
     for (size_t i = 0; i < n; i++)
         if (parse_entry(ev->strs[i], &entries[i], c->err, c->errlen) != 0)
             goto done;
@@ -338,11 +368,15 @@ done:
 static const arg_spec pinned_max_specs[] = {
     {"ram", ARG_SIZE, true},        {"swap", ARG_SIZE, false},     {"windows", ARG_FLAG, false},
     {"cgroup", ARG_FLAG, false},    {"disabled", ARG_FLAG, false}, {"size", ARG_SIZE, false},
-    {"high-ram", ARG_FLAG, false},
+    {"high-ram", ARG_FLAG, false},  {"comfyui", ARG_STRING, false},
 };
 static int rule_pinned_max(const rule_ctx *c, json_object *out)
 {
+    comem_pin_era era;
+    if (parse_pin_era(c, &era) != 0)
+        return -1;
     comem_pin_ceiling_in in = {
+        .era = era,
         .ram = num(c, "ram", 0),
         .disk_swap = inum(c, "swap", 0),
         .windows = has(c, "windows"),
@@ -360,19 +394,23 @@ static int rule_pinned_max(const rule_ctx *c, json_object *out)
 static const arg_spec pin_budget_specs[] = {
     {"size", ARG_SIZE, true},          {"available", ARG_SIZE, true},  {"headroom", ARG_SIZE, true},
     {"high-ram", ARG_FLAG, false},     {"fast-disk", ARG_FLAG, false}, {"total-pinned", ARG_SIZE, false},
-    {"max-pinned", ARG_SIZE, false},
+    {"max-pinned", ARG_SIZE, false},   {"comfyui", ARG_STRING, false},
 };
 static int rule_pin_budget(const rule_ctx *c, json_object *out)
 {
-    /* --fast-disk compares with the page-lock ceiling (783545f6); otherwise RAM and the headroom decide. */
-    bool fast = has(c, "fast-disk");
+    comem_pin_era era;
+    if (parse_pin_era(c, &era) != 0)
+        return -1;
+    /* --fast-disk compares with the page-lock ceiling (783545f6; v0.39 has no such branch): else RAM decides. */
+    bool fast = has(c, "fast-disk") && era == COMEM_PIN_ERA_783545F6;
     const char *need = !fast ? NULL : !has(c, "total-pinned") ? "total-pinned" : !has(c, "max-pinned") ? "max-pinned"
                                                                                                      : NULL;
     if (need) {
         snprintf(c->err, c->errlen, "--%s is required with --fast-disk", need);
         return -1;
     }
-    comem_pin_budget_in in = {.size = num(c, "size", 0),
+    comem_pin_budget_in in = {.era = era,
+                              .size = num(c, "size", 0),
                               .ram_cache_headroom = inum(c, "headroom", 0),
                               .available = num(c, "available", 0),
                               .high_ram = has(c, "high-ram"),
@@ -453,6 +491,7 @@ static const arg_spec pin_tiers_specs[] = {
     {"registrations", ARG_FLAG, false},
     {"loaded", ARG_FLAG, false},
     {"evict-active", ARG_FLAG, false},
+    {"comfyui", ARG_STRING, false},
 };
 static json_object *tristate(comem_tristate t)
 {
@@ -460,12 +499,16 @@ static json_object *tristate(comem_tristate t)
 }
 static int rule_pin_tiers(const rule_ctx *c, json_object *out)
 {
-    comem_pin_tier tiers[2 * COMEM_PIN_TIERS_MAX];
-    size_t n = has(c, "registrations") ? comem_registration_eviction_tiers(has(c, "evict-active"), tiers)
-                                       : comem_pin_eviction_tiers(has(c, "loaded"), has(c, "evict-active"), tiers);
+    comem_pin_era era;
+    if (parse_pin_era(c, &era) != 0)
+        return -1;
+    comem_pin_tier tiers[COMEM_PIN_TIERS_MAX];
+    size_t n = has(c, "registrations") ? comem_registration_eviction_tiers(era, has(c, "evict-active"), tiers)
+                                       : comem_pin_eviction_tiers(era, has(c, "loaded"), has(c, "evict-active"), tiers);
     static const struct { unsigned bit; const char *name; } subsets[] = {
         {COMEM_PIN_WEIGHTS, "weights"}, {COMEM_PIN_PATCHES, "patches"},
         {COMEM_PIN_WEIGHTS_LOADED, "weights-loaded"}, {COMEM_PIN_PATCHES_LOADED, "patches-loaded"},
+        {COMEM_PIN_WEIGHTS_FAST, "weights-fast"}, {COMEM_PIN_PATCHES_FAST, "patches-fast"},
     };
     json_object *arr = json_object_new_array();
     for (size_t i = 0; i < n; i++) {
@@ -623,8 +666,9 @@ static void usage(FILE *f)
     }
     fprintf(f, "\nSIZE: bytes (fractions allowed) or a number with B, KiB, MiB, GiB or TiB.\n"
                "--comfyui: current (the default; today the same as 783545f6, ComfyUI 2026-08-22), 783545f6,\n"
-               "or a125cd84 (2025-10-12: free_memory stops once covered, the lowvram budget has a 128 MiB\n"
-               "floor). The pinned-RAM rules are 783545f6's (a125cd84 has none).\n"
+               "v0.39 (2026-10: the same load rules; pin ladders with the -fast subsets first, no --fast-disk\n"
+               "branch in pin-budget, no swap in pinned-max under a cgroup limit), or a125cd84 (2025-10-12:\n"
+               "free_memory stops once covered, the lowvram budget has a 128 MiB floor; no pinned RAM).\n"
                "--explain: text instead of JSON: the ComfyUI (or comfy-env) function the rule follows, its\n"
                "version, the formula, and the formula with these values put in, ending in the result.\n");
 }
@@ -706,9 +750,11 @@ int cmd_calc(int argc, char **argv)
         fprintf(stderr, "comem calc %s: %s\n", r->name, err);
     } else if (explain) {
         json_object *given = inputs_json(&ctx);
-        arg_value *era = args_get(r->specs, r->n, vals, "comfyui");
-        bool a125 = era && era->set && !strcmp(era->str, "a125cd84");
-        rc = calc_explain(stdout, r->name, r->summary, given, out, a125) == 0 ? 0 : 1;
+        arg_value *name = args_get(r->specs, r->n, vals, "comfyui");
+        calc_era era = CALC_ERA_783545F6;
+        if (name && name->set)
+            (void)era_of(name->str, &era); /* the rule accepted it already */
+        rc = calc_explain(stdout, r->name, r->summary, given, out, era) == 0 ? 0 : 1;
         json_object_put(given);
     } else {
         jprint(out, pretty);

@@ -29,6 +29,7 @@ typedef struct ex {
     FILE *f;
     json_object *in, *out;
     bool a125cd84;
+    bool v039;
 } ex;
 
 static bool has(const ex *e, const char *k) { return jget(e->in, k) != NULL; }
@@ -80,7 +81,15 @@ static void follows(const ex *e, const char *what, const char *version)
 {
     fprintf(e->f, "follows: %s (%s)\n", what, version);
 }
-static const char *era(const ex *e) { return e->a125cd84 ? "ComfyUI a125cd84, 2025-10-12" : "ComfyUI 783545f6, 2026-08-22"; }
+static const char *era(const ex *e)
+{
+    return e->a125cd84 ? "ComfyUI a125cd84, 2025-10-12" : e->v039 ? "ComfyUI v0.39, 2026-10" : "ComfyUI 783545f6, 2026-08-22";
+}
+/* The pin rules' version line: v0.39's differ from 783545f6's. */
+static const char *pin_era(const ex *e)
+{
+    return e->v039 ? "ComfyUI v0.39; 783545f6 differs, a125cd84 has none" : "ComfyUI 783545f6; a125cd84 has none";
+}
 
 /* ---- ComfyUI's rules ---- */
 
@@ -182,10 +191,11 @@ static void evict(const ex *e)
 
 static void pinned_max(const ex *e)
 {
-    follows(e, MM " MAX_PINNED_MEMORY (and the host buffer size)", "ComfyUI 783545f6; a125cd84 has no pin budget");
+    follows(e, MM " MAX_PINNED_MEMORY (and the host buffer size)", pin_era(e));
     fprintf(e->f, "formula: disabled: -1; Windows: ram x 0.40; else max(ram x 0.40, min(ram x 0.90, ram - 4 GiB,\n"
-                  "         ram + disk swap - 16 GiB)); host buffer = 2 x min(size, max_pinned) (2 x size with high RAM)\n");
-    double ram = in(e, "ram", 0), swap = in(e, "swap", 0);
+                  "         ram + disk swap - 16 GiB)); host buffer = 2 x min(size, max_pinned) (2 x size with high RAM)%s\n",
+            e->v039 ? "\n         v0.39: disk swap counts as 0 under a cgroup limit" : "");
+    double ram = in(e, "ram", 0), swap = e->v039 && has(e, "cgroup") ? 0 : in(e, "swap", 0);
     if (has(e, "disabled"))
         fprintf(e->f, "values:  pinning disabled: %s\n", N(out(e, "max_pinned")));
     else if (has(e, "windows"))
@@ -201,14 +211,14 @@ static void pinned_max(const ex *e)
 
 static void pin_budget(const ex *e)
 {
-    follows(e, MM " ensure_pin_budget", "ComfyUI 783545f6; a125cd84 has none");
-    fprintf(e->f, "formula: high RAM: passes; fast disk: shortfall = total_pinned + size - max_pinned;\n"
-                  "         else shortfall = size + max(headroom / 2, RAM floor) - available;\n"
+    follows(e, MM " ensure_pin_budget", pin_era(e));
+    fprintf(e->f, "formula: high RAM: passes; %sshortfall = size + max(headroom / 2, RAM floor) - available;\n"
                   "         passes when shortfall <= 0, else pins are freed for shortfall + %s\n",
+            e->v039 ? "(v0.39: fast disk or not) " : "fast disk: shortfall = total_pinned + size - max_pinned;\n         else ",
             B((double)COMEM_PIN_PRESSURE_HYSTERESIS));
     if (has(e, "high-ram"))
         fprintf(e->f, "values:  high RAM: passes\n");
-    else if (has(e, "fast-disk"))
+    else if (has(e, "fast-disk") && !e->v039)
         fprintf(e->f, "values:  shortfall = %s + %s - %s = %s\n", N(in(e, "total-pinned", 0)), N(in(e, "size", 0)),
                 N(in(e, "max-pinned", 0)), B(out(e, "shortfall")));
     else
@@ -220,7 +230,8 @@ static void pin_budget(const ex *e)
 
 static void pin_registerable(const ex *e)
 {
-    follows(e, MM " ensure_pin_registerable", "ComfyUI 783545f6; a125cd84 has none");
+    follows(e, MM " ensure_pin_registerable", e->v039 ? "ComfyUI v0.39 and 783545f6; a125cd84 has none"
+                                                         : "ComfyUI 783545f6 and v0.39; a125cd84 has none");
     fprintf(e->f, "formula: refused when max_pinned <= 0; shortfall = total_pinned + size - max_pinned;\n"
                   "         passes when shortfall <= 0, else page locks are dropped for target = shortfall + %s\n",
             B((double)COMEM_REGISTERABLE_HYSTERESIS));
@@ -272,7 +283,7 @@ static void pin_tiers(const ex *e)
 {
     bool reg = has(e, "registrations");
     follows(e, reg ? MM " registration_eviction_tiers(evict_active)" : MM " pin_eviction_tiers(loaded, evict_active)",
-            "ComfyUI 783545f6");
+            e->v039 ? "ComfyUI v0.39: the -fast subsets first" : "ComfyUI 783545f6");
     fprintf(e->f, "formula: the tiers in the order they are walked, each freeing the pins of its subsets on models\n"
                   "         that match current_prompt and active (null: any)%s\n",
             reg ? "; unregister keeps the RAM and drops the page lock" : "; --loaded leaves the prompt's active pins");
@@ -373,13 +384,14 @@ static const struct {
     {"cast-forward", cast_forward},
 };
 
-int calc_explain(FILE *f, const char *rule, const char *summary, json_object *inputs, json_object *result, bool a125cd84)
+int calc_explain(FILE *f, const char *rule, const char *summary, json_object *inputs, json_object *result, calc_era era)
 {
     for (size_t i = 0; i < sizeof k_explain / sizeof k_explain[0]; i++) {
         if (strcmp(k_explain[i].rule, rule) != 0)
             continue;
         fprintf(f, "%s: %s\n", rule, summary);
-        k_explain[i].fn(&(ex){.f = f, .in = inputs, .out = result, .a125cd84 = a125cd84});
+        k_explain[i].fn(&(ex){.f = f, .in = inputs, .out = result, .a125cd84 = era == CALC_ERA_A125CD84,
+                                     .v039 = era == CALC_ERA_V039});
         return 0;
     }
     return -1;

@@ -8,12 +8,15 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+/* Whose rules a `comem calc` rule followed (--comfyui). */
+typedef enum calc_era { CALC_ERA_783545F6, CALC_ERA_A125CD84, CALC_ERA_V039 } calc_era;
+
 /*
  * Writes to f which function the rule follows (and its version), the formula,
  * and the formula with `inputs` (flag name -> value, as given) put in, ending
  * in the figures of `result` (what calc prints). -1 for a rule it does not know.
  */
 int calc_explain(FILE *f, const char *rule, const char *summary, json_object *inputs, json_object *result,
-                 bool a125cd84);
+                 calc_era era);
 
 #endif
