@@ -41,7 +41,7 @@ demo: deps build
 # A build configured before the tests' environments existed (make demo first) is configured again
 # once they are newer than its cache: CMake picks their Pythons up then (cmake/cache_default.cmake).
 check: deps venv
-	@for stamp in .venv/.comem-stamp .venv-aimdo-new/.comem-stamp .venv-a125cd84/.comem-stamp; do \
+	@for stamp in .venv/.comem-stamp .venv-aimdo-new/.comem-stamp .venv-a125cd84/.comem-stamp .venv-v039/.comem-stamp; do \
 	  if [ -f $(BUILD)/CMakeCache.txt ] && [ $$stamp -nt $(BUILD)/CMakeCache.txt ]; then \
 	    echo "make check: $${stamp%/*} is newer than $(BUILD)'s configuration: configuring it again"; \
 	    cmake -S . -B $(BUILD) >/dev/null || exit 1; break; \

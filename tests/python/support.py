@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import unittest
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.environ.get("COMEM_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
@@ -97,27 +97,43 @@ ERAS = ("783545f6", "a125cd84")  #: the ComfyUI snapshots the suites know, newes
 
 
 def comfyui_era(d: Optional[str] = None) -> Optional[str]:
-    """Which ComfyUI snapshot ``d`` (default ``COMFYUI_DIR``) is: ``"783545f6"`` (dynamic VRAM,
-    ``main.py`` initialising comfy-aimdo) or ``"a125cd84"`` (2025, no aimdo); None without one.
+    """Which ComfyUI snapshot ``d`` (default ``COMFYUI_DIR``) is: ``"v0.39"`` (the tree the v0.39
+    overlay assembles: RAM through ``comfy/system_memory.py``, comfy-aimdo 0.5.6), ``"783545f6"``
+    (dynamic VRAM, ``main.py`` initialising comfy-aimdo) or ``"a125cd84"`` (2025, no aimdo); None
+    without one.
 
-    Read from the source, not from a version string, so a checkout near either one is placed by
-    what the tests depend on: 783545f6's ``free_memory`` takes ``for_dynamic``."""
+    Read from the source, not from a version string, so a checkout near one is placed by what the
+    tests depend on: 783545f6's ``free_memory`` takes ``for_dynamic``; v0.39 has ``system_memory``."""
     d = d or comfyui_dir()
     if d is None:
         return None
     with open(os.path.join(d, "comfy", "model_management.py"), encoding="utf-8") as f:
         signature = next((line for line in f if line.startswith("def free_memory(")), "")
-    return "783545f6" if "for_dynamic" in signature else "a125cd84"
+    if "for_dynamic" not in signature:
+        return "a125cd84"
+    return "v0.39" if os.path.exists(os.path.join(d, "comfy", "system_memory.py")) else "783545f6"
 
 
-def need_comfyui(case: unittest.TestCase, era: Optional[str] = None) -> str:
-    """The ComfyUI checkout to test against; skips the test without one (or, with ``era``, without that one)."""
+def comfyui_pythonpath() -> List[str]:
+    """The folders of packages this era of ComfyUI pins over the tests' environment
+    (``COMEM_COMFYUI_PYTHONPATH``, set by CMake: v0.39's comfy-aimdo 0.5.6, a125cd84's templates)."""
+    return [p for p in os.environ.get("COMEM_COMFYUI_PYTHONPATH", "").split(os.pathsep) if p]
+
+
+DYNAMIC_ERAS = ("783545f6", "v0.39")
+"""The eras whose ComfyUI runs comfy-aimdo and ``ModelPatcherDynamic`` (and what comfy-env's workers follow)."""
+
+
+def need_comfyui(case: unittest.TestCase, era: Union[str, Tuple[str, ...], None] = None) -> str:
+    """The ComfyUI checkout to test against; skips the test without one (or, with ``era``, a name or a
+    tuple of names such as :data:`DYNAMIC_ERAS`, without one of those)."""
     d = comfyui_dir()
     if d is None:
         case.skipTest("COMFYUI_DIR is unset (or has no comfy/model_management.py): the adapter's conformance "
                       "tests need the real ComfyUI; CMake sets it to each snapshot in shared/thirdparty")
-    if era is not None and comfyui_era(d) != era:
-        case.skipTest(f"this suite is for ComfyUI {era}; COMFYUI_DIR is {comfyui_era(d)} ({d})")
+    eras = (era,) if isinstance(era, str) else era
+    if eras is not None and comfyui_era(d) not in eras:
+        case.skipTest(f"this suite is for ComfyUI {' or '.join(eras)}; COMFYUI_DIR is {comfyui_era(d)} ({d})")
     return d
 
 

@@ -221,7 +221,7 @@ class TestAdapterSteersAimdo(SteerCase):
 
 class TestHostWithDynamicVramWorkerWithout(SteerCase):
     def test_a_steered_host_reaches_a_worker_without_aimdo(self):
-        support.need_comfyui(self, "783545f6")
+        support.need_comfyui(self, support.DYNAMIC_ERAS)
         host = self.steered_host()
         mm = host.mm
         w = self.machine.child("comfy_worker.py", "plain")  # ComfyUI without dynamic VRAM: no aimdo there
@@ -289,7 +289,10 @@ class TestNewestAimdo(unittest.TestCase):
         py = os.environ.get("COMEM_PYTHON_AIMDO_NEW")
         if os.environ.get("COMEM_STEER_INNER") or not py:
             self.skipTest("COMEM_PYTHON_AIMDO_NEW is unset (scripts/venv.sh makes .venv-aimdo-new)")
-        env = dict(os.environ, COMEM_STEER_INNER="1")
+        # Without the folders this era pins first (v0.39's comfy-aimdo 0.5.6): the newest is that Python's.
+        pinned = set(support.comfyui_pythonpath())
+        path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in pinned]
+        env = dict(os.environ, COMEM_STEER_INNER="1", PYTHONPATH=os.pathsep.join(path))
         out = subprocess.run([py, "-m", "unittest", "-v", "test_aimdo_steer.TestHeadroomFollowsTheLedger"],
                              cwd=os.path.dirname(os.path.abspath(__file__)), env=env, capture_output=True, text=True,
                              timeout=300)

@@ -287,7 +287,7 @@ class TestEraMixes(AdapterCase):
         return [h["answers"] for h in (p or {}).get("holders", []) if h["name"] == "comfyui"]  # ComfyModels
 
     def test_a_dynamic_vram_worker_under_a_host_without_it(self):
-        support.need_comfyui(self, "783545f6")
+        support.need_comfyui(self, support.DYNAMIC_ERAS)
         try:
             import comfy_aimdo  # noqa: F401
         except ImportError as e:
@@ -343,7 +343,7 @@ class TestComfyPins(AdapterCase):
         return me["pinned"]
 
     def test_each_pin_is_booked_before_comfyui_makes_it(self):
-        support.need_comfyui(self, "783545f6")
+        support.need_comfyui(self, support.DYNAMIC_ERAS)
         from comem.comfy.pins import CHUNK
         mm, pins = self.mm, self.host.pins
         self.assertIsNotNone(pins)
@@ -491,7 +491,7 @@ class TestWorkerRamHeadroom(unittest.TestCase):
 
     def test_worker_gets_the_ledgers_share(self):
         support.need_torch(self)
-        support.need_comfyui(self, "783545f6")
+        support.need_comfyui(self, support.DYNAMIC_ERAS)
         mm = support.import_comfy()
         import comfy.memory_management as memory
         import comem

@@ -73,11 +73,13 @@ def comfy_env_missing() -> Optional[str]:
     return None
 
 
-def lay_environment(comfyui: str, pack_dir: str, root: str, home: str, extra_paths: Sequence[str] = ()) -> str:
+def lay_environment(comfyui: str, pack_dir: str, root: str, home: str, extra_paths: Sequence[str] = (),
+                    first_paths: Sequence[str] = ()) -> str:
     """Lays a ready environment for ``pack_dir`` where comfy-env 0.4.46 looks, and the pixi launcher.
 
-    The environment's site-packages reach this Python's own, then ``extra_paths`` (folders of packages
-    this Python finds through PYTHONPATH, which comfy-env does not pass to a worker)."""
+    The environment's site-packages reach ``first_paths`` (what one ComfyUI era pins over this
+    Python's packages, such as v0.39's comfy-aimdo), this Python's own, then ``extra_paths`` (folders
+    of packages this Python finds through PYTHONPATH, which comfy-env does not pass to a worker)."""
     code = ("import sys; from pathlib import Path; "
             "from comfy_env.environment.cache import get_env_name, get_workspace_env_dir; "
             "p = Path(sys.argv[1]); print(get_workspace_env_dir(None, get_env_name(p, p / 'nodes' / 'comfy-env.toml')))")
@@ -92,7 +94,7 @@ def lay_environment(comfyui: str, pack_dir: str, root: str, home: str, extra_pat
                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     with open(os.path.join(own, "comem-test-packages.pth"), "w") as f:
         # the tests' packages (torch, numpy, ComfyUI's needs), after the env's own
-        f.write("".join(p + "\n" for p in [purelib, *extra_paths]))
+        f.write("".join(p + "\n" for p in [*first_paths, purelib, *extra_paths]))
     libdir, ldlib = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
     if libdir and ldlib and os.path.exists(os.path.join(libdir, ldlib)):
         os.makedirs(os.path.join(prefix, "lib"), exist_ok=True)
@@ -111,9 +113,9 @@ class ComfyEnvCase(ServerCase):
 
     def setUp(self) -> None:
         support.need_comfyui(self)  # (also what tells CMake to run this suite once per ComfyUI snapshot)
-        if support.comfyui_era() != "783545f6":
+        if support.comfyui_era() not in support.DYNAMIC_ERAS:
             self.skipTest("comfy-env 0.4.46 is checked with ComfyUI 783545f6 (v0.33), the ComfyUI its contract "
-                          "targets; a125cd84 (2025) predates its worker shims")
+                          "targets, and v0.39; a125cd84 (2025) predates its worker shims")
         why = comfy_env_missing()
         if why:
             self.skipTest(why)
@@ -124,7 +126,8 @@ class ComfyEnvCase(ServerCase):
         self.home = os.path.join(self.base, "home")
         for pack in (PACK, OFF_PACK):
             shutil.copytree(os.path.join(FIXTURES, pack), os.path.join(nodes, pack))
-            lay_environment(self.comfyui, os.path.join(nodes, pack), self.root, self.home)
+            lay_environment(self.comfyui, os.path.join(nodes, pack), self.root, self.home,
+                            first_paths=support.comfyui_pythonpath())
         self.machine.env.update({"COMFY_ENV_ROOT": self.root, "HOME": self.home,
                                  "COMFY_ENV_IDLE_REAP_SECONDS": "0"})
 

@@ -1,6 +1,6 @@
-"""docs/comfyui-api.md classifies every public name of ComfyUI 783545f6's memory surface.
+"""docs/comfyui-api.md classifies every public name of ComfyUI 783545f6's and v0.39's memory surface.
 
-The real modules are imported (``COMFYUI_DIR``, the 783545f6 era: its
+The real modules are imported (``COMFYUI_DIR``, the 783545f6 era or v0.39: their
 ``free_memory`` takes ``for_dynamic``); their public names are listed (the
 module-level names of ``comfy.model_management``, ``comfy.memory_management``
 and ``comfy.pinned_memory`` that the module itself defines or assigns, and the
@@ -8,7 +8,9 @@ methods and properties of ``ModelPatcher``, ``ModelPatcherDynamic`` and
 ``LoadedModel``); the document's tables are parsed; the test fails naming each
 name the document does not classify, each classified name that no longer
 exists, each name classified twice, and each relationship outside the four
-words the document defines.
+words the document defines. A name only one of the two has is marked in the
+document, ``(v0.39 only)`` or ``(783545f6 only)`` after it, and is expected
+in that era alone.
 """
 
 from __future__ import annotations
@@ -48,8 +50,12 @@ def class_names(cls: type) -> Set[str]:
     return {n for n in vars(cls) if not n.startswith("_")}
 
 
+ERA_MARK = re.compile(r"`([^`]+)`(?:\s*\((v0\.39|783545f6) only\))?")
+
+
 def parse(text: str) -> Tuple[Dict[str, Dict[str, str]], List[str]]:
-    """``{section: {name: relationship}}`` from the document's tables, and the problems found reading them."""
+    """``{section: {name: relationship}}`` from the document's tables, and the problems found reading them.
+    A name marked for one era only is keyed ``name@era``."""
     table: Dict[str, Dict[str, str]] = {s: {} for s in SECTIONS}
     problems: List[str] = []
     section = None
@@ -65,7 +71,7 @@ def parse(text: str) -> Tuple[Dict[str, Dict[str, str]], List[str]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 3 or cells[0] in ("name", "") or set(cells[0]) <= set("-: "):
             continue
-        names = re.findall(r"`([^`]+)`", cells[0])
+        names = [f"{n}@{era}" if era else n for n, era in ERA_MARK.findall(cells[0])]
         rel = cells[1]
         base = rel.replace(PLANNED, "").strip()
         if base not in RELATIONS:
@@ -81,12 +87,16 @@ def parse(text: str) -> Tuple[Dict[str, Dict[str, str]], List[str]]:
     return table, problems
 
 
-def check(actual: Dict[str, Set[str]], text: str) -> List[str]:
-    """Every disagreement between the real surface and the document."""
+def check(actual: Dict[str, Set[str]], text: str, era: str = "783545f6") -> List[str]:
+    """Every disagreement between the real surface of ``era`` and the document."""
     table, problems = parse(text)
     for section in SECTIONS:
         have = actual[section]
-        doc = set(table[section])
+        doc = set()
+        for key in table[section]:
+            name, _, only = key.partition("@")
+            if not only or only == era:
+                doc.add(name)
         problems += [f"{section}.{n} is not classified in docs/comfyui-api.md" for n in sorted(have - doc)]
         problems += [f"{section}.{n} is classified but ComfyUI no longer has it" for n in sorted(doc - have)]
     return problems
@@ -115,7 +125,7 @@ class TestComfyUIApi(unittest.TestCase):
             self.text = f.read()
 
     def test_every_name_is_classified(self) -> None:
-        problems = check(self.actual, self.text)
+        problems = check(self.actual, self.text, support.comfyui_era() or "")
         self.assertEqual(problems, [], "\n".join(problems))
 
     def test_the_surface_was_read(self) -> None:
@@ -131,13 +141,20 @@ class TestComfyUIApi(unittest.TestCase):
         actual["comfy.model_management"].add("free_memory_harder")
         text = self.text.replace("| `soft_empty_cache` | read |", "| `soft_empty_caches` | read |")
         text = text.replace("| `model_load` | wrapped |", "| `model_load` | patched |")
-        problems = check(actual, text)
+        era = support.comfyui_era() or ""
+        problems = check(actual, text, era)
         joined = "\n".join(problems)
         for expected in ("comfy.model_management.free_memory_harder is not classified",
                          "comfy.model_management.soft_empty_cache is not classified",
                          "comfy.model_management.soft_empty_caches is classified but ComfyUI no longer has it",
                          "relationship 'patched'"):
             self.assertIn(expected, joined)
+        # A name marked for the other era only must not be here; one marked for this era must be.
+        other = "783545f6" if era == "v0.39" else "v0.39"
+        marked = self.text.replace("| `soft_empty_cache` | read |", f"| `soft_empty_cache` ({other} only) | read |")
+        self.assertIn("comfy.model_management.soft_empty_cache is not classified", "\n".join(check(self.actual, marked, era)))
+        marked = self.text.replace("| `soft_empty_cache` | read |", f"| `soft_empty_cache` ({era} only) | read |")
+        self.assertEqual(check(self.actual, marked, era), check(self.actual, self.text, era))
 
     def test_what_the_adapter_wraps_is_classified_wrapped(self) -> None:
         # The adapter's own list (adapter.py's install) against the document's.

@@ -25,8 +25,8 @@ pages in use are pinned and stay), and nothing refaults above it until the
 give ends.
 
 Which aimdo releases can be steered, and how, is data (``KNOWN``; see
-docs/aimdo-versions.md): 0.4.13 has the setter only in its C library, 0.6.0
-also in Python with a getter. Any other version gets one warning naming it and
+docs/aimdo-versions.md): 0.4.13 has the setter only in its C library; 0.5.6
+(what ComfyUI v0.39 pins) and 0.6.0 also in Python with a getter. Any other version gets one warning naming it and
 no steering; ComfyUI runs on with aimdo's own budget.
 """
 
@@ -47,7 +47,7 @@ POLL_S = 0.01  # how often the view is read: the window in which a new grant is 
 GIVE_HOLD_S = 0.5  # a give keeps aimdo from refaulting what it gave this long after, until the grant is in the view
 
 #: comfy-aimdo releases whose headroom comem can set at run time, and where the knob is.
-KNOWN: Dict[str, str] = {"0.4.13": "library", "0.6.0": "python"}
+KNOWN: Dict[str, str] = {"0.4.13": "library", "0.5.6": "python", "0.6.0": "python"}
 
 
 def aimdo_version(control: Any) -> Optional[str]:
