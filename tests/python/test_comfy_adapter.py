@@ -520,5 +520,35 @@ class TestWorkerRamHeadroom(unittest.TestCase):
             self.assertEqual(memory.RAM_CACHE_HEADROOM, 0)
 
 
+class TestComfyUIVersion(unittest.TestCase):
+    """The adapter names a ComfyUI release it was not tested with, once, and runs on (issue 39)."""
+
+    def test_each_tested_tree_is_in_the_table_and_another_is_warned_once(self):
+        import sys
+        import types
+        d = support.need_comfyui(self)
+        from comem.comfy import versions
+        with open(os.path.join(d, "comfyui_version.py"), encoding="utf-8") as f:
+            namespace: dict = {}
+            exec(f.read(), namespace)  # the tree's own version, read as ComfyUI reads it
+        tree = types.ModuleType("comfyui_version")
+        tree.__version__ = namespace["__version__"]
+        self.addCleanup(sys.modules.pop, "comfyui_version", None)
+        self.addCleanup(setattr, versions, "_warned", versions._warned)
+        sys.modules["comfyui_version"] = tree
+        versions._warned = False
+        with self.assertNoLogs("comem.comfy", "WARNING"):
+            self.assertEqual(versions.warn_if_untested(), namespace["__version__"])
+        self.assertIn(namespace["__version__"], versions.TESTED, f"{d} is a tree the suites run against")
+        tree.__version__ = "0.99.0"
+        with self.assertLogs("comem.comfy", "WARNING") as logs:
+            self.assertEqual(versions.warn_if_untested(), "0.99.0")
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("ComfyUI 0.99.0 is not a release comem was tested with", logs.output[0])
+        self.assertIn("ComfyUI runs on", logs.output[0])
+        with self.assertNoLogs("comem.comfy", "WARNING"):
+            versions.warn_if_untested()  # once per process
+
+
 if __name__ == "__main__":
     unittest.main()

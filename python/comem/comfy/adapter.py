@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, Iterator, Optional
 
 from .. import errors
 from ..client import Client
-from . import ram, steer
+from . import ram, steer, versions
 from .devices import DeviceMap
 from .pins import ComfyPins, wrap_ensure_pin_budget, wrap_pin_memory
 from .models import ComfyModels, is_dynamic, is_foreign, set_memory_required
@@ -176,6 +176,7 @@ class Adapter:
         if _active is not None:
             raise RuntimeError("a comem adapter is already installed in this process; uninstall it first")
         mm = self.mm
+        versions.warn_if_untested()
         self._patch(mm, "free_memory", self._wrap_free_memory(mm.free_memory))
         self._patch(mm, "load_models_gpu", self._wrap_load_models_gpu(mm.load_models_gpu))
         self._patch(mm.LoadedModel, "model_load", _wrap_model_load(mm.LoadedModel.model_load))
