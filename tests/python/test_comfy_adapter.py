@@ -550,5 +550,29 @@ class TestComfyUIVersion(unittest.TestCase):
             versions.warn_if_untested()  # once per process
 
 
+class TestRamCacheMeasure(unittest.TestCase):
+    """An ask to the RAM cache is a target over available RAM as ComfyUI's cache measures it: v0.39's
+    comfy.system_memory (cgroup-aware), 783545f6's psutil (issue 39 item 1)."""
+
+    def test_the_target_reads_what_comfyui_reads(self):
+        import sys
+        from unittest import mock
+        support.need_comfyui(self, support.DYNAMIC_ERAS)
+        support.import_comfy()
+        import psutil
+        from comem.comfy import ram
+        system_memory = sys.modules.get("comfy.system_memory")
+        if support.comfyui_era() == "v0.39":
+            self.assertIsNotNone(system_memory, "v0.39's model manager imports comfy.system_memory")
+            # Under a 4 GiB container limit with 1 GiB in use, ComfyUI sees 3 GiB, whatever psutil says.
+            with mock.patch.object(system_memory, "virtual_memory_available", return_value=3 * GiB), \
+                    mock.patch.object(psutil, "virtual_memory", return_value=mock.Mock(available=60 * GiB)):
+                self.assertEqual(ram.available_ram(), 3 * GiB)
+        else:
+            self.assertIsNone(system_memory, "783545f6 reads RAM through psutil")
+            with mock.patch.object(psutil, "virtual_memory", return_value=mock.Mock(available=60 * GiB)):
+                self.assertEqual(ram.available_ram(), 60 * GiB)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -292,8 +292,7 @@ class RamCache:
                     return 0
                 want = ask.bytes if ask.kind == "bytes" else 1 << 62
                 before = sum(e.size for e in self._entries.values())
-                import psutil  # ComfyUI's own measure of available RAM (it is installed wherever ComfyUI runs)
-                target = min(psutil.virtual_memory().available + want, 1 << 62)
+                target = min(available_ram() + want, 1 << 62)
                 cache.ram_release(target, free_active=True)  # nothing is active between prompts
                 self._census()
                 freed = max(0, before - sum(e.size for e in self._entries.values()))
@@ -303,6 +302,17 @@ class RamCache:
                 return freed
         finally:
             self._prompt.release()
+
+
+def available_ram() -> int:
+    """Available RAM as ComfyUI's RAM cache measures it: v0.39's ``comfy.system_memory`` (a cgroup
+    limit below host RAM counts there), else psutil's, as 783545f6 reads it. The release target is
+    this plus what was asked, so the cache drops what was asked, not what a container's limit hides."""
+    system_memory = sys.modules.get("comfy.system_memory")
+    if system_memory is not None and hasattr(system_memory, "virtual_memory_available"):
+        return int(system_memory.virtual_memory_available())
+    import psutil  # installed wherever ComfyUI runs
+    return int(psutil.virtual_memory().available)
 
 
 def wrap_release_state(orig: Callable[..., Any], ram: RamCache) -> Callable[..., Any]:
