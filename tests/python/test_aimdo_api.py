@@ -37,6 +37,10 @@ COMFYUI_MEMBER_USES = {
     "host_buffer.HostBuffer": ("extend", "truncate", "read_file_slice", "get_raw_address"),
     "model_mmap.ModelMMAP": ("get", "get_file_handle"),
 }
+#: What v0.39 adds (comfy/model_prefetch.py, on the graph control.record / malloc_graph.record returns).
+COMFYUI_V039_MEMBER_USES = {
+    "malloc_graph.MallocGraph": ("push", "pop", "abort", "pause", "resume", "use_stream", "iterate", "rogue_count"),
+}
 #: The calls ComfyUI 783545f6's main.py makes first (it falls back on TypeError, but should not need to).
 COMFYUI_CALLS = {
     "control.init": {"simple_vram_headroom": None, "nvml_pressure": True},
@@ -119,6 +123,7 @@ if __name__ == "__main__" and sys.argv[1:] == ["--dump"]:
 # ---- the comparison ----
 
 import support  # noqa: E402  (not needed by --dump)
+from support import MiB  # noqa: E402
 
 
 def covered(table: Dict[str, str], qualname: str) -> bool:
@@ -295,10 +300,10 @@ class TestTables(unittest.TestCase):
 
 
 class TestComfyUIUses(unittest.TestCase):
-    """What ComfyUI 783545f6 reaches in aimdo is in comem.aimdo or in NOT_PROVIDED."""
+    """What ComfyUI 783545f6 and v0.39 reach in aimdo is in comem.aimdo or in NOT_PROVIDED."""
 
     def setUp(self) -> None:
-        self.dir = support.need_comfyui(self, "783545f6")
+        self.dir = support.need_comfyui(self, support.DYNAMIC_ERAS)
         need_aimdo(self)
         import comem.aimdo
         self.tables = comem.aimdo
@@ -312,17 +317,23 @@ class TestComfyUIUses(unittest.TestCase):
             for f in files:
                 if f.endswith(".py"):
                     with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
-                        found.update(m.group(1) for m in re.finditer(r"\bcomfy_aimdo\.(\w+\.\w+)", fh.read()))
+                        text = fh.read()
+                    found.update(m.group(1) for m in re.finditer(r"\bcomfy_aimdo\.(\w+\.\w+)", text))
+                    # v0.39's comfy/storage.py: `from comfy_aimdo.storage import fast_disk`
+                    found.update(f"{m.group(1)}.{m.group(2)}" for m in
+                                 re.finditer(r"\bfrom\s+comfy_aimdo\.(\w+)\s+import\s+(\w+)", text))
         return sorted(found)
 
     def test_module_level_uses(self) -> None:
         uses = self.uses()
         self.assertGreater(len(uses), 10, "ComfyUI's uses of comfy_aimdo were not found")
         missing = [u for u in uses if lookup(self.ours, u) is None and not covered(self.tables.NOT_PROVIDED, u)]
-        self.assertEqual(missing, [], "ComfyUI 783545f6 uses these, which comem.aimdo neither offers nor lists")
+        self.assertEqual(missing, [], f"ComfyUI {support.comfyui_era()} uses these, which comem.aimdo neither "
+                         "offers nor lists")
 
     def test_member_uses(self) -> None:
-        for cls, members in COMFYUI_MEMBER_USES.items():
+        uses = dict(COMFYUI_MEMBER_USES, **(COMFYUI_V039_MEMBER_USES if support.comfyui_era() == "v0.39" else {}))
+        for cls, members in uses.items():
             for m in members:
                 qual = f"{cls}.{m}"
                 self.assertIsNotNone(lookup(self.real, qual), f"{qual} is not in aimdo {self.real['version']}: "
@@ -335,6 +346,121 @@ class TestComfyUIUses(unittest.TestCase):
         for qual, kwargs in COMFYUI_CALLS.items():
             fn = getattr(control, qual.split(".")[1])
             inspect.signature(fn).bind(**kwargs)  # a TypeError here is ComfyUI's fallback path, not its first
+
+
+class TestHostBuffer(unittest.TestCase):
+    """comem.aimdo.host_buffer's HostBuffer as ComfyUI v0.39 drives it: made empty, grown pin by pin,
+    viewed as a tensor, filled from a file, cut back (on the CPU: no page locks to take)."""
+
+    def setUp(self) -> None:
+        support.need_torch(self)
+        from comem.aimdo import host_buffer, torch as atorch
+        self.hb, self.atorch = host_buffer, atorch
+
+    def test_grow_view_read_and_cut(self) -> None:
+        import tempfile
+        empty = self.hb.HostBuffer(0, 0, 0)  # what ModelPatcherDynamic makes for each pool at start
+        self.assertEqual(empty.size, 0)
+        with self.assertRaises(RuntimeError):
+            empty.extend(1)  # nothing reserved: ComfyUI catches this and steals a pin instead
+        buf = self.hb.HostBuffer(0, 64 * MiB, 3 * MiB)
+        base = buf.get_raw_address()
+        self.assertEqual(buf.extend(size=MiB, register=False), base)
+        self.assertEqual(buf.extend(size=MiB, register=False), base + MiB)  # the new bytes' address
+        self.assertEqual(buf.size, 2 * MiB)
+        view = self.atorch.hostbuf_to_tensor(buf)
+        self.assertEqual(view.numel(), 2 * MiB)
+        view[:] = 5
+        data = bytes(range(256)) * 4096  # 1 MiB of a known pattern
+        with tempfile.TemporaryFile() as f:
+            f.write(b"x" * 100 + data)
+            f.flush()
+            buf.read_file_slice(f, 100, MiB, offset=2 * MiB)  # past the end in use: the buffer grows to cover it
+            self.assertEqual(buf.size, 3 * MiB)
+            tail = self.atorch.hostbuf_to_tensor(buf)[2 * MiB:]
+            self.assertEqual(bytes(tail.numpy()), data)
+            with self.assertRaises(RuntimeError):
+                buf.read_file_slice(f, 0, 2 * MiB, offset=2 * MiB)  # outside the reservation
+            with self.assertRaises(RuntimeError):
+                buf.read_file_slice(f, 100 + MiB - 10, 100, offset=2 * MiB)  # the file ends short of the slice
+        self.assertEqual(int(view[0]), 5)  # the first pin's bytes are untouched
+        buf.truncate(MiB, do_unregister=False)
+        self.assertEqual(buf.size, MiB)
+        self.assertEqual(buf.extend(size=MiB, register=False), base + MiB)  # the buffer never moves
+        again = self.atorch.hostbuf_to_tensor(buf)
+        self.assertEqual(int(again[MiB:].sum()), 0, "the cut pages went back: they read as zeros")
+        self.assertEqual(int(again[:MiB].sum()), 5 * MiB)
+        with self.assertRaises(RuntimeError):
+            buf.truncate(4 * MiB)
+
+    def test_registration_is_tracked(self) -> None:
+        buf = self.hb.HostBuffer(0, 0, 2 * MiB)
+        buf.extend(MiB, register=True)  # no GPU here: nothing to lock, but the range is recorded
+        with self.assertRaises(RuntimeError):
+            buf.register(MiB, MiB)  # not in use
+        buf.unregister(0)
+        with self.assertRaises(RuntimeError):
+            buf.unregister(0)
+
+    def test_files_written_from_host_memory(self) -> None:
+        import tempfile
+        buf = self.hb.HostBuffer(4096, 0, 4096)
+        self.atorch.hostbuf_to_tensor(buf)[:] = 9
+        with tempfile.TemporaryFile() as f:
+            self.hb.write_host_to_file(f, 10, 4096, buf.get_raw_address())
+            f.seek(0)
+            self.assertEqual(f.read(), b"\0" * 10 + b"\x09" * 4096)
+
+    def test_record_refuses_and_names_the_way_out(self) -> None:
+        from comem.aimdo import control, malloc_graph
+        for fn in (malloc_graph.record, control.record):
+            with self.assertRaises(RuntimeError) as cm:
+                fn(None, assert_graph_breaks=True)
+            self.assertIn("--disable-comfy-compiler", str(cm.exception))
+
+
+class TestComfyUIOverComemAimdo(unittest.TestCase):
+    """ComfyUI v0.39 starts with comem.aimdo as its comfy_aimdo (python -m comem.aimdo main.py), the real
+    comfy-aimdo installed beside it and never imported (issue 39 item 3)."""
+
+    def test_v039_starts(self) -> None:
+        import tempfile
+        d = support.need_comfyui(self, "v0.39")
+        support.need_torch(self)
+        base = tempfile.mkdtemp(prefix="comem-v039-")
+        self.addCleanup(__import__("shutil").rmtree, base, True)
+        os.makedirs(os.path.join(base, "custom_nodes"))
+        probe = os.path.join(base, "custom_nodes", "aimdo_probe.py")
+        with open(probe, "w", encoding="utf-8") as f:  # a custom node that says whose aimdo ComfyUI imported
+            f.write("import sys\n"
+                    "print('probe:', sys.modules['comfy_aimdo.control'].__name__, "
+                    "sys.modules['comfy_aimdo.host_buffer'].__name__, sys.modules['comfy_aimdo.malloc_graph'].__name__)\n"
+                    "NODE_CLASS_MAPPINGS = {}\n")
+        # The era's own folders (v0.39's comfy-aimdo 0.5.6) stay off the path: the real aimdo found is .venv's.
+        pinned = set(support.comfyui_pythonpath())
+        path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in pinned]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+        out = subprocess.run([sys.executable, "-m", "comem.aimdo", "main.py", "--cpu", "--quick-test-for-ci",
+                              "--base-directory", base], cwd=d, env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stdout[-3000:] + out.stderr[-3000:])
+        self.assertIn("probe: comem.aimdo.control comem.aimdo.host_buffer comem.aimdo.malloc_graph",
+                      out.stdout + out.stderr)
+
+    def test_the_launcher_refuses_what_it_cannot_run(self) -> None:
+        for args, code, text in (([], 2, "usage: python -m comem.aimdo"), (["/no/such/main.py"], 2, "no such script"),
+                                 (["--help"], 0, "usage: python -m comem.aimdo")):
+            out = subprocess.run([sys.executable, "-m", "comem.aimdo", *args], capture_output=True, text=True,
+                                 timeout=60)
+            self.assertEqual(out.returncode, code, out.stderr)
+            self.assertIn(text, out.stdout + out.stderr)
+
+    def test_the_real_aimdo_imported_first_is_refused(self) -> None:
+        need_aimdo(self)
+        code = ("import comfy_aimdo.control, comem.aimdo\n"
+                "try:\n    comem.aimdo.as_comfy_aimdo()\nexcept RuntimeError as e:\n    print(e)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        self.assertIn("the real comfy-aimdo is imported already (", out.stdout, out.stderr)
+        self.assertIn("comfy_aimdo.control", out.stdout)
 
 
 class TestNewPieces(unittest.TestCase):

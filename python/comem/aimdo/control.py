@@ -19,7 +19,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-from typing import Iterable, List, Optional, Tuple, Union
+from typing import Any, Iterable, List, Optional, Tuple, Union
 
 from .. import errors
 from ..client import Client
@@ -248,6 +248,12 @@ def analyze() -> None:
 def get_total_vram_usage() -> int:
     """Bytes committed by this process's pagers."""
     return sum(p.usage for p in devctxs)
+
+
+def record(stream: Any, assert_graph_breaks: bool = False) -> Any:
+    """aimdo 0.5.0+: ``malloc_graph.record``; refused here (:mod:`comem.aimdo.malloc_graph`)."""
+    from . import malloc_graph
+    return malloc_graph.record(stream, assert_graph_breaks)
 
 
 def plat_init() -> bool:  # part of comfy-aimdo's surface; nothing to do here

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from typing import Tuple
+from typing import Any, Tuple
 
 import torch
 
@@ -23,3 +23,9 @@ def aimdo_to_tensor(alloc: Tuple[object, int, int], device: torch.device) -> tor
     """The tensor over an allocation ``(vbar, address, size)``; fault it first."""
     _, ptr, size = alloc
     return get_tensor_from_raw_ptr(ptr, size, device)
+
+
+def hostbuf_to_tensor(hostbuf: Any) -> torch.Tensor:
+    """A uint8 CPU tensor over the ``hostbuf.size`` bytes in use of a :class:`comem.aimdo.host_buffer.HostBuffer`."""
+    return torch.frombuffer((ctypes.c_uint8 * hostbuf.size).from_address(hostbuf.get_raw_address()),
+                            dtype=torch.uint8)
