@@ -2,6 +2,15 @@
 """comem inside current ComfyUI on a GPU: dynamic VRAM over the real comfy-aimdo, steered from the ledger.
 
     COMFYUI_DIR=.../comfyui-783545f6 python3 tests/gpu/comfy_dynamic_gpu.py [--card-gib 24] [--json FILE]
+    COMFYUI_DIR=.venv-v039/comfyui PYTHONPATH=.venv-v039/site:... python3 tests/gpu/comfy_dynamic_gpu.py
+        [--compiler on|off]
+
+ComfyUI v0.39 (the assembled tree, with the comfy-aimdo 0.5.6 it pins first on the path) runs the
+same claims; ``--compiler on`` (its default) wraps every compute in v0.39's memory-compiler scope
+(``comfy.model_prefetch.malloc_graph_scope``, as its executor does around a node), ``off`` is
+``--disable-comfy-compiler``. v0.39's assembled ``model_management`` lacks the
+``DISABLE_PINNED_MEMORY`` its ``pinned_memory`` reads on the CUDA + aimdo path: this script (the
+host and worker A) sets it as upstream v0.39 does, from ``--disable-pinned-memory``, and says so.
 
 This process is a ComfyUI 783545f6 host set up as its main.py does with dynamic
 VRAM on: ``comfy_aimdo.control.init`` before torch, ``init_devices``,
@@ -94,6 +103,16 @@ if not control.init_devices([(0, 0)]):
     say(error="comfy-aimdo did not initialise device 0"); sys.exit(1)
 comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
 comfy.memory_management.aimdo_enabled = True
+import contextlib
+from comfy.cli_args import args as comfy_args
+if hasattr(comfy_args, "disable_comfy_compiler"):  # v0.39: the compiler as this run has it
+    comfy_args.disable_comfy_compiler = os.environ.get("COMEM_GPU_COMPILER", "on") == "off"
+if "comfy.system_memory" in sys.modules and not hasattr(mm, "DISABLE_PINNED_MEMORY"):
+    mm.DISABLE_PINNED_MEMORY = bool(comfy_args.disable_pinned_memory)  # as upstream v0.39 defines it
+try:
+    import comfy.model_prefetch as prefetch
+except ImportError:
+    prefetch = None
 from comem.comfy import Worker
 w = Worker("worker-a", socket=sys.argv[1], mm=mm)
 dev = mm.get_torch_device()
@@ -119,7 +138,7 @@ def compute(seconds=0.0, report=False):
     try:
         with w.node("worker-a"):
             w.load(p)
-            with torch.no_grad():
+            with torch.no_grad(), (prefetch.malloc_graph_scope(dev) if prefetch else contextlib.nullcontext()):
                 while True:
                     model(x)
                     torch.cuda.synchronize()
@@ -220,6 +239,11 @@ class _PinsOnly(Exception):
     """--pins-only: the claims it makes are done."""
 
 
+def support_aimdo() -> str:
+    from importlib.metadata import version
+    return version("comfy-aimdo")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--card-gib", type=float, default=24)
@@ -227,11 +251,14 @@ def main() -> int:
     ap.add_argument("--worker-gib", type=float, default=6, help="worker A's dynamic model")
     ap.add_argument("--json")
     ap.add_argument("--pins-only", action="store_true", help="steer, e, h, a, then p: no workers")
+    ap.add_argument("--compiler", choices=("on", "off"), default="on",
+                    help="ComfyUI v0.39's memory compiler around each compute (off: --disable-comfy-compiler)")
     a = ap.parse_args()
     d = support.comfyui_dir()
-    if d is None or support.comfyui_era(d) != "783545f6":
-        print("comfy_dynamic_gpu: COMFYUI_DIR must name ComfyUI 783545f6", file=sys.stderr)
+    if d is None or support.comfyui_era(d) not in support.DYNAMIC_ERAS:
+        print("comfy_dynamic_gpu: COMFYUI_DIR must name ComfyUI 783545f6 or v0.39", file=sys.stderr)
         return 2
+    os.environ["COMEM_GPU_COMPILER"] = a.compiler  # worker A's too
     sys.path.insert(0, d)
     import comfy_aimdo.control as control
     control.init(simple_vram_headroom=None, nvml_pressure=True)  # main.py's order: before torch
@@ -248,6 +275,23 @@ def main() -> int:
         return 1
     comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
     comfy.memory_management.aimdo_enabled = True
+    import contextlib
+    from comfy.cli_args import args as comfy_args
+    era = support.comfyui_era(d)
+    prefetch = None
+    if era == "v0.39":
+        import comfy.model_prefetch as prefetch
+        comfy_args.disable_comfy_compiler = a.compiler == "off"
+        if not hasattr(mm, "DISABLE_PINNED_MEMORY"):
+            mm.DISABLE_PINNED_MEMORY = bool(comfy_args.disable_pinned_memory)
+            print("comfy_dynamic_gpu: set model_management.DISABLE_PINNED_MEMORY as upstream v0.39 does "
+                  "(the assembled tree lacks it)", flush=True)
+    print(f"comfy_dynamic_gpu: ComfyUI {era}, comfy-aimdo {getattr(control, '__version__', None) or support_aimdo()}, "
+          f"compiler {a.compiler if era == 'v0.39' else 'absent'}", flush=True)
+
+    def scope():
+        """v0.39's memory-compiler scope around a compute, as its executor puts one around a node."""
+        return prefetch.malloc_graph_scope(mm.get_torch_device()) if prefetch is not None else contextlib.nullcontext()
     import pynvml
     pynvml.nvmlInit()
     nvh = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -304,7 +348,7 @@ def main() -> int:
 
             def compute() -> None:
                 with host.computing("dynamic"):
-                    with torch.no_grad():
+                    with torch.no_grad(), scope():
                         model(x)
                     torch.cuda.synchronize()
 
@@ -510,6 +554,12 @@ def main() -> int:
         finally:
             if ballast is not None:
                 ballast.kill()
+    figures["comfyui"] = era
+    if prefetch is not None:  # what v0.39's compiler did in this (the host) process
+        figures["compiler"] = a.compiler
+        figures["malloc_graph_used"] = int(bool(prefetch.MALLOC_GRAPH_USED))
+        figures["malloc_graph_breaks"] = int(prefetch.MALLOC_GRAPH_BREAKS)
+        figures["malloc_graph_rogues"] = int(prefetch.MALLOC_GRAPH_ROGUES)
     for k, v in figures.items():
         print(f"{k}={v}")
     if a.json:
