@@ -147,6 +147,8 @@ def compute(seconds=0.0, report=False):
                         state(computing=True)
                     if time.monotonic() >= end:
                         break
+            if prefetch:
+                prefetch.cleanup_prefetch_queues()  # v0.39's per-node teardown, as its executor does
     except torch.cuda.OutOfMemoryError:
         oom += 1
     return passes, time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
@@ -289,9 +291,21 @@ def main() -> int:
     print(f"comfy_dynamic_gpu: ComfyUI {era}, comfy-aimdo {getattr(control, '__version__', None) or support_aimdo()}, "
           f"compiler {a.compiler if era == 'v0.39' else 'absent'}", flush=True)
 
+    figures_graph = {"breaks": 0, "rogues": 0, "used": 0}
+
+    @contextlib.contextmanager
     def scope():
-        """v0.39's memory-compiler scope around a compute, as its executor puts one around a node."""
-        return prefetch.malloc_graph_scope(mm.get_torch_device()) if prefetch is not None else contextlib.nullcontext()
+        """v0.39's memory-compiler scope around a compute, and its per-node teardown after, as its executor
+        does around a node (a graph left at exit held the host's exit in the first run)."""
+        if prefetch is None:
+            yield
+            return
+        with prefetch.malloc_graph_scope(mm.get_torch_device()):
+            yield
+        figures_graph["used"] |= int(bool(prefetch.MALLOC_GRAPH_USED))
+        prefetch.cleanup_prefetch_queues()  # logs and resets the counters: kept above first
+        figures_graph["breaks"] += int(prefetch.MALLOC_GRAPH_BREAKS)
+        figures_graph["rogues"] += int(prefetch.MALLOC_GRAPH_ROGUES)
     import pynvml
     pynvml.nvmlInit()
     nvh = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -557,9 +571,9 @@ def main() -> int:
     figures["comfyui"] = era
     if prefetch is not None:  # what v0.39's compiler did in this (the host) process
         figures["compiler"] = a.compiler
-        figures["malloc_graph_used"] = int(bool(prefetch.MALLOC_GRAPH_USED))
-        figures["malloc_graph_breaks"] = int(prefetch.MALLOC_GRAPH_BREAKS)
-        figures["malloc_graph_rogues"] = int(prefetch.MALLOC_GRAPH_ROGUES)
+        figures["malloc_graph_used"] = figures_graph["used"]
+        figures["malloc_graph_breaks"] = figures_graph["breaks"]
+        figures["malloc_graph_rogues"] = figures_graph["rogues"]
     for k, v in figures.items():
         print(f"{k}={v}")
     if a.json:
