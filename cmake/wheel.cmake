@@ -10,13 +10,17 @@
 #                                            version these files need: the binding's message when
 #                                            the system's glibc is older
 #
-# No headers, pkg-config file, man pages or systemd unit: those are `make install`'s. json-c is
+# The man pages go to the wheel's data (share/man/man1 and man8 of the environment it is installed
+# in, where man finds them beside the environment's bin/: `man comem`, as `comem --help` says).
+# No headers, pkg-config file or systemd unit: those are `make install`'s. json-c is
 # linked in statically (COMEM_JSONC_STATIC, which pyproject.toml sets), so the files need nothing
 # beyond glibc (libc, libm, ld-linux): what a manylinux tag allows (docs/install.md).
 set(COMEM_WHEEL_NATIVE comem/_native)
 
 install(TARGETS comem LIBRARY DESTINATION ${COMEM_WHEEL_NATIVE}/lib NAMELINK_SKIP)
 install(TARGETS comem_cli comemd RUNTIME DESTINATION ${COMEM_WHEEL_NATIVE}/bin)
+install(FILES ${CMAKE_SOURCE_DIR}/docs/man/comem.1 DESTINATION ${SKBUILD_DATA_DIR}/share/man/man1)
+install(FILES ${CMAKE_SOURCE_DIR}/docs/man/comemd.8 DESTINATION ${SKBUILD_DATA_DIR}/share/man/man8)
 
 # build-info.json, written at install time from the installed (stripped) files themselves.
 function(comem_wheel_build_info)

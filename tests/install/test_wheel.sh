@@ -98,6 +98,10 @@ wheel=$(ls "$tmp"/repaired/comem-*.whl)
   { cat "$tmp/install.log"; fail "pip install of the wheel failed"; }
 venv=$tmp/venv
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+# The man pages `comem --help` points at, where man finds them beside the environment's bin/.
+for page in man1/comem.1 man8/comemd.8; do
+  cmp -s "$venv/share/man/$page" "$src/docs/man/${page#*/}" || fail "the wheel did not install share/man/$page"
+done
 mkdir -m 700 "$tmp/run" "$tmp/elsewhere"
 run=$tmp/run
 sock=$run/comem.sock
