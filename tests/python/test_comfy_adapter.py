@@ -249,6 +249,32 @@ class TestHostModelsAnswerWorkers(AdapterCase):
         self.assert_consistent()
 
 
+class TestCustomPatcher(AdapterCase):
+    """A custom node's ModelPatcher subclass written before v0.39 (its __init__ takes no fast_disk)."""
+
+    def test_a_subclass_without_fast_disk_is_admitted_and_freed(self):
+        import comfy.model_patcher
+        import torch
+
+        class OldStyle(comfy.model_patcher.ModelPatcher):
+            def __init__(self, model, load_device, offload_device, size=0, weight_inplace_update=False):
+                super().__init__(model, load_device, offload_device, size, weight_inplace_update)
+
+        p = OldStyle(make_patcher(self.mm, [128] * 4).model, self.dev, torch.device("cpu"))
+        self.mm.load_models_gpu([p])
+        self.assertEqual(p.loaded_size(), 512 * MiB)
+        self.assert_consistent()
+        if support.comfyui_era() == "v0.39":
+            # v0.39's own clone passes fast_disk= to the subclass: ComfyUI's break, not comem's, and it
+            # leaves comem's books as they were.
+            with self.assertRaises(TypeError):
+                p.clone()
+            self.assert_consistent()
+        self.mm.free_memory(1e30, self.dev)
+        self.assertEqual(p.loaded_size(), 0)
+        self.assert_consistent()
+
+
 class TestComfyWorker(AdapterCase):
 
     def test_a_comfyui_worker_frees_through_its_own_model_unload(self):
