@@ -109,7 +109,7 @@ class TestComfyUIApi(unittest.TestCase):
         support.import_comfy()
         import comfy.model_management as mm
         if "for_dynamic" not in inspect.signature(mm.free_memory).parameters:
-            self.skipTest(f"docs/comfyui-api.md describes ComfyUI 783545f6 (dynamic VRAM); {d} is older")
+            self.skipTest(f"docs/comfyui-api.md describes ComfyUI 783545f6 and v0.39 (dynamic VRAM); {d} is older")
         import comfy.memory_management
         import comfy.model_patcher as mp
         import comfy.pinned_memory
