@@ -60,6 +60,17 @@ static const comem_pin_tier k_pin_tiers_active_v039[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Each era's ladder: the base rungs, the one added when not loaded, those added with evict_active too. */
+static const struct pin_ladder {
+    const comem_pin_tier *base, *active;
+    size_t n_base, n_active;
+} k_ladders[] = {
+    [COMEM_PIN_ERA_783545F6] = {k_pin_tiers_base, k_pin_tiers_active, COUNT(k_pin_tiers_base),
+                                COUNT(k_pin_tiers_active)},
+    [COMEM_PIN_ERA_V039] = {k_pin_tiers_base_v039, k_pin_tiers_active_v039, COUNT(k_pin_tiers_base_v039),
+                            COUNT(k_pin_tiers_active_v039)},
+};
+
 static size_t append(comem_pin_tier *out, size_t n, const comem_pin_tier *rungs, size_t k)
 {
     memcpy(out + n, rungs, k * sizeof *rungs);
@@ -68,14 +79,12 @@ static size_t append(comem_pin_tier *out, size_t n, const comem_pin_tier *rungs,
 
 size_t comem_pin_eviction_tiers(comem_pin_era era, bool loaded, bool evict_active, comem_pin_tier *out)
 {
-    bool v039 = era == COMEM_PIN_ERA_V039;
-    size_t n = v039 ? append(out, 0, k_pin_tiers_base_v039, COUNT(k_pin_tiers_base_v039))
-                    : append(out, 0, k_pin_tiers_base, COUNT(k_pin_tiers_base));
+    const struct pin_ladder *l = &k_ladders[era == COMEM_PIN_ERA_V039 ? COMEM_PIN_ERA_V039 : COMEM_PIN_ERA_783545F6];
+    size_t n = append(out, 0, l->base, l->n_base);
     if (!loaded) {
         n = append(out, n, k_pin_tiers_not_loaded, COUNT(k_pin_tiers_not_loaded));
         if (evict_active)
-            n = v039 ? append(out, n, k_pin_tiers_active_v039, COUNT(k_pin_tiers_active_v039))
-                     : append(out, n, k_pin_tiers_active, COUNT(k_pin_tiers_active));
+            n = append(out, n, l->active, l->n_active);
     }
     return n;
 }

@@ -59,7 +59,7 @@
 typedef enum comem_pin_era { COMEM_PIN_ERA_783545F6 = 0, COMEM_PIN_ERA_V039 = 1 } comem_pin_era;
 
 typedef struct comem_pin_ceiling_in {
-    double ram;          /* RAM total, bytes (ComfyUI: psutil's, not cgroup-clamped) */
+    double ram;          /* RAM total, bytes (783545f6: psutil's; v0.39: clamped to a lower cgroup limit) */
     int64_t disk_swap;   /* swap excluding zram, bytes */
     bool windows;
     bool cgroup_limited; /* a cgroup limit applies: swap counts as 0 under v0.39, no effect under 783545f6 */

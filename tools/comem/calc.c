@@ -130,11 +130,11 @@ static int parse_state(const rule_ctx *c, comem_vram_state *st)
  * (docs/conformance.md). current is 783545f6's today; a125cd84's differ in the load rules,
  * v0.39's in the pinned-RAM ones.
  */
-static int era_of(const char *name, calc_era *era)
+static int era_of(const char *name, comem_comfyui_rules *era)
 {
-    static const struct { const char *name; calc_era era; } k_eras[] = {
-        {"current", CALC_ERA_783545F6}, {"783545f6", CALC_ERA_783545F6}, {"v0.39", CALC_ERA_V039},
-        {"a125cd84", CALC_ERA_A125CD84},
+    static const struct { const char *name; comem_comfyui_rules era; } k_eras[] = {
+        {"current", COMEM_COMFYUI_783545F6}, {"783545f6", COMEM_COMFYUI_783545F6}, {"v0.39", COMEM_COMFYUI_V039},
+        {"a125cd84", COMEM_COMFYUI_A125CD84},
     };
     for (size_t i = 0; i < sizeof k_eras / sizeof k_eras[0]; i++)
         if (!strcmp(name, k_eras[i].name)) {
@@ -144,10 +144,10 @@ static int era_of(const char *name, calc_era *era)
     return -1;
 }
 
-static int parse_comfyui(const rule_ctx *c, calc_era *era)
+static int parse_comfyui(const rule_ctx *c, comem_comfyui_rules *era)
 {
     arg_value *v = val(c, "comfyui");
-    *era = CALC_ERA_783545F6;
+    *era = COMEM_COMFYUI_783545F6;
     if (v->set && era_of(v->str, era) != 0) {
         snprintf(c->err, c->errlen, "--comfyui: '%s' is not one of current, 783545f6, v0.39, a125cd84", v->str);
         return -1;
@@ -158,14 +158,14 @@ static int parse_comfyui(const rule_ctx *c, calc_era *era)
 /* The pin rules' era: a125cd84 has no pinned budget, so its name is refused there. */
 static int parse_pin_era(const rule_ctx *c, comem_pin_era *pin)
 {
-    calc_era era;
+    comem_comfyui_rules era;
     if (parse_comfyui(c, &era) != 0)
         return -1;
-    if (era == CALC_ERA_A125CD84) {
+    if (era == COMEM_COMFYUI_A125CD84) {
         snprintf(c->err, c->errlen, "--comfyui: ComfyUI a125cd84 has no pinned-RAM budget");
         return -1;
     }
-    *pin = era == CALC_ERA_V039 ? COMEM_PIN_ERA_V039 : COMEM_PIN_ERA_783545F6;
+    *pin = era == COMEM_COMFYUI_V039 ? COMEM_PIN_ERA_V039 : COMEM_PIN_ERA_783545F6;
     return 0;
 }
 
@@ -187,10 +187,10 @@ static int rule_lowvram(const rule_ctx *c, json_object *out)
         .inference = comem_minimum_inference_memory(num(c, "reserve", DEFAULT_RESERVE)),
         .ratio = num(c, "ratio", COMEM_WEIGHT_RATIO_NVIDIA),
     };
-    calc_era era;
+    comem_comfyui_rules era;
     if (parse_state(c, &in.vram_state) != 0 || parse_comfyui(c, &era) != 0)
         return -1;
-    comem_budget b = era == CALC_ERA_A125CD84 ? comem_lowvram_budget_a125cd84(&in) : comem_lowvram_budget(&in);
+    comem_budget b = era == COMEM_COMFYUI_A125CD84 ? comem_lowvram_budget_a125cd84(&in) : comem_lowvram_budget(&in);
     static const char *kinds[] = {"full", "nothing", "bytes"};
     json_object_object_add(out, "kind", json_object_new_string(kinds[b.kind]));
     json_object_object_add(out, "budget", jnum(b.value));
@@ -304,14 +304,14 @@ static int rule_evict(const rule_ctx *c, json_object *out)
     size_t *order = calloc(n ? n : 1, sizeof *order);
     comem_evict_action *actions = calloc(n ? n : 1, sizeof *actions);
     int rc = -1;
-    calc_era era;
+    comem_comfyui_rules era;
     if (!entries || !order || !actions) {
         snprintf(c->err, c->errlen, "out of memory");
         goto done;
     }
     if (parse_comfyui(c, &era) != 0)
         goto done;
-    bool a125cd84 = era == CALC_ERA_A125CD84;
+    bool a125cd84 = era == COMEM_COMFYUI_A125CD84;
     for (size_t i = 0; i < n; i++)
         if (parse_entry(ev->strs[i], &entries[i], c->err, c->errlen) != 0)
             goto done;
@@ -751,7 +751,7 @@ int cmd_calc(int argc, char **argv)
     } else if (explain) {
         json_object *given = inputs_json(&ctx);
         arg_value *name = args_get(r->specs, r->n, vals, "comfyui");
-        calc_era era = CALC_ERA_783545F6;
+        comem_comfyui_rules era = COMEM_COMFYUI_783545F6;
         if (name && name->set)
             (void)era_of(name->str, &era); /* the rule accepted it already */
         rc = calc_explain(stdout, r->name, r->summary, given, out, era) == 0 ? 0 : 1;

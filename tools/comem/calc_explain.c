@@ -384,14 +384,14 @@ static const struct {
     {"cast-forward", cast_forward},
 };
 
-int calc_explain(FILE *f, const char *rule, const char *summary, json_object *inputs, json_object *result, calc_era era)
+int calc_explain(FILE *f, const char *rule, const char *summary, json_object *inputs, json_object *result, comem_comfyui_rules era)
 {
     for (size_t i = 0; i < sizeof k_explain / sizeof k_explain[0]; i++) {
         if (strcmp(k_explain[i].rule, rule) != 0)
             continue;
         fprintf(f, "%s: %s\n", rule, summary);
-        k_explain[i].fn(&(ex){.f = f, .in = inputs, .out = result, .a125cd84 = era == CALC_ERA_A125CD84,
-                                     .v039 = era == CALC_ERA_V039});
+        k_explain[i].fn(&(ex){.f = f, .in = inputs, .out = result, .a125cd84 = era == COMEM_COMFYUI_A125CD84,
+                                     .v039 = era == COMEM_COMFYUI_V039});
         return 0;
     }
     return -1;

@@ -8,8 +8,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-/* Whose rules a `comem calc` rule followed (--comfyui). */
-typedef enum calc_era { CALC_ERA_783545F6, CALC_ERA_A125CD84, CALC_ERA_V039 } calc_era;
+#include "comem/calc.h" /* comem_comfyui_rules: whose rules a `comem calc` rule followed (--comfyui) */
 
 /*
  * Writes to f which function the rule follows (and its version), the formula,
@@ -17,6 +16,6 @@ typedef enum calc_era { CALC_ERA_783545F6, CALC_ERA_A125CD84, CALC_ERA_V039 } ca
  * in the figures of `result` (what calc prints). -1 for a rule it does not know.
  */
 int calc_explain(FILE *f, const char *rule, const char *summary, json_object *inputs, json_object *result,
-                 calc_era era);
+                 comem_comfyui_rules era);
 
 #endif
