@@ -44,7 +44,6 @@ _DP, _IP, _SP = POINTER(c_double), POINTER(c_int), POINTER(c_size_t)
 for _name, _res, _args in (
         ("comem_calc_load_order", c_int, [c_int, POINTER(c_uint64), c_size_t, _SP, _SP]),
         ("comem_calc_free_memory_ensures_pins", c_int, [c_int, c_uint, c_double]),
-        ("comem_calc_max_pinned", c_double, [c_int, c_int, c_double, c_int64]),
         ("comem_calc_max_pinned_of", c_int, [c_int, c_int, c_int, c_double, c_int64, c_int, _DP]),
         ("comem_calc_pinned_hostbuf_size", c_int64, [c_double, c_double, c_int]),
         ("comem_calc_ensure_pin_budget", c_int, [c_int, c_uint, c_double, c_int64, c_double, c_double, c_double,

@@ -582,22 +582,39 @@ class TestRamCacheMeasure(unittest.TestCase):
 
     def test_the_target_reads_what_comfyui_reads(self):
         import sys
+        import types
         from unittest import mock
         support.need_comfyui(self, support.DYNAMIC_ERAS)
         support.import_comfy()
         import psutil
+        from comem.client import ReleaseAsk
         from comem.comfy import ram
+        targets = []
+
+        class Cache:  # what the adapter reaches of ComfyUI's RAMPressureCache: its outputs and ram_release
+            cache: dict = {}
+
+            def ram_release(self, target, free_active=False):
+                targets.append(target)
+
+        cache = Cache()
+        rc = ram.RamCache(types.SimpleNamespace(connected=False))  # no coordinator: nothing to register
+        rc.set_cache(cache.ram_release)
+        ask = ReleaseAsk(holder=None, kind="bytes", bytes=GiB, plan=[])
         system_memory = sys.modules.get("comfy.system_memory")
-        if support.comfyui_era() == "v0.39":
-            self.assertIsNotNone(system_memory, "v0.39's model manager imports comfy.system_memory")
-            # Under a 4 GiB container limit with 1 GiB in use, ComfyUI sees 3 GiB, whatever psutil says.
-            with mock.patch.object(system_memory, "virtual_memory_available", return_value=3 * GiB), \
-                    mock.patch.object(psutil, "virtual_memory", return_value=mock.Mock(available=60 * GiB)):
-                self.assertEqual(ram.available_ram(), 3 * GiB)
-        else:
-            self.assertIsNone(system_memory, "783545f6 reads RAM through psutil")
-            with mock.patch.object(psutil, "virtual_memory", return_value=mock.Mock(available=60 * GiB)):
+        with mock.patch.object(psutil, "virtual_memory", return_value=mock.Mock(available=60 * GiB)):
+            if support.comfyui_era() == "v0.39":
+                self.assertIsNotNone(system_memory, "v0.39's model manager imports comfy.system_memory")
+                # Under a 4 GiB container limit with 1 GiB in use, ComfyUI sees 3 GiB, whatever psutil says.
+                with mock.patch.object(system_memory, "virtual_memory_available", return_value=3 * GiB):
+                    self.assertEqual(ram.available_ram(), 3 * GiB)
+                    rc._on_release(ask)
+                self.assertEqual(targets, [4 * GiB], "the cache is asked to keep 3 GiB + the 1 GiB asked free")
+            else:
+                self.assertIsNone(system_memory, "783545f6 reads RAM through psutil")
                 self.assertEqual(ram.available_ram(), 60 * GiB)
+                rc._on_release(ask)
+                self.assertEqual(targets, [61 * GiB])
 
 
 if __name__ == "__main__":

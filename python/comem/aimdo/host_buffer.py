@@ -68,22 +68,13 @@ def _device_copy(host_ptr: int, size: int, device_ptr: int, device: int, stream:
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> None:
+    """Fills ``view`` from the file at ``offset`` (POSIX's positioned read: HostBuffer is POSIX only)."""
     done = 0
     while done < len(view):
-        if hasattr(os, "preadv"):
-            n = os.preadv(fd, [view[done:]], offset + done)
-        else:  # Windows: no positioned read in os; the file's position is the reader's own here
-            os.lseek(fd, offset + done, os.SEEK_SET)
-            n = os.readv(fd, [view[done:]]) if hasattr(os, "readv") else _read_into(fd, view[done:])
+        n = os.preadv(fd, [view[done:]], offset + done)
         if n <= 0:
             raise RuntimeError(f"HostBuffer: the file ended {len(view) - done} bytes short of the slice")
         done += n
-
-
-def _read_into(fd: int, view: memoryview) -> int:
-    data = os.read(fd, len(view))
-    view[:len(data)] = data
-    return len(data)
 
 
 class HostBuffer:
