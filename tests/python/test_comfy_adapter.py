@@ -440,6 +440,58 @@ class TestRamCacheSizes(AdapterCase):
         self.assertEqual(cpu_bytes([["text", 3, None]]), 0)
 
 
+    def test_sizes_agree_with_comfyuis_own_cache_sizing(self):
+        """v0.39's ram_release sizes an entry by its CPU storages, each once, walking mappings and the
+        ``_comfy_cache_tensors()`` hook: comem's figure for tensor outputs is ComfyUI's, entry by entry."""
+        import types
+        from unittest import mock
+        import torch
+        from comem.comfy.ram import cpu_bytes
+        if support.comfyui_era() != "v0.39":
+            self.skipTest("v0.39's cache sizing (783545f6 counts each view's elements, with no mappings or hooks)")
+        import comfy_execution.caching as caching
+
+        class Holds:  # an output object that keeps tensors inside itself, as v0.39's hook describes
+            def __init__(self, *tensors):
+                self.tensors = tensors
+
+            def _comfy_cache_tensors(self):
+                return list(self.tensors)
+
+        def comfyui_size(outputs):
+            key = "k"
+            entry = types.SimpleNamespace(outputs=outputs)
+            fake = types.SimpleNamespace(cache={key: entry}, used_generation={key: 0}, generation=0,
+                                         timestamps={key: 0.0}, children={}, active_evictions=False,
+                                         full_evictions=False)
+            with mock.patch.object(caching, "virtual_memory_available", return_value=0):
+                freed = caching.RAMPressureCache.ram_release(fake, 1, free_active=True)
+            self.assertEqual(fake.cache, {}, "ComfyUI evicted the entry it sized")
+            return round(freed - caching.RAM_CACHE_DEFAULT_RAM_USAGE)
+
+        rng = torch.Generator().manual_seed(39)
+        for case in range(40):
+            pool = [torch.empty(int(torch.randint(1, 1 << 18, (1,), generator=rng)), dtype=torch.uint8)
+                    for _ in range(4)]
+            pick = lambda: pool[int(torch.randint(0, 4, (1,), generator=rng))]  # noqa: E731 shared storages
+            view = lambda: pick()[: 1 + int(torch.randint(0, 8, (1,), generator=rng))]  # noqa: E731
+            outputs = [pick(), (view(), {"samples": pick(), "extra": [view()]}), Holds(pick(), view()),
+                       {"nested": Holds(pick())}, "text", None, 3]
+            with self.subTest(case=case):
+                self.assertEqual(cpu_bytes(outputs), comfyui_size(outputs))
+
+    def test_an_output_whose_hook_raises_is_left_out(self):
+        import torch
+        from comem.comfy.ram import cpu_bytes
+
+        class Broken:
+            def _comfy_cache_tensors(self):
+                raise RuntimeError("cannot say")
+
+        with self.assertRaisesRegex(RuntimeError, "cannot say"):
+            cpu_bytes([torch.ones(4), Broken()])
+
+
 class TestOffloadAsksForRam(AdapterCase):
     """An unload that moves a classic model's weights off the card to its CPU offload device asks host RAM
     for them first (issue 23 item 3, both eras): with less free than the weights, another process's idle

@@ -46,7 +46,7 @@ import logging
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterator, Optional, Set
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Set
 
 from .. import errors
 from ..client import HOST_RAM, Client, Entry, Holder, ReleaseAsk
@@ -70,8 +70,12 @@ def _patcher_ram(x: Any) -> Optional[int]:
 
 
 def cpu_bytes(outputs: Any, seen: Optional[Set[Any]] = None) -> int:
-    """Host RAM a node's outputs hold (nested lists and tuples): CPU tensors, each storage counted once, and
-    the weights of the ComfyUI models among them (a loader's output), each model counted once."""
+    """Host RAM a node's outputs hold: CPU tensors, each storage counted once, and the weights of the ComfyUI
+    models among them (a loader's output), each model counted once.
+
+    It walks what ComfyUI v0.39's cache walks when it sizes an entry: lists, tuples, the values of a
+    mapping, and an object's ``_comfy_cache_tensors()`` (the hook v0.39 gives outputs that hold tensors
+    inside themselves). An output whose hook raises is the caller's to handle: the exception propagates."""
     torch = sys.modules.get("torch")
     if torch is None or outputs is None:
         return 0
@@ -82,19 +86,24 @@ def cpu_bytes(outputs: Any, seen: Optional[Set[Any]] = None) -> int:
         x = stack.pop()
         if isinstance(x, (list, tuple)):
             stack.extend(x)
+        elif isinstance(x, Mapping):
+            stack.extend(x.values())
         elif isinstance(x, torch.Tensor):
             if x.device.type == "cpu":
                 storage = x.untyped_storage()
-                key = ("storage", storage.data_ptr())
+                key = ("storage", storage.data_ptr(), storage.nbytes())
                 if key not in seen:
                     seen.add(key)
                     total += storage.nbytes()
         else:
             ram = _patcher_ram(x)
-            key = ("model", id(getattr(x, "model", x)))  # clones share their parent's module and its weights
-            if ram is not None and key not in seen:
-                seen.add(key)
-                total += ram
+            if ram is not None:
+                key = ("model", id(getattr(x, "model", x)))  # clones share their parent's module and its weights
+                if key not in seen:
+                    seen.add(key)
+                    total += ram
+            elif callable(getattr(x, "_comfy_cache_tensors", None)):
+                stack.append(x._comfy_cache_tensors())
     return total
 
 
@@ -124,6 +133,7 @@ class RamCache:
         self._mu = threading.Lock()  # the entries (census and the release callback)
         self._prompt = threading.Lock()  # held while the executor runs a prompt: the cache is its then
         self.released = 0  #: bytes given back to asks so far
+        self._warned_unsized = False
         self.headroom = 0  #: what ComfyUI keeps free for a node during the prompt now running (0: none runs)
         self._reserve: Optional[int] = None  # the coordinator's host-RAM reserve (fixed when host RAM opens)
 
@@ -192,7 +202,14 @@ class RamCache:
         if cache is not None:
             seen: Set[Any] = set()
             for key, entry in list(cache.cache.items()):
-                n = cpu_bytes(getattr(entry, "outputs", None), seen)
+                try:
+                    n = cpu_bytes(getattr(entry, "outputs", None), seen)
+                except Exception as e:  # an output's own sizing hook: ComfyUI evicts such an entry first
+                    if not self._warned_unsized:  # once: the same node fails the same way every prompt
+                        self._warned_unsized = True
+                        log.warning("comem: a cached output could not be sized (%s: %s); such outputs are not "
+                                    "reported to the ledger", type(e).__name__, e)
+                    continue
                 if n >= MIN_ENTRY:
                     now[key] = n
         try:
