@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """libcomem_preload.so and comfy-aimdo's cuMemAlloc hooks in one process, in either order.
 
-    comem run --policy observe -- python3 tests/gpu/aimdo_preload_gpu.py aimdo-first|torch-first
+    comem run --policy observe -- python3 tests/gpu/aimdo_preload_gpu.py aimdo-first|torch-first|compiler
 
 Run under the preload (``comem run`` sets LD_PRELOAD) against a coordinator. ``aimdo-first``
 initialises comfy-aimdo before torch touches CUDA (ComfyUI main.py's order); ``torch-first``
-lets torch create its context and allocate before aimdo hooks the driver. Then it
-allocates with torch, pages a VBAR through aimdo and frees both. Prints one JSON line:
+lets torch create its context and allocate before aimdo hooks the driver; ``compiler`` is
+aimdo-first with torch's allocations made inside comfy-aimdo 0.5's memory compiler
+(``malloc_graph.record``, what ComfyUI v0.39 wraps each node in), to see whether the preload
+still sees allocations the graph places. Then it allocates with torch, pages a VBAR
+through aimdo and frees both. Prints one JSON line:
 the bytes the coordinator attributes to this process's raw holder at each step, aimdo's
 own usage and whether anything failed. Exits 77 without a GPU.
 """
@@ -37,7 +40,7 @@ def attributed(c) -> int:
 def main() -> int:
     order = sys.argv[1] if len(sys.argv) > 1 else "aimdo-first"
     import comfy_aimdo.control as control
-    if order == "aimdo-first":
+    if order in ("aimdo-first", "compiler"):
         control.init()
         import torch
         if not torch.cuda.is_available():
@@ -56,11 +59,29 @@ def main() -> int:
     with comem.Client("probe", role="tool", require_coordinator=True) as c:
         time.sleep(0.3)
         out["attributed_start"] = attributed(c)
+        graph = None
+        if order == "compiler":
+            import comfy_aimdo.malloc_graph as malloc_graph
+            free_before = torch.cuda.mem_get_info()[0]
+            graph = malloc_graph.record(torch.cuda.current_stream())
         x = torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")
         x.fill_(1)
         torch.cuda.synchronize()
         time.sleep(0.3)
         out["attributed_after_torch_2gib"] = attributed(c)
+        if graph is not None:
+            out["card_taken_in_graph"] = int(free_before - torch.cuda.mem_get_info()[0])
+            out["graph_in"] = {"peak": graph.peak_used, "virtual": graph.virtual_bytes,
+                               "physical": graph.physical_bytes, "rogues": graph.rogue_count}
+            del x
+            out["graph_pop_broken"] = bool(graph.pop())
+            out["graph_out"] = {"peak": graph.peak_used, "virtual": graph.virtual_bytes,
+                                "physical": graph.physical_bytes, "rogues": graph.rogue_count}
+            del graph
+            torch.cuda.synchronize()
+            time.sleep(0.3)
+            out["attributed_after_graph"] = attributed(c)
+            x = torch.empty(0, device="cuda")
         vbar = mv.ModelVBAR(4 * GiB, 0)
         t = vbar.alloc(1 * GiB)
         r = mv.vbar_fault(t)
