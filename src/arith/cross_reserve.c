@@ -44,17 +44,33 @@ int64_t comem_admit_target(int64_t weights, int64_t working, int64_t reserve)
     return comem_ask_target(weights, COMEM_WEIGHT_SLACK, min_inference, reserve, working);
 }
 
+/* Whether weights fit's scaled term is at least short_by below full's. */
+static bool fit_covers(int64_t full, int64_t fit, int64_t short_by)
+{
+    return comem_sub(full, comem_trunc((double)fit * COMEM_WEIGHT_SLACK)) >= short_by;
+}
+
 int64_t comem_admit_fitting(int64_t weights, int64_t short_by)
 {
     int64_t w = comem_clamp0(weights);
     if (short_by <= 0)
         return w;
     int64_t full = comem_trunc((double)w * COMEM_WEIGHT_SLACK);
-    /* start at the exact quotient and step down past the truncation: a step or two at most */
-    int64_t fit = comem_sub(w, comem_trunc((double)short_by / COMEM_WEIGHT_SLACK));
-    while (fit > 0 && comem_sub(full, comem_trunc((double)fit * COMEM_WEIGHT_SLACK)) < short_by)
-        fit--;
-    return comem_clamp0(fit);
+    /* A saturated term (weights over ~7.4 EiB: an absurd request) hides the target's fixed part, so
+       no part can be said to fit; a target saturated by that fixed part alone only errs low. */
+    if (full == INT64_MAX || !fit_covers(full, 0, short_by))
+        return 0;
+    /* The largest fit in [0, w] that covers: a bisection, 63 steps at most (a step-down from the
+       quotient walked ~2^59 values near saturation). */
+    int64_t lo = 0, hi = w;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2 + (hi - lo) % 2;
+        if (fit_covers(full, mid, short_by))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 int64_t comem_pager_headroom_forward(bool seed_set, int64_t seed, int64_t published, int64_t base)

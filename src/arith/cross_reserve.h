@@ -52,7 +52,9 @@ int64_t comem_admit_target(int64_t weights, int64_t working, int64_t reserve);
 /*
  * The weights of a refused admission that would fit: the largest w <= weights
  * whose target is at least short_by lower (only the weights' int(w * 1.1)
- * term moves with w). weights itself when short_by <= 0; 0 when none fits.
+ * term moves with w). weights itself when short_by <= 0; 0 when none fits, and
+ * when w * 1.1 does not fit an int64_t (the target then saturates and hides what
+ * a part would need).
  */
 int64_t comem_admit_fitting(int64_t weights, int64_t short_by);
 

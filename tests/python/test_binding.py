@@ -912,6 +912,25 @@ class TestAdmission(MachineCase):
         self.assertEqual(r.fits, 0, "below the target's fixed part (minimum inference, floor) nothing fits")
         self.m.check_ledger(self)
 
+    def test_an_absurd_admission_is_refused_at_once(self):
+        """Issue 40 item 9: 2**63 - 1 bytes can never fit; refused at once, asking nobody (the old client worked
+        out what part fits by walking ~2**59 candidates and never answered). 2**62: refused as fast, and what part fits is exact."""
+        c = self.client()
+        with self.assertRaises(comem.Refused) as cm:
+            c.admit(2**63 - 1, timeout=60)
+        r = cm.exception
+        self.assertEqual((r.n_asked, r.freed), (0, 0))
+        self.assertEqual(r.need, 2**63 - 1, "the target saturates")
+        self.assertEqual(r.fits, 0, "a saturated target hides what a part would need")
+        with self.assertRaises(comem.Refused) as cm:
+            c.admit(2**62, timeout=60)
+        r = cm.exception
+        self.assertEqual(r.n_asked, 0)
+        self.assertLessEqual(need(r.fits), r.free_after)
+        self.assertGreater(need(r.fits + 1), r.free_after)
+        self.assertEqual(self.grants(), [])
+        self.m.check_ledger(self)
+
     def test_a_refusal_says_what_part_fits(self):
         other = self.child("other")
         other.ask("fill", mib=4096)

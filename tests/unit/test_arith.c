@@ -404,6 +404,16 @@ static void test_admit_fitting(void **st)
     }
     /* short by more than the weights' whole term: nothing fits */
     assert_int_equal(comem_admit_fitting(COMEM_GIB, 2 * COMEM_GIB), 0);
+    /* An absurd request (issue 40 item 9): the weights' term saturates and hides the target's fixed
+       part, so nothing is said to fit; answered at once (the old step-down walked ~2^59 values). */
+    const int64_t room = 7 * COMEM_GIB + 3 * COMEM_GIB / 4;
+    assert_int_equal(comem_admit_fitting(INT64_MAX, INT64_MAX - room), 0);
+    assert_int_equal(comem_admit_fitting(INT64_MAX, INT64_MAX), 0);
+    /* Large but unsaturated: exact, by the same inverse as above. */
+    const int64_t big = INT64_MAX / 2;
+    int64_t target = comem_admit_target(big, working, reserve), fit = comem_admit_fitting(big, target - room);
+    assert_true(comem_admit_target(fit, working, reserve) <= room);
+    assert_true(comem_admit_target(fit + 1, working, reserve) > room);
 }
 
 /* ---- who may be asked now: the coordinator plans by it, a holder's client answers by it ---- */
