@@ -71,6 +71,9 @@
 #include "coord/plan.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
+/* How long a job keeps the room its asks are for, from the jobs behind it, on its holders' word alone:
+   after this, only asks whose holder's process is seen giving bytes back keep theirs (keeps_room). */
+#define COORD_ASK_HOLD_NS (1000 * 1000000LL)
 
 static job *job_get(comem_coord_srv *s, uint64_t id) { return id ? comem_slab_get(&s->jobs, id) : NULL; }
 
@@ -366,6 +369,7 @@ static bool step(comem_coord_srv *s, uint64_t jid)
     if (j->kind == JOB_PRESSURE) {
         if (j->round == 0 && plan_pressure(s, jid, j) > 0) {
             j->state = JOB_ASKING;
+            j->held_since_ns = comem_now_ns();
             return false;
         }
         finish(s, jid, j, false, avail);
@@ -399,46 +403,69 @@ static bool step(comem_coord_srv *s, uint64_t jid)
         comem_info("admission: '%s' waits for '%s' of '%s' to end its node (it computes; its bytes are asked then)",
                    session_name(s, j->session), h ? h->name : "?", h ? session_name(s, h->session) : "?");
         j->state = JOB_WAITING;
+        j->held_since_ns = comem_now_ns();
         return false;
     }
     j->state = JOB_ASKING; /* waiting for receipts */
+    j->held_since_ns = comem_now_ns();
     return false;
+}
+
+/*
+ * Whether an ask's holder is seen giving bytes back: its process uses less of the card than when it
+ * was asked. Where the card does not say per process, it is believed to be, as every ask was before.
+ */
+static bool ask_acting(comem_coord_srv *s, const ask *a)
+{
+    if (a->card_before < 0)
+        return true;
+    conn *c = coord_conn_of(s, a->session);
+    int64_t now = c ? coord_card_use_at_ask(s, a->device, c->pid) : -1;
+    return now >= 0 && now < a->card_before;
+}
+
+/*
+ * The room job jid keeps from the jobs behind it: what receipts freed for it and what its asks still
+ * out asked for (a holder may have freed those bytes already, its receipt on its way). An ask's bytes
+ * are kept for COORD_ASK_HOLD_NS after the asks went out, and after that only while its holder's
+ * process is seen giving bytes back: a stopped holder, or one whose callback never reads, holds nobody
+ * back past the hold (issue 40 item 4). What receipts freed stays the job's while it asks; a job that
+ * waits for a computing holder's node to end keeps it only for the hold (item 3): that wait may last
+ * the node, and those behind it that fit the card pass meanwhile (it plans anew at the boundary).
+ */
+static int64_t keeps_room(comem_coord_srv *s, uint64_t jid, const job *j, int64_t now)
+{
+    bool young = now - j->held_since_ns < COORD_ASK_HOLD_NS;
+    int64_t out = 0;
+    for (size_t i = 0; i < comem_slab_slots(&s->asks); i++) {
+        const ask *a = comem_slab_at(&s->asks, i, NULL);
+        if (a && a->done == job_ask_done && a->owner == jid && (young || ask_acting(s, a)))
+            out = comem_add(out, comem_clamp0(a->bytes));
+    }
+    bool keeps_freed = j->state != JOB_WAITING || young;
+    return comem_add(out, keeps_freed ? comem_clamp0(j->freed) : 0);
 }
 
 /*
  * Behind a head that waits on its asks: grants, in FIFO order, each queued
  * admission that fits without asking anybody. The room it may take is the
- * card's less what receipts freed for the jobs ahead of it and what their asks
- * still out asked for (theirs, not yet booked: no later admission takes bytes a
- * release freed for an earlier one, even before its receipt is read).
+ * card's less the room the jobs ahead of it keep (keeps_room: not yet booked,
+ * but no later admission takes bytes a release freed for an earlier one, even
+ * before its receipt is read, while that release is under way).
  * Those that do not fit keep their place and plan their asks at the head.
  */
-/*
- * What job jid's asks still out asked for: a holder may have freed those bytes already (the card
- * shows them) while its receipt is on its way, and they are that job's as much as what receipts freed.
- */
-static int64_t asked_out(comem_coord_srv *s, uint64_t jid)
-{
-    int64_t sum = 0;
-    for (size_t i = 0; i < comem_slab_slots(&s->asks); i++) {
-        const ask *a = comem_slab_at(&s->asks, i, NULL);
-        if (a && a->done == job_ask_done && a->owner == jid)
-            sum = comem_add(sum, comem_clamp0(a->bytes));
-    }
-    return sum;
-}
-
 static void decide_fitting(comem_coord_srv *s, int dev)
 {
     job *head = job_get(s, s->queue_head[dev]);
     if (!head)
         return;
-    int64_t theirs = comem_add(comem_clamp0(head->freed), asked_out(s, s->queue_head[dev]));
+    int64_t now = comem_now_ns();
+    int64_t theirs = keeps_room(s, s->queue_head[dev], head, now);
     for (uint64_t id = head->next, next; id; id = next) {
         job *j = job_get(s, id);
         next = j->next;
         if (j->kind != JOB_ADMIT || j->state != JOB_QUEUED) {
-            theirs = comem_add(theirs, comem_add(comem_clamp0(j->freed), asked_out(s, id)));
+            theirs = comem_add(theirs, keeps_room(s, id, j, now));
             continue;
         }
         j->need = coord_need(s, j->session, dev, j->weights, j->working);
@@ -493,7 +520,10 @@ static uint64_t new_job(comem_coord_srv *s, conn *c, uint32_t rid, job_kind kind
     j->request_id = rid;
     j->device = dev;
     j->created_ns = comem_now_ns();
-    uint32_t t = timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS;
+    /* Whatever a request asks, it is answered by max_wait_ms with what came back: no parked request keeps
+       the card from the ones behind it longer (issue 40 item 3). */
+    uint32_t cap = s->cfg.max_wait_ms > 0 ? (uint32_t)s->cfg.max_wait_ms : DEFAULT_TIMEOUT_MS;
+    uint32_t t = !timeout_ms ? DEFAULT_TIMEOUT_MS : timeout_ms < cap ? timeout_ms : cap;
     /* answer a little before the requester gives up waiting */
     j->deadline_ns = comem_now_ns() + (int64_t)t * 900000;
     return id;

@@ -27,6 +27,7 @@ typedef struct comem_coord_config {
     int reading_max_age_ms;     /* admissions reuse a reading this recent, corrected by the ledger (20) */
     int tick_ms;                /* idle release, expiry and re-measure period (250) */
     int hello_timeout_ms;       /* a connection that has not said HELLO by then is closed (5000) */
+    int max_wait_ms;            /* the longest an admission or pressure request waits, whatever it asks (60000) */
     bool check;                 /* verify the ledger after every mutation (tests, debug) */
     int64_t reserve_base;       /* the reserve base every host keeps (comemd --reserve); -1: the first host's */
     char ram_spec[64];          /* host RAM as the last device: "machine", or a bounded budget "4GiB" (comemd

@@ -165,6 +165,7 @@ typedef struct job {
     uint64_t next;         /* next job in the device FIFO */
     int64_t created_ns;    /* when the request arrived: the admission latency's start */
     int64_t ack_due_ns;    /* an ADMIT not answered by then is acknowledged (ADMIT_QUEUED); 0: no ack due */
+    int64_t held_since_ns; /* when its current asks went out, or it began to wait (coord/admit.c: keeps_room) */
 } job;
 
 /*

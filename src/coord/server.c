@@ -47,6 +47,7 @@ int comem_coord_config_defaults(comem_coord_config *cfg, char *err, size_t errle
     cfg->reading_max_age_ms = 20;
     cfg->tick_ms = 250;
     cfg->hello_timeout_ms = 5000;
+    cfg->max_wait_ms = 60000;
     cfg->reserve_base = -1;
     const char *e;
     if ((e = comem_env("COMEM_DEVICE")) && *e)

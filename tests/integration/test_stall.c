@@ -10,7 +10,10 @@
  *   - a holder that let an ask pass its deadline is not asked again while it
  *     stays stopped, however long that is; once it answers it is asked again;
  *   - the bytes a receipt freed for a waiting admission stay its own: a later
- *     admission that would need them waits for its turn.
+ *     admission that would need them waits for its turn;
+ *   - the bytes asked of a stopped holder are not kept from later admissions
+ *     past the hold (issue 40 item 4), nor what receipts freed for an admission
+ *     that waits for a computing holder's node to end (item 3).
  */
 #include "unit/cmocka_all.h"
 
@@ -33,7 +36,7 @@
 #define SPEC "sim:16GiB:reserved=256MiB:ctx=300MiB"
 #define WAIT_MS 60000 /* a bound that only a broken build reaches; no test asserts a speed */
 
-enum command { CMD_EXIT = 0, CMD_RESIDENT = 1, CMD_ASKS = 2 };
+enum command { CMD_EXIT = 0, CMD_RESIDENT = 1, CMD_ASKS = 2, CMD_BUSY = 3, CMD_IDLE = 4 };
 
 /* ---- a holder process: one model of `load` bytes; asked, it frees what it is asked for ---- */
 
@@ -102,6 +105,10 @@ static int holder_main(void *arg)
         int64_t cmd;
         if (!ch_get(a->down.rd, &cmd, 120000) || cmd == CMD_EXIT)
             break;
+        if (cmd == CMD_BUSY || cmd == CMD_IDLE) { /* a node starts or ends: not asked while it computes */
+            ch_put(a->up.wr, comem_holder_busy(st.c, holder, cmd == CMD_BUSY, "p"));
+            continue;
+        }
         pthread_mutex_lock(&st.lock);
         int64_t v = cmd == CMD_ASKS ? st.asks : st.resident;
         pthread_mutex_unlock(&st.lock);
@@ -156,6 +163,7 @@ typedef struct requester {
     const char *name;
     chan down, up;
     pid_t pid;
+    int timeout_ms; /* what its admissions say they wait (0: 50 s) */
 } requester;
 
 static int requester_main(void *arg)
@@ -172,7 +180,7 @@ static int requester_main(void *arg)
     int64_t weights;
     while (ch_get(a->down.rd, &weights, 120000) && weights > 0) {
         comem_admission fig;
-        int rc = comem_admit_record(c, 0, holder, weights, 0, 0, NULL, 0, 50000, &fig);
+        int rc = comem_admit_record(c, 0, holder, weights, 0, 0, NULL, 0, a->timeout_ms ? a->timeout_ms : 50000, &fig);
         size_t n = (size_t)fig.n_ids < MAX_IDS ? (size_t)fig.n_ids : MAX_IDS; /* whom it asked, from the record */
         const uint64_t *ids = fig.asked;
         if (rc == COMEM_OK) { /* the load is real: the card holds it, the ledger names it */
@@ -198,15 +206,19 @@ static int requester_main(void *arg)
     return 0;
 }
 
-static void spawn_requester(requester *r, const harness *h, const char *name)
+/* A requester whose admissions say they wait timeout_ms (0: 50 s). */
+static void spawn_requester_waiting(requester *r, const harness *h, const char *name, int timeout_ms)
 {
     r->h = h;
     r->name = name;
+    r->timeout_ms = timeout_ms;
     ch_open(&r->down, &r->up);
     r->pid = h_child(requester_main, r);
     int64_t ready;
     assert_true(ch_get(r->up.rd, &ready, 20000));
 }
+
+static void spawn_requester(requester *r, const harness *h, const char *name) { spawn_requester_waiting(r, h, name, 0); }
 
 /* Sends the admission; its verdict is read later (read_verdict), so the test can watch the order. */
 static void admit_async(requester *r, int64_t weights) { ch_put(r->down.wr, weights); }
@@ -422,6 +434,144 @@ static void test_bytes_freed_for_a_waiting_admission_stay_its_own(void **s)
     assert_ledger_clean(h);
 }
 
+/* The fixed part of a requester's target (minimum inference, reserve: what does not move with the weights),
+   from a granted admission of 1 MiB. */
+static int64_t fixed_part(requester *r)
+{
+    verdict v;
+    admit_async(r, MIB);
+    read_verdict(r, &v);
+    assert_int_equal(v.rc, COMEM_OK);
+    return v.need - (int64_t)((double)MIB * 1.1);
+}
+
+/* Weights whose target is `need` for a requester whose target's fixed part is `fixed`. */
+static int64_t weights_for(int64_t need, int64_t fixed) { return (int64_t)((double)(need - fixed) / 1.1); }
+
+/*
+ * Issue 40 item 4. S is stopped; A's admission asks S and waits on it. B's admission fits what the
+ * card has free, but not beside what A asked S for: while S's process is seen giving nothing back, those
+ * bytes are not kept from B past the hold, so B is granted, asking nobody, while S's ask is still out.
+ * (Before: B waited for S's ask to pass its deadline.)
+ */
+static void test_a_stopped_holders_ask_keeps_nothing_past_the_hold(void **s)
+{
+    harness *h = *s;
+    h_init(h, SPEC);
+    h_start(h, NULL);
+    holder_proc r, st;
+    spawn_holder(&r, h, "r", 4 * GIB);
+    spawn_holder(&st, h, "s", 4 * GIB);
+    requester a, b;
+    spawn_requester(&a, h, "a");
+    spawn_requester(&b, h, "b");
+    int64_t fixed = fixed_part(&b);
+
+    stop_process(st.pid);
+    int64_t free0 = h_status_num(h, "devices.0.free");
+    admit_async(&a, weights_for(free0 + 3 * GIB, fixed)); /* short by 3 GiB: S, the newest, is asked (its
+                                                              deadline: 2 s and 1 ms per MiB) */
+    for (int i = 0; i < WAIT_MS / 10 && h_status_num(h, "coordinator.asks_in_flight") < 1; i++)
+        usleep(10000);
+    assert_int_equal(h_status_num(h, "coordinator.asks_in_flight"), 1);
+    admit_async(&b, weights_for(free0 - GIB / 2, fixed)); /* fits the card, not beside the 3 GiB asked of S */
+    verdict vb, va;
+    assert_string_equal(first_to_answer(&a, &b)->name, "b");
+    read_verdict(&b, &vb);
+    assert_int_equal(vb.rc, COMEM_OK);
+    assert_int_equal(vb.asked, 0);
+    assert_false(has_answered(&a)); /* A still waits on S */
+    /* ... and S's ask is still out, not past its deadline: B did not wait for it to pass (before, the
+       3 GiB asked were kept from B until then, and A went on first). */
+    assert_int_equal(h_status_num(h, "coordinator.asks_in_flight"), 1);
+    assert_false(holder_unanswered(h, "s"));
+
+    read_verdict(&a, &va); /* S let its ask pass; A went on (granted or refused, never a lie) */
+    assert_true(va.rc == COMEM_OK || va.rc == COMEM_ENOSPC);
+    assert_int_equal(va.busy, 1);
+    kill(st.pid, SIGCONT);
+    finish_requester(&a);
+    finish_requester(&b);
+    ch_put(r.a.down.wr, CMD_EXIT);
+    ch_put(st.a.down.wr, CMD_EXIT);
+    assert_int_equal(h_wait(r.pid), 0);
+    assert_int_equal(h_wait(st.pid), 0);
+    assert_ledger_clean(h);
+}
+
+/*
+ * Issue 40 item 3. A needs more than the card has free and idle I holds: I gives its 2 GiB, and A then
+ * waits for computing K's node to end. B's admission fits the card with I's bytes: past the hold, A's
+ * wait (which may last a whole node) keeps them from nobody, so B is granted, asking nobody, while K
+ * still computes. When K's node ends A plans anew. (Before: B waited until A's deadline.)
+ */
+static void test_an_admission_waiting_for_a_node_holds_nobody_back(void **s)
+{
+    harness *h = *s;
+    h_init(h, SPEC);
+    h_start(h, NULL);
+    holder_proc k, i;
+    spawn_holder(&k, h, "k", 4 * GIB);
+    spawn_holder(&i, h, "i", 2 * GIB);
+    requester a, b;
+    spawn_requester(&a, h, "a");
+    spawn_requester(&b, h, "b");
+    int64_t fixed = fixed_part(&b);
+    assert_int_equal(ask_holder(&k, CMD_BUSY), COMEM_OK);
+
+    int64_t free0 = h_status_num(h, "devices.0.free");
+    admit_async(&a, weights_for(free0 + 2 * GIB + GIB / 2, fixed)); /* I's 2 GiB are not enough; K computes */
+    wait_for_asks(&i, 1);
+    verdict vb, va;
+    admit_async(&b, weights_for(free0 + GIB, fixed)); /* fits only with I's bytes, freed for A */
+    assert_string_equal(first_to_answer(&a, &b)->name, "b");
+    read_verdict(&b, &vb);
+    assert_int_equal(vb.rc, COMEM_OK);
+    assert_int_equal(vb.asked, 0);
+    assert_false(has_answered(&a)); /* A still waits for K's node */
+    assert_int_equal(ask_holder(&k, CMD_ASKS), 0);
+
+    assert_int_equal(ask_holder(&k, CMD_IDLE), COMEM_OK); /* K's node ends: A plans anew */
+    read_verdict(&a, &va);
+    assert_true(va.rc == COMEM_OK || va.rc == COMEM_ENOSPC);
+    finish_requester(&a);
+    finish_requester(&b);
+    ch_put(k.a.down.wr, CMD_EXIT);
+    ch_put(i.a.down.wr, CMD_EXIT);
+    assert_int_equal(h_wait(k.pid), 0);
+    assert_int_equal(h_wait(i.pid), 0);
+    assert_ledger_clean(h);
+}
+
+/*
+ * Issue 40 item 3. An admission that says it waits an hour for computing K's node is answered at the
+ * coordinator's --max-wait (here 2 s), refused with K counted busy, long before its own hour (and the
+ * test's 60 s bound: before, it stayed parked for its whole timeout, up to 49 days).
+ */
+static void test_no_admission_waits_past_the_max_wait(void **s)
+{
+    harness *h = *s;
+    h_init(h, SPEC);
+    const char *const args[] = {"--max-wait", "2", NULL};
+    h_start(h, args);
+    holder_proc k;
+    spawn_holder(&k, h, "k", 4 * GIB);
+    requester a;
+    spawn_requester_waiting(&a, h, "a", 3600 * 1000);
+    assert_int_equal(ask_holder(&k, CMD_BUSY), COMEM_OK);
+    int64_t free0 = h_status_num(h, "devices.0.free");
+    admit_async(&a, free0); /* needs K's bytes; K computes: the admission waits for its node */
+    verdict va;
+    read_verdict(&a, &va);
+    assert_int_equal(va.rc, COMEM_ENOSPC);
+    assert_int_equal(va.busy, 1);
+    assert_int_equal(ask_holder(&k, CMD_ASKS), 0);
+    finish_requester(&a);
+    ch_put(k.a.down.wr, CMD_EXIT);
+    assert_int_equal(h_wait(k.pid), 0);
+    assert_ledger_clean(h);
+}
+
 static harness g_h;
 
 static int setup(void **s)
@@ -437,6 +587,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         MP_TEST(test_a_stopped_holder_stalls_nobody),
         MP_TEST(test_bytes_freed_for_a_waiting_admission_stay_its_own),
+        MP_TEST(test_a_stopped_holders_ask_keeps_nothing_past_the_hold),
+        MP_TEST(test_an_admission_waiting_for_a_node_holds_nobody_back),
+        MP_TEST(test_no_admission_waits_past_the_max_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

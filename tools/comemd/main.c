@@ -2,7 +2,7 @@
  * tools/comemd/main.c - the coordinator as a daemon.
  *
  *   comemd [--socket PATH] [--device SPEC] [--idle-release SECONDS] [--hello-timeout SECONDS]
- *          [--reserve SIZE] [--ram machine|SIZE] [--check] [--metrics PATH [--metrics-interval SECONDS]]
+ *          [--max-wait SECONDS] [--reserve SIZE] [--ram machine|SIZE] [--check] [--metrics PATH [--metrics-interval SECONDS]]
  *          [--started-by TEXT] [--version]
  *
  * Runs in the foreground (a service manager backgrounds it), logs to stderr,
@@ -47,7 +47,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: comemd [--socket PATH] [--device auto|nvml|sim[:...]] [--idle-release SECONDS]\n"
-            "              [--hello-timeout SECONDS] [--reserve SIZE] [--ram machine|SIZE] [--check]\n"
+            "              [--hello-timeout SECONDS] [--max-wait SECONDS] [--reserve SIZE] [--ram machine|SIZE]\n"
+            "              [--check]\n"
             "              [--metrics PATH [--metrics-interval SECONDS]] [--started-by TEXT]\n"
             "              [--exit-idle SECONDS] [--version]\n"
             "  The coordinator for comem clients on this machine. Logs to stderr; stops on SIGTERM.\n"
@@ -57,6 +58,8 @@ static void usage(FILE *f)
             "  --device SPEC           the cards to coordinate (default: COMEM_DEVICE, else auto)\n"
             "  --idle-release SECONDS  ask a holder idle this long to release (default 60, or COMEM_IDLE_SECONDS)\n"
             "  --hello-timeout SECONDS close a connection that has not said HELLO by then (default 5)\n"
+            "  --max-wait SECONDS      the longest an admission waits for room, whatever its timeout asks; it is\n"
+            "                          answered then with what came back (default 60)\n"
             "  --reserve SIZE          the reserve base hosts keep on every card (e.g. 400MiB); when given, no\n"
             "                          host can change it; without it the first host to join sets it\n"
             "  --ram machine|SIZE      host RAM as the last device (docs/hostram.md): the machine's (or its\n"
@@ -131,6 +134,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             cfg.hello_timeout_ms = secs * 1000 < 1 ? 1 : (int)(secs * 1000);
+            i++;
+        } else if (!strcmp(a, "--max-wait") && v) {
+            double secs;
+            if (comem_parse_seconds("--max-wait", v, &secs, err, sizeof err) != COMEM_OK || secs < 0.1 || secs > 3600) {
+                comem_error("%s", err[0] ? err : "--max-wait: from 0.1 to 3600 seconds");
+                return 2;
+            }
+            cfg.max_wait_ms = (int)(secs * 1000);
             i++;
         } else if (!strcmp(a, "--metrics") && v) {
             metrics_path = v;
