@@ -84,17 +84,20 @@ static comem_client *client_alloc(void)
     return c;
 }
 
-/* Connects (*s), starting an embedded coordinator first when asked and nobody answers. */
-static int connect_or_embed(comem_client *c, client_sock **s)
+/*
+ * Connects (*s), starting an embedded coordinator first when asked and nobody answers. Another user's
+ * listener at the path is COMEM_EPERM and why: no coordinator of this user's can take the path then.
+ */
+static int connect_or_embed(comem_client *c, client_sock **s, char *why, size_t whylen)
 {
-    int rc = comem_port_connect(c->path, c->svc, s);
+    int rc = comem_port_connect(c->path, c->svc, s, why, whylen);
     /* A full queue (EBUSY) is a coordinator draining a burst of connections: it accepts in
        microseconds, and evicts silent ones to make room, so a real client retries briefly. */
     for (int waited = 0; rc == COMEM_EBUSY && waited < BUSY_CONNECT_MS; waited += 5) {
         comem_sleep_ms(5);
-        rc = comem_port_connect(c->path, c->svc, s);
+        rc = comem_port_connect(c->path, c->svc, s, why, whylen);
     }
-    if (rc == COMEM_OK || !(c->flags & COMEM_OPEN_EMBED))
+    if (rc == COMEM_OK || rc == COMEM_EPERM || !(c->flags & COMEM_OPEN_EMBED))
         return rc;
     comem_coord *coord = NULL;
     rc = comem_coord_start(c->path, NULL, &coord);
@@ -106,7 +109,7 @@ static int connect_or_embed(comem_client *c, client_sock **s)
         return rc;
     }
     for (int waited = 0; waited < EMBED_CONNECT_MS; waited += 10) {
-        if ((rc = comem_port_connect(c->path, c->svc, s)) == COMEM_OK)
+        if ((rc = comem_port_connect(c->path, c->svc, s, why, whylen)) == COMEM_OK)
             return rc;
         comem_sleep_ms(10);
     }
@@ -146,7 +149,18 @@ int comem_client_open(const char *socket_path, int role, const char *name, int64
 
     bool up = false, refused = false;
     client_sock *s = NULL;
-    if (connect_or_embed(c, &s) == COMEM_OK) {
+    char foreign[COMEM_CLIENT_PATH_MAX + 512] = "";
+    rc = connect_or_embed(c, &s, foreign, sizeof foreign);
+    if (rc == COMEM_EPERM && foreign[0]) {
+        /* Another user listens at the path; nothing was sent to it. Said as a refusal is, once. */
+        if (flags & COMEM_OPEN_NO_LOCAL) {
+            comem_error("%s", foreign);
+            client_free(c);
+            return rc;
+        }
+        comem_warn("%s; deciding locally", foreign);
+        refused = c->refused_logged = true;
+    } else if (rc == COMEM_OK) {
         uint64_t session = 0;
         char why[COMEM_WIRE_TEXT_MAX];
         rc = comem_conn_hello(c, s, &session, &refused, why, sizeof why);

@@ -52,9 +52,10 @@ int comem_port_look(const char *name, char *why, size_t whylen);
 /*
  * Connects to the coordinator at name without waiting for it to accept. The connection belongs to
  * service (Windows: it joins that set's loop for life; Linux: nothing yet), or to nobody (NULL: a
- * tool's one exchange, read with service NULL too).
+ * tool's one exchange, read with service NULL too). A listener of another user is left before a byte
+ * is sent (os/stream.h): COMEM_EPERM, and why (may be NULL) names the path and that user.
  */
-int comem_port_connect(const char *name, client_waits *service, client_sock **out);
+int comem_port_connect(const char *name, client_waits *service, client_sock **out, char *why, size_t whylen);
 
 /* Closes a connection (it leaves every wait set with it). NULL is fine. */
 void comem_port_close(client_sock *s);

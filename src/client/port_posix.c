@@ -55,7 +55,7 @@ int comem_port_look(const char *name, char *why, size_t whylen)
     return COMEM_OK;
 }
 
-int comem_port_connect(const char *name, client_waits *service, client_sock **out)
+int comem_port_connect(const char *name, client_waits *service, client_sock **out, char *why, size_t whylen)
 {
     (void)service; /* a socket joins a set when it rests there (comem_waits_hold) */
     struct sockaddr_un sa;
@@ -86,6 +86,11 @@ int comem_port_connect(const char *name, client_waits *service, client_sock **ou
         case EACCES: case EPERM: return COMEM_EPERM;
         default: return COMEM_EIO;
         }
+    }
+    int rc = comem_stream_peer_check(s->fd, name, why, whylen); /* before the HELLO and its token */
+    if (rc != COMEM_OK) {
+        comem_port_close(s);
+        return rc;
     }
     *out = s;
     return COMEM_OK;

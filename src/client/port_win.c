@@ -38,14 +38,14 @@ int comem_port_look(const char *name, char *why, size_t whylen)
     return COMEM_OK;
 }
 
-int comem_port_connect(const char *name, client_waits *service, client_sock **out)
+int comem_port_connect(const char *name, client_waits *service, client_sock **out, char *why, size_t whylen)
 {
     client_sock *s = calloc(1, sizeof *s);
     if (!s)
         return COMEM_ENOMEM;
     atomic_init(&s->broken, false);
     /* Every instance taken is a listener that does not accept now: as a full queue on Linux, at once. */
-    int rc = comem_connect(name, 1, &s->st);
+    int rc = comem_connect_why(name, 1, &s->st, why, whylen);
     if (rc == COMEM_ETIMEDOUT)
         rc = COMEM_EBUSY;
     if (rc == COMEM_OK && service && (rc = comem_loop_add_stream(service->loop, s->st, s)) == COMEM_OK) {

@@ -4,7 +4,8 @@
  * One attempt, as a tool: look at the path, connect, say HELLO, wait for the
  * answer until a deadline. Every way it can fail has its own status and its
  * own line for a person: nothing at the path, not a socket, a socket nobody
- * listens on, refused (another user's, a bad token), full, not accepting, or
+ * listens on, another user's listener (left before a byte is sent: its uid
+ * named), refused (another user's, a bad token), full, not accepting, or
  * accepted and silent (then the view next to the socket names the
  * coordinator's pid, and the system says whether that process is stopped or gone).
  */
@@ -102,7 +103,8 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
     if ((rc = comem_port_look(path, err, sizeof err)) != COMEM_OK)
         return say(why, whylen, rc, "%s", err);
     client_sock *s = NULL;
-    rc = comem_port_connect(path, NULL, &s);
+    err[0] = '\0';
+    rc = comem_port_connect(path, NULL, &s, err, sizeof err);
     char state[160];
     switch (rc) {
     case COMEM_OK:
@@ -116,7 +118,9 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
         coordinator_state(path, state, sizeof state);
         return say(why, whylen, COMEM_EBUSY,
                    "the coordinator at %s does not accept connections (its queue is full)%s", path, state);
-    case COMEM_EPERM:
+    case COMEM_EPERM: /* another user's listener (err says whose), or a socket this user may not open */
+        if (err[0])
+            return say(why, whylen, COMEM_EPERM, "%s", err);
         return say(why, whylen, COMEM_EPERM, "permission denied on %s (another user's socket?)", path);
     default:
         return say(why, whylen, rc, "cannot connect to %s: %s", path, comem_status_str(rc));

@@ -56,7 +56,17 @@ static void lost(comem_client *c, int why)
 static int try_connect(comem_client *c)
 {
     client_sock *s = NULL;
-    int rc = comem_port_connect(c->path, c->svc, &s);
+    char foreign[COMEM_CLIENT_PATH_MAX + 512] = "";
+    int rc = comem_port_connect(c->path, c->svc, &s, foreign, sizeof foreign);
+    if (rc == COMEM_EPERM && foreign[0]) { /* another user listens there now: a refusal, said once */
+        pthread_mutex_lock(&c->lock);
+        bool logged = c->refused_logged;
+        c->refused_logged = true;
+        pthread_mutex_unlock(&c->lock);
+        if (!logged)
+            comem_warn("%s; deciding locally", foreign);
+        c->retry_ms = RETRY_REFUSED_MS;
+    }
     if (rc != COMEM_OK)
         return rc;
     uint64_t session = 0;

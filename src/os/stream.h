@@ -63,8 +63,14 @@ int comem_listener_refuse_one(comem_listener *l, const void *why, size_t len);
 /* Stops listening: the name is given back (a socket path is removed). */
 void comem_listener_close(comem_listener *l);
 
-/* Connects to name, waiting up to timeout_ms for a listener that is busy accepting others. */
+/*
+ * Connects to name, waiting up to timeout_ms for a listener that is busy accepting others. A listener
+ * of another user (Linux: its uid, root's too; Windows: the pipe server's token user) is left at
+ * once, nothing sent: COMEM_EPERM.
+ */
 int comem_connect(const char *name, int timeout_ms, comem_stream **out);
+/* comem_connect, and why it failed for a person (why may be NULL): a listener of another user is named. */
+int comem_connect_why(const char *name, int timeout_ms, comem_stream **out, char *why, size_t whylen);
 /* Writes all len bytes, waiting up to timeout_ms for room. */
 int comem_stream_write(comem_stream *s, const void *buf, size_t len, int timeout_ms);
 /* Reads what is there, at most cap bytes, waiting up to timeout_ms for some: the count (> 0), or a status. */

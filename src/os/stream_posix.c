@@ -198,7 +198,38 @@ void comem_listener_close(comem_listener *l)
     free(l);
 }
 
+/*
+ * Whoever listens first at a path in a shared directory gets the connections, so a client checks who
+ * accepted it before it says a word (its HELLO carries COMEM_TOKEN; its answers run release callbacks).
+ * Only the same uid passes, root included: a coordinator of root's refuses every other uid at accept
+ * anyway (coord/input.c), so a root listener could never be ours, and root gains nothing from our
+ * token it could not take from our memory. One rule, the coordinator's own, on both ends.
+ */
+int comem_stream_peer_check(int fd, const char *name, char *why, size_t whylen)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        if (why && whylen)
+            snprintf(why, whylen, "cannot tell who listens at %s: %s", name, strerror(errno));
+        return COMEM_EIO;
+    }
+    if (cred.uid == getuid())
+        return COMEM_OK;
+    if (why && whylen)
+        snprintf(why, whylen,
+                 "refusing %s: the socket belongs to another user (its listener runs as uid %u, this process as "
+                 "uid %u); nothing was sent to it",
+                 name, (unsigned)cred.uid, (unsigned)getuid());
+    return COMEM_EPERM;
+}
+
 int comem_connect(const char *name, int timeout_ms, comem_stream **out)
+{
+    return comem_connect_why(name, timeout_ms, out, NULL, 0);
+}
+
+int comem_connect_why(const char *name, int timeout_ms, comem_stream **out, char *why, size_t whylen)
 {
     struct sockaddr_un a;
     if (!name || !out || address(name, &a) != COMEM_OK)
@@ -220,6 +251,11 @@ int comem_connect(const char *name, int timeout_ms, comem_stream **out)
         return err == ENOENT ? COMEM_ENOENT : err == ECONNREFUSED ? COMEM_ENOENT : err == EAGAIN ? COMEM_ETIMEDOUT
                : err == EACCES                                 ? COMEM_EPERM
                                                                : COMEM_EIO;
+    }
+    int rc = comem_stream_peer_check(fd, name, why, whylen);
+    if (rc != COMEM_OK) {
+        close(fd);
+        return rc;
     }
     comem_stream *s = malloc(sizeof *s);
     if (!s) {

@@ -1,7 +1,7 @@
 /*
  * os/stream_posix.h - for the Linux backends only: what the event loop (loop_posix.c) needs of a Unix
- * socket stream, and the one receive that takes descriptors riding on the bytes, which the client's
- * own socket (client/port_posix.c) uses too.
+ * socket stream, and the one receive that takes descriptors riding on the bytes and the peer's check,
+ * which the client's own socket (client/port_posix.c) uses too.
  */
 #ifndef COMEM_OS_STREAM_POSIX_H
 #define COMEM_OS_STREAM_POSIX_H
@@ -21,5 +21,12 @@ int comem_stream_send_now(comem_stream *s, const void *buf, size_t len, const co
  * in shares[] from *n on, any beyond cap closed: recvmsg's result (errno set when it is < 0).
  */
 ssize_t comem_recv_shares(int fd, void *buf, size_t len, int flags, comem_shm_token *shares, int cap, int *n);
+
+/*
+ * Whether the peer of the connected socket fd (reached at name) runs as this process's uid: COMEM_OK;
+ * COMEM_EPERM for any other uid (root's too), COMEM_EIO when the system cannot say, with why for a
+ * person (naming name and the peer's uid). A client calls it before it sends anything.
+ */
+int comem_stream_peer_check(int fd, const char *name, char *why, size_t whylen);
 
 #endif

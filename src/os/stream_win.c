@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <windows.h>
+#include <aclapi.h>
 
 #include "comem/common.h"
 #include "os/user_win.h"
@@ -190,7 +191,58 @@ void comem_listener_close(comem_listener *l)
     free(l);
 }
 
+/*
+ * Whether the server of the pipe h (reached by name) runs as this process's user: its process's token
+ * user SID equal to ours (COMEM_OK), else COMEM_EPERM and why naming that user. A server whose process
+ * cannot be read (another user's, as a rule) is refused too: nothing says it is ours. As on Linux,
+ * an administrator's or SYSTEM's server is another user's.
+ */
+static int server_is_mine(HANDLE h, const char *name, char *why, size_t whylen)
+{
+    ULONG spid = 0;
+    BYTE theirs_info[COMEM_USER_SID_ROOM], mine_info[COMEM_USER_SID_ROOM];
+    HANDLE proc = GetNamedPipeServerProcessId(h, &spid) ? OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, spid)
+                                                         : NULL;
+    PSID theirs = proc ? comem_user_sid(proc, theirs_info, sizeof theirs_info) : NULL;
+    DWORD err = theirs ? 0 : GetLastError();
+    PSID mine = comem_user_sid(GetCurrentProcess(), mine_info, sizeof mine_info);
+    if (proc)
+        CloseHandle(proc);
+    if (theirs && mine && EqualSid(theirs, mine))
+        return COMEM_OK;
+    if (why && whylen) {
+        char t[192] = "", m[192] = "?";
+        PSID owner = NULL;
+        PSECURITY_DESCRIPTOR sd = NULL;
+        if (!theirs && GetSecurityInfo(h, SE_KERNEL_OBJECT, OWNER_SECURITY_INFORMATION, &owner, NULL, NULL, NULL,
+                                       &sd) != ERROR_SUCCESS)
+            owner = NULL; /* for the message alone: who made the pipe, when its server cannot be read */
+        if (theirs || owner)
+            comem_sid_text(theirs ? theirs : owner, t, sizeof t);
+        if (mine)
+            comem_sid_text(mine, m, sizeof m);
+        if (theirs)
+            snprintf(why, whylen,
+                     "refusing the pipe %s: it belongs to another user (its server, pid %lu, runs as %s; this "
+                     "process as %s); nothing was sent to it",
+                     name, (unsigned long)spid, t, m);
+        else
+            snprintf(why, whylen,
+                     "refusing the pipe %s: its server (pid %lu) cannot be read (error %lu), so it is another "
+                     "user's%s%s; nothing was sent to it",
+                     name, (unsigned long)spid, (unsigned long)err, t[0] ? ": the pipe's owner is " : "", t);
+        if (sd)
+            LocalFree(sd);
+    }
+    return COMEM_EPERM;
+}
+
 int comem_connect(const char *name, int timeout_ms, comem_stream **out)
+{
+    return comem_connect_why(name, timeout_ms, out, NULL, 0);
+}
+
+int comem_connect_why(const char *name, int timeout_ms, comem_stream **out, char *why, size_t whylen)
 {
     wchar_t *w = comem_wide(name);
     if (!w)
@@ -203,6 +255,8 @@ int comem_connect(const char *name, int timeout_ms, comem_stream **out)
         DWORD err = GetLastError();
         if (err != ERROR_PIPE_BUSY) {
             free(w);
+            if (err == ERROR_ACCESS_DENIED && why && whylen) /* a pipe whose access list leaves this user out */
+                snprintf(why, whylen, "refusing the pipe %s: access denied, it belongs to another user", name);
             return err == ERROR_FILE_NOT_FOUND ? COMEM_ENOENT : err == ERROR_ACCESS_DENIED ? COMEM_EPERM : COMEM_EIO;
         }
         /* every instance is taken: wait for the listener's next one */
@@ -213,18 +267,11 @@ int comem_connect(const char *name, int timeout_ms, comem_stream **out)
     }
     free(w);
     /* Pipe names are one namespace for every user: whoever created the name first serves it. Talk only
-       to a server of this user's, as on Linux only this user can reach the socket's folder. */
-    ULONG spid = 0;
-    char theirs[192], mine[192];
-    HANDLE proc = GetNamedPipeServerProcessId(h, &spid) ? OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, spid)
-                                                         : NULL;
-    bool same = proc && comem_user_sid_text(proc, theirs, sizeof theirs) &&
-                comem_user_sid_text(GetCurrentProcess(), mine, sizeof mine) && strcmp(theirs, mine) == 0;
-    if (proc)
-        CloseHandle(proc);
-    if (!same) {
+       to a server of this user's, before a byte is written (the HELLO carries COMEM_TOKEN). */
+    int rc = server_is_mine(h, name, why, whylen);
+    if (rc != COMEM_OK) {
         CloseHandle(h);
-        return COMEM_EPERM;
+        return rc;
     }
     comem_stream *s = stream_of(h);
     if (!s) {

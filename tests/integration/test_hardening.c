@@ -1121,7 +1121,9 @@ static void test_status_says_why_nobody_answers(void **s)
     assert_int_equal(rc, 1);
     assert_true(line_with(g_err, "comem status: no coordinator answers: ", line, sizeof line));
     print_message("%s\n", line);
-    assert_non_null(strstr(line, "refused this process: this coordinator serves uid 0 only"));
+    /* The client sees root's listener before it sends a byte (issue 40 item 6); the coordinator's own
+       refusal of another uid is test_trust_peer's. */
+    assert_non_null(strstr(line, "the socket belongs to another user (its listener runs as uid 0"));
     assert_int_equal(chmod(h->dir, 0700), 0);
 }
 

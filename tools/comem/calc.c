@@ -758,6 +758,7 @@ int cmd_calc(int argc, char **argv)
         json_object_put(given);
     } else {
         jprint(out, pretty);
+        cli_flush(); /* a document past stdout's buffer: why a write failed is known only now */
         rc = 0;
     }
     json_object_put(out);

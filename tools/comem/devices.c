@@ -140,6 +140,7 @@ int cmd_devices(int argc, char **argv)
         json_object_object_add(out, "note", note[0] ? json_object_new_string(note) : NULL);
         json_object_object_add(out, "host", have_host ? host_json(&host) : NULL);
         jprint(out, vals[2].set);
+        cli_flush(); /* a document past stdout's buffer: why a write failed is known only now */
         json_object_put(out);
     } else if (have_host) {
         printf("host RAM: %s total, %s available, %s disk swap", sz(host.total, b[0]), sz(host.available, b[1]),

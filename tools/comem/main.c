@@ -7,7 +7,7 @@
  * is `comem status --json`); --help anywhere on the line prints the command's
  * help; --version prints the version. comem(1) is the manual, exit codes included:
  * 0 success, 1 the command could not do what was asked (no coordinator, a refusal,
- * a failed expectation), 2 a usage error.
+ * a failed expectation, output that could not be written), 2 a usage error.
  * `comem run [FLAGS] -- PROGRAM [ARGS]` is the one exception: what follows -- is
  * the program's own, never scanned for --help nor given the global flags.
  */
@@ -47,6 +47,27 @@ static void usage(FILE *f)
             "Run 'comem COMMAND --help' for a command's flags; man comem for the manual.\n");
 }
 
+static int g_out_err; /* the errno of the first write to stdout that failed; 0 while none has */
+
+void cli_flush(void)
+{
+    /* The flush fails with its own errno; a write that failed before it (the stream's error flag)
+       left errno saying why, as long as nothing failed since: hence right after the write. */
+    if ((fflush(stdout) != 0 || ferror(stdout)) && !g_out_err)
+        g_out_err = errno ? errno : EIO;
+}
+
+int cli_finish_output(int rc)
+{
+    cli_flush();
+    if (!g_out_err)
+        return rc;
+    if (g_out_err == EPIPE)
+        return 0; /* nobody is reading any more: nothing to report to */
+    fprintf(stderr, "comem: cannot write output: %s\n", strerror(g_out_err));
+    return rc ? rc : 1;
+}
+
 typedef int (*cmd_fn)(int, char **);
 
 typedef struct command {
@@ -77,10 +98,10 @@ int main(int argc, char **argv)
         const char *a = argv[i];
         if (is_help(a)) {
             usage(stdout);
-            return 0;
+            return cli_finish_output(0);
         } else if (!strcmp(a, "--version")) {
             printf("comem %s\n", COMEM_VERSION);
-            return 0;
+            return cli_finish_output(0);
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--socket") && i + 1 < argc) {
@@ -99,11 +120,11 @@ int main(int argc, char **argv)
     const char *name = argv[i++];
     if (!strcmp(name, "version")) {
         printf("comem %s\n", COMEM_VERSION);
-        return 0;
+        return cli_finish_output(0);
     }
     if (!strcmp(name, "help")) {
         usage(stdout);
-        return 0;
+        return cli_finish_output(0);
     }
     const command *cmd = NULL;
     for (size_t k = 0; k < sizeof k_commands / sizeof k_commands[0]; k++)
@@ -118,7 +139,7 @@ int main(int argc, char **argv)
         for (int k = i; k < argc && strcmp(argv[k], "--") != 0; k++) {
             if (is_help(argv[k])) { /* --help anywhere before the program */
                 char *help[] = {"--help", NULL};
-                return cmd_run(1, help);
+                return cli_finish_output(cmd_run(1, help));
             }
         }
         if (json) {
@@ -136,7 +157,7 @@ int main(int argc, char **argv)
         for (int k = i; k < argc; k++) {
             if (is_help(argv[k])) { /* --help anywhere on the line */
                 char *help[] = {"--help", NULL};
-                return cmd->fn(1, help);
+                return cli_finish_output(cmd->fn(1, help));
             }
         }
     }
@@ -163,7 +184,5 @@ int main(int argc, char **argv)
         args[n++] = "--json";
     int rc = cmd->fn(n, args);
     free(args);
-    if (fflush(stdout) != 0 && errno == EPIPE)
-        return 0; /* nobody is reading any more: nothing to report to */
-    return rc;
+    return cli_finish_output(rc);
 }

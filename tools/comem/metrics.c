@@ -61,14 +61,16 @@ int cmd_metrics(int argc, char **argv)
     int rc = 0;
     if (v[2].set) {
         jprint(st, v[3].set);
+        cli_flush(); /* a document past stdout's buffer: why a write failed is known only now */
     } else {
         char *text = comem_prom_text(st);
 #ifdef _WIN32
         _setmode(_fileno(stdout), _O_BINARY); /* the format's lines end in \n alone, on Windows too */
 #endif
-        if (text)
+        if (text) {
             fputs(text, stdout);
-        else
+            cli_flush(); /* the text is past stdout's buffer: why a write failed is known only now */
+        } else
             rc = 1;
         free(text);
     }

@@ -217,6 +217,7 @@ int cmd_status(int argc, char **argv)
         jprint(root, vals[2].set);
     else
         print_table(root);
+    cli_flush(); /* a document past stdout's buffer: why a write failed is known only now */
     json_object_put(root);
     args_free(vals, N_SPECS);
     return 0;

@@ -152,6 +152,7 @@ int cmd_stop(int argc, char **argv)
         json_object_object_add(o, "pid", json_object_new_int64(pid));
         json_object_object_add(o, "socket", json_object_new_string(sock));
         jprint(o, v[3].set);
+        cli_flush(); /* a document past stdout's buffer: why a write failed is known only now */
         json_object_put(o);
     } else {
         printf("stopped the coordinator (pid %ld) on %s\n", pid, sock);

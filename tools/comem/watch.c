@@ -316,7 +316,7 @@ static void draw(screen *s, watch_state *w)
         fputs("\033[J", s->out); /* erase what a longer frame left below */
     else
         fputs("\n", s->out);
-    fflush(s->out);
+    cli_flush(); /* s->out is stdout: a failed write is kept for main to report */
 }
 
 static struct termios g_saved;
@@ -333,13 +333,13 @@ static void terminal_enter(void)
         g_raw = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
     }
     fputs("\033[?1049h\033[?25l\033[H\033[2J", stdout); /* the alternate screen, cursor hidden */
-    fflush(stdout);
+    cli_flush();
 }
 
 static void terminal_leave(void)
 {
     fputs("\033[?25h\033[?1049l", stdout);
-    fflush(stdout);
+    cli_flush();
     if (g_raw)
         tcsetattr(STDIN_FILENO, TCSANOW, &g_saved);
 }
@@ -421,7 +421,7 @@ int cmd_watch(int argc, char **argv)
     int64_t next_status = comem_now_ns() + (int64_t)every * 1000000;
     for (long frame = 0; !g_quit; frame++) {
         draw(&s, &w);
-        if (ferror(s.out)) /* the reader went away (comem watch | head): end quietly */
+        if (ferror(s.out)) /* the reader went away (comem watch | head), or the disk is full: main says which */
             break;
         if (count > 0 && frame + 1 >= count)
             break;
