@@ -36,7 +36,7 @@ static const uint16_t types[] = {
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
     COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,    COMEM_MSG_GOODBYE,
     COMEM_MSG_BOOKED,         COMEM_MSG_TOUCH,         COMEM_MSG_ADMIT_QUEUED,
-    COMEM_MSG_WDDM,
+    COMEM_MSG_WDDM,           COMEM_MSG_RECLAIM,
 };
 
 static comem_msg g_msg; /* large: kept off the stack */
@@ -112,6 +112,11 @@ static void sample(comem_msg *m, uint16_t type)
         m->u.grant_done.grant_id = 5;
         m->u.grant_done.entry_id = 11;
         m->u.grant_done.used = 6442450944;
+        break;
+    case COMEM_MSG_RECLAIM: /* a 5 GiB grant of the previous coordinator, for holder 2 */
+        m->u.reclaim.device = 0;
+        m->u.reclaim.holder_id = 2;
+        m->u.reclaim.bytes = 5368709120;
         break;
     case COMEM_MSG_ACTIVITY:
         m->u.activity.holder_id = 3;

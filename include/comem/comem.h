@@ -311,7 +311,12 @@ COMEM_API void comem_admit_details(comem_client *c, int64_t *need, int64_t *free
  */
 COMEM_API int64_t comem_admit_fits(int64_t weights, int64_t short_by);
 
-/* The grant's bytes are now resident in entry (0: cancelled); used is what was loaded. */
+/*
+ * The grant's bytes are now resident in entry (0: cancelled); used is what was loaded.
+ * COMEM_ENOSPC when the grant was lost with its coordinator: a restarted one keeps a
+ * dead coordinator's grants for their clients to claim again, and this one could not
+ * be booked again (the card had no room for it then); the residency still counts.
+ */
 COMEM_API int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t used);
 
 /*

@@ -61,6 +61,8 @@ static int admit_fast(comem_client *c, const client_admit_ask *q, comem_admissio
     if (g) {
         booked.id = g->id;
         booked.gen = gen;
+        booked.holder = q->holder;
+        booked.device = q->device;
         *g = booked;
     }
     pthread_mutex_unlock(&c->lock);
@@ -100,9 +102,12 @@ static int admit_reply(comem_client *c, const client_call *call, comem_admission
     pthread_mutex_lock(&c->lock);
     client_grant *g = comem_tab_add_grant(c);
     if (g) {
+        const client_admit_ask *q = call->arg;
         g->coord_id = x->grant_id;
         g->gen = call->r.gen;
         g->bytes = x->bytes;
+        g->holder = q->holder;
+        g->device = q->device;
         a->grant = g->id;
     }
     pthread_mutex_unlock(&c->lock);

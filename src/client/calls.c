@@ -77,18 +77,22 @@ int comem_grant_done(comem_client *c, uint64_t grant, uint64_t entry, int64_t us
         }
     }
     bool stale = g.gen == 0 || g.gen != c->gen || c->link == LINK_DOWN;
+    /* A grant a new coordinator could not book again: the load stands (the census counts it), but the
+       caller is told no bytes were kept for it. */
+    int told = g.lost ? COMEM_ENOSPC : COMEM_OK;
     if (grew && (stale || !comem_tab_entry_live(c, e))) {
         client_call census = {0};
         int rc = census_of_growth(c, e, stale, &census, &m);
         if (rc != COMEM_OK || census.begun) {
             pthread_mutex_unlock(&c->lock);
-            return rc != COMEM_OK ? rc : comem_call_update(c, &census); /* lost again: the resync replays it */
+            rc = rc != COMEM_OK ? rc : comem_call_update(c, &census); /* lost again: the resync replays it */
+            return rc == COMEM_OK ? told : rc;
         }
     }
-    /* A local grant, or one from a coordinator that is gone: nothing is booked anywhere. */
+    /* A local grant, one from a coordinator that is gone, or one a new coordinator lost: nothing is booked. */
     if (stale) {
         pthread_mutex_unlock(&c->lock);
-        return COMEM_OK;
+        return told;
     }
     uint64_t entry_coord = e && comem_tab_entry_live(c, e) ? e->coord_id : 0;
     if (g.fast && entry_coord == 0) { /* a cancelled booking: given back in shared memory, no round trip */

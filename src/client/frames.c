@@ -158,6 +158,15 @@ comem_msg *comem_frame_grant_done(comem_msg *m, uint64_t grant_coord, uint64_t e
     return m;
 }
 
+comem_msg *comem_frame_reclaim(comem_msg *m, int device, uint64_t holder_coord, int64_t bytes)
+{
+    comem_msg_reclaim *r = &start(m, COMEM_MSG_RECLAIM)->u.reclaim;
+    r->device = (uint16_t)device;
+    r->holder_id = holder_coord;
+    r->bytes = bytes;
+    return m;
+}
+
 int comem_frame_admit(comem_msg *m, comem_client *c, const client_admit_ask *q, uint32_t budget_ms)
 {
     comem_msg_admit *a = &start(m, COMEM_MSG_ADMIT)->u.admit;

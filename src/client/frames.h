@@ -58,6 +58,8 @@ comem_msg *comem_frame_wddm(comem_msg *m, const comem_wddm_adapter *a, int n, co
 
 /* GRANT_DONE of a coordinator's grant: its bytes resident in entry_coord (0: cancelled), used loaded. */
 comem_msg *comem_frame_grant_done(comem_msg *m, uint64_t grant_coord, uint64_t entry_coord, int64_t used);
+/* A grant of a previous coordinator, claimed again from this one (coord/reclaim.c). */
+comem_msg *comem_frame_reclaim(comem_msg *m, int device, uint64_t holder_coord, int64_t bytes);
 
 /* One admission's question, as comem_admit takes it (the client's own ids). */
 typedef struct client_admit_ask {

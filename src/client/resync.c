@@ -6,7 +6,9 @@
  * One step at a time, under the lock: pick the first difference, build its
  * frame, mark it as known, unlock, send. Holders go first (entries need
  * their ids), then entries with their residency now, then newer residency,
- * holder reports, busy marks and pin bookings. Adds wait for their id reply
+ * holder reports, busy marks and pin bookings, then the grants a previous
+ * coordinator made that are not loaded yet (RECLAIM: a new coordinator keeps
+ * them a short while for this, coord/reclaim.c). Adds wait for their id reply
  * (the service thread reads while it waits, so asks are still answered);
  * the rest are sent without waiting. A record removed meanwhile is given
  * back when its id arrives (client/pending.c), and a record the coordinator
@@ -20,11 +22,12 @@
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/size.h"
+#include "client/conn.h"
 #include "client/frames.h"
 #include "client/request.h"
 #include "client/resync.h"
 
-typedef enum step_kind { STEP_NONE, STEP_HOLDER, STEP_ENTRY, STEP_PINS, STEP_SEND } step_kind;
+typedef enum step_kind { STEP_NONE, STEP_HOLDER, STEP_ENTRY, STEP_PINS, STEP_GRANT, STEP_SEND } step_kind;
 
 /* Lock held: whether any of h's registered entries has residency the coordinator was not told. */
 static bool residency_changed(const comem_client *c, const client_holder *h)
@@ -47,8 +50,26 @@ static step_kind pins_step(comem_client *c, comem_msg *m, client_req *r, uint64_
     return comem_req_begin(c, r, PEND_PLAIN, 0, 0, true) == COMEM_OK ? STEP_PINS : STEP_NONE;
 }
 
+/* Lock held: a grant of an earlier connection not yet claimed on this one, as a RECLAIM; *grant its id. */
+static step_kind grant_step(comem_client *c, comem_msg *m, client_req *r, uint64_t *grant)
+{
+    for (size_t i = 0; i < c->n_grants; i++) {
+        client_grant *g = &c->grants[i];
+        if (!g->gen || g->gen == c->gen || g->lost || g->reclaim_gen == c->gen || g->bytes <= 0)
+            continue; /* local, this connection's, lost, claimed already, or booking nothing */
+        client_holder *h = g->holder ? comem_tab_holder(c, g->holder) : NULL;
+        if (comem_req_begin(c, r, PEND_PLAIN, 0, 0, true) != COMEM_OK)
+            return STEP_NONE;
+        comem_frame_reclaim(m, g->device, h && comem_tab_holder_live(c, h) ? h->coord_id : 0, g->bytes);
+        g->reclaim_gen = c->gen;
+        *grant = g->id;
+        return STEP_GRANT;
+    }
+    return STEP_NONE;
+}
+
 /* Fills m with the next difference, built by the calls' own builders (client/frames.h); lock held. */
-static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *what, size_t whatlen)
+static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *what, size_t whatlen, uint64_t *grant)
 {
     uint64_t gen = c->gen;
     if (c->devmap_gen != gen && comem_frame_device_map(m, c)) {
@@ -129,7 +150,45 @@ static step_kind next_step(comem_client *c, comem_msg *m, client_req *r, char *w
         snprintf(what, whatlen, "pinned RAM of this process");
         return pins_step(c, m, r, 0, &c->sess_pins, &c->synced_sess_pins);
     }
-    return STEP_NONE;
+    snprintf(what, whatlen, "a grant of the previous coordinator");
+    return grant_step(c, m, r, grant);
+}
+
+/*
+ * The answer to a RECLAIM: the grant goes on under its new id, or is lost (grant_done says so). A
+ * grant finished meanwhile (its load reported as residency) is given back at once under its new id.
+ */
+static void reclaimed(comem_client *c, uint64_t grant, uint64_t gen, const client_reply *rep)
+{
+    pthread_mutex_lock(&c->lock);
+    client_grant *g = NULL;
+    for (size_t i = 0; i < c->n_grants && !g; i++)
+        if (c->grants[i].id == grant)
+            g = &c->grants[i];
+    bool ok = rep->type == COMEM_MSG_ID_REPLY;
+    char b[32];
+    comem_format_bytes(g ? g->bytes : 0, b, sizeof b);
+    if (g && ok) {
+        g->coord_id = rep->u.id.id;
+        g->gen = gen;
+        g->fast = false; /* booked in the ledger now, whatever it was before */
+        g->wake = false;
+    } else if (g) {
+        g->lost = true;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (ok && !g) {
+        comem_msg back;
+        comem_frame_grant_done(&back, rep->u.id.id, 0, 0)->request_id = comem_client_next_req(c);
+        (void)comem_conn_send(c, gen, &back);
+    } else if (ok) {
+        comem_info("claimed a grant of %s again from the new coordinator", b);
+    } else if (g) {
+        comem_warn("a grant of %s made by the previous coordinator could not be booked again (%s: %s); its load "
+                   "has no bytes kept for it",
+                   b, comem_status_str(rep->type == COMEM_MSG_REPLY ? rep->u.reply.status : COMEM_EPROTO),
+                   rep->type == COMEM_MSG_REPLY ? rep->u.reply.message : "unexpected reply");
+    }
 }
 
 /* Counts what the coordinator knows now, for the one line that says so. */
@@ -149,9 +208,11 @@ int comem_resync(comem_client *c)
             return COMEM_ECLOSED;
         client_req r = {0};
         char what[COMEM_WIRE_NAME_MAX + 40];
+        uint64_t grant = 0;
         pthread_mutex_lock(&c->lock);
         c->need_sync = false;
-        step_kind step = next_step(c, c->out, &r, what, sizeof what);
+        uint64_t gen = c->gen;
+        step_kind step = next_step(c, c->out, &r, what, sizeof what, &grant);
         if (step == STEP_NONE) {
             bool first = c->link == LINK_SYNC;
             bool again = c->ever_connected;
@@ -189,7 +250,9 @@ int comem_resync(comem_client *c)
             comem_warn("re-registering %s with the coordinator failed: %s", what, comem_status_str(rc));
             return rc;
         }
-        if (rep.type == COMEM_MSG_REPLY && rep.u.reply.status != COMEM_OK)
+        if (step == STEP_GRANT)
+            reclaimed(c, grant, gen, &rep);
+        else if (rep.type == COMEM_MSG_REPLY && rep.u.reply.status != COMEM_OK)
             comem_warn("the coordinator refused %s: %s (%s)", what, comem_status_str(rep.u.reply.status),
                        rep.u.reply.message);
         else if (step == STEP_PINS && rep.type == COMEM_MSG_PIN_REPLY && !rep.u.pin_reply.granted) {

@@ -217,6 +217,10 @@ typedef struct client_grant {
     int fast_idx, fast_dev;
     bool wake;     /* booked while the coordinator dozed: send it BOOKED */
     uint32_t fast_seq;
+    uint64_t holder;      /* the client's holder id (0: none) and the API's device: what a RECLAIM names */
+    int device;
+    uint64_t reclaim_gen; /* the connection a RECLAIM of it went out on (resync.c) */
+    bool lost;            /* a new coordinator could not book it again: grant_done says so */
 } client_grant;
 
 /* What comem_admit_details reports: the figures of the last decision a comem_admit made (admit.c). */

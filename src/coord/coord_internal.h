@@ -324,6 +324,9 @@ typedef struct coord_ram_over {
 
 typedef struct comem_coord_srv {
     comem_coord_config cfg;
+    int64_t inherited[COMEM_MAX_DEVICES]; /* grants a previous coordinator published, kept for its clients to
+                                              reclaim until inherited_until_ns (reclaim.c) */
+    int64_t inherited_until_ns;           /* 0: nothing inherited, or the window has closed */
     comem_loop *loop;            /* os/loop.h: the listener, every connection, every session's process */
     comem_listener *listener;    /* os/stream.h; closing it removes only the socket it bound */
     int64_t next_timer_ns;       /* the 20 ms timer's next turn */
@@ -574,6 +577,18 @@ void coord_jobs_session_ended(comem_coord_srv *s, uint64_t session);
 /* The turn's end: admissions unanswered past their ack_due_ns are acknowledged (ADMIT_QUEUED). */
 void coord_jobs_ack(comem_coord_srv *s, int64_t now_ns);
 void coord_jobs_tick(comem_coord_srv *s, int64_t now_ns);
+
+/* ---- grants that outlive their coordinator (reclaim.c) ---- */
+
+#define COORD_RECLAIM_MS 5000 /* how long inherited grants are kept for their clients to reclaim */
+/* Reads the outstanding grants the previous coordinator published in the view: before this one publishes. */
+void coord_reclaim_inherit(comem_coord_srv *s);
+/* What is still kept of them on device (room subtracts it). */
+int64_t coord_inherited(const comem_coord_srv *s, int device);
+/* Closes the window when its time has come: what nobody reclaimed is room again. */
+void coord_reclaim_tick(comem_coord_srv *s, int64_t now_ns);
+/* RECLAIM: books a grant a client still holds from the previous coordinator; ID_REPLY with its new id. */
+void coord_reclaim(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_reclaim *m);
 /* ---- receipt_check.c: a receipt against the card ---- */
 /* Process pid's use of device as an ask goes out (a reading under 1 ms old serves); -1 when the card
    does not say (WDDM, no per-process figures). */

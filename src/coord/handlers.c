@@ -310,6 +310,10 @@ void coord_handle(comem_coord_srv *s, conn *c, comem_msg *m)
     case COMEM_MSG_GRANT_DONE:
         on_grant_done(s, c, rid, &m->u.grant_done);
         break;
+    case COMEM_MSG_RECLAIM:
+        m->u.reclaim.device = coord_device_in(c, m->u.reclaim.device);
+        coord_reclaim(s, c, rid, &m->u.reclaim);
+        break;
     case COMEM_MSG_ACTIVITY:
         on_activity(s, c, rid, &m->u.activity);
         break;

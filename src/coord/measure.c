@@ -263,7 +263,8 @@ void coord_publish_view(comem_coord_srv *s, int device)
         .free = m->valid ? m->r.free : -1,
         .reserve = s->ledger.devices[device].published,
         .reclaimable = reclaimable(s, device),
-        .granted = comem_ledger_granted(&s->ledger, device),
+        .granted = comem_add(comem_ledger_granted(&s->ledger, device), coord_inherited(s, device)), /* what a
+                      successor keeps for the clients (reclaim.c) */
         .updated_ns = m->taken_ns,
         .unregistered = unregistered_on(s, device),
     };

@@ -63,7 +63,9 @@ int64_t coord_ledger_room(const comem_coord_srv *s, int device)
     const measurement *m = &s->meas[device];
     if (!m->valid)
         return 0;
-    return comem_sub(comem_sub(m->r.free, comem_ledger_granted(&s->ledger, device)), m->done_since);
+    /* Grants the previous coordinator made are outstanding as much as this one's (reclaim.c). */
+    return comem_sub(comem_sub(comem_sub(m->r.free, comem_ledger_granted(&s->ledger, device)), m->done_since),
+                     coord_inherited(s, device));
 }
 
 int64_t coord_stock_room(const comem_coord_srv *s, int device)

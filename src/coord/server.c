@@ -95,6 +95,7 @@ static void tick(comem_coord_srv *s)
     coord_hello_deadlines(s, now);
     coord_asks_tick(s, now);
     coord_jobs_tick(s, now);
+    coord_reclaim_tick(s, now);
     if (now - s->last_tick_ns < (int64_t)s->cfg.tick_ms * 1000000)
         return;
     s->last_tick_ns = now;
@@ -191,8 +192,10 @@ int comem_coord_create(const comem_coord_config *cfg, comem_coord_srv **out)
         rc = coord_devices_open(s);
     if (rc == COMEM_OK)
         rc = comem_view_writer_open(&s->view, s->cfg.socket_path, s->ledger.n_devices);
-    if (rc == COMEM_OK)
+    if (rc == COMEM_OK) {
+        coord_reclaim_inherit(s); /* before anything of ours is published over it */
         coord_book_open(s);
+    }
     if (rc == COMEM_OK)
         rc = coord_socket_bind(s);
     if (rc == COMEM_OK) {

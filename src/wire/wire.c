@@ -313,6 +313,14 @@ static void walk_grant_done(comem_wire_cur *c, comem_msg_grant_done *b)
     io_i64(c, &b->used);
 }
 
+static void walk_reclaim(comem_wire_cur *c, comem_msg_reclaim *b)
+{
+    io_u16(c, &b->device);
+    io_u64(c, &b->holder_id);
+    io_i64(c, &b->bytes);
+    check(c, b->bytes > 0);
+}
+
 static void walk_activity(comem_wire_cur *c, comem_msg_activity *b)
 {
     io_u64(c, &b->holder_id);
@@ -481,6 +489,7 @@ static bool walk_body(comem_wire_cur *c, comem_msg *m)
     case COMEM_MSG_RESERVE: walk_reserve(c, &m->u.reserve); break;
     case COMEM_MSG_DEVICE_MAP: walk_device_map(c, &m->u.device_map); break;
     case COMEM_MSG_WDDM: walk_wddm(c, &m->u.wddm); break;
+    case COMEM_MSG_RECLAIM: walk_reclaim(c, &m->u.reclaim); break;
     case COMEM_MSG_STATUS: walk_status(c, &m->u.status); break;
     case COMEM_MSG_RECEIPT: walk_receipt(c, &m->u.receipt); break;
     case COMEM_MSG_RELEASE: walk_release_req(c, &m->u.release); break;
@@ -526,6 +535,7 @@ static const char *type_name_or_null(uint16_t type)
     case COMEM_MSG_BOOKED: return "BOOKED";
     case COMEM_MSG_TOUCH: return "TOUCH";
     case COMEM_MSG_WDDM: return "WDDM";
+    case COMEM_MSG_RECLAIM: return "RECLAIM";
     case COMEM_MSG_REPLY: return "REPLY";
     case COMEM_MSG_HELLO_REPLY: return "HELLO_REPLY";
     case COMEM_MSG_DEVICES_REPLY: return "DEVICES_REPLY";
@@ -595,6 +605,7 @@ static size_t body_size(uint16_t type)
     case COMEM_MSG_RESERVE: return sizeof m->u.reserve;
     case COMEM_MSG_DEVICE_MAP: return sizeof m->u.device_map;
     case COMEM_MSG_WDDM: return sizeof m->u.wddm;
+    case COMEM_MSG_RECLAIM: return sizeof m->u.reclaim;
     case COMEM_MSG_STATUS: return sizeof m->u.status;
     case COMEM_MSG_RECEIPT: return sizeof m->u.receipt;
     case COMEM_MSG_RELEASE: return sizeof m->u.release;

@@ -37,8 +37,8 @@
 #include "comem/common.h" /* COMEM_MAX_DEVICES; comem_status and comem_scope travel as integers */
 
 #define COMEM_WIRE_MAGIC 0x4d454d43u
-#define COMEM_WIRE_VERSION 5 /* 2: entries carry their reference count (ENTRY_ADD, residency); 3: HELLO_REPLY names its shares;
-                                4: WDDM; 5: a WDDM reading names its adapter's CUDA device */
+#define COMEM_WIRE_VERSION 6 /* 2: entries carry their reference count (ENTRY_ADD, residency); 3: HELLO_REPLY names its shares;
+                                4: WDDM; 5: a WDDM reading names its adapter's CUDA device; 6: RECLAIM */
 #define COMEM_WIRE_HEADER_SIZE 16
 #define COMEM_WIRE_MAX_PAYLOAD (64 * 1024)
 #define COMEM_WIRE_MAX_FRAME (COMEM_WIRE_HEADER_SIZE + COMEM_WIRE_MAX_PAYLOAD)
@@ -73,6 +73,7 @@ typedef enum comem_msg_type {
     COMEM_MSG_BOOKED = 33,       /* not replied to: look at the booking area now (docs/booking.md) */
     COMEM_MSG_TOUCH = 34,        /* not replied to: this holder was in use just now (a pager faulted) */
     COMEM_MSG_WDDM = 35,         /* not replied to: this process's WDDM budget and usage per adapter (Windows) */
+    COMEM_MSG_RECLAIM = 36,      /* -> ID_REPLY (the grant's new id): a grant of a previous coordinator, again */
 
     /* coordinator -> client */
     COMEM_MSG_REPLY = 64,
@@ -257,6 +258,12 @@ typedef struct comem_msg_grant_done {
     int64_t used;      /* bytes actually loaded */
 } comem_msg_grant_done;
 
+typedef struct comem_msg_reclaim {
+    uint16_t device;
+    uint64_t holder_id; /* the holder the grant was for (0: none), as this coordinator knows it */
+    int64_t bytes;      /* what the grant booked and is not yet loaded */
+} comem_msg_reclaim;
+
 typedef struct comem_msg_activity {
     uint64_t holder_id; /* 0: the whole session */
     uint8_t busy;       /* 1 at a node's start, 0 at its end */
@@ -400,6 +407,7 @@ typedef struct comem_msg {
         comem_msg_admit admit;
         comem_msg_admit_reply admit_reply;
         comem_msg_grant_done grant_done;
+        comem_msg_reclaim reclaim;
         comem_msg_activity activity;
         comem_msg_pressure pressure;
         comem_msg_pressure_reply pressure_reply;

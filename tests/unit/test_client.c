@@ -192,6 +192,11 @@ static void mock_answer(mock *m, logged *lg)
         o->u.admit_reply.n_ids = 2; /* one holder asked in two rounds */
         o->u.admit_reply.asked[0] = o->u.admit_reply.asked[1] = 4321;
         break;
+    case COMEM_MSG_RECLAIM: /* a grant of the previous coordinator, booked again under a new id */
+        o->type = COMEM_MSG_ID_REPLY;
+        o->u.id.id = m->next_grant++;
+        lg->replied_id = o->u.id.id;
+        break;
     case COMEM_MSG_PRESSURE:
         o->type = COMEM_MSG_PRESSURE_REPLY;
         o->u.pressure_reply.freed = m->pressure_freed;
@@ -1364,6 +1369,14 @@ static void test_reconnect_reregisters(void **state)
     assert_int_equal(m->u.pin.bytes, 256 * COMEM_MIB);
     assert_int_equal(mock_count_type(g_mock, COMEM_MSG_PIN_ACQUIRE, from), 1);
     assert_int_equal(mock_count_type(g_mock, COMEM_MSG_ACTIVITY, from), 1);
+    /* Last, the grant from before the loss is claimed again (the local one booked nothing anywhere). */
+    assert_int_equal(mock_count_type(g_mock, COMEM_MSG_RECLAIM, from), 1);
+    int gi = mock_find(g_mock, COMEM_MSG_RECLAIM, from);
+    const logged *ng = mock_at(g_mock, (size_t)gi);
+    assert_int_equal(ng->msg.u.reclaim.holder_id, na->replied_id);
+    assert_int_equal(ng->msg.u.reclaim.bytes, COMEM_GIB);
+    assert_int_equal(ng->msg.u.reclaim.device, 0);
+    assert_true(gi > mock_find(g_mock, COMEM_MSG_PIN_ACQUIRE, from));
 
     /* The client's ids keep working, now with the new coordinator's ids. */
     from = mock_count(g_mock);
@@ -1384,9 +1397,13 @@ static void test_reconnect_reregisters(void **state)
     assert_int_equal(s.holder, b);
     pthread_mutex_unlock(&s.mu);
 
-    /* Grants from before the loss are gone with their coordinator; a local one too. */
+    /* The claimed grant completes under its new id; a local one is nothing to the coordinator. */
     from = mock_count(g_mock);
     assert_int_equal(comem_grant_done(c, grant, e1, COMEM_GIB), COMEM_OK);
+    m = expect_at(g_mock, from, COMEM_MSG_GRANT_DONE);
+    assert_int_equal(m->u.grant_done.grant_id, ng->replied_id);
+    assert_int_equal(m->u.grant_done.entry_id, n1->replied_id);
+    from = mock_count(g_mock);
     assert_int_equal(comem_grant_done(c, lg2, 0, 0), COMEM_OK);
     assert_int_equal(comem_entry_remove(c, e3), COMEM_OK);
     m = expect_at(g_mock, from, COMEM_MSG_ENTRY_REMOVE); /* no GRANT_DONE went out before it */

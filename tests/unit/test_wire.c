@@ -27,7 +27,7 @@ static const uint16_t all_types[] = {
     COMEM_MSG_STATUS_REPLY,   COMEM_MSG_ASK,           COMEM_MSG_RELEASE,
     COMEM_MSG_RELEASE_REPLY,  COMEM_MSG_DEVICE_MAP,    COMEM_MSG_GOODBYE,
     COMEM_MSG_BOOKED,         COMEM_MSG_TOUCH,         COMEM_MSG_ADMIT_QUEUED,
-    COMEM_MSG_WDDM,
+    COMEM_MSG_WDDM,           COMEM_MSG_RECLAIM,
 };
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
@@ -132,6 +132,11 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         m->u.grant_done.grant_id = 0x1000000000000001ull;
         m->u.grant_done.entry_id = 0;
         m->u.grant_done.used = -2;
+        break;
+    case COMEM_MSG_RECLAIM:
+        m->u.reclaim.device = s == FULL ? 0xffff : 0;
+        m->u.reclaim.holder_id = s == EMPTY ? 0 : 0x2000000000000003ull;
+        m->u.reclaim.bytes = s == FULL ? INT64_MAX : 1;
         break;
     case COMEM_MSG_ACTIVITY:
         m->u.activity.holder_id = 0;
@@ -287,6 +292,7 @@ static size_t expected_payload(const comem_msg *m)
     case COMEM_MSG_CENSUS: return 8 + 8 + 1 + 8 + 8 + 2 + 32 * (size_t)m->u.census.n;
     case COMEM_MSG_ADMIT: return 2 + 8 + 8 + 8 + 8 + 4 + 2 + 8 * (size_t)m->u.admit.n_keep;
     case COMEM_MSG_GRANT_DONE: return 24;
+    case COMEM_MSG_RECLAIM: return 2 + 8 + 8;
     case COMEM_MSG_ACTIVITY: return 8 + 1 + TXT(m->u.activity.prompt);
     case COMEM_MSG_PRESSURE: return 2 + 8 + 4;
     case COMEM_MSG_PIN_ACQUIRE:
@@ -401,6 +407,11 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         assert_int_equal(a->u.grant_done.grant_id, b->u.grant_done.grant_id);
         assert_int_equal(a->u.grant_done.entry_id, b->u.grant_done.entry_id);
         assert_true(a->u.grant_done.used == b->u.grant_done.used);
+        break;
+    case COMEM_MSG_RECLAIM:
+        assert_int_equal(a->u.reclaim.device, b->u.reclaim.device);
+        assert_int_equal(a->u.reclaim.holder_id, b->u.reclaim.holder_id);
+        assert_true(a->u.reclaim.bytes == b->u.reclaim.bytes);
         break;
     case COMEM_MSG_ACTIVITY:
         assert_int_equal(a->u.activity.holder_id, b->u.activity.holder_id);
@@ -703,7 +714,7 @@ static void test_golden_reserve(void **st)
     (void)st;
     static const uint8_t golden[] = {
         0x43, 0x4d, 0x45, 0x4d, /* magic: "CMEM" */
-        0x05, 0x00,             /* version 5 */
+        0x06, 0x00,             /* version 6 */
         0x0e, 0x00,             /* type 14: RESERVE */
         0x07, 0x00, 0x00, 0x00, /* request_id 7 */
         0x02, 0x00, 0x00, 0x00, /* length 2 */
@@ -718,7 +729,7 @@ static void test_golden_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
         0x40, 0x00,             /* type 64: REPLY */
         0x04, 0x03, 0x02, 0x01, /* request_id 0x01020304 */
         0x07, 0x00, 0x00, 0x00, /* length 7 */
@@ -735,7 +746,7 @@ static void test_golden_hello_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
         0x41, 0x00,             /* type 65: HELLO_REPLY */
         0x01, 0x00, 0x00, 0x00, /* request_id 1 */
         0x20, 0x00, 0x00, 0x00, /* length 32 */
@@ -760,7 +771,7 @@ static void test_golden_hello(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
         0x01, 0x00,             /* type 1: HELLO */
         0x01, 0x00, 0x00, 0x00, /* request_id 1 */
         0x18, 0x00, 0x00, 0x00, /* length 24 */
@@ -788,7 +799,7 @@ static void test_golden_ask(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
         0x49, 0x00,             /* type 73: ASK */
         0x00, 0x00, 0x00, 0x00, /* request_id 0: unsolicited */
         0x31, 0x00, 0x00, 0x00, /* length 49 */
@@ -819,7 +830,7 @@ static void test_golden_census_refs(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
         0x07, 0x00,             /* type 7: CENSUS */
         0x03, 0x00, 0x00, 0x00, /* request_id 3 */
         0x43, 0x00, 0x00, 0x00, /* length 67 */
@@ -853,7 +864,7 @@ static void test_golden_status_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x05, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
         0x48, 0x00,             /* type 72: STATUS_REPLY */
         0x09, 0x00, 0x00, 0x00, /* request_id 9 */
         0x0f, 0x00, 0x00, 0x00, /* length 15 */
@@ -945,7 +956,7 @@ static void test_bad_headers_refused(void **st)
         g_buf[i] ^= 0x20;
         assert_int_equal(comem_wire_decode_header(g_buf, sizeof good, &h), COMEM_EPROTO);
     }
-    static const uint16_t versions[] = {0, 1, 2, 3, 4, 6, 0x0500, 0xffff}; /* every one but COMEM_WIRE_VERSION (5) */
+    static const uint16_t versions[] = {0, 1, 2, 3, 4, 5, 7, 0x0600, 0xffff}; /* every one but COMEM_WIRE_VERSION (6) */
     for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
         memcpy(g_buf, good, sizeof good);
         put_le(g_buf + 4, versions[i], 2);
@@ -1426,7 +1437,7 @@ static void test_type_names(void **st)
         "RECEIPT",        "REPLY",       "HELLO_REPLY",   "DEVICES_REPLY", "ID_REPLY",
         "ADMIT_REPLY",    "PRESSURE_REPLY", "PIN_REPLY",  "RESERVE_REPLY", "STATUS_REPLY",
         "ASK",            "RELEASE",     "RELEASE_REPLY", "DEVICE_MAP",    "GOODBYE",
-        "BOOKED",         "TOUCH",       "ADMIT_QUEUED",  "WDDM",
+        "BOOKED",         "TOUCH",       "ADMIT_QUEUED",  "WDDM",          "RECLAIM",
     };
     assert_int_equal(sizeof names / sizeof names[0], N_TYPES);
     for (size_t t = 0; t < N_TYPES; t++)
