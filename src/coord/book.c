@@ -27,6 +27,14 @@
 #define BOOK_ACTIVE_NS 100000000 /* after a booking, the loop looks every 250 us for this long */
 #define BOOK_WANT_NS 100000000   /* a session keeps a stock on a device this long after it admitted there */
 #define BOOK_OVER_NS 1000000000LL /* `charged` above the stock longer than this is not a booking rolling back */
+/*
+ * `charged` that no booking accounts for, held this long, is a stock kept out of everyone's room
+ * (check_still). An honest booking is charged from its fetch_add until the coordinator's next turn
+ * reconciles it: 250 us while bookings flow, 20 ms (the timer) at the slowest, at once on its
+ * BOOKED. 5 s is 250 times that; only a process stopped inside a booking for as long looks the
+ * same, and its fast path closing costs it round trips, nothing else.
+ */
+#define BOOK_STILL_NS 5000000000LL
 
 void coord_book_open(comem_coord_srv *s)
 {
@@ -276,6 +284,7 @@ static void reconcile_booked(comem_coord_srv *s, book_sess *bs, uint64_t session
     s->book.reconciled++;
     coord_count_admission(s, true, now); /* seen and decided by the coordinator now: the first latency bucket */
     bs->wants_until_ns[dev] = comem_add(now, BOOK_WANT_NS);
+    bs->still_done[dev] = comem_add(bs->still_done[dev], bytes); /* what stood behind its charge (check_still) */
     if (rc == COMEM_OK) {
         atomic_store(&r->grant, p->gid);
         spend(bs, dev, bytes);
@@ -328,6 +337,48 @@ void coord_book_reconcile(comem_coord_srv *s)
     }
 }
 
+/* Bytes of d's bookings reconciled that the ledger refused: they stay charged, honestly, until finished. */
+static int64_t refused_on(const book_sess *bs, int d)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < BOOK_RECORDS; i++)
+        if (bs->priv[i].live && !bs->priv[i].gid && bs->priv[i].dev == d)
+            sum = comem_add(sum, bs->priv[i].bytes);
+    return sum;
+}
+
+/*
+ * A quiet stock: `charged` held at or under the stock with nothing behind it keeps the stock out of
+ * everyone's room for good (a take-back leaves a stock of what is charged). Behind a charge the
+ * coordinator knows bytes reconciled and being taken out (sub), and bookings the ledger refused;
+ * the rest are bookings in flight, each reconciled at the coordinator's next turn. So over any
+ * BOOK_STILL_NS in which the rest never fell to zero, its least must be covered by the bookings
+ * reconciled meanwhile; a charge that stood still, or moved without bookings, is not. That is the
+ * offence BOOK_OVER_NS strikes above the stock (a stock taken back from under the charge would be
+ * struck by it a second later), so it is a strike here too: stock returned, fast path off.
+ */
+static void check_still(comem_coord_srv *s, book_sess *bs, uint64_t session, int d, int64_t charged, int64_t now)
+{
+    int64_t rest = comem_sub(charged, bs->sub[d]);
+    if (rest > 0)
+        rest = comem_sub(rest, refused_on(bs, d)); /* only read when something is charged: rare, and short */
+    if (rest <= 0) {
+        bs->still_since_ns[d] = 0;
+        return;
+    }
+    if (bs->still_since_ns[d] && now - bs->still_since_ns[d] <= BOOK_STILL_NS) {
+        bs->still_least[d] = comem_min(bs->still_least[d], rest);
+        return;
+    }
+    if (bs->still_since_ns[d] && comem_min(bs->still_least[d], rest) > bs->still_done[d]) {
+        strike(s, bs, session, "its charged bytes stood with no booking behind them");
+        return;
+    }
+    bs->still_since_ns[d] = now; /* a new span: the first, or the last one was covered by bookings */
+    bs->still_least[d] = rest;
+    bs->still_done[d] = 0;
+}
+
 /* The limits and the map are the coordinator's word and `charged` never goes below zero: else it is scribbling. */
 static void check_words(comem_coord_srv *s, book_sess *bs, uint64_t session)
 {
@@ -344,6 +395,8 @@ static void check_words(comem_coord_srv *s, book_sess *bs, uint64_t session)
             bs->over_since_ns[d] = now;
         else if (now - bs->over_since_ns[d] > BOOK_OVER_NS) /* held there: it would keep its stock for good */
             strike(s, bs, session, "its charged bytes stayed above its stock");
+        if (!bs->off)
+            check_still(s, bs, session, d, charged, now);
     }
     for (int o = 0; o < COMEM_MAX_DEVICES && !bs->off; o++)
         if (atomic_load_explicit(&bs->a->map[o], memory_order_relaxed) != bs->map[o])

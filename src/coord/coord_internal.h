@@ -42,10 +42,14 @@
  * (COMEM_EBUSY: too many in flight, try again when some are answered), and
  * what a session holds is freed when it ends.
  */
-#define COORD_MAX_CONNS 1024
+#define COORD_MAX_SESSIONS COMEM_LEDGER_MAX_SESSIONS /* 1024; the last is a newcomer's while room is made (input.c) */
+#define COORD_TOOL_SESSIONS 4        /* of them, kept for tools (comem status): hosts and workers hold 1020 */
+#define COORD_PEER_SURE 4            /* sessions every process is sure of, the table full or not (input.c) */
 #define COORD_PEER_CONNS 64          /* connections one process may hold */
 #define COORD_PEER_UNAUTH 8          /* ... of them without HELLO; its oldest is closed for a new one */
 #define COORD_MAX_UNAUTH 64          /* connections without HELLO in all; the oldest makes room */
+#define COORD_MAX_CONNS (COORD_MAX_SESSIONS + COORD_MAX_UNAUTH) /* the table: a full one of sessions still
+                                                                   takes a newcomer's HELLO */
 #define COORD_OUT_LIMIT (8 << 20)    /* a client that stops reading this much is dropped */
 #define COORD_OUT_TOTAL (64 << 20)   /* all connections' unsent output; the worst reader is dropped above it */
 #define COORD_MAX_ROUNDS 3           /* plan, ask, re-measure; at most this many times per admission */
@@ -274,6 +278,11 @@ typedef struct book_sess {
     int64_t wants_until_ns[COMEM_MAX_DEVICES]; /* it admitted on the device lately: it keeps a stock there */
     int8_t map[COMEM_MAX_DEVICES];             /* the ordinal -> device map published in its area */
     int64_t over_since_ns[COMEM_MAX_DEVICES];  /* `charged` above its stock since then (0: not above) */
+    /* `charged` beyond what the coordinator knows is behind it, without a break since then (0: none;
+       book.c, check_still), the least of it seen since, and the bytes of bookings reconciled since */
+    int64_t still_since_ns[COMEM_MAX_DEVICES];
+    int64_t still_least[COMEM_MAX_DEVICES];
+    int64_t still_done[COMEM_MAX_DEVICES];
     book_priv priv[BOOK_RECORDS];
 } book_sess;
 

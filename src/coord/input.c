@@ -33,11 +33,29 @@ static void protocol_error(comem_coord_srv *s, conn *c, uint32_t request_id, con
  * slot and 64 KiB for nothing, so such connections are bounded: at most
  * COORD_PEER_UNAUTH per process and COORD_MAX_UNAUTH in all, the oldest
  * making room for a new one, and none for longer than the HELLO deadline.
- * A process holds at most COORD_PEER_CONNS connections. When the table is
- * full of sessions, a newcomer is told so (COMEM_EBUSY) before it is closed.
- * So a real client, which says HELLO at once, always gets in unless the
- * table is full of real sessions.
+ * A process holds at most COORD_PEER_CONNS connections. The table has a slot
+ * for every session there may be and for every connection without HELLO, so
+ * a newcomer always gets a slot to say HELLO in; whether it gets a session is
+ * decided then (below).
+ *
+ * Who may hold a session: the ledger's fair share (ledger.h), for sessions.
+ * Of the COORD_MAX_SESSIONS the ledger holds, hosts and workers fill all but
+ * COORD_TOOL_SESSIONS, tools (comem status) all but the last, which is where a
+ * newcomer's HELLO is checked (token, name) before anyone's session is closed
+ * for it. Every process is sure of COORD_PEER_SURE sessions; the rest are
+ * shared first come, up to COORD_PEER_CONNS a process. A HELLO that finds no
+ * room, from a process holding fewer than its sure share, gets a place made:
+ * a tool's, the oldest tool session's (a tool holds one for a look); else
+ * the newest session's of the process holding the most, when that one holds
+ * more than its sure share. The session closed is told why. Any other HELLO
+ * that finds no room is refused, naming the bound and whose. So a new process
+ * always gets in while any process holds more than its sure share, and
+ * comem status costs no host or worker its session while another tool holds
+ * one (hosts and workers leave COORD_TOOL_SESSIONS - 1 to tools).
  */
+_Static_assert(COORD_MAX_SESSIONS == COMEM_LEDGER_MAX_SESSIONS, "the ledger holds every session the table does");
+_Static_assert(COORD_PEER_SURE < COORD_PEER_CONNS && COORD_TOOL_SESSIONS >= 2,
+               "a share beyond the sure one; room for a tool's look beside the newcomer's HELLO");
 
 /* Refuses c with one REPLY and closes it at the end of this loop turn. */
 static void refuse(comem_coord_srv *s, conn *c, int status, const char *why)
@@ -156,10 +174,9 @@ void coord_accept(comem_coord_srv *s)
             return; /* COMEM_ETIMEDOUT: no more; other errors: try again on the next event */
         }
         int32_t pid = (int32_t)peer.pid;
-        if (slot < 0) {
-            comem_warn("refusing a connection from pid %d: %d connections, all of them sessions", (int)pid,
-                       COORD_MAX_CONNS);
-            refuse_unslotted(s, st, pid, "refused: the coordinator is full (" COORD_STR(COORD_MAX_CONNS) " sessions)");
+        if (slot < 0) { /* sessions and connections without HELLO fill the table less than this: be safe */
+            comem_warn("refusing a connection from pid %d: %d connections", (int)pid, COORD_MAX_CONNS);
+            refuse_unslotted(s, st, pid, "refused: the coordinator is full (its connections)");
             continue;
         }
         conn *c = calloc(1, sizeof *c);
@@ -227,6 +244,143 @@ void coord_hello_deadlines(comem_coord_srv *s, int64_t now)
     }
 }
 
+/* Sessions a HELLO of role may find: hosts and workers leave the tools theirs, tools the newcomer's. */
+static int session_room(uint8_t role)
+{
+    return role == COMEM_ROLE_TOOL ? COORD_MAX_SESSIONS - 1 : COORD_MAX_SESSIONS - COORD_TOOL_SESSIONS;
+}
+
+/* Whether the sessions held (the ledger's count) leave no room for a HELLO of role. */
+static bool sessions_full(comem_coord_srv *s, uint8_t role)
+{
+    if ((int)s->ledger.sessions.used < session_room(role))
+        return false;
+    /* The sessions of closing connections end at this turn's end anyway: their room is the newcomer's now. */
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *o = s->conns[i];
+        if (o && o->closing && o->session)
+            coord_session_end(s, o, "connection closed");
+    }
+    return (int)s->ledger.sessions.used >= session_room(role);
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The process holding the most sessions (*most, or -1 when none) and how many (*n); pid 0, peers of
+   another pid namespace, counts as one process. */
+static void most_sessions(comem_coord_srv *s, int32_t *most, int *n)
+{
+    int32_t pids[COORD_MAX_CONNS];
+    int k = 0;
+    for (int i = 0; i < COORD_MAX_CONNS; i++)
+        if (s->conns[i] && s->conns[i]->session && !s->conns[i]->closing)
+            pids[k++] = s->conns[i]->pid;
+    qsort(pids, (size_t)k, sizeof *pids, cmp_pid);
+    *most = -1;
+    *n = 0;
+    for (int i = 0, j; i < k; i = j) {
+        for (j = i; j < k && pids[j] == pids[i]; j++)
+            ;
+        if (j - i > *n) {
+            *most = pids[i];
+            *n = j - i;
+        }
+    }
+}
+
+/* The sessions of pid, and its newest (NULL when none); not counting closing connections. */
+static int sessions_of(comem_coord_srv *s, int32_t pid, conn **newest)
+{
+    int n = 0;
+    *newest = NULL;
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *o = s->conns[i];
+        if (o && o->session && !o->closing && o->pid == pid) {
+            n++;
+            if (!*newest || o->accepted_ns >= (*newest)->accepted_ns)
+                *newest = o;
+        }
+    }
+    return n;
+}
+
+/* The oldest session of a tool, or NULL. */
+static conn *oldest_tool(comem_coord_srv *s)
+{
+    conn *old = NULL;
+    for (int i = 0; i < COORD_MAX_CONNS; i++) {
+        conn *o = s->conns[i];
+        if (!o || !o->session || o->closing)
+            continue;
+        const ledger_session *ss = comem_ledger_session(&s->ledger, o->session);
+        if (ss && ss->role == COMEM_ROLE_TOOL && (!old || o->accepted_ns < old->accepted_ns))
+            old = o;
+    }
+    return old;
+}
+
+static const char *session_name(comem_coord_srv *s, const conn *c)
+{
+    const ledger_session *ss = c && c->session ? comem_ledger_session(&s->ledger, c->session) : NULL;
+    return ss ? ss->name : "";
+}
+
+/*
+ * HELLO (the first frame, m) gets a session where there is room for its role, or where room is made
+ * for it ("Who may hold a session", above); else it is refused with COMEM_EBUSY, naming whose.
+ */
+static void hello(comem_coord_srv *s, conn *c, comem_msg *m)
+{
+    uint8_t role = m->u.hello.role;
+    conn *victim = NULL, *newest;
+    int32_t most = -1;
+    int n = 0, mine = 0;
+    bool tool_place = false;
+    if (sessions_full(s, role)) {
+        mine = sessions_of(s, c->pid, &newest);
+        most_sessions(s, &most, &n);
+        if (mine < COORD_PEER_SURE && role == COMEM_ROLE_TOOL)
+            victim = oldest_tool(s); /* a look costs no host or worker its session */
+        tool_place = victim != NULL;
+        if (mine < COORD_PEER_SURE && !victim && n > COORD_PEER_SURE)
+            sessions_of(s, most, &victim);
+        if (!victim) {
+            conn *whose;
+            sessions_of(s, most, &whose);
+            char why[2 * COMEM_WIRE_TEXT_MAX]; /* the reply keeps what fits its text */
+            snprintf(why, sizeof why,
+                     "refused: the coordinator is full (%d sessions, %d sure a process, this one has %d; "
+                     "most: '%s' pid %d, %d)",
+                     session_room(role), COORD_PEER_SURE, mine, session_name(s, whose), (int)most, n);
+            comem_warn("refused pid %d: the session table is full and it holds %d session(s)", (int)c->pid, mine);
+            coord_reply(s, c, m->request_id, COMEM_EBUSY, why);
+            c->closing = true;
+            return;
+        }
+    }
+    coord_handle(s, c, m);
+    if (!victim || !c->session)
+        return; /* refused for itself (a bad token, a bad name): nobody made room */
+    char why[2 * COMEM_WIRE_TEXT_MAX];
+    if (!tool_place)
+        snprintf(why, sizeof why,
+                 "closed: the coordinator is full; this process held the most (%d) and pid %d ('%s') is sure of one",
+                 n, (int)c->pid, session_name(s, c));
+    else
+        snprintf(why, sizeof why, "closed: the coordinator is full and a newer tool (pid %d) took this tool's place",
+                 (int)c->pid);
+    comem_warn("session %llx ('%s', pid %d) closed: the table is full and pid %d ('%s') is sure of a session",
+               (unsigned long long)victim->session, session_name(s, victim), (int)victim->pid, (int)c->pid,
+               session_name(s, c));
+    coord_reply(s, victim, 0, COMEM_EBUSY, why);
+    coord_session_end(s, victim, "closed to make room");
+    victim->closing = true;
+}
+
 /* Parses and handles every whole frame in the input buffer. */
 static void consume(comem_coord_srv *s, conn *c)
 {
@@ -252,7 +406,10 @@ static void consume(comem_coord_srv *s, conn *c)
             protocol_error(s, c, h.request_id, "the first frame must be HELLO");
             break;
         }
-        coord_handle(s, c, &s->msg);
+        if (!c->session)
+            hello(s, c, &s->msg);
+        else
+            coord_handle(s, c, &s->msg);
     }
     if (off) {
         memmove(c->in, c->in + off, c->in_len - off);

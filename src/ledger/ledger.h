@@ -81,7 +81,7 @@ typedef struct ledger_residency {
 #define COMEM_LEDGER_MAX_HOLDERS 16384
 #define COMEM_LEDGER_MAX_ENTRIES 65536
 #define COMEM_LEDGER_MAX_GRANTS 16384
-#define COMEM_LEDGER_MAX_SESSIONS 1024 /* one per coordinator connection */
+#define COMEM_LEDGER_MAX_SESSIONS 1024 /* the coordinator's sessions (coord_internal.h: COORD_MAX_SESSIONS) */
 #define COMEM_LEDGER_SURE_HOLDERS 8
 #define COMEM_LEDGER_SURE_ENTRIES 32
 #define COMEM_LEDGER_SURE_GRANTS 8
