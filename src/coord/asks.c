@@ -6,9 +6,22 @@
  * and its outcome and freed bytes go to whoever owns the ask, through the
  * callback the owner gave (an admission or pressure job, the idle sweep, the
  * card's own pressure, a RELEASE request; pin asks have none: the holder
- * reports its unpinning itself). This file knows no owner. A holder that has
- * not answered by the deadline is treated as busy: its owner moves on
- * without it. Its process answers asks on one callback thread, so every holder
+ * reports its unpinning itself). This file knows no owner.
+ *
+ * What a receipt frees is what came off, never more than its holder says (issue
+ * 40 item 10: a holder that freed nothing and answered 1 TiB was counted as all
+ * it held, at every ask): at most the drop in the holder's registered bytes
+ * between the ask and the receipt, as the ledger holds them once the receipt's
+ * residency (and whatever the process reported before it) is applied; where the
+ * card reads each process's use, at most the drop in that process's use, read
+ * when the receipt comes; for a RELEASE, at most what came off the entry named.
+ * The counters, the owners (an admission's freed figure, a RELEASE's reply) and
+ * everything built on them see only that figure; the claim is kept in the log
+ * and in receipts_over. A drop is net: bytes the holder registered meanwhile
+ * count against it, so a receipt is believed for less, never more.
+ *
+ * A holder that has not answered by the deadline is treated as busy: its owner
+ * moves on without it. Its process answers asks on one callback thread, so every holder
  * of that process is then left out of plans (unanswered_until_ns at its most)
  * until the process sends a receipt again, late ones included: however long it
  * stays stopped or stuck, no later request waits on it.
@@ -25,6 +38,25 @@
 
 /* The most an ask may wait for its receipt, however much it asks to move. */
 #define COORD_ASK_DEADLINE_MAX_MS 30000
+
+/*
+ * What the ledger says holder h (id holder) holds that an ask of kind can free: its resident bytes on
+ * its device plus what it reports outside its entries, or for a pin ask what it reported pinned or,
+ * where it books its pins with comem_pin_acquire and reports none, what its process booked (a holder
+ * that drops a pin it booked gave those bytes back). Read when asked and again at the receipt: the
+ * drop between the two is what came off. 0 for a holder that is gone.
+ */
+static int64_t holder_held(comem_coord_srv *s, const ledger_holder *h, uint64_t holder, uint8_t kind)
+{
+    if (!h)
+        return 0;
+    if (kind == COMEM_ASK_PINS) {
+        const ledger_session *ss = comem_ledger_session(&s->ledger, h->session);
+        return comem_max(h->pinned, ss ? ss->pinned : 0);
+    }
+    return comem_add(comem_ledger_session_resident(&s->ledger, h->session, holder, h->device),
+                     comem_clamp0(h->overhead));
+}
 
 /* A holder asked to move bytes is given the time to move them: the base deadline
  * plus a millisecond per MiB (about 1 GiB/s: ComfyUI offloading a model to fresh,
@@ -54,18 +86,10 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     if (!a)
         return 0;
     int deadline_ms = ask_deadline_ms(s, h, holder, bytes);
-    /* A pin ask is believed up to what the holder reported pinned or, where it books its pins with
-       comem_pin_acquire and reports none, what its process booked: a holder that drops a pin it booked
-       gave those bytes back. */
-    const ledger_session *owner_ss = comem_ledger_session(&s->ledger, h->session);
-    int64_t pins_held = comem_max(h->pinned, owner_ss ? owner_ss->pinned : 0);
     *a = (ask){.session = h->session, .holder = holder, .kind = kind, .device = h->device, .bytes = bytes,
                .deadline_ns = comem_now_ns() + (int64_t)deadline_ms * 1000000, .done = done,
                .owner = owner, .report_seq = h->census_seq, .card_before = card_before,
-               .held = kind == COMEM_ASK_PINS
-                           ? pins_held
-                           : comem_add(comem_ledger_session_resident(&s->ledger, h->session, holder, h->device),
-                                       comem_clamp0(h->overhead))};
+               .held = holder_held(s, h, holder, kind)};
     comem_msg m = {.type = COMEM_MSG_ASK, .request_id = 0};
     comem_msg_ask *w = &m.u.ask;
     w->ask_id = id;
@@ -125,7 +149,11 @@ size_t coord_ask_plan(comem_coord_srv *s, coord_planned *plan, size_t n, coord_a
     return sent;
 }
 
-/* A RELEASE's ask settled: answers the request, if its requester is still connected. */
+/*
+ * A RELEASE's ask settled: answers the request, if its requester is still connected, with what came
+ * off the entry it named (a holder that freed other entries too freed them for nobody's request), or
+ * for gone, what the entry held: it came back with the process.
+ */
 static void reply_release(comem_coord_srv *s, const ask *a, uint8_t outcome, int64_t freed)
 {
     conn *rc = coord_conn_of(s, a->req_session);
@@ -133,10 +161,13 @@ static void reply_release(comem_coord_srv *s, const ask *a, uint8_t outcome, int
         return; /* the requester left: nobody waits */
     rc->releases--;
     const ledger_entry *e = comem_ledger_entry(&s->ledger, a->entry);
+    int64_t resident = e && outcome != COMEM_RECEIPT_GONE ? e->resident : 0;
+    if (outcome != COMEM_RECEIPT_GONE)
+        freed = comem_min(freed, comem_sub(a->entry_before, resident));
     comem_msg m = {.type = COMEM_MSG_RELEASE_REPLY, .request_id = a->req_id};
     m.u.release_reply.outcome = outcome;
     m.u.release_reply.freed = comem_clamp0(freed);
-    m.u.release_reply.resident = e && outcome != COMEM_RECEIPT_GONE ? e->resident : 0;
+    m.u.release_reply.resident = resident;
     coord_send(s, rc, &m);
 }
 
@@ -185,6 +216,21 @@ static void mark_answering(comem_coord_srv *s, conn *c)
     comem_info("'%s' (pid %d) answers release asks again; its holders may be asked", ss ? ss->name : "?", (int)c->pid);
 }
 
+/*
+ * At most what the card shows leave process pid for ask a's receipt that the ledger lets count freed
+ * bytes: the drop in the process's use from the reading the ask was planned on to one taken now.
+ * freed itself where the card does not read each process (NVML under WDDM, host RAM's RSS is no
+ * card's figure), cannot be read now, or never showed the process holding those bytes (registered
+ * for memory another process holds).
+ */
+static int64_t card_bound(comem_coord_srv *s, const ask *a, int32_t pid, int64_t freed)
+{
+    if (freed <= 0 || a->kind == COMEM_ASK_PINS || a->device == s->ram_index || a->card_before < freed)
+        return freed;
+    int64_t after = coord_card_use_at_ask(s, a->device, pid); /* the receipt made the last reading stale */
+    return after < 0 ? freed : comem_min(freed, comem_clamp0(comem_sub(a->card_before, after)));
+}
+
 void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
 {
     comem_hop(COMEM_HOP_RECEIPT_READ);
@@ -197,14 +243,8 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
     }
     coord_card_changed(s, a->device); /* whatever it freed, the card shows it now */
     ledger_holder *h = comem_ledger_holder(&s->ledger, a->holder);
-    int64_t freed = r->outcome == COMEM_RECEIPT_DONE ? comem_clamp0(r->freed) : 0;
-    if (freed > a->held) { /* a holder cannot give back more than it held: believed up to that */
-        if (h && h->receipts_over++ == 0)
-            comem_warn("holder '%s' (pid %d) said it freed %lld bytes, more than the %lld it held; counted as %lld "
-                       "(its later receipts are bounded the same way)",
-                       h->name, (int)c->pid, (long long)freed, (long long)a->held, (long long)a->held);
-        freed = a->held;
-    }
+    int64_t claimed = r->outcome == COMEM_RECEIPT_DONE ? comem_clamp0(r->freed) : 0;
+    int64_t freed = comem_min(claimed, a->held); /* a holder cannot give back more than it held */
     if (r->n > 0) {
         ledger_residency items[COMEM_WIRE_MAX_ITEMS];
         coord_residency(r->items, r->n, items);
@@ -214,12 +254,28 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
         else if (h && !(freed > 0 && a->kind != COMEM_ASK_PINS))
             coord_publish_reserve(s, h->device, false); /* as its census would have (settle publishes the rest) */
     }
+    /* A holder with no entries that has not reported since the ask says what it holds by this receipt
+       alone: what it says came off comes off its figure (below, as counted). Any other holder's
+       figures are the ledger's now, its residency and reports applied: their drop is what came off. */
     int64_t generic_bytes;
-    if (h && freed > 0 && a->kind == COMEM_ASK_RELEASE &&
-        h->census_seq == a->report_seq && coord_generic_holder(&s->ledger, a->holder, h, &generic_bytes))
+    bool generic = h && freed > 0 && a->kind == COMEM_ASK_RELEASE && h->census_seq == a->report_seq &&
+                   coord_generic_holder(&s->ledger, a->holder, h, &generic_bytes);
+    if (!generic)
+        freed = comem_min(freed, comem_clamp0(comem_sub(a->held, holder_held(s, h, a->holder, a->kind))));
+    if (claimed > freed && h && h->receipts_over++ == 0)
+        comem_warn("holder '%s' (pid %d) said it freed %lld bytes, more than the %lld that came off it in the "
+                   "ledger (it held %lld); counted as what came off (its later receipts are bounded the same way)",
+                   h->name, (int)c->pid, (long long)claimed, (long long)freed, (long long)a->held);
+    int64_t ledger_freed = freed;
+    freed = card_bound(s, a, c->pid, freed);
+    if (freed < ledger_freed)
+        comem_info("holder '%s' (pid %d) freed %lld bytes in the ledger; the card shows its process's use drop by "
+                   "%lld: counted as that",
+                   h ? h->name : "?", (int)c->pid, (long long)ledger_freed, (long long)freed);
+    if (generic)
         h->overhead = comem_clamp0(comem_sub(generic_bytes, freed)); /* no report since the ask: the receipt */
-    if (a->kind != COMEM_ASK_PINS)
-        coord_receipt_check(s, a, h, c->pid, freed);
+    if (a->kind != COMEM_ASK_PINS) /* the claim, held against the next reading: receipts_contradicted */
+        coord_receipt_check(s, a, h, c->pid, comem_min(claimed, a->held));
     settle(s, r->ask_id, a, r->outcome, freed);
 }
 

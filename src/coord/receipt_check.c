@@ -1,8 +1,9 @@
 /*
  * coord/receipt_check.c - a receipt held up against the card.
  *
- * A holder's receipt says how many bytes it freed; the ledger believes it up
- * to what the holder held (asks.c). Where the card reports each process's use
+ * A holder's receipt says how many bytes it freed; the coordinator counts at
+ * most what came off it (asks.c: in the ledger, and on the card where it reads
+ * each process). This file checks the claim itself: where the card reports each process's use
  * (NVML and the simulated card on a device-wide reading), the coordinator
  * also looks: the process's use in the reading the ask was planned on, and in
  * the first reading after the receipt came (the asking admission takes one). A receipt whose bytes the card never showed leaving (less

@@ -157,7 +157,7 @@ static json_object *holder_json(comem_coord_srv *s, const status_index *ix, uint
         add_null(o, "idle_s");
     add_known(o, "pinned", h->census_seen, h->pinned);
     add_known(o, "overhead", h->census_seen, h->overhead);
-    add_i(o, "receipts_over", (int64_t)h->receipts_over); /* receipts that claimed more than it held */
+    add_i(o, "receipts_over", (int64_t)h->receipts_over); /* receipts that claimed more than came off (asks.c) */
     add_i(o, "receipts_contradicted", (int64_t)h->receipts_contradicted); /* ... whose bytes the card kept */
     add_b(o, "unanswered", h->unanswered_until_ns > comem_now_ns()); /* let an ask pass: not asked until it answers */
     json_object *es = json_object_new_array();

@@ -153,7 +153,7 @@ typedef struct ledger_holder {
     double idle_since; /* seconds on the coordinator's clock */
     char last_prompt[COMEM_LEDGER_NAME_MAX];
     int64_t unanswered_until_ns; /* it let an ask pass its deadline: not asked again before this */
-    uint32_t receipts_over; /* receipts that claimed more than it held (counted as what it held) */
+    uint32_t receipts_over; /* receipts that claimed more than came off it (counted as what came off) */
     uint32_t receipts_contradicted; /* receipts whose bytes the card did not see leave (coord/receipt_check.c) */
     uint32_t n_entries;     /* derived: its entries */
     int64_t resident;       /* derived: Σ resident of its entries */

@@ -133,7 +133,8 @@ static uint64_t raw_id(comem_stream *st, comem_msg *m)
 /*
  * The model holder's hook, given "SOCKET|NOTE|CARD": 2 GiB allocated on the card and registered as one
  * resident model of a holder that answers asks; NOTE written; then every ASK is answered by freeing
- * the model and sending the receipt, until the coordinator goes.
+ * the model and sending the receipt, with the model's residency after it (a receipt counts what came
+ * off in the ledger), until the coordinator goes.
  */
 static void hold_model(const char *arg)
 {
@@ -157,7 +158,7 @@ static void hold_model(const char *arg)
     m.u.entry_add.holder_id = holder;
     m.u.entry_add.size = m.u.entry_add.resident = 2 * GIB;
     snprintf(m.u.entry_add.name, sizeof m.u.entry_add.name, "model");
-    raw_id(st, &m);
+    uint64_t entry = raw_id(st, &m);
     say_done();
     bool resident = true;
     for (;;) { /* answers asks until the coordinator goes (the read then fails the child: it is ended first) */
@@ -172,6 +173,8 @@ static void hold_model(const char *arg)
         m.u.receipt.ask_id = ask;
         m.u.receipt.outcome = COMEM_RECEIPT_DONE;
         m.u.receipt.freed = freed;
+        m.u.receipt.n = 1;
+        m.u.receipt.items[0] = (comem_wire_residency){.entry_id = entry, .seq = 1, .resident = 0};
         raw_send(st, &m);
     }
 }

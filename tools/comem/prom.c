@@ -132,7 +132,7 @@ static const counter k_counters[] = {
     {"asks", "comem_release_asks_total", "Release asks sent to holders (sized, idle and pin asks)."},
     {"asks_busy", "comem_release_asks_busy_total", "Release asks answered busy, unanswered in time, or failed."},
     {"bytes_asked", "comem_release_asked_bytes_total", "Bytes release asks asked for."},
-    {"bytes_freed", "comem_release_freed_bytes_total", "Bytes holders reported freed in their receipts."},
+    {"bytes_freed", "comem_release_freed_bytes_total", "Bytes that came off the holders asked (a receipt counts at most that)."},
     {"idle_releases", "comem_idle_release_asks_total", "Idle release asks sent."},
     {"sessions_ended", "comem_sessions_ended_total", "Sessions ended, for any reason."},
     {"sessions_died", "comem_sessions_died_total", "Sessions whose process was exiting or gone when they ended (killed, crashed)."},
@@ -161,7 +161,7 @@ static void host_ram_counters(comem_text *f, json_object *devs)
     static const counter k[] = {
         {"asks", "comem_host_ram_release_asks_total", "Release asks sent to host RAM holders."},
         {"bytes_asked", "comem_host_ram_release_asked_bytes_total", "Bytes release asks on host RAM asked for."},
-        {"bytes_freed", "comem_host_ram_release_freed_bytes_total", "Bytes host RAM holders reported freed."},
+        {"bytes_freed", "comem_host_ram_release_freed_bytes_total", "Bytes that came off the host RAM holders asked."},
     };
     char lb[1024];
     for (size_t g = 0; g < sizeof k / sizeof k[0]; g++) {

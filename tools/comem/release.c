@@ -10,7 +10,11 @@
  * of the process with that pid or name, of one entry, or of everyone (--all),
  * on one device or all, and asks their holders through the coordinator
  * (comem_ask_release), largest resident first, until SIZE bytes came back (all
- * of them without --bytes). Each receipt is the bytes the holder reports freed.
+ * of them without --bytes). Each receipt is what came off its entry as the
+ * coordinator counts it (docs/protocol.md, RECEIPT), never what the holder
+ * claims: a holder that says it freed more than its entry held, or frees
+ * nothing and says otherwise, adds only what came off to the total, so --bytes
+ * goes on asking the next entry rather than stopping on a claim.
  * A holder that is computing answers busy and keeps its bytes; that is
  * reported, not hidden. Holders that do not answer release asks are skipped
  * and listed.
@@ -135,7 +139,7 @@ static void usage(void)
     printf("usage: comem release (--holder NAME | --pid PID | --all | --process NAME | --entry ID)\n"
            "                     [--device N] [--bytes SIZE] [--timeout SECONDS] [--socket PATH] [--json]\n"
            "  Asks holders, through the coordinator, to release SIZE bytes (everything without --bytes)\n"
-           "  now, largest entry first, and prints each receipt: the bytes the holder reports freed.\n"
+           "  now, largest entry first, and prints each receipt: the bytes that came off the entry.\n"
            "  --holder NAME   every holder of that name, in any process\n"
            "  --pid PID       every holder of that process      --process NAME  the same, by name\n"
            "  --all           every holder that answers release asks\n"
@@ -252,6 +256,7 @@ int cmd_release(int argc, char **argv)
         json_object_object_add(out, "asks", asks);
         json_object_object_add(out, "matched", json_object_new_boolean(!none));
         jprint(out, v[F_PRETTY].set);
+        cli_flush(); /* a document larger than stdout's buffer fails here, with its own reason */
         json_object_put(out);
     } else if (none) {
         json_object_put(asks);

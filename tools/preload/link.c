@@ -11,7 +11,19 @@
  * does at once when it must ask other processes first, which takes seconds)
  * within COMEM_PRELOAD_ACK_MS is stopped or stuck; the allocation goes ahead
  * unasked, said once.
+ *
+ * That bound is every wait an allocation makes, not the admission's alone
+ * (issue 40 item 8: an allocation booked in the session's stock, with no round
+ * trip to see the coordinator stopped, then waited the client's whole 10 s for
+ * the reply to its report). The client's default wait is set to it, so the
+ * report and the grant's end that follow an allocation, and a holder's
+ * registration, wait at most that long (what they send is read when the
+ * coordinator runs again; the reply only confirms it); only an acknowledged
+ * admission waits longer (DECIDE_MS). The first connection is made on a
+ * thread of its own, which the first allocation waits for at most that long:
+ * until it is made, allocations go ahead unattributed.
  */
+#include <errno.h>
 #include <json-c/json.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -21,6 +33,7 @@
 #include <unistd.h>
 
 #include "base/bytes.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/size.h"
 #include "comem/comem.h"
@@ -31,6 +44,9 @@
 #define DEFAULT_MIN ((int64_t)64 << 20)
 #define DEFAULT_ACK_MS 200 /* the coordinator acknowledges within one turn of its loop: microseconds */
 #define MAX_ACK_MS 60000
+/* An acknowledged admission's whole wait: the coordinator is asking other processes to release,
+   which takes seconds (the library's own default wait). */
+#define DECIDE_MS 10000
 
 static _Thread_local int t_inside;
 
@@ -68,6 +84,7 @@ void preload_say_once(const void *key, const char *fmt, ...)
 /* ---- configuration ---- */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* the table, the connection, the holders */
+static pthread_cond_t g_opened; /* the first connection was made or failed (CLOCK_MONOTONIC; read_config) */
 
 static preload_policy g_policy;
 static int64_t g_min = DEFAULT_MIN;
@@ -81,6 +98,11 @@ static void after_fork_child(void);
 
 static void read_config(void)
 {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_opened, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     if (!getenv("COMEM_LOG"))
         comem_log_set_level(COMEM_LOG_WARN); /* a program that did not ask for comem's lines gets only warnings */
@@ -188,6 +210,7 @@ static bool insert(uint64_t key, int64_t bytes, int device)
 
 static comem_client *g_client;
 static bool g_tried;
+static bool g_opening; /* the opener thread is connecting */
 static int g_n_devices;
 static char g_uuids[COMEM_MAX_DEVICES][80];
 static uint64_t g_holder[COMEM_MAX_DEVICES];
@@ -195,24 +218,26 @@ static int64_t g_bytes[COMEM_MAX_DEVICES];
 static bool g_dirty[COMEM_MAX_DEVICES];
 static pthread_t g_reporter;
 
-/* The coordinator's devices, by UUID, from its status. */
-static void read_devices(void)
+/* The coordinator's devices, by UUID, from its status: how many (0 when it does not say). */
+static int read_devices(comem_client *c, char uuids[COMEM_MAX_DEVICES][80])
 {
     char *text = NULL;
-    if (comem_status_json(g_client, &text) != COMEM_OK || !text)
-        return;
+    if (comem_status_json(c, &text) != COMEM_OK || !text)
+        return 0;
     json_object *root = json_tokener_parse(text), *devs;
     comem_free(text);
+    int n_devices = 0;
     if (root && json_object_object_get_ex(root, "devices", &devs)) {
         size_t n = json_object_array_length(devs);
         for (size_t i = 0; i < n && i < COMEM_MAX_DEVICES; i++) {
             json_object *u;
             if (json_object_object_get_ex(json_object_array_get_idx(devs, i), "uuid", &u))
-                snprintf(g_uuids[i], sizeof g_uuids[i], "%s", json_object_get_string(u));
+                snprintf(uuids[i], 80, "%s", json_object_get_string(u));
         }
-        g_n_devices = (int)(n < COMEM_MAX_DEVICES ? n : COMEM_MAX_DEVICES);
+        n_devices = (int)(n < COMEM_MAX_DEVICES ? n : COMEM_MAX_DEVICES);
     }
     json_object_put(root);
+    return n_devices;
 }
 
 static void *reporter(void *arg)
@@ -251,29 +276,80 @@ static void program_name(char *buf, size_t len)
     fclose(f);
 }
 
-/* Connects once (g_lock held); false when comem is out of reach: the caller steps aside. */
+/*
+ * The first connection, on a thread of its own: its HELLO, and the status read for the devices, wait
+ * the client's 10 s on a coordinator that accepts but does not answer (stopped), and no allocation
+ * waits that long (connect_once). Once made, the client's default wait becomes the acknowledgement's
+ * bound (above). Whatever the outcome, g_opening goes false and the waiters are woken.
+ */
+static void *opener(void *arg)
+{
+    (void)arg;
+    preload_enter(); /* whatever comem does on this thread is comem's own */
+    char name[64];
+    program_name(name, sizeof name);
+    comem_client *c = NULL;
+    static char uuids[COMEM_MAX_DEVICES][80]; /* 1.3 KiB: off this thread's stack */
+    int n_devices = 0;
+    int rc = comem_client_open(NULL, COMEM_CLIENT_WORKER, name, -1, COMEM_OPEN_NO_LOCAL, &c);
+    if (rc == COMEM_OK) {
+        n_devices = read_devices(c, uuids);
+        comem_client_set_timeout(c, g_ack_ms);
+    }
+    pthread_mutex_lock(&g_lock);
+    g_opening = false;
+    if (rc == COMEM_OK) {
+        g_client = c;
+        memcpy(g_uuids, uuids, sizeof g_uuids);
+        g_n_devices = n_devices;
+        if (pthread_create(&g_reporter, NULL, reporter, NULL) == 0)
+            pthread_detach(g_reporter);
+        else
+            preload_say_once(&g_reporter, "cannot start the reporting thread: allocations are not reported");
+    } else {
+        preload_say_once(&g_client, "no coordinator answers (%s): allocations are not attributed or asked for; "
+                                    "the program runs as without comem", comem_status_str(rc));
+    }
+    pthread_cond_broadcast(&g_opened);
+    pthread_mutex_unlock(&g_lock);
+    return NULL;
+}
+
+/*
+ * Connects once (g_lock held); false when comem is out of reach now: the caller steps aside. The first
+ * call starts the opener; it and every call while the opener is still at work wait for it at most
+ * the acknowledgement's bound, as an admission waits for a coordinator that does not answer.
+ */
 static bool connect_once(void)
 {
     if (g_client)
         return true;
-    if (g_tried)
-        return false;
-    g_tried = true;
-    char name[64];
-    program_name(name, sizeof name);
-    int rc = comem_client_open(NULL, COMEM_CLIENT_WORKER, name, -1, COMEM_OPEN_NO_LOCAL, &g_client);
-    if (rc != COMEM_OK) {
-        g_client = NULL;
-        preload_say_once(&g_client, "no coordinator answers (%s): allocations are not attributed or asked for; "
-                                    "the program runs as without comem", comem_status_str(rc));
-        return false;
+    if (!g_tried) {
+        g_tried = true;
+        pthread_t t;
+        g_opening = pthread_create(&t, NULL, opener, NULL) == 0;
+        if (!g_opening) {
+            preload_say_once(&g_opening, "cannot start the thread that connects to the coordinator: allocations "
+                                         "are not attributed or asked for");
+            return false;
+        }
+        pthread_detach(t);
     }
-    read_devices();
-    if (pthread_create(&g_reporter, NULL, reporter, NULL) == 0)
-        pthread_detach(g_reporter);
-    else
-        preload_say_once(&g_reporter, "cannot start the reporting thread: allocations are not reported");
-    return true;
+    if (!g_opening)
+        return g_client != NULL;
+    int64_t deadline = comem_add(comem_now_ns(), (int64_t)g_ack_ms * 1000000);
+    struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000), .tv_nsec = (long)(deadline % 1000000000)};
+    while (g_opening && pthread_cond_timedwait(&g_opened, &g_lock, &ts) != ETIMEDOUT)
+        ;
+    if (g_opening) {
+        comem_info("preload: the coordinator did not answer within %d ms; this allocation is not attributed",
+                   g_ack_ms);
+        static int first_said;
+        preload_say_once(&first_said, "the coordinator did not answer within %d ms as this program first "
+                                      "allocated (stopped or stuck?): allocations go ahead unattributed and "
+                                      "unasked until the connection is made (COMEM_PRELOAD_ACK_MS)", g_ack_ms);
+    }
+    return g_client != NULL;
 }
 
 /* The coordinator's index for a CUDA ordinal of this process (-1: not attributed), found once per
@@ -323,6 +399,7 @@ static void after_fork_child(void)
 {
     g_client = NULL; /* its threads did not come along: this process is not in the ledger */
     g_tried = true;
+    g_opening = false; /* nor did the opener */
     memset(g_holder, 0, sizeof g_holder);
     memset(g_device_of, 0, sizeof g_device_of);
     pthread_mutex_unlock(&g_lock);
@@ -350,7 +427,8 @@ bool preload_before(int ordinal, size_t bytes, const char *what, preload_ticket 
     if ((int64_t)bytes >= g_min) {
         int64_t short_by = 0;
         bool unanswered = false;
-        int rc = comem_admit_acked(g_client, d, h, (int64_t)bytes, g_ack_ms, -1, &t->grant, &short_by, &unanswered);
+        int rc = comem_admit_acked(g_client, d, h, (int64_t)bytes, g_ack_ms, DECIDE_MS, &t->grant, &short_by,
+                                   &unanswered);
         char b[32] = "", s[32] = "";
         if (rc == COMEM_ENOSPC || unanswered) { /* the figures only a refusal or a local decision prints */
             comem_format_bytes((int64_t)bytes, b, sizeof b);
@@ -406,9 +484,19 @@ void preload_after(const preload_ticket *t, uint64_t key, size_t bytes)
     int64_t now = g_bytes[t->device];
     pthread_mutex_unlock(&g_lock);
     if (t->grant) {
-        /* The bytes are the holder's before the grant that booked them goes: never counted by neither. */
-        if (key && h)
-            (void)comem_holder_report(g_client, h, -1, now);
+        /* The bytes are the holder's before the grant that booked them goes: never counted by neither.
+           The report waits at most the acknowledgement's bound: a grant booked in the session's stock
+           took no round trip, so this is where a stopped coordinator is met. Sent, it is read in order
+           with the grant's end when the coordinator runs again. */
+        if (key && h && comem_holder_report(g_client, h, -1, now) == COMEM_ETIMEDOUT) {
+            comem_info("preload: the coordinator did not confirm the report of an allocation within %d ms; "
+                       "allowed, as granted", g_ack_ms);
+            static int report_said;
+            preload_say_once(&report_said, "the coordinator did not confirm the report of an allocation it "
+                                           "granted within %d ms (stopped or stuck?): the program goes on; "
+                                           "the report is read when it runs again (COMEM_PRELOAD_ACK_MS)",
+                             g_ack_ms);
+        }
         (void)comem_grant_done(g_client, t->grant, 0, 0);
     } else if (key) {
         pthread_cond_signal(&g_wake);
