@@ -6,8 +6,9 @@ puts into ComfyUI's Python. ComfyUI imports this file from ``custom_nodes/``;
 it imports them from :mod:`comem.comfy.node` and installs the adapter, as the
 ``comem.comfy`` folder does when a developer links it from a source tree
 (``python3 -m comem.comfy install DIR``). The adapter starts the user's
-coordinator (``comemd``) when none runs; ``COMEM_AUTOSTART=0`` and
-``COMEM_COMFY=off`` switch that and the adapter off.
+coordinator (``comemd``) when none runs; ``COMEM_AUTOSTART=0`` switches that
+off (no coordinator is started then, in ComfyUI's process or out of it) and
+``COMEM_COMFY=off`` the adapter.
 
 Without the package (the requirements not installed yet), or with one that
 cannot load, ComfyUI starts without comem: one ERROR line says why and what to

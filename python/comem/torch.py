@@ -266,6 +266,12 @@ class Models:
         #: models, in a worker that runs both): never this holder's overhead, since no flush can give them back
         self.others: Optional[Callable[[], int]] = None
 
+    def __repr__(self) -> str:
+        """What a print shows: the holder, its card, how many models it knows and its placement (no lock taken:
+        a repr never waits for a load or a release in progress)."""
+        return (f"Models(holder {self.holder.name!r} on device {self.device}: {len(self._models)} model(s), "
+                f"{self.placement!r})")
+
     # ---- loading ----
 
     def load(self, module: torch.nn.Module, name: str, memory_required: int = 0,

@@ -34,6 +34,11 @@ class Simulate(unittest.TestCase):
             f.write(text)
         return path
 
+    @staticmethod
+    def read(path):
+        with open(path) as f:
+            return f.read()
+
     def test_malformed_scenarios_name_file_and_line_and_run_nothing(self):
         cases = [
             ("card 8GiB\nworker w\n  load m\n", 3, "has no model 'm'"),
@@ -103,6 +108,40 @@ class Simulate(unittest.TestCase):
         p = run("simulate", gap, "--policy", "comem", timeout=60)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)  # a known gap is reported, not asserted
         self.assertIn("a known gap, not asserted: not yet", p.stdout)
+
+    def test_the_summary_explains_itself_and_shows_what_the_scenario_can_show(self):
+        # Issue 41 item 9: "time over budget" is said, figures are said to vary, a recorded policy's miss does not
+        # read like a test failure, and a linux scenario without pins has no WDDM or pinned rows, in the text or
+        # the picture.
+        text = GOOD.replace("expect failed == 0", 'expect failed == 0\nexpect-gap evictions == 1 "nothing evicts"')
+        path, svg = self.write("words.scn", text), os.path.join(self.dir.name, "words.svg")
+        p = run("simulate", path, "--svg", svg, "--timeline", "none", timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        out = p.stdout
+        self.assertIn("time over budget: scenario seconds during which some card had less than 256M free", out)
+        self.assertIn("Figures vary a little from run to run", out)
+        self.assertIn("comem=pass comfy-env=holds uncoordinated=holds", out)
+        self.assertIn("comem=FAIL comfy-env=does not hold (0) uncoordinated=does not hold (0)", out)  # the gap
+        self.assertNotIn("comfy-env=FAIL", out)
+        self.assertNotIn("uncoordinated=FAIL", out)
+        for row in ("spilled past WDDM", "pinned peak", "pinned over budget"):
+            self.assertNotIn(row, out)
+        picture = self.read(svg)
+        for part in ("pinned host RAM", "spilled (peak)", "WDDM spill", "pinned over budget"):
+            self.assertNotIn(part, picture)
+        self.assertIn("over budget", picture)
+
+        # On a WDDM card the spill is shown, and where something is pinned the pinned rows and chart are.
+        p = run("simulate", path, "--semantics", "wddm", "--policy", "comem", "--svg", svg, "--timeline", "none",
+                timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("spilled past WDDM (peak)", p.stdout)
+        self.assertIn("spilled (peak)", self.read(svg))
+        pins = os.path.join(SOURCE_DIR, "scenarios", "F09-pins.scn")
+        p = run("simulate", pins, "--policy", "comem", "--svg", svg, "--timeline", "none", timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("pinned peak", p.stdout)
+        self.assertIn("pinned host RAM (dotted: the machine's pin budget)", self.read(svg))
 
     def test_readings_before_and_after_a_step_are_taken_by_the_process_in_order(self):
         # line 6 loads 2 GiB: nothing of it is there as the step begins, all of it as it ends, and a

@@ -19,8 +19,8 @@ level name).
 - ``test_server``: a server on 127.0.0.1, a free port. While it runs the
   coordinator lists it as the host ``comfyui``; ``/object_info`` lists the
   *comem status* node; a prompt that runs it completes and its history holds
-  the coordinator's status JSON, taken while the node ran (the host busy with
-  that prompt); a second prompt runs it again (never cached). SIGINT stops the
+  the text `comem status` prints and the coordinator's status JSON, taken
+  while the node ran (the host busy with that prompt); a second prompt runs it again (never cached). SIGINT stops the
   server and its session leaves the coordinator.
 
 a125cd84's server needs the comfyui-workflow-templates its requirements.txt
@@ -289,13 +289,16 @@ class ServerCase(ComfyServerCase):
             time.sleep(0.1)
 
     def status_output(self, entry: Dict[str, Any], node: str = "1") -> Dict[str, Any]:
-        """The status JSON of the *comem status* node ``node`` as ComfyUI recorded it (outputs[node]["text"])."""
+        """The status JSON of the *comem status* node ``node`` as ComfyUI recorded it (outputs[node]["json"]),
+        once its text (outputs[node]["text"]) is checked to be `comem status`'s, naming the same coordinator."""
         self.assertTrue(entry["status"]["completed"], entry["status"])
         self.assertEqual(entry["status"]["status_str"], "success")
         self.assertIn(node, entry["outputs"], f"the node's text is not in the prompt's history: {entry}")
-        texts = entry["outputs"][node]["text"]
-        self.assertEqual(len(texts), 1)
-        return json.loads(texts[0])
+        texts, docs = entry["outputs"][node]["text"], entry["outputs"][node]["json"]
+        self.assertEqual((len(texts), len(docs)), (1, 1))
+        st = json.loads(docs[0])
+        self.assertTrue(texts[0].startswith(f"coordinator pid {st['coordinator']['pid']} on "), texts[0])
+        return st
 
     @staticmethod
     def cached_nodes(entry: Dict[str, Any]) -> List[str]:
@@ -320,8 +323,8 @@ class TestServer(ServerCase):
         node = info["ComemStatus"]
         self.assertEqual(node["category"], "utils/comem")
         self.assertEqual(node["display_name"], "comem status")
-        self.assertEqual(node["output"], ["STRING"])
-        self.assertEqual(node["output_name"], ["status"])
+        self.assertEqual(node["output"], ["STRING", "STRING"])
+        self.assertEqual(node["output_name"], ["status", "json"])
         self.assertTrue(node["output_node"])
         self.assertEqual(node["python_module"], "custom_nodes.comem")
 

@@ -20,9 +20,18 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from typing import Optional
 
 import support
 from support import Machine
+
+
+def _restore(key: str, value: Optional[str]) -> None:
+    """Sets the environment variable ``key`` to ``value`` (None: unsets it)."""
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
 
 
 class TestCustomNode(unittest.TestCase):
@@ -79,10 +88,23 @@ class TestCustomNode(unittest.TestCase):
         self.assertIsNotNone(me)
         self.assertEqual(me["role"], "host")
         self.assertEqual(me["pid"], os.getpid())
-        # The node shows the ledger as `comem status --json` does, on the node (ui) and as its STRING output.
+        # The node shows the ledger as `comem status` prints it, on the node (ui) and as its first STRING output,
+        # and the JSON (`comem status --json`) as its second, recorded beside the text.
+        self.assertEqual(status_node.RETURN_TYPES, ("STRING", "STRING"))
+        self.assertEqual(status_node.RETURN_NAMES, ("status", "json"))
         out = status_node().status()
-        self.assertEqual(out["ui"]["text"], [out["result"][0]])
-        st = json.loads(out["result"][0])
+        text, doc = out["result"]
+        self.assertEqual(out["ui"], {"text": [text], "json": [doc]})
+        self.assertTrue(text.startswith(f"coordinator pid {self.machine.comemd.pid} on {self.machine.socket} "),
+                        text)
+        self.assertRegex(text, rf"\n  {os.getpid()} +comfyui +host ")  # this process, in the table's words
+        self.assertNotIn("{", text)
+        cli = subprocess.run([support.program("comem"), "status"], env=self.machine.env, capture_output=True,
+                             text=True, timeout=60)
+        # the command's own first line (less the ledger check count, which grows between the two)
+        first = [t.splitlines()[0].split(", ledger checks")[0] for t in (text, cli.stdout)]
+        self.assertEqual(first[0], first[1])
+        st = json.loads(doc)
         self.assertIn(host.client.session, [p["session"] for p in st["devices"][0]["processes"]])
         self.assertNotEqual(status_node.IS_CHANGED(), status_node.IS_CHANGED())  # never served from the cache
 
@@ -106,9 +128,46 @@ class TestCustomNode(unittest.TestCase):
         self.assertIsNone(node.install_from_comfyui())
         from comem.comfy import active
         self.assertIsNone(active())
-        # The status node says comem is there and switched off, not that it is missing.
+        # The status node says comem is there and switched off, not that it is missing, then shows the ledger
+        # of the others (this process is not in it).
+        text, doc = node.ComemStatus().status()["result"]
+        self.assertTrue(text.startswith("comem is installed, and switched off in this ComfyUI (COMEM_COMFY=off)"),
+                        text)
+        self.assertNotIn("not installed", text)
+        self.assertIn(f"\n\ncoordinator pid {self.machine.comemd.pid} on {self.machine.socket} ", text)
+        self.assertEqual(json.loads(doc)["coordinator"]["pid"], self.machine.comemd.pid)
+
+    def test_autostart_off_starts_no_coordinator_and_joins_the_users(self):
+        # COMEM_AUTOSTART=0 is "I run the coordinator myself" (the node's README): nothing is started, neither a
+        # detached comemd nor one inside ComfyUI's process; ComfyUI decides locally until the user's answers.
+        from comem.comfy import node
+        path = os.path.join(self.machine.dir, "mine.sock")
+        for k, v in (("COMEM_AUTOSTART", "0"), ("COMEM_SOCKET", path), ("COMEM_COMFY", None)):
+            self.addCleanup(_restore, k, os.environ.get(k))
+            _restore(k, v)
+        saved = node._host
+        node._host = None
+        self.addCleanup(setattr, node, "_host", saved)
+        host = node.install_from_comfyui()
+        self.assertIsNotNone(host)
+        self.addCleanup(host.close)
+        self.assertFalse(host.client.connected)
+        self.assertFalse(os.path.lexists(path), "a coordinator was started in ComfyUI's process")
+        text, doc = node.ComemStatus().status()["result"]
+        self.assertTrue(text.startswith("comem: this ComfyUI is not connected to a coordinator and decides locally: "
+                                        "COMEM_AUTOSTART=0 starts none"), text)
+        self.assertIn(f"comem status: no coordinator answers: nothing at {path}", text)
+        self.assertEqual(doc, "null")
+
+        # The user starts theirs: ComfyUI joins it, and the node shows its ledger.
+        env = dict(self.machine.env, COMEM_SOCKET=path)
+        theirs = subprocess.Popen([support.program("comemd"), "--socket", path, "--device", self.machine.spec],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(theirs.wait, 10)
+        self.addCleanup(theirs.terminate)
+        self.assertTrue(support.wait_for(lambda: host.client.connected, 15), "ComfyUI did not join the user's comemd")
         text = node.ComemStatus().status()["result"][0]
-        self.assertIn("comem is installed, and switched off in this ComfyUI (COMEM_COMFY=off)", text)
+        self.assertTrue(text.startswith(f"coordinator pid {theirs.pid} on {path} "), text)
 
     def test_install_needs_no_torch(self):
         # the install links a folder: a Python where torch cannot be imported does it all the same

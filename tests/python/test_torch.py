@@ -79,6 +79,7 @@ class TestModels(TorchCase):
         self.assertIs(ms.load(m, "m"), e)  # already resident: nothing asked again
         self.assertEqual(repr(ms.placement), f"SimPlacement(simulated card 0: 3 parts on it, {GiB} bytes charged)")
         self.assertEqual(repr(self.ct.CudaPlacement(1)), "CudaPlacement(cuda:1)")  # (no GPU needed to name one)
+        self.assertEqual(repr(ms), f"Models(holder 'models' on device 0: 1 model(s), {ms.placement!r})")
         self.assertEqual(ms.unload(m), 1 * GiB)
         self.assertEqual(self.card.usage()[1], 0)
         self.assertEqual(self.machine.process("holder")["resident"], 0)

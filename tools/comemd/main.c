@@ -25,8 +25,10 @@
 #include "comem/common.h"
 #include "coord/coord.h"
 #include "os/proc.h"
+#include "jsonout.h"
 #include "metrics.h"
 #include "probe/hostram.h"
+#include "snapshot.h"
 
 #ifndef COMEM_VERSION
 #define COMEM_VERSION "0.1.0"
@@ -41,6 +43,40 @@ static void on_stop(void)
     comem_coord_srv *srv = g_srv;
     if (srv)
         comem_coord_request_stop(srv); /* a wake-up of the loop: an eventfd write, async-signal-safe */
+}
+
+/*
+ * The line a second comemd leaves when another holds the socket's lock (sock: the path as given, NULL for
+ * the default one; where: that path resolved, for the reader). It asks the running one for its status, as
+ * `comem status` does, to name its pid and who started it; one that does not answer (it holds the lock
+ * and is still starting) is said so, with the probe's reason. Every variant begins "another coordinator
+ * already runs on PATH": python/comem/autostart.py reads a lost start by those words.
+ */
+static void say_taken(const char *sock, const char *where)
+{
+    char why[512] = "";
+    json_object *root = snapshot_fetch(sock, "comemd", 1000, why, sizeof why);
+    json_object *co = root ? jget(root, "coordinator") : NULL;
+    long long pid = co ? (long long)jget_int(co, "pid", -1) : -1;
+    if (pid > 0) {
+        char by[200] = "";
+        if (jget(co, "started_by")) /* null: nobody said (a service manager, a person) */
+            snprintf(by, sizeof by, ", started by %s", jget_str(co, "started_by"));
+#ifdef _WIN32
+        comem_error("another coordinator already runs on %s: pid %lld%s (`comem status --socket %s` shows it)", where,
+                    pid, by, where);
+#else
+        comem_error("another coordinator already runs on %s: pid %lld%s (`comem status --socket %s` shows it, "
+                    "`comem stop --socket %s` ends it)",
+                    where, pid, by, where, where);
+#endif
+    } else {
+        comem_error("another coordinator already runs on %s: it holds the socket's lock and does not answer yet (%s); "
+                    "`comem status --socket %s` names its pid once it does",
+                    where, why[0] ? why : "its status could not be read", where);
+    }
+    if (root)
+        json_object_put(root);
 }
 
 static void usage(FILE *f)
@@ -208,7 +244,7 @@ int main(int argc, char **argv)
             snprintf(where, sizeof where, "%s", cfg.socket_path);
         else if (comem_default_socket(where, sizeof where) != COMEM_OK)
             snprintf(where, sizeof where, "the default socket");
-        comem_error("another coordinator already runs on %s (`comem status --socket %s` names its pid)", where, where);
+        say_taken(cfg.socket_path[0] ? cfg.socket_path : NULL, where);
         return 3; /* not a failure to retry: the systemd unit says RestartPreventExitStatus=3 */
     }
     if (rc == COMEM_EINVAL) /* a setting it was given (--device, the environment): already named in one line */

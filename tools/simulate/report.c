@@ -412,6 +412,19 @@ static const row k_rows[] = {
     {"pinned over budget", M_PINNED_OVER, 1},      {"OOM-killed processes", M_OOM_KILLED, 0},
 };
 
+bool sim_metric_shown(const scenario *s, run_result *const *rs, int n, int metric)
+{
+    int peers = metric == M_SPILLED ? M_SPILLED : M_PINNED_PEAK; /* what says the row has anything to show */
+    if (metric != M_SPILLED && metric != M_PINNED_PEAK && metric != M_PINNED_OVER)
+        return true;
+    if (metric == M_SPILLED && s->card.semantics == SC_WDDM)
+        return true;
+    for (int k = 0; k < n; k++)
+        if (rs[k]->ran && rs[k]->values[peers] > 0)
+            return true;
+    return false;
+}
+
 static void cell(double v, int kind, char *buf, size_t len)
 {
     if (kind == 1)
@@ -430,6 +443,8 @@ void sim_print_summary(const scenario *s, run_result *const *rs, int n)
         printf(" %14s", sc_policy_names[rs[k]->policy]);
     printf("\n");
     for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++) {
+        if (!sim_metric_shown(s, rs, n, k_rows[i].metric))
+            continue;
         printf("  %-28s", k_rows[i].label);
         for (int k = 0; k < n; k++) {
             char b[32];
@@ -452,6 +467,11 @@ void sim_print_summary(const scenario *s, run_result *const *rs, int n)
     for (int k = 0; k < n; k++)
         printf(" %14.2f", rs[k]->wall_s);
     printf("\n");
+    char h[32];
+    printf("  time over budget: scenario seconds during which some card had less than %s free (the scenario's\n"
+           "  headroom) or more in use than it holds. Figures vary a little from run to run (real processes on a real\n"
+           "  clock decide who gives back first, and when); the expectations below are what must hold.\n",
+           sim_gib((double)s->headroom, h, sizeof h));
 }
 
 /* A value as a reader expects it: bytes in GiB or MiB, small figures (counts, seconds) as numbers. */
@@ -473,13 +493,22 @@ int sim_print_expectations(const scenario *s, run_result *const *rs, int n)
     int failed = 0;
     if (!s->n_expect)
         return 0;
-    printf("  expectations (%s asserted; the others recorded):\n", sc_policy_names[POL_COMEM]);
+    printf("  expectations: %s's must pass (the run fails otherwise); the other policies' are recorded: holds or not\n",
+           sc_policy_names[POL_COMEM]);
     for (int e = 0; e < s->n_expect; e++) {
         const sc_expect *x = &s->expects[e];
         printf("    %s:%d %-46s", s->id, x->line, x->text);
         for (int k = 0; k < n; k++) {
             bool ok = rs[k]->ran && rs[k]->expect_ok[e];
-            printf(" %s=%s", sc_policy_names[rs[k]->policy], ok ? "pass" : "FAIL");
+            char v[32];
+            if (rs[k]->policy == POL_COMEM)
+                printf(" %s=%s", sc_policy_names[rs[k]->policy], !rs[k]->ran ? "FAIL (not run)" : ok ? "pass" : "FAIL");
+            else if (!rs[k]->ran)
+                printf(" %s=not run", sc_policy_names[rs[k]->policy]);
+            else if (ok)
+                printf(" %s=holds", sc_policy_names[rs[k]->policy]);
+            else /* what it was instead: "uncoordinated=does not hold (1)" */
+                printf(" %s=does not hold (%s)", sc_policy_names[rs[k]->policy], figure(rs[k]->expect_lhs[e], v, 32));
             if (rs[k]->policy == POL_COMEM && !x->gap && !ok)
                 failed++;
         }

@@ -47,6 +47,11 @@ double sim_metric_value(const scenario *s, const run_result *r, const sc_term *t
 void sim_print_timeline(const scenario *s, const run_result *r);
 void sim_print_summary(const scenario *s, run_result *const *rs, int n);
 int sim_print_expectations(const scenario *s, run_result *const *rs, int n);
+/*
+ * Whether the summary and the picture show a metric for these runs: spill only on WDDM cards or where a
+ * run spilled, the pinned rows only where a run pinned anything; every other metric always.
+ */
+bool sim_metric_shown(const scenario *s, run_result *const *rs, int n, int metric);
 int sim_write_json(const char *path, const scenario *s, run_result *const *rs, int n);
 int sim_write_svg(const char *path, const scenario *s, run_result *const *rs, int n);
 

@@ -10,7 +10,10 @@
  * a reader asks about: releases with their receipts (a down arrow and the
  * bytes), idle releases, refusals, OOMs, kills. Below, a thin chart stacks
  * the pinned host RAM with the machine's pin budget. The figures that decide
- * the comparison are printed at the right of each row.
+ * the comparison are printed at the right of each row. What a scenario cannot
+ * show is left out (sim_metric_shown): the pinned chart and figures where no
+ * run pinned anything, the spill figure and legend off WDDM where nothing
+ * spilled.
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,7 +32,8 @@
 #define H_CHART 210
 #define H_PIN 52
 #define H_GAP 46
-#define H_ROW (H_STRIP + H_CHART + 14 + H_PIN + H_GAP)
+/* A row's height: the pinned chart only where it has something to show. */
+#define H_ROW(pins) (H_STRIP + H_CHART + 14 + ((pins) ? H_PIN : 0) + H_GAP)
 #define H_TOP 92
 
 static const char *const k_colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2",
@@ -210,8 +214,80 @@ static void strip(FILE *f, const scenario *s, const run_result *r, int card, con
 
 /* ---- one row ---- */
 
-static void row(FILE *f, const scenario *s, const run_result *r, int card, double x0, double y0, double tmax,
-                double *lo, double *hi)
+/* What every row shows, the same for all (sim_metric_shown over every run). */
+typedef struct row_parts {
+    bool pins;  /* the pinned host RAM chart and the "pinned over budget" figure */
+    bool spill; /* the "spilled (peak)" figure */
+} row_parts;
+
+/* The thin chart below a row: pinned host RAM stacked per process, the machine's pin budget dotted. */
+static void pinned(FILE *f, const scenario *s, const run_result *r, double x0, double y0, double tmax, double *lo,
+                   double *hi)
+{
+    const double G = (double)COMEM_GIB;
+    double pmax = fmax(r->values[M_PIN_BUDGET] * 1.1, 1 * G);
+    for (int k = 0; k < r->n_samples; k++) {
+        double t = 0;
+        for (int p = 0; p < s->n_procs; p++)
+            t += (double)r->samples[k].pinned[p];
+        pmax = fmax(pmax, t * 1.05);
+    }
+    frame pf = {x0, y0, W_CHART, H_PIN, tmax, pmax};
+    bool pinned_any = r->values[M_PINNED_PEAK] > 0;
+    axes(f, &pf, true, G, "G", pinned_any);
+    for (int k = 0; k < r->n_samples; k++)
+        hi[k] = 0;
+    for (int p = 0; p < s->n_procs; p++) {
+        bool any = false;
+        for (int k = 0; k < r->n_samples; k++) {
+            lo[k] = hi[k];
+            hi[k] = lo[k] + (double)r->samples[k].pinned[p];
+            any |= r->samples[k].pinned[p] > 0;
+        }
+        if (any)
+            band(f, &pf, r, lo, hi, color(s, p), "fill-opacity=\"0.85\"");
+    }
+    double yp = fy(&pf, r->values[M_PIN_BUDGET]);
+    if (pinned_any && r->values[M_PIN_BUDGET] <= pmax)
+        fprintf(f,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" stroke-dasharray=\"2,2\"/>\n",
+                pf.x0, yp, pf.x0 + pf.w, yp);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"ax\">%s</text>\n", pf.x0 + 4, pf.y0 + 12,
+            pinned_any ? "pinned host RAM (dotted: the machine's pin budget)" : "pinned host RAM: none");
+}
+
+/* The figures that decide the comparison, at the right of a row from (sx, sy). */
+static void figures(FILE *f, const run_result *r, const row_parts *sh, double sx, double sy)
+{
+    char b[32], line[96];
+    const struct {
+        const char *label;
+        int m;
+        int kind;
+    } figs[] = {{"failed allocations", M_FAILED, 0}, {"refused", M_REFUSED, 0},     {"spilled (peak)", M_SPILLED, 1},
+                {"over budget", M_OVER_S, 2},        {"evicted", M_EVICTED, 1},     {"reloaded", M_RELOADED, 1},
+                {"streamed (lowvram)", M_STREAMED, 1}, {"wait p99", M_WAIT99, 2},   {"pinned over budget", M_PINNED_OVER, 1}};
+    for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++) {
+        if ((figs[i].m == M_SPILLED && !sh->spill) || (figs[i].m == M_PINNED_OVER && !sh->pins))
+            continue;
+        double v = r->values[figs[i].m];
+        if (figs[i].kind == 1)
+            sim_gib(v, b, sizeof b);
+        else if (figs[i].kind == 2)
+            snprintf(b, sizeof b, "%.1f s", v);
+        else
+            snprintf(b, sizeof b, "%.0f", v);
+        bool bad = (figs[i].m == M_FAILED || figs[i].m == M_SPILLED || figs[i].m == M_PINNED_OVER) && v > 0;
+        snprintf(line, sizeof line, "%s", figs[i].label);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"fig\">%s</text>", sx, sy, line);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"figv\" text-anchor=\"end\"%s>%s</text>\n", sx + W_SIDE - 24,
+                sy, bad ? " fill=\"#d62728\"" : "", b);
+        sy += 17;
+    }
+}
+
+static void row(FILE *f, const scenario *s, const run_result *r, const row_parts *sh, int card, double x0, double y0,
+                double tmax, double *lo, double *hi)
 {
     const double G = (double)COMEM_GIB;
     double cap = (double)s->card.size, ymax = cap * 1.08;
@@ -269,61 +345,9 @@ static void row(FILE *f, const scenario *s, const run_result *r, int card, doubl
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"ax\" text-anchor=\"end\">capacity</text>\n", fr.x0 + fr.w - 3,
             yc - 3);
     strip(f, s, r, card, &fr, y0 + 6);
-    /* pinned host RAM */
-    double pmax = fmax(r->values[M_PIN_BUDGET] * 1.1, 1 * G);
-    for (int k = 0; k < r->n_samples; k++) {
-        double t = 0;
-        for (int p = 0; p < s->n_procs; p++)
-            t += (double)r->samples[k].pinned[p];
-        pmax = fmax(pmax, t * 1.05);
-    }
-    frame pf = {x0, fr.y0 + fr.h + 14, W_CHART, H_PIN, tmax, pmax};
-    bool pinned_any = r->values[M_PINNED_PEAK] > 0;
-    axes(f, &pf, true, G, "G", pinned_any);
-    for (int k = 0; k < r->n_samples; k++)
-        hi[k] = 0;
-    for (int p = 0; p < s->n_procs; p++) {
-        bool any = false;
-        for (int k = 0; k < r->n_samples; k++) {
-            lo[k] = hi[k];
-            hi[k] = lo[k] + (double)r->samples[k].pinned[p];
-            any |= r->samples[k].pinned[p] > 0;
-        }
-        if (any)
-            band(f, &pf, r, lo, hi, color(s, p), "fill-opacity=\"0.85\"");
-    }
-    double yp = fy(&pf, r->values[M_PIN_BUDGET]);
-    if (pinned_any && r->values[M_PIN_BUDGET] <= pmax)
-        fprintf(f,
-                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" stroke-dasharray=\"2,2\"/>\n",
-                pf.x0, yp, pf.x0 + pf.w, yp);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"ax\">%s</text>\n", pf.x0 + 4, pf.y0 + 12,
-            pinned_any ? "pinned host RAM (dotted: the machine's pin budget)" : "pinned host RAM: none");
-    /* the figures at the right */
-    double sx = x0 + W_CHART + 18, sy = fr.y0 + 8;
-    char b[32], line[96];
-    const struct {
-        const char *label;
-        int m;
-        int kind;
-    } figs[] = {{"failed allocations", M_FAILED, 0}, {"refused", M_REFUSED, 0},     {"spilled (peak)", M_SPILLED, 1},
-                {"over budget", M_OVER_S, 2},        {"evicted", M_EVICTED, 1},     {"reloaded", M_RELOADED, 1},
-                {"streamed (lowvram)", M_STREAMED, 1}, {"wait p99", M_WAIT99, 2},   {"pinned over budget", M_PINNED_OVER, 1}};
-    for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++) {
-        double v = r->values[figs[i].m];
-        if (figs[i].kind == 1)
-            sim_gib(v, b, sizeof b);
-        else if (figs[i].kind == 2)
-            snprintf(b, sizeof b, "%.1f s", v);
-        else
-            snprintf(b, sizeof b, "%.0f", v);
-        bool bad = (figs[i].m == M_FAILED || figs[i].m == M_SPILLED || figs[i].m == M_PINNED_OVER) && v > 0;
-        snprintf(line, sizeof line, "%s", figs[i].label);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"fig\">%s</text>", sx, sy, line);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"figv\" text-anchor=\"end\"%s>%s</text>\n", sx + W_SIDE - 24,
-                sy, bad ? " fill=\"#d62728\"" : "", b);
-        sy += 17;
-    }
+    if (sh->pins)
+        pinned(f, s, r, x0, fr.y0 + fr.h + 14, tmax, lo, hi);
+    figures(f, r, sh, x0 + W_CHART + 18, fr.y0 + 8);
 }
 
 int sim_write_svg(const char *path, const scenario *s, run_result *const *rs, int n)
@@ -340,7 +364,8 @@ int sim_write_svg(const char *path, const scenario *s, run_result *const *rs, in
             maxs = rs[k]->n_samples;
     }
     double lo[RUN_MAX_SAMPLES], hi[RUN_MAX_SAMPLES];
-    int width = W_LEFT + s->n_cards * (W_CHART + W_SIDE) + 10, height = H_TOP + n * H_ROW;
+    row_parts sh = {sim_metric_shown(s, rs, n, M_PINNED_PEAK), sim_metric_shown(s, rs, n, M_SPILLED)};
+    int width = W_LEFT + s->n_cards * (W_CHART + W_SIDE) + 10, height = H_TOP + n * H_ROW(sh.pins);
     fprintf(f,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
             "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
@@ -385,13 +410,13 @@ int sim_write_svg(const char *path, const scenario *s, run_result *const *rs, in
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"lg\">+ %d more</text>\n", lx, ly, s->n_procs - shown);
     fprintf(f,
             "<text x=\"%d\" y=\"%.1f\" class=\"ax\">grey: driver slice \xc2\xb7 hatched: bytes outside any manager "
-            "\xc2\xb7 red: past the card (WDDM spill) \xc2\xb7 dashed: budget (capacity - headroom) \xc2\xb7 "
+            "%s\xc2\xb7 dashed: budget (capacity - headroom) \xc2\xb7 "
             "\xe2\x96\xb2 load \xe2\x86\x93 bytes given back \xe2\x8a\x98 refused \xe2\x9c\x96 failed "
             "\xe2\x98\xa0 killed</text>\n",
-            W_LEFT, ly + 20);
+            W_LEFT, ly + 20, sh.spill ? "\xc2\xb7 red: past the card (WDDM spill) " : "");
     for (int k = 0; k < n; k++)
         for (int c = 0; c < s->n_cards; c++)
-            row(f, s, rs[k], c, W_LEFT + c * (W_CHART + W_SIDE), H_TOP + k * H_ROW, tmax, lo, hi);
+            row(f, s, rs[k], &sh, c, W_LEFT + c * (W_CHART + W_SIDE), H_TOP + k * H_ROW(sh.pins), tmax, lo, hi);
     fprintf(f, "</svg>\n");
     return fclose(f) == 0 ? COMEM_OK : COMEM_EIO;
 }

@@ -168,9 +168,10 @@ class RamCache:
                 return False
             if not self.served:
                 log.info("comem: the coordinator serves no host RAM: ComfyUI's RAM cache and offloads are not on "
-                         "the ledger. To put them there, start it with COMEM_RAM=machine in its environment (in "
-                         "ComfyUI's, where ComfyUI starts it; one already running keeps its settings until it exits) "
-                         "or `comemd --ram machine` (docs/hostram.md)")
+                         "the ledger. To put them there, stop ComfyUI, run `comem stop` (a coordinator keeps the "
+                         "settings it started with) and start ComfyUI again with COMEM_RAM=machine in its environment: "
+                         "the coordinator ComfyUI starts takes ComfyUI's environment. One you run yourself takes "
+                         "`comemd --ram machine` (docs/hostram.md)")
         return bool(self.served)
 
     def _attach(self) -> Optional[Holder]:
