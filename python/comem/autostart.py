@@ -437,8 +437,11 @@ def ensure_running(socket: Optional[str] = None, timeout: float = 10.0, started_
     TEXT [--device SPEC] [--exit-idle SECONDS]`` detached (see the module; the grace is :func:`grace_seconds`)
     and waits up to ``timeout`` seconds for it to answer.
     ``started_by`` (default ``"PROGRAM (pid N)"``: the name rule, at most 127 bytes) is what ``comem status``
-    shows; ``device`` (default: ``COMEM_DEVICE``, else auto) the cards it coordinates. When several processes
-    do this at once one comemd wins and all of them get it; ``started`` says whether it was this call's.
+    shows; ``device`` (default: ``COMEM_DEVICE``, else auto) the cards it coordinates. No ``--ram`` is passed:
+    host RAM is what ``COMEM_RAM`` in the inherited environment says, off where there is a card, and on
+    (``machine``) where auto finds no GPU, so that a CPU-only machine's coordinator manages host RAM alone
+    (docs/hostram.md). When several processes do this at once one comemd wins and all of them get it;
+    ``started`` says whether it was this call's.
 
     Returns the :class:`Running` coordinator, or None when none answers and starting is off.
     Raises :class:`OtherVersion` when the coordinator there speaks another protocol version (nothing is

@@ -23,8 +23,10 @@ __all__ = ["Coordinator", "OtherVersion", "Running", "comemd_path", "ensure_runn
 class Coordinator:
     """Starts a coordinator listening on ``socket`` (None: the default) over ``device`` (None: COMEM_DEVICE).
 
-    ``device`` is ``"auto"``, ``"nvml"``, ``"cuda"`` or a simulated card (``"sim:24GiB"``).
-    Raises :class:`comem.Error` (EEXIST) when another coordinator answers there.
+    ``device`` is ``"auto"``, ``"nvml"``, ``"cuda"`` or a simulated card (``"sim:24GiB"``). Auto without a GPU
+    serves no card: host RAM alone (``COMEM_RAM``, else ``machine``; docs/hostram.md).
+    Raises :class:`comem.Error` (EEXIST) when another coordinator answers there, and :class:`comem.NoDevice`
+    when there is nothing to serve (no card and ``COMEM_RAM=off``).
     """
 
     def __init__(self, socket: Optional[str] = None, device: Optional[str] = None) -> None:

@@ -1,4 +1,4 @@
-"""The simulated card: allocate and read bytes on the shared card a coordinator without a GPU serves.
+"""The simulated card: allocate and read bytes on the shared card a coordinator serves when asked (``sim:...``).
 
 A simulated card is a file in the per-user runtime directory that every
 process naming the same card maps; the coordinator reads it as it would read

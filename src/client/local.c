@@ -3,7 +3,8 @@
  * device reading and ComfyUI's own arithmetic: admit when free covers the
  * ask target, no siblings to ask under pressure, pins unlimited, the reserve
  * is the operator's. The device source is opened on first use (COMEM_DEVICE,
- * else a GPU via NVML, else a simulated card) and kept until close.
+ * else a GPU via NVML) and kept until close; with no GPU and no simulated card
+ * named there is no card, and every card ordinal is COMEM_ENODEV.
  */
 #include <stdio.h>
 #include <stdlib.h>

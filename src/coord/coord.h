@@ -31,7 +31,9 @@ typedef struct comem_coord_config {
     bool check;                 /* verify the ledger after every mutation (tests, debug) */
     int64_t reserve_base;       /* the reserve base every host keeps (comemd --reserve); -1: the first host's */
     char ram_spec[64];          /* host RAM as the last device: "machine", or a bounded budget "4GiB" (comemd
-                                   --ram, COMEM_RAM); "" : no RAM device */
+                                   --ram, COMEM_RAM); "" : no RAM device, unless no card is found (ram_off) */
+    bool ram_off;               /* host RAM was switched off (COMEM_RAM=off, comemd --ram off): with no card
+                                   found, the coordinator refuses to start rather than manage host RAM alone */
     char started_by[128];       /* who started comemd (--started-by: the name rule); "" : not said (an operator,
                                    a service manager, an embedded coordinator) */
     double exit_idle_s;         /* exit once no process has been connected for this long (comemd --exit-idle: the

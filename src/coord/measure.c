@@ -5,7 +5,10 @@
  * ledger's device table (capacity, scopes, the largest entry the card, RAM and
  * swap could hold), and the machine-wide pinned ceiling computed from host RAM.
  * With a RAM spec (comemd --ram, COMEM_RAM) host RAM is one more device after
- * the cards (probe/hostram.h; docs/hostram.md): its readings track the RSS of
+ * the cards (probe/hostram.h; docs/hostram.md); with no card at all (auto on a
+ * machine without a GPU) it is the only device, "machine" unless a spec says
+ * otherwise, and with RAM switched off as well the coordinator refuses to
+ * start (there would be nothing to serve). Its readings track the RSS of
  * every process in the ledger, its floors are what a process has resident
  * beyond its RAM entries, and its reserve is fixed here (coord_ram_reserve).
  *
@@ -54,6 +57,22 @@ int coord_devices_open(comem_coord_srv *s)
         comem_info("coordinator: %s", note);
     int n = 0;
     comem_device_count(s->src, &n);
+    if (n == 0 && !s->cfg.ram_spec[0]) {
+        /* No card (auto on a machine without a GPU): host RAM is all there is to manage, so it is on unless
+           switched off; with it off too nothing would be served, and a coordinator that answers every
+           request with "no such device" looks healthy where it should not: it refuses to start, and
+           clients decide locally and say so. */
+        if (s->cfg.ram_off) {
+            comem_error("coordinator: no card to coordinate%s and host RAM is off (COMEM_RAM=off or --ram off): "
+                        "nothing to serve; --ram machine manages host RAM alone, --device sim:SIZE serves a "
+                        "simulated card",
+                        comem_devices_none(s->src) ? " (no GPU found)" : "");
+            return COMEM_ENODEV;
+        }
+        snprintf(s->cfg.ram_spec, sizeof s->cfg.ram_spec, "machine");
+        comem_info("coordinator: no GPU: managing host RAM only (--ram machine; --device sim:SIZE for a "
+                   "simulated card)");
+    }
     int max_cards = s->cfg.ram_spec[0] ? COMEM_MAX_DEVICES - 1 : COMEM_MAX_DEVICES; /* host RAM takes a slot */
     if (n > max_cards) {
         comem_warn("coordinator: %d devices; serving the first %d", n, max_cards);

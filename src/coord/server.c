@@ -54,6 +54,7 @@ int comem_coord_config_defaults(comem_coord_config *cfg, char *err, size_t errle
         snprintf(cfg->device_spec, sizeof cfg->device_spec, "%s", e);
     if ((e = comem_env("COMEM_RAM")) && *e && strcmp(e, "off") != 0)
         snprintf(cfg->ram_spec, sizeof cfg->ram_spec, "%s", e);
+    cfg->ram_off = e && !strcmp(e, "off");
     if ((e = comem_env("COMEM_CHECK")) && *e && strcmp(e, "0") != 0)
         cfg->check = true;
     int rc = comem_token_from_env(cfg->token, sizeof cfg->token, err, errlen);

@@ -983,14 +983,14 @@ static void test_wddm_card_scope_is_the_cards(void **s)
     assert_ledger_clean(h);
 }
 
-/* ---- comem devices: the fallback note goes to stderr ---- */
+/* ---- comem devices: the no-GPU note goes to stderr ---- */
 
 static void test_devices_note_on_stderr(void **s)
 {
     harness *h = *s;
     h_init(h, "sim:8GiB");
     char rundir[300], lib[300];
-    snprintf(rundir, sizeof rundir, "COMEM_RUNTIME_DIR=%s", h->dir); /* the fallback card's file goes there */
+    snprintf(rundir, sizeof rundir, "COMEM_RUNTIME_DIR=%s", h->dir); /* a private runtime directory, not the user's */
     snprintf(lib, sizeof lib, "COMEM_NVML_LIBRARY=%s/no-libnvidia-ml.so.1", h->dir); /* no GPU, whatever the machine */
     const char *envs[] = {rundir, lib, "COMEM_DEVICE", NULL};
     const char *argv[] = {"comem", "devices", NULL};

@@ -628,6 +628,33 @@ class TestComfyUIVersion(unittest.TestCase):
             versions.warn_if_untested()  # once per process
 
 
+class TestRamCacheHint(unittest.TestCase):
+    """Where the coordinator serves no host RAM, ComfyUI's log says once what a user of the coordinator ComfyUI
+    starts can do: an environment variable and a restart, not only a flag of comemd's they never type
+    (issue 41 item 7)."""
+
+    def test_the_hint_names_what_the_autostart_honours(self):
+        import types
+        from comem.comfy import ram
+        asked = []
+
+        def status():
+            asked.append(1)
+            return {"devices": [{"index": 0, "host_ram": None}]}
+
+        rc = ram.RamCache(types.SimpleNamespace(connected=True, status=status))
+        with self.assertLogs("comem.comfy", "INFO") as logs:
+            self.assertFalse(rc._served())
+        self.assertEqual(len(logs.output), 1)
+        said = logs.output[0]
+        self.assertIn("the coordinator serves no host RAM", said)
+        self.assertIn("start ComfyUI again with COMEM_RAM=machine in its environment", said)
+        self.assertIn("`comem stop`", said)  # one already running keeps its settings
+        with self.assertNoLogs("comem.comfy", "INFO"):
+            self.assertFalse(rc._served())  # asked and said once
+        self.assertEqual(asked, [1])
+
+
 class TestRamCacheMeasure(unittest.TestCase):
     """An ask to the RAM cache is a target over available RAM as ComfyUI's cache measures it: v0.39's
     comfy.system_memory (cgroup-aware), 783545f6's psutil (issue 39 item 1)."""

@@ -4,8 +4,9 @@
  *   comem devices [--device SPEC] [--json]
  *
  * A table by default, one JSON object with --json. SPEC is auto (default),
- * nvml, cuda or sim[:...] (also from COMEM_DEVICE). When no GPU is found the
- * simulated card is used and the output says so.
+ * nvml, cuda or sim[:...] (also from COMEM_DEVICE). When auto finds no GPU
+ * the table has no card, a note on stderr ("note" in JSON) says so and why,
+ * and host RAM is listed as ever.
  */
 #include <json-c/json.h>
 #include <stdio.h>

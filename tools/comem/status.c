@@ -6,7 +6,8 @@
  * Asks the coordinator (COMEM_SOCKET or the per-user socket by default) for
  * its snapshot and prints it: per device, capacity, true free, the reserve,
  * each process with its context floor, holders and entries, outstanding
- * grants, unattributed bytes, and pinned host RAM. When no coordinator
+ * grants, unattributed bytes, and pinned host RAM; with no card at all (no
+ * GPU), a line saying the coordinator manages host RAM only. When no coordinator
  * answers it says why (comem_probe): nothing at the path, a stale socket,
  * refused (uid, token), full, or frozen; and exits 1.
  */
@@ -94,6 +95,11 @@ static void print_table(json_object *root)
     if (jget(co, "started_by")) /* null: not said (the service manager, a person, an embedded coordinator) */
         printf("started by %s%s\n", jget_str(co, "started_by"), starter_state(jget_str(co, "started_by")));
     json_object *devs = jget(root, "devices");
+    size_t n_devs = devs ? json_object_array_length(devs) : 0, n_cards = 0;
+    for (size_t d = 0; d < n_devs; d++)
+        n_cards += jget(json_object_array_get_idx(devs, d), "host_ram") == NULL; /* host_ram: null for a card */
+    if (n_cards == 0) /* auto found no GPU (source "none"): said before any device, where the eye lands */
+        printf("no GPU: %s\n", n_devs ? "managing host RAM only" : "no device to manage");
     json_object *ws = jget(root, "warnings");
     for (size_t w = 0; ws && w < json_object_array_length(ws); w++)
         printf("warning: %s\n", json_object_get_string(json_object_array_get_idx(ws, w)));

@@ -2,7 +2,7 @@
  * tools/comemd/main.c - the coordinator as a daemon.
  *
  *   comemd [--socket PATH] [--device SPEC] [--idle-release SECONDS] [--hello-timeout SECONDS]
- *          [--max-wait SECONDS] [--reserve SIZE] [--ram machine|SIZE] [--check] [--metrics PATH [--metrics-interval SECONDS]]
+ *          [--max-wait SECONDS] [--reserve SIZE] [--ram machine|SIZE|off] [--check] [--metrics PATH [--metrics-interval SECONDS]]
  *          [--started-by TEXT] [--version]
  *
  * Runs in the foreground (a service manager backgrounds it), logs to stderr,
@@ -83,23 +83,26 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: comemd [--socket PATH] [--device auto|nvml|sim[:...]] [--idle-release SECONDS]\n"
-            "              [--hello-timeout SECONDS] [--max-wait SECONDS] [--reserve SIZE] [--ram machine|SIZE]\n"
-            "              [--check]\n"
-            "              [--metrics PATH [--metrics-interval SECONDS]] [--started-by TEXT]\n"
+            "              [--hello-timeout SECONDS] [--max-wait SECONDS] [--reserve SIZE] [--ram machine|SIZE|off]\n"
+            "              [--check] [--metrics PATH [--metrics-interval SECONDS]] [--started-by TEXT]\n"
             "              [--exit-idle SECONDS] [--version]\n"
             "  The coordinator for comem clients on this machine. Logs to stderr; stops on SIGTERM.\n"
             "  --socket PATH           where to listen (default: COMEM_SOCKET, else the per-user socket);\n"
             "                          an existing file there is replaced only if it is a stale socket of\n"
             "                          this user; PATH.lock (kept) makes a second daemon on PATH refuse to start\n"
-            "  --device SPEC           the cards to coordinate (default: COMEM_DEVICE, else auto)\n"
+            "  --device SPEC           the cards to coordinate (default: COMEM_DEVICE, else auto: NVML when it\n"
+            "                          finds a GPU, else no card, and host RAM alone is managed); a simulated\n"
+            "                          card only when named (sim[:SIZE]...)\n"
             "  --idle-release SECONDS  ask a holder idle this long to release (default 60, or COMEM_IDLE_SECONDS)\n"
             "  --hello-timeout SECONDS close a connection that has not said HELLO by then (default 5)\n"
             "  --max-wait SECONDS      the longest an admission waits for room, whatever its timeout asks; it is\n"
             "                          answered then with what came back (default 60)\n"
             "  --reserve SIZE          the reserve base hosts keep on every card (e.g. 400MiB); when given, no\n"
             "                          host can change it; without it the first host to join sets it\n"
-            "  --ram machine|SIZE      host RAM as the last device (docs/hostram.md): the machine's (or its\n"
-            "                          cgroup's) RAM, or a bounded budget of SIZE (tests); default COMEM_RAM, else off\n"
+            "  --ram machine|SIZE|off  host RAM as the last device (docs/hostram.md): the machine's (or its\n"
+            "                          cgroup's) RAM, or a bounded budget of SIZE (tests); default COMEM_RAM, else\n"
+            "                          off where there is a card and machine where there is none; off with no card:\n"
+            "                          nothing to serve, comemd refuses to start\n"
             "  --check                 verify the ledger after every mutation (tests, debugging)\n"
             "  --metrics PATH          keep PATH current with the Prometheus text format (comem metrics),\n"
             "                          rewritten atomically (node_exporter's textfile collector: name it *.prom)\n"
@@ -208,6 +211,7 @@ int main(int argc, char **argv)
                 return 2;
             }
             snprintf(cfg.ram_spec, sizeof cfg.ram_spec, "%s", strcmp(v, "off") != 0 ? v : "");
+            cfg.ram_off = strcmp(v, "off") == 0; /* with no card found: refuse to start rather than manage RAM alone */
             i++;
         } else if (!strcmp(a, "--reserve") && v) {
             double bytes;

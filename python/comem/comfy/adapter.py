@@ -209,8 +209,9 @@ class Adapter:
         if memory is not None:
             ram.headroom_share(self.client, memory)
         self._start_steering()
-        log.info("comem: %s adapter installed (%s placement, coordinator %s)", self.role,
-                 "simulated" if self.devices.simulated else "CUDA",
+        log.info("comem: %s adapter installed (%s, coordinator %s)", self.role,
+                 "simulated placement" if self.devices.simulated else
+                 "CUDA placement" if self.devices.cards else "no card",
                  "connected" if self.client.connected else "absent: deciding locally")
         return self
 

@@ -1,7 +1,18 @@
-"""Which comem device a ComfyUI torch device is, and the simulated card when there is no GPU.
+"""Which comem device a ComfyUI torch device is; without a GPU, host RAM only or a simulated card asked for.
 
 With CUDA, comem device N is the CUDA device with the same UUID (falling back
-to the same index). Without CUDA (Debian's CPU torch, CI) the adapter runs in
+to the same index). Without a card to manage, no torch device is a comem
+device: ComfyUI's models are its own, comem manages host RAM only (the RAM
+cache, ``ram.py``; pins), and one line in ComfyUI's log says so. That is the
+case when this process has no CUDA (a CPU-only ComfyUI) and no simulated card
+was asked for, and when the coordinator reads no card (it found no GPU: a
+container where NVML did not load), whatever torch sees: a card ordinal would
+be refused there (ENODEV).
+
+A simulated card is used only when asked for: the coordinator serves one
+(``comemd --device sim:...``: its status names it), or, with no coordinator,
+``COMEM_DEVICE`` names one, or the caller passes ``card``/``simulated``. Then,
+without CUDA (Debian's CPU torch, CI), the adapter runs in
 *simulated placement*: comem device 0 is the shared simulated card the
 coordinator serves, and the torch device ``cpu:0`` plays the card's part.
 ComfyUI's main device (``get_torch_device()``) becomes ``cpu:0`` while its
@@ -16,6 +27,7 @@ decisions it would make on a GPU.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any, Dict, Optional
 
@@ -35,20 +47,32 @@ class DeviceMap:
 
     def __init__(self, mm: Any, status: Optional[Dict[str, Any]] = None, card: Optional[SimCard] = None,
                  simulated: Optional[bool] = None) -> None:
+        """``status``: the coordinator's (None: none connected). ``simulated`` None decides as the module says."""
         self.mm = mm
-        self.simulated = (not torch.cuda.is_available()) if simulated is None else simulated
+        devices = (status or {}).get("devices", [])
+        cards = [d for d in devices if not d.get("host_ram")]  # host_ram: null for a card
+        served = ((status or {}).get("coordinator") or {}).get("card_spec")
+        served = served if isinstance(served, str) and served.startswith("sim") else None
+        if simulated is None:
+            asked = card is not None or served is not None or \
+                (status is None and os.environ.get("COMEM_DEVICE", "").startswith("sim"))
+            simulated = asked and not torch.cuda.is_available()
+        self.simulated = simulated
+        #: False where comem manages no card for this process: every torch device is ComfyUI's alone
+        self.cards = simulated or (torch.cuda.is_available() and (status is None or bool(cards)))
         self.card: Optional[SimCard] = None
         self._by_uuid: Dict[str, int] = {}
         if self.simulated:  # the coordinator's own simulated card, where its status names it
-            served = ((status or {}).get("coordinator") or {}).get("card_spec")
-            self.card = card if card is not None else SimCard(served if isinstance(served, str) else None)
+            self.card = card if card is not None else SimCard(served)
         elif status is not None:
-            for d in status.get("devices", []):
+            for d in cards:
                 self._by_uuid[str(d.get("uuid", "")).lower()] = int(d["index"])
+        if not self.cards:
+            log.info("comem: %s", no_card_line(status, torch.cuda.is_available()))
 
     def index(self, device: Any) -> Optional[int]:
         """The comem device of a torch device, or None for one comem does not manage."""
-        if device is None:
+        if device is None or not self.cards:
             return None
         dev = torch.device(device)
         if self.simulated:
@@ -81,6 +105,17 @@ class DeviceMap:
         """Simulated placement: the card's total as cuMemGetInfo reports it."""
         assert self.card is not None
         return self.card.read(index, local=True).total
+
+
+def no_card_line(status: Optional[Dict[str, Any]], cuda: bool) -> str:
+    """The one line ComfyUI's log gets where comem manages no card: why, and what comem manages instead."""
+    if status is None:
+        return "no GPU found and no coordinator yet: comem manages host RAM only, once one answers"
+    ram = any(d.get("host_ram") for d in status.get("devices", []))
+    found = ("the coordinator found no GPU (comemd.log says why), so ComfyUI's cards are not on the ledger"
+             if cuda else "no GPU found")
+    return f"{found}: comem manages host RAM only" if ram else \
+        f"{found} and the coordinator serves no host RAM: comem manages no memory of this process"
 
 
 class CardMirror:

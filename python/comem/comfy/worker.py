@@ -53,9 +53,13 @@ class Worker:
         if mm is not False:
             self.comfy = Adapter(self.client, mm, card=card).install()
             card = self.comfy.devices.card if self.comfy.devices.simulated else card
-        place = ctorch.placement(self.device, card)
-        self.torch_models = ctorch.Models(self.client, self.device, name="torch-models", placement_=place)
-        if self.comfy is not None:
+        #: plain torch models on the card; None where the adapter manages no card (no GPU: host RAM only), where
+        #: a holder on card ``device`` would be refused (ENODEV) and a module stays where it is
+        self.torch_models: Optional[Any] = None
+        if self.comfy is None or self.comfy.devices.cards:
+            place = ctorch.placement(self.device, card)
+            self.torch_models = ctorch.Models(self.client, self.device, name="torch-models", placement_=place)
+        if self.comfy is not None and self.torch_models is not None:
             # ComfyUI's models share torch's allocator with the plain ones: its bytes are not the plain holder's
             # overhead (reported so, a coordinator asked that holder for a flush that could free none of them).
             comfy_models, index = self.comfy.models, self.device
@@ -73,6 +77,8 @@ class Worker:
             return self.comfy.models.entry_of(lm) if lm is not None else None
         import torch
         if isinstance(model, torch.nn.Module):
+            if self.torch_models is None:
+                return None  # no card: the module stays in host memory, where it is
             return self.torch_models.load(model, name or type(model).__name__, memory_required)
         raise TypeError(f"model must be a ComfyUI ModelPatcher or a torch.nn.Module, not {type(model).__name__}")
 
@@ -87,7 +93,7 @@ class Worker:
                 self.comfy.mm.soft_empty_cache()
                 self.comfy.models.sync()
                 return freed
-        return self.torch_models.unload(model)
+        return self.torch_models.unload(model) if self.torch_models is not None else 0
 
     # ---- node boundaries ----
 
@@ -100,7 +106,8 @@ class Worker:
                 stack.enter_context(self.comfy.computing(prompt))
             else:
                 stack.enter_context(self._busy(prompt))
-            stack.enter_context(self.torch_models.computing(prompt))
+            if self.torch_models is not None:
+                stack.enter_context(self.torch_models.computing(prompt))
             yield
 
     @contextlib.contextmanager
@@ -116,16 +123,22 @@ class Worker:
         if self.comfy is not None:
             with self.comfy.lock:
                 self.comfy.models.sync()
-        self.torch_models.census()
+        if self.torch_models is not None:
+            self.torch_models.census()
 
     # ---- out of memory ----
 
     def pressure(self, nbytes: int, timeout: Optional[float] = None) -> int:
-        """Asks idle siblings for ``nbytes`` (call it on OOM, before shrinking the batch); returns what came back."""
+        """Asks idle siblings for ``nbytes`` (call it on OOM, before shrinking the batch); returns what came back
+        (0 where comem manages no card)."""
+        if self.torch_models is None:
+            return 0
         return self.client.pressure(nbytes, device=self.device, timeout=timeout)
 
     def retry_on_oom(self, fn: Any, *args: Any, need: Optional[int] = None, **kwargs: Any) -> Any:
         """Calls fn; on CUDA OOM asks siblings for ``need`` bytes and retries once (a second OOM is raised)."""
+        if self.torch_models is None:
+            return fn(*args, **kwargs)  # no card: no CUDA OOM, no siblings on one
         return self.torch_models.retry_on_oom(fn, *args, need=need, **kwargs)
 
     def close(self) -> None:
