@@ -69,5 +69,6 @@ install(FILES ${CMAKE_BINARY_DIR}/comemd.service DESTINATION ${COMEM_SYSTEMD_USE
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 file(GLOB _comem_docs ${CMAKE_SOURCE_DIR}/docs/*.md)
 install(FILES ${_comem_docs} DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY scenarios/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/scenarios FILES_MATCHING PATTERN "*.scn")
 install(CODE "message(STATUS \"comem: the Python package is in \${CMAKE_INSTALL_PREFIX}/${COMEM_PY_DEST}; \"
                       \"put that on PYTHONPATH unless Python already looks there (docs/install.md)\")")

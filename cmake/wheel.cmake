@@ -11,7 +11,9 @@
 #                                            the system's glibc is older
 #
 # The man pages go to the wheel's data (share/man/man1 and man8 of the environment it is installed
-# in, where man finds them beside the environment's bin/: `man comem`, as `comem --help` says).
+# in, where man finds them beside the environment's bin/: `man comem`, as `comem --help` says), the
+# README, docs/*.md (docs/json.md is what `comem --help` names for --json) and the scenarios
+# `comem simulate` replays to share/doc/comem of that environment, as `make install` lays them out.
 # No headers, pkg-config file or systemd unit: those are `make install`'s. json-c is
 # linked in statically (COMEM_JSONC_STATIC, which pyproject.toml sets), so the files need nothing
 # beyond glibc (libc, libm, ld-linux): what a manylinux tag allows (docs/install.md).
@@ -21,6 +23,10 @@ install(TARGETS comem LIBRARY DESTINATION ${COMEM_WHEEL_NATIVE}/lib NAMELINK_SKI
 install(TARGETS comem_cli comemd RUNTIME DESTINATION ${COMEM_WHEEL_NATIVE}/bin)
 install(FILES ${CMAKE_SOURCE_DIR}/docs/man/comem.1 DESTINATION ${SKBUILD_DATA_DIR}/share/man/man1)
 install(FILES ${CMAKE_SOURCE_DIR}/docs/man/comemd.8 DESTINATION ${SKBUILD_DATA_DIR}/share/man/man8)
+file(GLOB _comem_wheel_docs ${CMAKE_SOURCE_DIR}/docs/*.md)
+install(FILES ${CMAKE_SOURCE_DIR}/README.md ${_comem_wheel_docs} DESTINATION ${SKBUILD_DATA_DIR}/share/doc/comem)
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/scenarios/ DESTINATION ${SKBUILD_DATA_DIR}/share/doc/comem/scenarios
+        FILES_MATCHING PATTERN "*.scn")
 
 # build-info.json, written at install time from the installed (stripped) files themselves.
 function(comem_wheel_build_info)

@@ -17,7 +17,8 @@ cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/i
 
 for f in bin/comem bin/comemd lib/libcomem.a lib/libcomem.so include/comem/comem.h include/comem/common.h \
          include/comem/pager.h include/comem/simcard.h include/comem/calc.h lib/pkgconfig/comem.pc share/man/man1/comem.1 \
-         share/man/man8/comemd.8 lib/systemd/user/comemd.service share/doc/comem/README.md; do
+         share/man/man8/comemd.8 lib/systemd/user/comemd.service share/doc/comem/README.md share/doc/comem/json.md \
+         share/doc/comem/scenarios/demo.scn; do
   [ -e "$prefix/$f" ] || fail "missing $f"
 done
 py=$(find "$prefix/lib" -path '*-packages/comem/__init__.py' -print -quit)

@@ -102,6 +102,11 @@ site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pla
 for page in man1/comem.1 man8/comemd.8; do
   cmp -s "$venv/share/man/$page" "$src/docs/man/${page#*/}" || fail "the wheel did not install share/man/$page"
 done
+# What --help and the README name beside them: the JSON reference and the scenarios simulate replays.
+for doc in README.md json.md scenarios.md scenarios/demo.scn scenarios/F03-sigkill.scn; do
+  want=$src/docs/$doc; [ "$doc" = README.md ] || [ "${doc%%/*}" = scenarios ] && want=$src/$doc
+  cmp -s "$venv/share/doc/comem/$doc" "$want" || fail "the wheel did not install share/doc/comem/$doc"
+done
 mkdir -m 700 "$tmp/run" "$tmp/elsewhere"
 run=$tmp/run
 sock=$run/comem.sock
