@@ -457,8 +457,8 @@ static int64_t keeps_room(comem_coord_srv *s, uint64_t jid, const job *j, int64_
 static void decide_fitting(comem_coord_srv *s, int dev)
 {
     job *head = job_get(s, s->queue_head[dev]);
-    if (!head)
-        return;
+    if (!head || !head->next)
+        return; /* nobody behind it: nothing to decide, and no card reading for keeps_room */
     int64_t now = comem_now_ns();
     int64_t theirs = keeps_room(s, s->queue_head[dev], head, now);
     for (uint64_t id = head->next, next; id; id = next) {

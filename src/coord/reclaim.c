@@ -13,10 +13,11 @@
  *     and keeps it booked, as inherited grants, for COORD_RECLAIM_MS: longer
  *     than a client takes to reconnect (its backoff tops out at 1 s);
  *   - a client that reconnects replays every grant it still holds (RECLAIM)
- *     after its holders. It is booked to that client again, out of the
- *     inherited bytes first and then out of the room, and its new id returned;
- *     one the card no longer has room for is refused, and the client's
- *     GRANT_DONE then fails instead of claiming bytes nobody kept.
+ *     after its holders. It is booked to that client again out of the
+ *     inherited bytes, and its new id returned; one they no longer cover is
+ *     refused, and the client's GRANT_DONE then fails instead of claiming
+ *     bytes nobody kept. Never out of the room: a RECLAIM skips the admission
+ *     queue and its arithmetic, so it may take only what was granted before.
  *
  * What nobody reclaims is room again when the window closes. The view file is
  * the user's to write: a forged figure keeps at most the card's capacity, and
@@ -86,26 +87,24 @@ void coord_reclaim(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_re
             return;
         }
     }
-    /* Out of what the previous coordinator granted first (taken back if the grant is not booked), then
-       out of the room: a reclaim never takes bytes this coordinator granted to someone else. */
-    int64_t from_inherited = comem_min(m->bytes, s->inherited[d]);
-    s->inherited[d] -= from_inherited;
-    int64_t rest = comem_sub(m->bytes, from_inherited), room = rest > 0 ? coord_available(s, d, false) : 0;
-    int rc = rest > room ? COMEM_ENOSPC : COMEM_OK;
+    /* Only out of what the previous coordinator granted: a RECLAIM skips the queue, so it never takes
+       room an admission waits for, nor bytes a release freed for one. */
+    int rc = m->bytes > s->inherited[d] ? COMEM_ENOSPC : COMEM_OK;
     uint64_t id = 0;
     if (rc == COMEM_OK) {
         int64_t expires = comem_add(comem_now_ns(), comem_mul(s->cfg.grant_ttl_ms, 1000000));
         rc = comem_ledger_grant_add(&s->ledger, c->session, m->holder_id, d, m->bytes, expires, &id);
     }
+    if (rc == COMEM_OK)
+        s->inherited[d] -= m->bytes;
     char b[32];
     comem_format_bytes(m->bytes, b, sizeof b);
     const ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
     if (rc != COMEM_OK) {
-        s->inherited[d] += from_inherited;
         comem_warn("coordinator: '%s' reclaims a grant of %s on device %d from the previous coordinator: refused "
                    "(%s)",
                    ss ? ss->name : "?", b, d, comem_status_str(rc));
-        coord_reply(s, c, rid, rc, rc == COMEM_ENOSPC ? "the card has no room for that grant now" : NULL);
+        coord_reply(s, c, rid, rc, rc == COMEM_ENOSPC ? "no grant of the previous coordinator is left to cover it" : NULL);
         return;
     }
     comem_info("coordinator: '%s' reclaimed a grant of %s on device %d from the previous coordinator", ss ? ss->name : "?",

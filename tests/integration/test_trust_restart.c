@@ -10,7 +10,9 @@
  *   - Y, admitting at once, is refused; X claims its grant again, loads, and
  *     its grant_done is OK;
  *   - an X that stays stopped past the window loses its grant: Y is granted,
- *     and X's grant_done then says ENOSPC instead of claiming bytes nobody kept.
+ *     and X's grant_done then says ENOSPC instead of claiming bytes nobody kept;
+ *   - a RECLAIM takes only what a previous coordinator granted, never the room
+ *     (it skips the admission queue).
  */
 #include "unit/cmocka_all.h"
 
@@ -22,6 +24,7 @@
 #include "base/bytes.h"
 #include "comem/comem.h"
 #include "harness.h"
+#include "raw.h"
 
 #define GIB COMEM_GIB
 #define MIB COMEM_MIB
@@ -195,6 +198,26 @@ static void test_a_grant_not_claimed_in_time_is_lost_and_said_so(void **s)
     assert_int_equal(h_status_num(h, "coordinator.violations"), 0);
 }
 
+/* With nothing inherited, a RECLAIM is refused however free the card is: it is no admission. */
+static void test_a_reclaim_never_takes_the_room(void **s)
+{
+    harness *h = *s;
+    h_init(h, SPEC);
+    h_start(h, NULL);
+    int fd = raw_connect(h->sock), st;
+    assert_true(fd >= 0);
+    assert_int_equal(raw_hello(fd, COMEM_ROLE_WORKER, "claimer", NULL, &st), COMEM_MSG_HELLO_REPLY);
+    comem_msg m = {.type = COMEM_MSG_RECLAIM, .request_id = 7}, r;
+    m.u.reclaim.device = 0;
+    m.u.reclaim.bytes = GIB; /* an 8 GiB card with nobody on it */
+    assert_true(raw_send(fd, &m));
+    assert_int_equal(raw_recv(fd, &r, 5000), 1);
+    assert_int_equal(r.type, COMEM_MSG_REPLY);
+    assert_int_equal(r.u.reply.status, COMEM_ENOSPC);
+    assert_int_equal(h_status_num(h, "devices.0.granted"), 0);
+    close(fd);
+}
+
 static harness g_h;
 
 static int setup(void **s)
@@ -208,6 +231,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_a_restart_keeps_a_loading_grant, setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_a_grant_not_claimed_in_time_is_lost_and_said_so, setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_a_reclaim_never_takes_the_room, setup, h_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
