@@ -179,6 +179,17 @@ typedef int (*comem_release_fn)(void *user, uint64_t holder, int kind, int64_t b
 /* Registers a holder of memory on device; fn may be NULL if flags is 0. */
 COMEM_API int comem_holder_add(comem_client *c, const char *name, int device, int kind, unsigned flags,
                                comem_release_fn fn, void *user, uint64_t *holder);
+
+/*
+ * Registers an app holder: a holder of memory that process pid holds on device, a process that never
+ * joins the ledger itself (an LLM server: docs/apps.md), with this client speaking for it. The
+ * coordinator reads that process's use of the card (its RSS on COMEM_DEVICE_HOST_RAM) for the
+ * holder's asks and receipts. Refused with COMEM_EPERM when pid runs as another user than the
+ * coordinator, COMEM_ENOENT when there is no such process, COMEM_EEXIST when it has a session of its
+ * own or another holder speaks for it already; pid 0 or this process's own is comem_holder_add.
+ */
+COMEM_API int comem_holder_add_app(comem_client *c, const char *name, int device, int pid, unsigned flags,
+                                   comem_release_fn fn, void *user, uint64_t *holder);
 COMEM_API int comem_holder_remove(comem_client *c, uint64_t holder);
 
 /*

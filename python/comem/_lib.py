@@ -175,6 +175,7 @@ class Admission(Structure):
 
 _check_layout(Admission, "ADMISSION")
 _proto("comem_holder_add", c_int, _P, c_char_p, c_int, c_int, c_uint, RELEASE_FN, c_void_p, POINTER(c_uint64))
+_proto("comem_holder_add_app", c_int, _P, c_char_p, c_int, c_int, c_uint, RELEASE_FN, c_void_p, POINTER(c_uint64))
 _proto("comem_holder_remove", c_int, _P, c_uint64)
 _proto("comem_holder_busy", c_int, _P, c_uint64, c_int, c_char_p)
 _proto("comem_entry_add", c_int, _P, c_uint64, c_char_p, c_int64, c_int64, c_uint, POINTER(c_uint64))

@@ -76,7 +76,7 @@ _LOG_ROTATE = 8 << 20  # a log past this is renamed to comemd.log.1 before the n
 # The frame header (src/wire/wire.h): u32 magic, u16 version, u16 type, u32 request id, u32 length.
 # tests/python/test_autostart.py checks these against wire.h.
 WIRE_MAGIC = 0x4D454D43
-WIRE_VERSION = 6
+WIRE_VERSION = 7
 _MSG_HELLO = 1
 _HEADER = struct.Struct("<IHHII")
 

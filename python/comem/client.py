@@ -484,17 +484,28 @@ class Client:
 
     def add_holder(self, name: str, device: int = 0, kind: str = "models",
                    on_release: Optional[Callable[[ReleaseAsk], Optional[int]]] = None,
-                   answers: Sequence[str] = ("release", "idle"), releases_while_busy: bool = False) -> Holder:
+                   answers: Sequence[str] = ("release", "idle"), releases_while_busy: bool = False,
+                   app_pid: Optional[int] = None) -> Holder:
         """Registers a holder of memory on ``device``.
 
         on_release(ask) -> bytes freed, called on the library's callback thread.
         answers: which asks it answers (``"release"``, ``"idle"``, ``"pins"``); ignored
         without a callback. releases_while_busy: may be asked even while computing (a pager).
+        app_pid: the holder's memory is that process's, not this one's (an app holder, such as an
+        LLM server this client speaks for: ``docs/apps.md``); its kind is ``"models"``. Refused with
+        :class:`comem.PermissionDenied` for another user's process, :class:`comem.NotFound` when
+        there is no such process, :class:`comem.Error` with ``status`` ``EEXIST`` when it has a session of
+        its own or another holder speaks for it.
         """
         nm = errors.name(name, "holder name")
         dev = errors.device(device)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {sorted(KINDS)} (got {kind!r})")
+        if app_pid is not None and (isinstance(app_pid, bool) or not isinstance(app_pid, int) or
+                                    not 0 < app_pid < (1 << 31)):
+            raise ValueError(f"app_pid must be a process id (a positive int), got {app_pid!r}")
+        if app_pid is not None and kind != "models":
+            raise ValueError(f"an app holder's kind is 'models' (got {kind!r})")
         if on_release is not None and not callable(on_release):
             raise TypeError("on_release must be callable or None")
         flags = 0
@@ -509,8 +520,12 @@ class Client:
                 flags |= _WHILE_BUSY
         out = c_uint64()
         fn = _lib.RELEASE_FN(_make_trampoline(weakref.ref(self))) if on_release is not None else _lib.RELEASE_FN()
-        check(_L.comem_holder_add(self._h(), nm, dev, KINDS[kind], flags, fn, None, byref(out)),
-              "comem_holder_add", name)
+        if app_pid is None:
+            check(_L.comem_holder_add(self._h(), nm, dev, KINDS[kind], flags, fn, None, byref(out)),
+                  "comem_holder_add", name)
+        else:
+            check(_L.comem_holder_add_app(self._h(), nm, dev, app_pid, flags, fn, None, byref(out)),
+                  "comem_holder_add_app", f"{name} (app pid {app_pid})")
         hd = Holder(self, out.value, name, dev, kind, on_release)
         hd._fn = fn  # type: ignore[attr-defined]  # the C side holds this pointer
         self._keepalive.append(fn)

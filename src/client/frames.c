@@ -48,6 +48,7 @@ comem_msg *comem_frame_holder_add(comem_msg *m, const client_holder *h)
     a->device = (uint16_t)h->device;
     a->kind = (uint8_t)h->kind;
     a->flags = h->flags;
+    a->pid = h->app_pid;
     put_name(a->name, h->name);
     return m;
 }

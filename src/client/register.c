@@ -37,13 +37,13 @@ static void want_sync_if_up(comem_client *c)
         comem_client_want_sync(c);
 }
 
-int comem_holder_add(comem_client *c, const char *name, int device, int kind, unsigned flags, comem_release_fn fn,
-                     void *user, uint64_t *holder)
+static int holder_add(comem_client *c, const char *name, int device, int kind, int app_pid, unsigned flags,
+                      comem_release_fn fn, void *user, uint64_t *holder)
 {
     int owned = comem_client_owned(c);
     if (owned != COMEM_OK)
         return owned;
-    if (!holder || !name_ok(name) || device < 0 || device >= COMEM_MAX_DEVICES ||
+    if (!holder || !name_ok(name) || device < 0 || device >= COMEM_MAX_DEVICES || app_pid < 0 ||
         kind < COMEM_KIND_MODELS || kind > COMEM_KIND_RAW || (flags & ~HOLDER_FLAGS) ||
         ((flags & ANSWER_FLAGS) && !fn))
         return COMEM_EINVAL;
@@ -60,6 +60,7 @@ int comem_holder_add(comem_client *c, const char *name, int device, int kind, un
     put_name(h->name, name);
     h->device = device;
     h->kind = kind;
+    h->app_pid = (uint32_t)app_pid;
     h->flags = comem_frame_caps(flags);
     h->fn = fn;
     h->user = user;
@@ -76,6 +77,18 @@ int comem_holder_add(comem_client *c, const char *name, int device, int kind, un
     if (rc == COMEM_OK)
         *holder = id;
     return rc;
+}
+
+int comem_holder_add(comem_client *c, const char *name, int device, int kind, unsigned flags, comem_release_fn fn,
+                     void *user, uint64_t *holder)
+{
+    return holder_add(c, name, device, kind, 0, flags, fn, user, holder);
+}
+
+int comem_holder_add_app(comem_client *c, const char *name, int device, int pid, unsigned flags,
+                         comem_release_fn fn, void *user, uint64_t *holder)
+{
+    return holder_add(c, name, device, COMEM_KIND_MODELS, pid, flags, fn, user, holder);
 }
 
 int comem_holder_remove(comem_client *c, uint64_t holder)

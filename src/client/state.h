@@ -185,6 +185,7 @@ typedef struct client_holder {
     char name[COMEM_WIRE_NAME_MAX];
     int device;
     int kind;
+    uint32_t app_pid; /* comem_holder_add_app's process; 0: this one's */
     unsigned flags; /* the protocol's capability bits (COMEM_CAP_*), translated at add (frames.c) */
     comem_release_fn fn;
     void *user;

@@ -419,8 +419,7 @@ static bool ask_acting(comem_coord_srv *s, const ask *a)
 {
     if (a->card_before < 0)
         return true;
-    conn *c = coord_conn_of(s, a->session);
-    int64_t now = c ? coord_card_use_at_ask(s, a->device, c->pid) : -1;
+    int64_t now = coord_card_use_at_ask(s, a->device, a->pid);
     return now >= 0 && now < a->card_before;
 }
 

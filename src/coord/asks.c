@@ -80,7 +80,8 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
         comem_warn("%d asks are waiting for receipts; holder '%s' is not asked", COORD_MAX_ASKS, h->name);
         return 0;
     }
-    int64_t card_before = kind == COMEM_ASK_PINS ? -1 : coord_card_use_at_ask(s, h->device, c->pid);
+    int32_t pid = coord_holder_process(h, c);
+    int64_t card_before = kind == COMEM_ASK_PINS ? -1 : coord_card_use_at_ask(s, h->device, pid);
     uint64_t id;
     ask *a = comem_slab_alloc(&s->asks, &id);
     if (!a)
@@ -88,7 +89,7 @@ uint64_t coord_ask(comem_coord_srv *s, uint64_t holder, uint8_t kind, int64_t by
     int deadline_ms = ask_deadline_ms(s, h, holder, bytes);
     *a = (ask){.session = h->session, .holder = holder, .kind = kind, .device = h->device, .bytes = bytes,
                .deadline_ns = comem_now_ns() + (int64_t)deadline_ms * 1000000, .done = done,
-               .owner = owner, .report_seq = h->census_seq, .card_before = card_before,
+               .owner = owner, .report_seq = h->census_seq, .card_before = card_before, .pid = pid,
                .held = holder_held(s, h, holder, kind)};
     comem_msg m = {.type = COMEM_MSG_ASK, .request_id = 0};
     comem_msg_ask *w = &m.u.ask;
@@ -267,15 +268,15 @@ void coord_receipt(comem_coord_srv *s, conn *c, const comem_msg_receipt *r)
                    "ledger (it held %lld); counted as what came off (its later receipts are bounded the same way)",
                    h->name, (int)c->pid, (long long)claimed, (long long)freed, (long long)a->held);
     int64_t ledger_freed = freed;
-    freed = card_bound(s, a, c->pid, freed);
+    freed = card_bound(s, a, a->pid, freed);
     if (freed < ledger_freed)
         comem_info("holder '%s' (pid %d) freed %lld bytes in the ledger; the card shows its process's use drop by "
                    "%lld: counted as that",
-                   h ? h->name : "?", (int)c->pid, (long long)ledger_freed, (long long)freed);
+                   h ? h->name : "?", (int)a->pid, (long long)ledger_freed, (long long)freed);
     if (generic)
         h->overhead = comem_clamp0(comem_sub(generic_bytes, freed)); /* no report since the ask: the receipt */
     if (a->kind != COMEM_ASK_PINS) /* the claim, held against the next reading: receipts_contradicted */
-        coord_receipt_check(s, a, h, c->pid, comem_min(claimed, a->held));
+        coord_receipt_check(s, a, h, a->pid, comem_min(claimed, a->held));
     settle(s, r->ask_id, a, r->outcome, freed);
 }
 

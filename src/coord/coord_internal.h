@@ -208,6 +208,7 @@ typedef struct ask {
     uint64_t report_seq;  /* the holder's census sequence when asked: a newer report supersedes the receipt */
     int64_t held;         /* what the ledger says the holder held when asked: a receipt can free no more */
     int64_t card_before;  /* the card's reading of the holder's process when asked (-1: it does not say) */
+    int32_t pid;          /* that process: the holder's session's, or its app's (coord/apps.c) */
 } ask;
 
 /* Receipts waiting for the next reading of their device (coord/receipt_check.c). */
@@ -601,6 +602,14 @@ void coord_reclaim(comem_coord_srv *s, conn *c, uint32_t rid, const comem_msg_re
 /* ---- receipt_check.c: a receipt against the card ---- */
 /* Process pid's use of device as an ask goes out (a reading under 1 ms old serves); -1 when the card
    does not say (WDDM, no per-process figures). */
+/* apps.c: app holders (a holder whose memory is another process's). The process whose memory holder h
+   of connection c is. */
+int32_t coord_holder_process(const ledger_holder *h, const conn *c);
+/* Whether c may add a holder for process pid (HOLDER_ADD's pid): COMEM_OK with *app_pid set (0: c's
+   own process), else a status and why. */
+int coord_app_claim(comem_coord_srv *s, const conn *c, uint32_t pid, int32_t *app_pid, char *why, size_t len);
+/* The app pids of holders on device (every device when device < 0), at most max of them. */
+size_t coord_app_pids(const comem_coord_srv *s, int device, int32_t *pids, size_t max);
 int64_t coord_card_use_at_ask(comem_coord_srv *s, int device, int32_t pid);
 /* Queues a receipt's check against the next reading of its device. */
 void coord_receipt_check(comem_coord_srv *s, const ask *a, const ledger_holder *h, int32_t pid, int64_t freed);

@@ -52,8 +52,15 @@ static void on_holder_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem
     uint64_t id;
     if (name_refused(s, c, rid, "holder name", h->name))
         return;
-    int rc = comem_ledger_holder_add(&s->ledger, c->session, h->device, h->kind, h->flags, h->name, coord_now_s(s),
-                                     &id);
+    int32_t app_pid;
+    char why_app[COMEM_WIRE_TEXT_MAX];
+    int rc = coord_app_claim(s, c, h->pid, &app_pid, why_app, sizeof why_app);
+    if (rc != COMEM_OK) {
+        comem_warn("holder '%s' of pid %d refused: %s", h->name, (int)c->pid, why_app);
+        coord_reply(s, c, rid, rc, why_app);
+        return;
+    }
+    rc = comem_ledger_holder_add(&s->ledger, c->session, h->device, h->kind, h->flags, h->name, coord_now_s(s), &id);
     if (rc != COMEM_OK) {
         char why[COMEM_WIRE_TEXT_MAX];
         if (rc != COMEM_ERANGE || !comem_ledger_bound_why(&s->ledger, c->session, LEDGER_HOLDERS, why, sizeof why))
@@ -64,6 +71,10 @@ static void on_holder_add(comem_coord_srv *s, conn *c, uint32_t rid, const comem
     ledger_session *ss = comem_ledger_session(&s->ledger, c->session);
     if (ss)
         ss->caps |= h->flags;
+    if (app_pid) {
+        comem_ledger_holder(&s->ledger, id)->app_pid = app_pid;
+        comem_info("holder '%s' of pid %d speaks for the app pid %d", h->name, (int)c->pid, (int)app_pid);
+    }
     reply_id(s, c, rid, id);
 }
 

@@ -32,6 +32,7 @@ int coord_read_device(comem_coord_srv *s, int d, comem_device_reading *r)
         if (ss && ss->pid > 0 && ss->role != COMEM_ROLE_TOOL) /* looking (comem status) must not move the figure */
             pids[n++] = ss->pid;
     }
+    n += coord_app_pids(s, d, pids + n, COMEM_MAX_DEVICE_PROCS - n); /* apps spoken for: their RSS is what they hold */
     comem_hostram_track(s->ram_src, pids, n);
     int rc = comem_device_read(s->ram_src, 0, r);
     r->index = d;

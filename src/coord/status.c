@@ -97,7 +97,7 @@ static bool index_build(comem_coord_srv *s, status_index *x)
     *x = (status_index){
         .first_holder = calloc(ns + 1, sizeof(uint32_t)), .next_holder = calloc(nh + 1, sizeof(uint32_t)),
         .first_entry = calloc(nh + 1, sizeof(uint32_t)), .next_entry = calloc(ne + 1, sizeof(uint32_t)),
-        .conn_of = calloc(ns + 1, sizeof(conn *)), .pids = calloc(ns + 1, sizeof(int32_t)),
+        .conn_of = calloc(ns + 1, sizeof(conn *)), .pids = calloc(ns + nh + 1, sizeof(int32_t)),
     };
     if (!x->first_holder || !x->next_holder || !x->first_entry || !x->next_entry || !x->conn_of || !x->pids) {
         index_free(x);
@@ -129,6 +129,7 @@ static bool index_build(comem_coord_srv *s, status_index *x)
         if (ss)
             x->pids[x->n_pids++] = ss->pid;
     }
+    x->n_pids += coord_app_pids(s, -1, x->pids + x->n_pids, nh); /* an app spoken for is no other process */
     qsort(x->pids, x->n_pids, sizeof *x->pids, cmp_pid);
     return true;
 }
@@ -140,6 +141,7 @@ static json_object *holder_json(comem_coord_srv *s, const status_index *ix, uint
     json_object_object_add(o, "id", jid(hid));
     add_s(o, "name", h->name);
     add_s(o, "kind", kind_name(h->kind));
+    add_known(o, "app_pid", h->app_pid > 0, h->app_pid); /* an app holder's: the process it speaks for */
     json_object *fl = json_object_new_array();
     if (h->flags & COMEM_CAP_RELEASE)
         json_object_array_add(fl, json_object_new_string("release"));

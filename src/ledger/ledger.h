@@ -140,6 +140,7 @@ typedef struct ledger_process {
 
 typedef struct ledger_holder {
     uint64_t session;
+    int32_t app_pid; /* 0: its memory is its session's process's; else that app process's (coord/apps.c) */
     int device;
     uint8_t kind; /* comem_holder_kind */
     uint32_t flags;

@@ -54,6 +54,13 @@ int comem_proc_on_fork(void (*fn)(void));
 void comem_proc_self_user(char *buf, size_t len);
 
 /*
+ * The user process pid runs as, named as comem_proc_self_user names this one (Linux: the owner of
+ * /proc/PID; Windows: its token's user SID). COMEM_OK, COMEM_ENOENT, COMEM_EPERM (Windows: a process
+ * this user may not query), COMEM_EIO.
+ */
+int comem_proc_user(int64_t pid, char *buf, size_t len);
+
+/*
  * Shuts this process to the other processes of its user: none may read or write its memory or take
  * its handles (Linux: not dumpable, so no ptrace and no /proc/PID/fd; Windows: an access list on the
  * process that lets the user, the owner's implicit rights included, only query it and wait for it).

@@ -81,6 +81,19 @@ int comem_proc_self(int64_t *pid, uint64_t *numbering)
 
 void comem_proc_self_user(char *buf, size_t len) { snprintf(buf, len, "%u", (unsigned)getuid()); }
 
+int comem_proc_user(int64_t pid, char *buf, size_t len)
+{
+    if (pid <= 0 || pid > INT32_MAX)
+        return COMEM_ENOENT;
+    char path[32];
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/%lld", (long long)pid);
+    if (stat(path, &st) != 0)
+        return errno == ENOENT || errno == ESRCH ? COMEM_ENOENT : COMEM_EIO;
+    snprintf(buf, len, "%u", (unsigned)st.st_uid); /* /proc/PID belongs to the process's effective uid */
+    return COMEM_OK;
+}
+
 int comem_proc_protect_self(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? COMEM_OK : COMEM_EIO; }
 
 static void (*volatile g_stop)(void);

@@ -73,6 +73,17 @@ void comem_proc_self_user(char *buf, size_t len)
         buf[0] = '\0';
 }
 
+int comem_proc_user(int64_t pid, char *buf, size_t len)
+{
+    int rc = COMEM_OK;
+    HANDLE h = open_process(pid, PROCESS_QUERY_LIMITED_INFORMATION, &rc);
+    if (!h)
+        return rc;
+    bool ok = comem_user_sid_text(h, buf, len);
+    CloseHandle(h);
+    return ok ? COMEM_OK : COMEM_EPERM;
+}
+
 int comem_proc_protect_self(void)
 {
     char me[192], sddl[512];

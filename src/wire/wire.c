@@ -17,7 +17,7 @@
  *                   text<64> name, text<128> token
  *   DEVICES         (empty)
  *   HOLDER_ADD      u16 device, u8 kind (1..4), u32 flags (COMEM_CAP_MASK),
- *                   text<64> name
+ *                   u32 pid (0: the sender's process), text<64> name
  *   HOLDER_REMOVE, ENTRY_REMOVE, ID_REPLY, TOUCH
  *                   u64 id
  *   ENTRY_ADD       u64 holder_id, i64 size, i64 resident, i64 refs (>= 0),
@@ -236,6 +236,7 @@ static void walk_holder_add(comem_wire_cur *c, comem_msg_holder_add *b)
     io_u16(c, &b->device);
     io_enum8(c, &b->kind, COMEM_HOLDER_MODELS, COMEM_HOLDER_RAW);
     io_flags32(c, &b->flags, COMEM_CAP_MASK);
+    io_u32(c, &b->pid);
     io_text(c, b->name, sizeof b->name);
 }
 

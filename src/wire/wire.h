@@ -37,8 +37,9 @@
 #include "comem/common.h" /* COMEM_MAX_DEVICES; comem_status and comem_scope travel as integers */
 
 #define COMEM_WIRE_MAGIC 0x4d454d43u
-#define COMEM_WIRE_VERSION 6 /* 2: entries carry their reference count (ENTRY_ADD, residency); 3: HELLO_REPLY names its shares;
-                                4: WDDM; 5: a WDDM reading names its adapter's CUDA device; 6: RECLAIM */
+#define COMEM_WIRE_VERSION 7 /* 2: entries carry their reference count (ENTRY_ADD, residency); 3: HELLO_REPLY names its shares;
+                                4: WDDM; 5: a WDDM reading names its adapter's CUDA device; 6: RECLAIM;
+                                7: HOLDER_ADD names the process whose memory the holder is (an app holder) */
 #define COMEM_WIRE_HEADER_SIZE 16
 #define COMEM_WIRE_MAX_PAYLOAD (64 * 1024)
 #define COMEM_WIRE_MAX_FRAME (COMEM_WIRE_HEADER_SIZE + COMEM_WIRE_MAX_PAYLOAD)
@@ -185,6 +186,7 @@ typedef struct comem_msg_holder_add {
     uint16_t device;
     uint8_t kind; /* comem_holder_kind */
     uint32_t flags; /* COMEM_CAP_* this holder honours */
+    uint32_t pid;   /* 0: its memory is the sender's process's; else that process's (an app holder: docs/apps.md) */
     char name[COMEM_WIRE_NAME_MAX];
 } comem_msg_holder_add;
 

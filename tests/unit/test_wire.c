@@ -74,6 +74,7 @@ static void sample(comem_msg *m, uint16_t type, shape s)
         m->u.holder_add.device = 0xffff;
         m->u.holder_add.kind = COMEM_HOLDER_RAW;
         m->u.holder_add.flags = COMEM_CAP_RELEASE | COMEM_CAP_WHILE_BUSY;
+        m->u.holder_add.pid = 0x7fffffffu;
         text(m->u.holder_add.name, sizeof m->u.holder_add.name, s, 'h');
         break;
     case COMEM_MSG_HOLDER_REMOVE:
@@ -283,7 +284,7 @@ static size_t expected_payload(const comem_msg *m)
     case COMEM_MSG_GOODBYE:
     case COMEM_MSG_BOOKED:
     case COMEM_MSG_ADMIT_QUEUED: return 0;
-    case COMEM_MSG_HOLDER_ADD: return 2 + 1 + 4 + TXT(m->u.holder_add.name);
+    case COMEM_MSG_HOLDER_ADD: return 2 + 1 + 4 + 4 + TXT(m->u.holder_add.name);
     case COMEM_MSG_HOLDER_REMOVE:
     case COMEM_MSG_ENTRY_REMOVE:
     case COMEM_MSG_ID_REPLY:
@@ -369,6 +370,7 @@ static void assert_msg_equal(const comem_msg *a, const comem_msg *b)
         assert_int_equal(a->u.holder_add.device, b->u.holder_add.device);
         assert_int_equal(a->u.holder_add.kind, b->u.holder_add.kind);
         assert_int_equal(a->u.holder_add.flags, b->u.holder_add.flags);
+        assert_int_equal(a->u.holder_add.pid, b->u.holder_add.pid);
         assert_string_equal(a->u.holder_add.name, b->u.holder_add.name);
         break;
     case COMEM_MSG_HOLDER_REMOVE:
@@ -714,7 +716,7 @@ static void test_golden_reserve(void **st)
     (void)st;
     static const uint8_t golden[] = {
         0x43, 0x4d, 0x45, 0x4d, /* magic: "CMEM" */
-        0x06, 0x00,             /* version 6 */
+        0x07, 0x00,             /* version 7 */
         0x0e, 0x00,             /* type 14: RESERVE */
         0x07, 0x00, 0x00, 0x00, /* request_id 7 */
         0x02, 0x00, 0x00, 0x00, /* length 2 */
@@ -729,7 +731,7 @@ static void test_golden_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x07, 0x00,
         0x40, 0x00,             /* type 64: REPLY */
         0x04, 0x03, 0x02, 0x01, /* request_id 0x01020304 */
         0x07, 0x00, 0x00, 0x00, /* length 7 */
@@ -746,7 +748,7 @@ static void test_golden_hello_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x07, 0x00,
         0x41, 0x00,             /* type 65: HELLO_REPLY */
         0x01, 0x00, 0x00, 0x00, /* request_id 1 */
         0x20, 0x00, 0x00, 0x00, /* length 32 */
@@ -771,7 +773,7 @@ static void test_golden_hello(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x07, 0x00,
         0x01, 0x00,             /* type 1: HELLO */
         0x01, 0x00, 0x00, 0x00, /* request_id 1 */
         0x18, 0x00, 0x00, 0x00, /* length 24 */
@@ -799,7 +801,7 @@ static void test_golden_ask(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x07, 0x00,
         0x49, 0x00,             /* type 73: ASK */
         0x00, 0x00, 0x00, 0x00, /* request_id 0: unsolicited */
         0x31, 0x00, 0x00, 0x00, /* length 49 */
@@ -830,7 +832,7 @@ static void test_golden_census_refs(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x07, 0x00,
         0x07, 0x00,             /* type 7: CENSUS */
         0x03, 0x00, 0x00, 0x00, /* request_id 3 */
         0x43, 0x00, 0x00, 0x00, /* length 67 */
@@ -864,7 +866,7 @@ static void test_golden_status_reply(void **st)
 {
     (void)st;
     static const uint8_t golden[] = {
-        0x43, 0x4d, 0x45, 0x4d, 0x06, 0x00,
+        0x43, 0x4d, 0x45, 0x4d, 0x07, 0x00,
         0x48, 0x00,             /* type 72: STATUS_REPLY */
         0x09, 0x00, 0x00, 0x00, /* request_id 9 */
         0x0f, 0x00, 0x00, 0x00, /* length 15 */
@@ -956,7 +958,7 @@ static void test_bad_headers_refused(void **st)
         g_buf[i] ^= 0x20;
         assert_int_equal(comem_wire_decode_header(g_buf, sizeof good, &h), COMEM_EPROTO);
     }
-    static const uint16_t versions[] = {0, 1, 2, 3, 4, 5, 7, 0x0600, 0xffff}; /* every one but COMEM_WIRE_VERSION (6) */
+    static const uint16_t versions[] = {0, 1, 2, 3, 4, 5, 6, 0x0700, 0xffff}; /* every one but COMEM_WIRE_VERSION (7) */
     for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
         memcpy(g_buf, good, sizeof good);
         put_le(g_buf + 4, versions[i], 2);
@@ -1027,7 +1029,8 @@ static void test_text_limits(void **st)
         fb_start(&g_f, COMEM_MSG_HOLDER_ADD);
         fb_int(&g_f, 0, 2);
         fb_int(&g_f, COMEM_HOLDER_MODELS, 1);
-        fb_int(&g_f, 0, 4);
+        fb_int(&g_f, 0, 4); /* flags */
+        fb_int(&g_f, 0, 4); /* pid */
         fb_text(&g_f, big, names[i].len);
         assert_int_equal(fb_decode(&g_f, &g_b), names[i].rc);
         if (names[i].rc == 0)
@@ -1052,7 +1055,8 @@ static void test_text_limits(void **st)
         fb_start(&g_f, COMEM_MSG_HOLDER_ADD);
         fb_int(&g_f, 0, 2);
         fb_int(&g_f, COMEM_HOLDER_PAGER, 1);
-        fb_int(&g_f, 0, 4);
+        fb_int(&g_f, 0, 4); /* flags */
+        fb_int(&g_f, 0, 4); /* pid */
         fb_text(&g_f, nuls[i], 4);
         assert_int_equal(fb_decode(&g_f, &g_b), COMEM_EPROTO);
 
