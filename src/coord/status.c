@@ -142,6 +142,14 @@ static json_object *holder_json(comem_coord_srv *s, const status_index *ix, uint
     add_s(o, "name", h->name);
     add_s(o, "kind", kind_name(h->kind));
     add_known(o, "app_pid", h->app_pid > 0, h->app_pid); /* an app holder's: the process it speaks for */
+    /* that process's use of the device in the last reading (its RSS on host RAM); 0 when it is not listed */
+    const measurement *m = &s->meas[device];
+    bool read = h->app_pid > 0 && m->valid && m->r.procs_known;
+    int64_t app_use = 0;
+    for (size_t p = 0; read && p < m->r.n_procs; p++)
+        if (m->r.procs[p].pid == h->app_pid)
+            app_use = m->r.procs[p].bytes;
+    add_known(o, "app_use", read, app_use);
     json_object *fl = json_object_new_array();
     if (h->flags & COMEM_CAP_RELEASE)
         json_object_array_add(fl, json_object_new_string("release"));

@@ -1,0 +1,63 @@
+"""``python -m comem.apps`` (``comem-apps``): put the LLM servers of the apps file under the ledger."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import List, Optional
+
+from .. import errors
+from .config import ConfigError, default_path, load
+from .recipes import RECIPES
+from .runner import Runner
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="comem-apps",
+        description="Speak for the LLM servers of the apps file (llama-server, Ollama, vLLM) on comem's ledger: "
+                    "they give their memory back when ComfyUI needs it, and take it again when there is room. "
+                    "See docs/apps.md.")
+    p.add_argument("--config", metavar="PATH", help=f"the apps file (default: {default_path()})")
+    p.add_argument("--socket", metavar="PATH", help="the coordinator's socket (default: COMEM_SOCKET, else the per-user one)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="how often each server is looked at (default 1)")
+    p.add_argument("--check", action="store_true", help="read the apps file, say what it configures, and exit")
+    p.add_argument("--once", action="store_true", help="one look at every server, then take them off the ledger and exit")
+    p.add_argument("-v", "--verbose", action="store_true", help="say every unload and load")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(message)s")
+    try:
+        apps = load(a.config)
+    except ConfigError as e:
+        print(f"comem-apps: {e}", file=sys.stderr)
+        return 2
+    if not apps:
+        print(f"comem-apps: no apps configured ({a.config or default_path()} does not exist or lists none; "
+              "docs/apps.md shows one)", file=sys.stderr)
+        return 2
+    if a.check:
+        for x in apps:
+            print(f"{x.name}: {x.recipe} at {x.url}, device {x.device}, priority {x.priority}, reload {x.reload}"
+                  f"{'' if x.pid is None else ', pid ' + str(x.pid)}; an unload gives {RECIPES[x.recipe].gives}")
+        return 0
+    try:
+        r = Runner(apps, socket=a.socket, interval=a.interval)
+    except (errors.Error, ValueError) as e:
+        print(f"comem-apps: {e}", file=sys.stderr)
+        return 1
+    if a.once:
+        r.step()
+        r.close()
+        return 0
+    signal.signal(signal.SIGTERM, lambda *_: r.stop())
+    try:
+        r.run()
+    except KeyboardInterrupt:
+        r.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

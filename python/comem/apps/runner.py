@@ -1,0 +1,57 @@
+"""The loop that keeps every configured server on the ledger: one client, one holder per server."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import List, Optional, Sequence
+
+from ..client import Client
+from .config import AppConfig
+from .holder import AppHolder
+
+log = logging.getLogger("comem.apps")
+
+
+class Runner:
+    """Speaks for the apps of a configuration until :meth:`stop` (or the end of :meth:`run`).
+
+    socket: the coordinator's (None: the default one). interval: seconds between looks at each server.
+    """
+
+    def __init__(self, apps: Sequence[AppConfig], socket: Optional[str] = None, interval: float = 1.0,
+                 name: str = "comem-apps") -> None:
+        if not apps:
+            raise ValueError("no apps to speak for (docs/apps.md: the apps file)")
+        if not 0.05 <= interval <= 3600:
+            raise ValueError(f"interval must be between 0.05 and 3600 seconds (got {interval!r})")
+        self.interval = interval
+        self.client = Client(name, role="worker", socket=socket, require_coordinator=True)
+        self.holders: List[AppHolder] = [AppHolder(self.client, a) for a in apps]
+        self._stop = threading.Event()
+
+    def step(self) -> None:
+        """One look at every server: the ledger made current, then one reload where there is room."""
+        for h in self.holders:
+            h.refresh()
+        for h in self.holders:
+            h.reload_when_free()
+
+    def run(self) -> None:
+        """Steps every interval until :meth:`stop`; then takes the servers off the ledger and closes."""
+        try:
+            while not self._stop.is_set():
+                self.step()
+                self._stop.wait(self.interval)
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        """Ends :meth:`run` (from a signal handler or another thread)."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Takes every server off the ledger and closes the client; the servers run on untouched."""
+        for h in self.holders:
+            h.close()
+        self.client.close()
