@@ -10,6 +10,7 @@ processes), and in what order things happen; never how fast.
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,12 @@ class FakeServer:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(10)
+        self.proc.stdout.close()
+
+
+def s_log(server):
+    """What loaded the fake server's model, and its requests, in order (procs/fake_llm.py's /test/log)."""
+    return apps.Endpoint("fake", server.url).call("GET", "/test/log")
 
 
 class ConfigTest(unittest.TestCase):
@@ -61,8 +68,9 @@ class ConfigTest(unittest.TestCase):
         got = apps.parse('[[app]]\nrecipe = "ollama"\n\n[[app]]\nname = "big"\nrecipe = "vllm"\n'
                          'url = "http://localhost:8001"\ndevice = 1\npriority = "last"\nreload = "never"\nlevel = 2\n')
         self.assertEqual(got[0], apps.AppConfig("ollama", "ollama", "http://127.0.0.1:11434", "ram", None, "first",
-                                                "when-free", 1))
+                                                "when-free", 1, None))
         self.assertEqual(got[1], apps.AppConfig("big", "vllm", "http://localhost:8001", 1, None, "last", "never", 2))
+        self.assertEqual(apps.parse('[[app]]\nrecipe = "ollama"\nproxy = 11435\n')[0].proxy, 11435)
 
     def test_mistakes_name_what_is_wrong(self):
         cases = {
@@ -78,6 +86,8 @@ class ConfigTest(unittest.TestCase):
                 "two apps name one pid (7)",
             '[[app]]\nname = "bad name!\\n"\nrecipe = "ollama"\n': "name:",
             '[server]\nx = 1\n': "unknown table(s) ['server']",
+            '[[app]]\nrecipe = "ollama"\nproxy = 11434\n': "the server's own port",
+            '[[app]]\nrecipe = "ollama"\nproxy = 70000\n': "proxy must be a TCP port",
             'not toml at all [': "not TOML",
         }
         for text, want in cases.items():
@@ -140,7 +150,7 @@ class AppsOnHostRamTest(unittest.TestCase):
 
     def speak_for(self, server, recipe, **kw):
         cfg = apps.AppConfig(kw.get("name", recipe), recipe, server.url, "ram", None, kw.get("priority", "first"),
-                             kw.get("reload", "when-free"), 1)
+                             kw.get("reload", "when-free"), 1, kw.get("proxy"))
         self.runner = apps.Runner([cfg], socket=self.m.socket, interval=0.1)
         self.thread = threading.Thread(target=self.runner.run, daemon=True)
         self.thread.start()
@@ -185,6 +195,37 @@ class AppsOnHostRamTest(unittest.TestCase):
         self.assertEqual(holder.unloaded, {})
         h2 = wait_for(lambda: next(iter(app_holders(self.m.status()).values()), None), timeout=30)
         self.assertNotEqual(h2["app_pid"], runner_pid, "a new runner holds it")
+        self.m.check_ledger(self)
+
+    def test_through_the_proxy_a_request_is_admitted_before_its_model_loads(self):
+        s = self.serve("ollama")
+        with socket.socket() as probe:  # a free loopback port for the proxy
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        holder = self.speak_for(s, "ollama", reload="never", proxy=port)
+        self.runner.proxies[0].admit_wait = 3
+        proxy = apps.Endpoint("via-proxy", f"http://127.0.0.1:{port}", timeout=60)
+        wait_for(lambda: any(h["resident"] >= MODEL_MIB * MiB for h in app_holders(self.m.status()).values()),
+                 timeout=30)
+        self.assertEqual(proxy.call("POST", "/api/generate", {"model": "tiny:latest", "prompt": "hi"})["response"], "hi")
+        c = self.m.child("ram_holder.py", "comfyui")
+        want = ram_device(self.m.status())["free"] // MiB + 300
+        self.assertTrue(c.ask("admit", mib=want, timeout=30).get("granted"))
+        self.assertEqual([e.what for e in holder.events], ["unload"])
+        c.ask("busy", on=True)  # ComfyUI computes: its bytes cannot be asked for
+        # No room while ComfyUI holds it: the request is answered 503 and never reaches the server.
+        with self.assertRaises(apps.AppError) as e:
+            proxy.call("POST", "/api/generate", {"model": "tiny:latest", "prompt": "hi"})
+        self.assertIn("HTTP 503", str(e.exception))
+        self.assertIn("no room to load 'tiny:latest'", str(e.exception))
+        self.assertEqual(s_log(s), ["generate"])
+        # ComfyUI goes: the next request is admitted, its model loaded by the proxy, then the request passed on.
+        c.kill()
+        self.assertEqual(proxy.call("POST", "/api/generate", {"model": "tiny:latest", "prompt": "hi"})["response"], "hi")
+        self.assertEqual(s_log(s), ["generate", "load", "generate"], "loaded by comem's admission, not by the request")
+        self.assertEqual([e.what for e in holder.events], ["unload", "load"])
+        self.assertGreaterEqual(holder.events[1].nbytes, MODEL_MIB * MiB)
+        self.assertEqual(holder.unloaded, {})
         self.m.check_ledger(self)
 
     def test_a_busy_server_is_asked_at_its_boundary(self):
@@ -236,7 +277,7 @@ class AppsOnHostRamTest(unittest.TestCase):
         self.m.check_ledger(self)
 
     def test_a_server_that_is_not_running_is_said_once_and_nothing_breaks(self):
-        cfg = apps.AppConfig("ghost", "llama-server", "http://127.0.0.1:9", "ram", None, "first", "when-free", 1)
+        cfg = apps.AppConfig("ghost", "llama-server", "http://127.0.0.1:9", "ram", None, "first", "when-free", 1, None)
         r = apps.Runner([cfg], socket=self.m.socket, interval=0.1)
         with self.assertLogs("comem.apps", "WARNING") as logs:
             for _ in range(3):

@@ -40,7 +40,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.check:
         for x in apps:
             print(f"{x.name}: {x.recipe} at {x.url}, device {x.device}, priority {x.priority}, reload {x.reload}"
-                  f"{'' if x.pid is None else ', pid ' + str(x.pid)}; an unload gives {RECIPES[x.recipe].gives}")
+                  f"{'' if x.pid is None else ', pid ' + str(x.pid)}"
+                  f"{'' if x.proxy is None else ', proxy on 127.0.0.1:' + str(x.proxy)}; an unload gives {RECIPES[x.recipe].gives}")
         return 0
     try:
         r = Runner(apps, socket=a.socket, interval=a.interval)

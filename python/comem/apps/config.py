@@ -12,6 +12,8 @@ Each ``[[app]]`` table is one server::
     # priority = "first"            # first: asked before ComfyUI's idle models; last: after them
     # reload = "when-free"          # when-free: loaded again once the ledger has room; never
     # level = 1                     # vllm: the sleep level an unload asks for (1 or 2)
+    # proxy = 8081                  # serve 127.0.0.1:8081 in front of it: a request for a model
+    #                               # comem unloaded is admitted before it loads (comem.apps.proxy)
 
 Every mistake is an error naming the file, the app and the key; nothing is guessed. The address
 must be this machine's own: comem manages this machine's memory, and a server elsewhere holds none
@@ -28,7 +30,7 @@ from .. import errors
 from .http import Endpoint
 from .recipes import RECIPES
 
-KEYS = {"name", "recipe", "url", "device", "pid", "priority", "reload", "level"}
+KEYS = {"name", "recipe", "url", "device", "pid", "priority", "reload", "level", "proxy"}
 
 
 class ConfigError(ValueError):
@@ -46,6 +48,7 @@ class AppConfig(NamedTuple):
     priority: str            #: "first" or "last"
     reload: str              #: "when-free" or "never"
     level: int
+    proxy: Optional[int] = None  #: the loopback port of comem's pass-through in front of the server
 
 
 def default_path() -> str:
@@ -88,6 +91,9 @@ def parse(text: str, where: str = "<apps>") -> List[AppConfig]:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ConfigError(f"{where}: two apps named {twice[0]!r}")
+    ports = [a.proxy for a in out if a.proxy is not None]
+    if len(ports) != len(set(ports)):
+        raise ConfigError(f"{where}: two apps' proxies on one port ({sorted(p for p in ports if ports.count(p) > 1)[0]})")
     pids = [a.pid for a in out if a.pid is not None]
     if len(pids) != len(set(pids)):
         raise ConfigError(f"{where}: two apps name one pid ({sorted(p for p in pids if pids.count(p) > 1)[0]})")
@@ -134,7 +140,12 @@ def _app(t: Any, where: str) -> AppConfig:
     level = t.get("level", 1)
     if level not in (1, 2) or isinstance(level, bool):
         raise ConfigError(f"{where}: level must be 1 or 2 (got {level!r})")
-    return AppConfig(name, recipe, ep.url, device, pid, priority, reload, level)
+    proxy = t.get("proxy")
+    if proxy is not None and (isinstance(proxy, bool) or not isinstance(proxy, int) or not 1 <= proxy <= 65535):
+        raise ConfigError(f"{where}: proxy must be a TCP port 1..65535 (got {proxy!r})")
+    if proxy is not None and proxy == ep.port:
+        raise ConfigError(f"{where}: proxy {proxy} is the server's own port; the proxy needs a port of its own")
+    return AppConfig(name, recipe, ep.url, device, pid, priority, reload, level, proxy)
 
 
 def load(path: Optional[str] = None) -> List[AppConfig]:

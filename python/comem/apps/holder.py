@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 import urllib.parse
-from typing import Callable, Dict, List, NamedTuple, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional, Set
 
 from .. import errors
 from ..client import HOST_RAM, Client, Entry, Holder, ReleaseAsk
@@ -69,6 +69,7 @@ class AppHolder:
         self.events: List[Event] = []
         self.unloaded: Dict[str, int] = {}  #: model -> bytes it held when comem unloaded it
         self.inflight = 0                   #: requests the proxy is passing to the server now
+        self._loading: Set[str] = set()     # models a load() is loading now
         self._lock = threading.RLock()
         self._held: Dict[int, _Held] = {}
         self._root: Optional[int] = None
@@ -139,11 +140,8 @@ class AppHolder:
                 self._drop(pid)
             for pid, ms in by_pid.items():
                 self._census(pid, ms)
-            busy = self.inflight > 0 or bool(self.recipe.busy())
-            for held in self._held.values():  # a boundary: a busy server is not asked, an idle one may be again
-                if held.busy != busy:
-                    held.holder.set_busy(busy)
-                    held.busy = busy
+            # a boundary: a busy server is not asked, an idle one may be again
+            self._mark_busy(self.inflight > 0 or bool(self.recipe.busy()))
 
     def _census(self, pid: int, ms: List[Model]) -> None:
         held = self._held.get(pid)
@@ -246,12 +244,11 @@ class AppHolder:
         """Loads one model comem unloaded once the ledger has room for it, through an admission; its name, or None."""
         if self.app.reload != "when-free" or not self.unloaded:
             return None
-        with self._lock:
-            name, need = max(self.unloaded.items(), key=lambda kv: kv[1])
-            room = self._room()
-            if room is None or room < need:
-                return None
-            return name if self.load(name, need) else None
+        name, need = max(self.unloaded.items(), key=lambda kv: kv[1])
+        room = self._room()
+        if room is None or room < need:
+            return None
+        return name if self.load(name, need) else None
 
     def _room(self) -> Optional[int]:
         """What the app's device has free beyond what is granted and the reserve, as the coordinator says now."""
@@ -263,13 +260,30 @@ class AppHolder:
             return None
         return None
 
-    def load(self, name: str, need: int) -> bool:
-        """Admits need bytes, asks the server to load name, and books the grant as what it then holds."""
-        root = self.root()
-        if root is None:
-            return False
+    def load(self, name: str, need: int, wait: float = 5.0) -> bool:
+        """Admits need bytes (waiting at most wait seconds for room), asks the server to load name, and
+        books the grant as what it then holds. Not under the holder's lock: asks are answered meanwhile."""
+        deadline = self.clock() + wait
+        while True:  # one load of a model at a time (the proxy's and the reload's)
+            with self._lock:
+                if name not in self._loading:
+                    if name not in self.unloaded:
+                        return True  # loaded meanwhile
+                    self._loading.add(name)
+                    root = self.root()
+                    break
+            if self.clock() >= deadline:
+                return False
+            time.sleep(0.05)
         try:
-            grant = self.client.admit(need, device=self.device, timeout=5)
+            return root is not None and self._load(name, need, max(0.0, deadline - self.clock()))
+        finally:
+            with self._lock:
+                self._loading.discard(name)
+
+    def _load(self, name: str, need: int, wait: float) -> bool:
+        try:
+            grant = self.client.admit(need, device=self.device, timeout=wait)
         except errors.Error as e:
             self._say("load-" + name, f"app '{self.app.name}': no room to load '{name}' again yet: {e}", logging.INFO)
             return False
@@ -289,6 +303,27 @@ class AppHolder:
         log.info("comem.apps: app '%s' loaded '%s' again: %d bytes in %.2f s", self.app.name, name, got,
                  self.clock() - t0)
         return True
+
+    # ---- requests passing through the proxy ----
+
+    def begin_request(self) -> None:
+        """A request starts (proxy.py): the server is busy from now on, told at once."""
+        with self._lock:
+            self.inflight += 1
+            self._mark_busy(True)
+
+    def end_request(self) -> None:
+        """A request ended: idle again once none is in flight."""
+        with self._lock:
+            self.inflight -= 1
+            if self.inflight == 0:
+                self._mark_busy(bool(self.recipe.busy()))
+
+    def _mark_busy(self, busy: bool) -> None:
+        for held in self._held.values():
+            if held.busy != busy:
+                held.holder.set_busy(busy)
+                held.busy = busy
 
     def close(self) -> None:
         """Takes the server off the ledger (it keeps running as it is)."""

@@ -9,6 +9,7 @@ from typing import List, Optional, Sequence
 from ..client import Client
 from .config import AppConfig
 from .holder import AppHolder
+from .proxy import Proxy
 
 log = logging.getLogger("comem.apps")
 
@@ -28,7 +29,16 @@ class Runner:
         self.interval = interval
         self.client = Client(name, role="worker", socket=socket, require_coordinator=True)
         self.holders: List[AppHolder] = [AppHolder(self.client, a) for a in apps]
+        self.proxies: List[Proxy] = []
         self._stop = threading.Event()
+        try:
+            for h in self.holders:
+                if h.app.proxy is not None:
+                    self.proxies.append(Proxy(h, h.app.proxy))
+        except OSError as e:
+            self.close()
+            raise ValueError(f"cannot serve the proxy of app '{h.app.name}' on 127.0.0.1:{h.app.proxy}: "
+                             f"{e.strerror}") from e
 
     def step(self) -> None:
         """One look at every server: the ledger made current, then one reload where there is room."""
@@ -52,6 +62,9 @@ class Runner:
 
     def close(self) -> None:
         """Takes every server off the ledger and closes the client; the servers run on untouched."""
+        for p in self.proxies:
+            p.close()
+        self.proxies = []
         for h in self.holders:
             h.close()
         self.client.close()

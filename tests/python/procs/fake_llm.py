@@ -11,7 +11,9 @@ of --mib MiB, so what comem measures (RSS) and asks for (unload, sleep) is real 
   --kind vllm:   GET /v1/models, GET /is_sleeping, POST /sleep?level=1|2 (the engine drops its
                  memory), POST /wake_up, GET /metrics (vllm:num_requests_running).
   --unload ok | noop (answers success, keeps the memory) | fail (answers HTTP 500)
-  POST /test/running {"n": N} sets the requests in flight /metrics reports (vLLM).
+  POST /test/running {"n": N} sets the requests in flight /metrics reports (vLLM); GET /test/log lists
+  what loaded the model ("load": a load call; "autoload": a request found it unloaded) and each
+  "generate" (a request with a prompt), in order.
 
 Prints one JSON line when it listens: {"port": ..., "pid": ...}.
 """
@@ -53,7 +55,7 @@ p.add_argument("--unload", choices=("ok", "noop", "fail"), default="ok")
 a = p.parse_args()
 DIGEST = hashlib.sha256(a.model.encode()).hexdigest()
 lock = threading.Lock()
-state = {"child": None, "sleeping": False, "running": 0}
+state = {"child": None, "sleeping": False, "running": 0, "log": []}
 
 
 def start_child():
@@ -106,6 +108,8 @@ class H(http.server.BaseHTTPRequestHandler):
                 return self.reply(200, {"object": "list", "data": [{"id": a.model, "object": "model"}]})
             if a.kind == "vllm" and u.path == "/is_sleeping":
                 return self.reply(200, {"is_sleeping": state["sleeping"]})
+            if u.path == "/test/log":
+                return self.reply(200, state["log"])
             if a.kind == "vllm" and u.path == "/metrics":
                 return self.reply(200, text=f'vllm:num_requests_running{{model_name="{a.model}"}} {state["running"]}.0\n')
         self.reply(404, {"error": "not found"})
@@ -128,7 +132,14 @@ class H(http.server.BaseHTTPRequestHandler):
                     if a.unload == "ok":
                         stop_child()
                     return self.reply(200, {"model": a.model, "done": True, "done_reason": "unload"})
+                if body.get("prompt"):  # a request: Ollama loads the model for it by itself
+                    if state["child"] is None:
+                        state["log"].append("autoload")
+                        start_child()
+                    state["log"].append("generate")
+                    return self.reply(200, {"model": a.model, "response": "hi", "done": True})
                 if state["child"] is None:
+                    state["log"].append("load")
                     start_child()
                 return self.reply(200, {"model": a.model, "done": True, "done_reason": "load"})
             if a.kind == "vllm" and u.path == "/sleep":
