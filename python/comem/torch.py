@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import logging
 import threading
+import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -33,7 +34,7 @@ import torch
 from . import errors
 from .client import Client, Entry, Holder, ReleaseAsk
 from .pager import Pager, VBar
-from .simcard import SimCard
+from .simcard import SimCard, coordinator_card
 
 log = logging.getLogger("comem")
 
@@ -221,11 +222,25 @@ def _own_tensors(part: torch.nn.Module) -> Iterator[torch.Tensor]:
             yield b
 
 
-def placement(device: int = 0, card: Optional[SimCard] = None) -> Placement:
-    """CUDA when torch sees a GPU, else the simulated card (``card``, or the default one)."""
+def placement(device: int = 0, card: Optional[SimCard] = None, socket: Optional[str] = None) -> Placement:
+    """CUDA when torch sees a GPU; else a simulated card, only where one was asked for: ``card``, the
+    one ``COMEM_DEVICE`` names, or the one the coordinator at ``socket`` (None: the usual one) serves.
+
+    Without a GPU and without a simulated card asked for, :class:`comem.NoDevice`: comem never makes
+    up a card for a process that has none.
+    """
     dev = errors.device(device)
     if card is None and torch.cuda.is_available():
         return CudaPlacement(dev)
+    if card is None:
+        named = os.environ.get("COMEM_DEVICE", "")
+        spec = named if named.startswith("sim") else coordinator_card(socket)
+        if spec is None:
+            raise errors.NoDevice(errors.ENODEV, "comem.torch.placement",
+                                  "torch sees no CUDA device and no simulated card was asked for (pass "
+                                  "card=comem.SimCard(spec), set COMEM_DEVICE=sim:..., or run a coordinator "
+                                  "with --device sim:...)")
+        card = SimCard(spec, socket=socket)
     return SimPlacement(card, dev)
 
 
@@ -256,7 +271,7 @@ class Models:
             raise TypeError(f"client must be a comem.Client, not {type(client).__name__}")
         self.client = client
         self.device = errors.device(device)
-        self.placement = placement_ if placement_ is not None else placement(self.device)
+        self.placement = placement_ if placement_ is not None else placement(self.device, socket=client.socket)
         self._lock = threading.RLock()
         self._models: Dict[int, _Model] = {}
         self.holder: Holder = client.add_holder(name, device=self.device, kind="models", on_release=self._on_release,

@@ -63,6 +63,28 @@ class TestTensors(TorchCase):
         self.assertEqual(ct.module_bytes(m), (1024 * 2 + 1024 * 2) * 4 + 8)  # weight, bias, mean, var, count
 
 
+class TestPlacement(TorchCase):
+    def test_no_gpu_and_no_simulated_card_asked_for_is_no_device(self):
+        comem, ct = self.comem, self.ct
+        if self.torch.cuda.is_available():
+            self.skipTest("torch sees a GPU here: placement() is CUDA's")
+        import os
+        import tempfile
+        saved = os.environ.pop("COMEM_DEVICE", None)
+        try:
+            with tempfile.TemporaryDirectory() as d:  # nobody listens there
+                with self.assertRaises(comem.NoDevice) as e:
+                    ct.placement(0, socket=os.path.join(d, "nobody.sock"))
+                self.assertIn("no simulated card was asked for", str(e.exception))
+            # The coordinator serves a simulated card: that one, the one its clients see.
+            p = ct.placement(0, socket=self.machine.socket)
+            self.assertIsInstance(p, ct.SimPlacement)
+            self.assertEqual(p.card.path, self.card.path)
+        finally:
+            if saved is not None:
+                os.environ["COMEM_DEVICE"] = saved
+
+
 class TestModels(TorchCase):
     def models(self):
         c = self.comem.Client("holder", socket=self.machine.socket, require_coordinator=True)
