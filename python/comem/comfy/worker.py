@@ -57,8 +57,13 @@ class Worker:
         #: a holder on card ``device`` would be refused (ENODEV) and a module stays where it is
         self.torch_models: Optional[Any] = None
         if self.comfy is None or self.comfy.devices.cards:
-            place = ctorch.placement(self.device, card)
-            self.torch_models = ctorch.Models(self.client, self.device, name="torch-models", placement_=place)
+            try:
+                place = ctorch.placement(self.device, card, socket=self.client.socket)
+            except errors.NoDevice as e:  # no GPU and no simulated card asked for: modules stay where they are
+                log.info("comem: no card for plain torch models here (%s)", e)
+                place = None
+            if place is not None:
+                self.torch_models = ctorch.Models(self.client, self.device, name="torch-models", placement_=place)
         if self.comfy is not None and self.torch_models is not None:
             # ComfyUI's models share torch's allocator with the plain ones: its bytes are not the plain holder's
             # overhead (reported so, a coordinator asked that holder for a flush that could free none of them).
