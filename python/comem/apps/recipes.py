@@ -22,7 +22,9 @@ and the holder then measures instead. Each recipe says what an unload gives back
 from __future__ import annotations
 
 import re
-from typing import Dict, List, NamedTuple, Optional, Type
+import time
+import urllib.parse
+from typing import Dict, List, NamedTuple, Optional, Tuple, Type
 
 from . import procs
 from .http import AppError, Endpoint
@@ -78,56 +80,89 @@ class LlamaServer(Recipe):
     kind = "llama-server"
     default_url = "http://127.0.0.1:8080"
     gives = "a whole model: its child process exits (router mode); a server started with -m gives nothing"
+    poll_s = 0.05  #: how often /models is read while a load or an unload completes (both answer at once)
 
     def __init__(self, endpoint: Endpoint, level: int = 1) -> None:
         super().__init__(endpoint, level)
         self.router: Optional[bool] = None
+        self._loaded: List[str] = []
 
-    def models(self) -> List[Model]:
+    def _listed(self) -> Optional[list]:
         try:
-            listed = _models_field(self.ep.call("GET", "/models"), "data", self.ep.app)
+            return _models_field(self.ep.call("GET", "/models"), "data", self.ep.app)
         except AppError:
             if self.router:
                 raise
-            listed = None
+            return None
+
+    @staticmethod
+    def _status(m: dict) -> str:
+        st = m.get("status")
+        v = st.get("value") if isinstance(st, dict) else st
+        return v if isinstance(v, str) else ""
+
+    @staticmethod
+    def _port_arg(m: dict) -> Optional[str]:
+        # The router starts each child with "--port N" (its status.args): how the child is told apart.
+        st = m.get("status")
+        args = st.get("args") if isinstance(st, dict) else None
+        if isinstance(args, list):
+            for i, a in enumerate(args[:-1]):
+                if a == "--port" and isinstance(args[i + 1], (str, int)):
+                    return f"--port {args[i + 1]}"
+        return None
+
+    def models(self) -> List[Model]:
+        listed = self._listed()
         if listed is not None and any(isinstance(m, dict) and "status" in m for m in listed):
-            self.router = True
-            out = []
-            for m in listed:
-                if not isinstance(m, dict) or not isinstance(m.get("id"), str):
-                    continue
-                st = m.get("status")
-                value = st.get("value") if isinstance(st, dict) else st
-                out.append(Model(m["id"], value == "loaded", None, None, m.get("path") or m["id"]))
-            self.child_holds = True
+            self.router, self.can_unload, self.child_holds = True, True, True
+            out = [Model(m["id"], self._status(m) == "loaded", None, None, self._port_arg(m) or m["id"])
+                   for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
+            self._loaded = [m.name for m in out if m.loaded]
             return out
-        self.router = False
-        self.can_unload = False
+        self.router, self.can_unload = False, False
         answer = self.ep.call("GET", "/v1/models")
         return [Model(m["id"], True) for m in _models_field(answer, "data", self.ep.app)
                 if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
+    def _wait(self, model: str, done: Tuple[str, ...], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            state = next((self._status(m) for m in self._listed() or []
+                          if isinstance(m, dict) and m.get("id") == model), "")
+            if state in done:
+                return
+            if state == "failed" or time.monotonic() >= deadline:
+                raise AppError(f"app '{self.ep.app}': {what} of '{model}' did not finish: its status is "
+                               f"{state or 'absent'!r} after {timeout:.0f} s")
+            time.sleep(self.poll_s)
+
     def unload(self, model: str) -> None:
         self._ok(self.ep.call("POST", "/models/unload", {"model": model}), "unload", model)
+        self._wait(model, ("unloaded",), self.ep.timeout, "the unload")
 
     def load(self, model: str) -> None:
-        self._ok(self.ep.call("POST", "/models/load", {"model": model}, timeout=max(self.ep.timeout, 120)),
-                 "load", model)
+        self._ok(self.ep.call("POST", "/models/load", {"model": model}), "load", model)
+        self._wait(model, ("loaded",), max(self.ep.timeout, 120), "the load")
 
     def _ok(self, answer: object, what: str, model: str) -> None:
         if isinstance(answer, dict) and answer.get("success") is False:
             raise AppError(f"app '{self.ep.app}': {what} of '{model}' refused: {str(answer)[:200]}")
 
     def busy(self) -> Optional[bool]:
-        if self.router:
-            return None  # the router's /slots belongs to one model; the proxy counts requests instead
-        try:
-            slots = self.ep.call("GET", "/slots", timeout=2)
-        except AppError:
-            return None
-        if not isinstance(slots, list):
-            return None
-        return any(isinstance(s, dict) and s.get("is_processing") for s in slots)
+        # Any slot processing a request. Asked of each loaded model in router mode, never loading one.
+        queries = ([f"/slots?model={urllib.parse.quote(m)}&autoload=false" for m in self._loaded]
+                   if self.router else ["/slots"])
+        for q in queries:
+            try:
+                slots = self.ep.call("GET", q, timeout=2)
+            except AppError:
+                return None
+            if not isinstance(slots, list):
+                return None
+            if any(isinstance(x, dict) and x.get("is_processing") for x in slots):
+                return True
+        return False
 
 
 class Ollama(Recipe):
