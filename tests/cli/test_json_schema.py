@@ -16,7 +16,8 @@ from comem_cli import BIN_DIR, GiB, SOURCE_DIR, Machine, run
 INT, NUM, STR, BOOL = "int", "num", "str", "bool"
 
 ENTRY = {"id": STR, "name": STR, "size": INT, "resident": INT, "paged": BOOL, "refs": INT}
-HOLDER = {"id": STR, "name": STR, "kind": STR, "answers": [STR], "busy": BOOL, "idle_s": NUM + "?",
+HOLDER = {"id": STR, "name": STR, "kind": STR, "app_pid": INT + "?", "app_use": INT + "?", "answers": [STR],
+          "busy": BOOL, "idle_s": NUM + "?",
           "pinned": INT + "?", "overhead": INT + "?", "receipts_over": INT, "receipts_contradicted": INT, "unanswered": BOOL, "resident": INT, "entries": [ENTRY]}
 PROCESS = {"session": STR, "pid": INT, "name": STR, "role": STR, "busy": BOOL, "prompt": STR + "?",
            "context_floor": INT, "resident": INT, "pinned": INT, "holders": [HOLDER],

@@ -142,6 +142,7 @@ class AppsOnHostRamTest(unittest.TestCase):
 
     def setUp(self):
         self.m = Machine(extra=["--ram", "2GiB"])
+        self.m.env["COMEM_LOG"] = "info"  # the coordinator says when an admission waits for a node's end
         self.m.__enter__()
         self.servers = []
         self.runner = None

@@ -25,6 +25,7 @@ import numpy as np
 import gguf
 
 SPM_SPACE = "\u2581"
+MAX_LAYERS = 256  # llama.cpp's LLAMA_MAX_LAYERS is 512; a large --size-mib widens the layers instead
 
 
 def build_vocab():
@@ -95,7 +96,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--size-mib", type=float, default=32.0, help="approximate file size (default 32)")
     ap.add_argument("--dtype", choices=["f16", "f32"], default="f16")
-    ap.add_argument("--n-embd", type=int, default=512, help="embedding width (default 512)")
+    ap.add_argument("--n-embd", type=int, default=512, help="embedding width (default 512; doubled until the "
+                    f"model needs at most {MAX_LAYERS} layers)")
     ap.add_argument("--n-ctx", type=int, default=512, help="llama.context_length (server default n_ctx)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="tiny-random-llama")
@@ -104,6 +106,9 @@ def main():
     t0 = time.time()
     tokens, scores, types = build_vocab()
     n_layer, n_ff, n_head, n_head_kv, tensors = plan(a.size_mib, a.dtype, a.n_embd, len(tokens))
+    while n_layer > MAX_LAYERS:  # llama.cpp refuses more than 512 layers: wider layers, fewer of them
+        a.n_embd *= 2
+        n_layer, n_ff, n_head, n_head_kv, tensors = plan(a.size_mib, a.dtype, a.n_embd, len(tokens))
 
     w = gguf.GGUFWriter(a.out, "llama")
     w.add_name(a.name)
