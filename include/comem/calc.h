@@ -117,6 +117,9 @@ COMEM_API int comem_calc_load_order(int rules, const uint64_t *ids, size_t n, si
 /* ComfyUI's budget for "lowvram with nothing resident" (its 0.1 sentinel), for a caller that must pass it. */
 COMEM_API double comem_calc_nothing_budget(void);
 
+/* What LoadedModel.model_load hands partially_load for a budget of 0, a full load (its 1e32 sentinel). */
+COMEM_API double comem_calc_full_load_sentinel(void);
+
 /* comem_calc_lowvram_budget's *kind */
 #define COMEM_CALC_BUDGET_FULL 0    /* budget 0: model_load loads everything (passes 1e32) */
 #define COMEM_CALC_BUDGET_NOTHING 1 /* budget 0.1: lowvram with nothing resident */

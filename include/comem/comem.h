@@ -75,9 +75,27 @@ COMEM_API int comem_client_open(const char *socket_path, int role, const char *n
  * COMEM_ECLOSED (a socket nobody listens on, or closed without a word),
  * COMEM_EPERM (refused: another user's coordinator, or a bad token),
  * COMEM_EBUSY (full, or not accepting connections), COMEM_ETIMEDOUT (accepted
- * the connection but did not answer: frozen, e.g. stopped, or overloaded).
+ * the connection but did not answer: frozen, e.g. stopped, or overloaded),
+ * COMEM_EVERSION (a coordinator of another comem install: it answered in
+ * another protocol version, or refused this one's).
  */
 COMEM_API int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whylen);
+
+/*
+ * comem_probe, and who answered, for a program that decides what to do about
+ * it (python/comem/autostart.py: start a coordinator, or name the other one).
+ * *pid (may be NULL): the process that took the connection, as the system
+ * names it (SO_PEERCRED; on Windows the pipe's server), 0 when it does not
+ * name it (another pid namespace), -1 when no connection was made or kept
+ * (nothing listens there: COMEM_ENOENT, COMEM_ECLOSED; or COMEM_EBUSY,
+ * COMEM_EPERM before a byte was sent). *version (may be NULL): with
+ * COMEM_EVERSION the protocol version that coordinator speaks, 0 when it
+ * refused this one's without naming its own; otherwise the version of the
+ * frame it answered with (this library's), 0 when none came. Returns what
+ * comem_probe returns.
+ */
+COMEM_API int comem_probe_peer(const char *socket_path, int timeout_ms, int64_t *pid, int *version, char *why,
+                               size_t whylen);
 
 /*
  * Unregisters everything, stops its threads (and an embedded coordinator), frees.
@@ -122,11 +140,14 @@ COMEM_API int comem_device_host_ram(void);
 
 /*
  * The value of one of the public constants of this build, by its name without
- * the COMEM_ prefix ("EBUSY", "KIND_PINS", "MAX_DEVICES"), plus "MAX_KEEP"
- * (entries one admission may keep), "NAME_MAX" (bytes of a name) and the
- * layout of comem_admission ("ADMISSION_SIZE", "ADMISSION_OFFSET_GRANT", ...):
- * for bindings, which must not copy them. *found (may be NULL) is 0
- * and 0 is returned for a name not in the table.
+ * the COMEM_ prefix ("EBUSY", "KIND_PINS", "MAX_DEVICES", comem/calc.h's
+ * "CALC_KEEP", "COMFYUI_V039", ..., "COMEMD_EXIT_TAKEN"), plus "MAX_KEEP"
+ * (entries one admission may keep), "NAME_MAX" (bytes of a name), the
+ * layout of comem_admission ("ADMISSION_SIZE", "ADMISSION_OFFSET_GRANT", ...),
+ * "RESERVE_DEFAULT" (ComfyUI's 400 MiB reserve where none is said) and the
+ * protocol's "WIRE_MAGIC" and "WIRE_VERSION": for bindings, which must not
+ * copy them. *found (may be NULL) is 0 and 0 is returned for a name not in
+ * the table.
  */
 COMEM_API int64_t comem_constant(const char *name, int *found);
 
@@ -445,6 +466,15 @@ typedef struct comem_coord comem_coord;
  */
 COMEM_API int comem_coord_start(const char *socket_path, const char *device_spec, comem_coord **out);
 COMEM_API void comem_coord_stop(comem_coord *coord);
+
+/*
+ * comemd's exit status when another coordinator already runs on its socket or
+ * holds the socket's lock (comem_coord_start's COMEM_EEXIST): not a failure to
+ * retry (the systemd unit's RestartPreventExitStatus), and how a program that
+ * started comemd tells that its daemon lost the socket to another (comemd(8)
+ * lists every status).
+ */
+#define COMEM_COMEMD_EXIT_TAKEN 3
 
 /*
  * The rule every name follows (process, holder and entry names, prompt ids):

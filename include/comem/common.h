@@ -54,7 +54,8 @@ typedef enum comem_status {
     COMEM_EDRIVER = -13,  /* the GPU driver returned an error */
     COMEM_EEXIST = -14,   /* already exists / already registered */
     COMEM_ERANGE = -15,   /* a value is out of range */
-    COMEM_EFORKED = -16   /* the client was opened by another process: a forked child opens its own */
+    COMEM_EFORKED = -16,  /* the client was opened by another process: a forked child opens its own */
+    COMEM_EVERSION = -17  /* the peer speaks another protocol version: another comem install's coordinator */
 } comem_status;
 
 /*

@@ -115,7 +115,11 @@ RELEASE_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint64, c_int, c_int64, POINTER
 
 
 def _proto(name: str, restype, *argtypes) -> None:
-    fn = getattr(lib, name)
+    try:
+        fn = getattr(lib, name)
+    except AttributeError:
+        raise ImportError(f"comem: {path} has no {name}: the binding and the library differ (an older "
+                          f"libcomem?)") from None
     fn.restype = restype
     fn.argtypes = list(argtypes)
 
@@ -207,6 +211,7 @@ _proto("comem_coord_stop", None, _P)
 _proto("comem_default_socket", c_int, ctypes.c_char_p, c_size_t)
 _proto("comem_name_check", c_int, ctypes.c_char_p, ctypes.c_char_p, c_size_t)
 _proto("comem_probe", c_int, ctypes.c_char_p, c_int, ctypes.c_char_p, c_size_t)
+_proto("comem_probe_peer", c_int, ctypes.c_char_p, c_int, _I64P, POINTER(c_int), ctypes.c_char_p, c_size_t)
 _proto("comem_default_socket_why", c_int, ctypes.c_char_p, c_size_t, ctypes.c_char_p, c_size_t)
 _proto("comem_runtime_dir_why", c_int, ctypes.c_char_p, c_size_t, ctypes.c_char_p, c_size_t)
 
@@ -283,6 +288,7 @@ _proto("comem_calc_reserve", c_int, c_int, c_double, c_int, c_double, _DP, _DP)
 _proto("comem_calc_admission", c_int, c_double, c_int, c_double, c_double, _DP, _DP, _DP)
 _proto("comem_calc_free_target", c_double, c_double, c_double)
 _proto("comem_calc_nothing_budget", c_double)
+_proto("comem_calc_full_load_sentinel", c_double)
 _proto("comem_calc_needs_second_pass", c_int, c_double, c_double)
 _proto("comem_calc_load_needs", c_int, POINTER(CalcModel), c_size_t, POINTER(c_int32), _I64P, _I64P, c_size_t,
        POINTER(c_size_t), POINTER(c_int))

@@ -11,14 +11,17 @@ starting off.
 One only: several processes may call this at the same moment (a ComfyUI host
 and its workers starting together), and each may start a ``comemd``; comemd
 takes ``PATH.lock`` before it binds, so one wins and the others exit at once
-(status 3, "another coordinator already runs on PATH" in the log), and every
-caller ends up talking to the one that won. The systemd unit and this never
-fight for the socket for the same reason.
+(the library's ``COMEMD_EXIT_TAKEN`` status; "another coordinator already runs
+on PATH" in the log, for a person), and every caller ends up talking to the one
+that won. The systemd unit and this never fight for the socket for the same
+reason.
 
 A coordinator of another comem install that speaks another protocol version
 is reported (:class:`OtherVersion`: the socket, its pid and executable, and
 the ``comemd`` this process would have started), never half-used and never
-doubled by a second coordinator on another socket.
+doubled by a second coordinator on another socket. The library's probe tells
+it (``comem_probe_peer``: ``EVERSION``, with the version and the pid); this
+module speaks no protocol itself.
 
 The daemon is detached: a session of its own (no terminal's hangup or ^C
 reaches it), run from ``/``, standard input from ``/dev/null``, standard
@@ -46,14 +49,12 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import socket as _socket
 import stat
-import struct
 import subprocess
 import sys
 import threading
 import time
-from typing import Callable, List, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 from . import _bin, _lib, errors
 from .client import Client, default_socket, runtime_dir
@@ -62,6 +63,7 @@ _WINDOWS = sys.platform == "win32"
 _COMEMD = "comemd.exe" if _WINDOWS else "comemd"  # the program's file in a folder
 
 _L = _lib.lib
+_c = _lib.constant  # the library's values (comem_constant): never copies of its headers
 
 #: The environment variable that switches the starting off ("0", "off", "false", "no").
 SWITCH = "COMEM_AUTOSTART"
@@ -73,12 +75,11 @@ GRACE = "COMEM_AUTOSTART_GRACE"
 LOG_NAME = "comemd.log"
 _LOG_ROTATE = 8 << 20  # a log past this is renamed to comemd.log.1 before the next start
 
-# The frame header (src/wire/wire.h): u32 magic, u16 version, u16 type, u32 request id, u32 length.
-# tests/python/test_autostart.py checks these against wire.h.
-WIRE_MAGIC = 0x4D454D43
-WIRE_VERSION = 7
-_MSG_HELLO = 1
-_HEADER = struct.Struct("<IHHII")
+#: The frame header's magic and the protocol version this comem speaks (src/wire/wire.h), as the library has
+#: them: a coordinator that answers in another version is another install's (:class:`OtherVersion`).
+WIRE_MAGIC: int = _c("WIRE_MAGIC")
+WIRE_VERSION: int = _c("WIRE_VERSION")
+_EXIT_TAKEN = _c("COMEMD_EXIT_TAKEN")  # comemd's status when another coordinator holds the socket's lock
 
 
 class Running(NamedTuple):
@@ -161,107 +162,31 @@ def _resolve(socket: Optional[str]) -> str:
 
 
 def _probe(path: str, timeout_ms: int) -> Tuple[int, str]:
+    """comem_probe: the status (``errors.OK``: a coordinator of this comem answers) and its line for a person."""
     why = ctypes.create_string_buffer(512)
     rc = _L.comem_probe(path.encode(), timeout_ms, why, len(why))
     return rc, why.value.decode(errors="replace")
 
 
 class _Peer(NamedTuple):
-    pid: Optional[int]
-    comem: bool               # it answered with a comem frame header
-    version: Optional[int]    # the protocol version of that header
+    """Who is at a socket, as the library's probe (comem_probe_peer) found it."""
+    status: int             # the probe's: errors.OK (ours answers), errors.EVERSION (another install's), ...
+    why: str                # the probe's line for a person
+    pid: Optional[int]      # the process that took the connection, as the system names it (None: not named)
+    version: Optional[int]  # with EVERSION, the protocol version it speaks (None: it refused ours, naming none)
 
 
-def _look(path: str) -> Optional[_Peer]:
-    """Who listens at ``path``: None when nobody (nothing there, or a stale socket), else its pid (the
-    kernel's word, SO_PEERCRED; on Windows the pipe server's process) and the version of the header it
-    answers a bare HELLO header with (every version answers a frame it cannot take with a REPLY in its
-    own header before it closes)."""
-    hello = _HEADER.pack(WIRE_MAGIC, WIRE_VERSION, _MSG_HELLO, 1, 0)
-    if _WINDOWS:
-        return _look_pipe(path, hello)
-    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    s.settimeout(1.0)
-    try:
-        try:
-            s.connect(path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            return None
-        except OSError:
-            return _Peer(None, False, None)  # someone is there (full, another user's): not ours to replace
-        pid: Optional[int] = None
-        try:
-            cred = s.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
-            pid = struct.unpack("3i", cred)[0] or None
-        except OSError:
-            pass
-        try:
-            s.sendall(hello)
-        except OSError:
-            pass  # a coordinator that refused at accept wrote why and closed: read it all the same
-        return _peer_of(pid, _read_header(s.recv))
-    finally:
-        s.close()
-
-
-def _read_header(read: Callable[[int], bytes]) -> bytes:
-    """Up to a frame header's bytes from ``read`` (a socket's recv, a pipe's read): what came before the
-    peer closed, or an error."""
-    head = b""
-    try:
-        while len(head) < _HEADER.size:
-            more = read(_HEADER.size - len(head))
-            if not more:
-                break
-            head += more
-    except OSError:
-        pass
-    return head
-
-
-def _peer_of(pid: Optional[int], head: bytes) -> _Peer:
-    if len(head) < _HEADER.size:
-        return _Peer(pid, False, None)
-    magic, version = struct.unpack_from("<IH", head)
-    return _Peer(pid, magic == WIRE_MAGIC, version)
-
-
-def _look_pipe(path: str, hello: bytes) -> Optional[_Peer]:
-    """_look on Windows: the pipe opened as a file (nobody there: no such pipe), the server's pid from
-    the pipe. The exchange runs on a thread of its own and is waited for a second: a pipe's synchronous
-    read cannot be timed out, and one that does not answer is left to that thread (which closes the
-    pipe when the read ends), as a socket's timeout leaves it on Linux."""
-    import msvcrt
-    try:
-        f = open(path, "r+b", buffering=0)
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return _Peer(None, False, None)  # busy, another user's: someone is there, not ours to replace
-    pid: Optional[int] = None
-    try:
-        k32 = ctypes.WinDLL("kernel32", use_last_error=True)
-        server = ctypes.c_ulong(0)
-        if k32.GetNamedPipeServerProcessId(ctypes.c_void_p(msvcrt.get_osfhandle(f.fileno())), ctypes.byref(server)):
-            pid = server.value or None
-    except OSError:
-        pass
-    got: List[bytes] = []
-
-    def exchange() -> None:
-        try:
-            f.write(hello)
-        except OSError:
-            pass  # refused and closed: what it wrote is read all the same
-        try:
-            got.append(_read_header(f.read))
-        finally:
-            f.close()
-
-    t = threading.Thread(target=exchange, name="comem-look", daemon=True)
-    t.start()
-    t.join(1.0)
-    return _peer_of(pid, got[0] if got else b"")
+def _look(path: str, timeout_ms: int = 1000) -> Optional[_Peer]:
+    """Who listens at ``path``: None when nobody (nothing there, or a stale socket), else what the probe found:
+    its status and reason, the listener's pid (the kernel's word, SO_PEERCRED; on Windows the pipe's server)
+    and, for a coordinator of another protocol version, that version."""
+    why = ctypes.create_string_buffer(512)
+    pid, version = ctypes.c_int64(-1), ctypes.c_int(0)
+    rc = _L.comem_probe_peer(path.encode(), timeout_ms, ctypes.byref(pid), ctypes.byref(version), why, len(why))
+    if rc in (errors.ENOENT, errors.ECLOSED) and pid.value < 0:
+        return None  # no connection was made: nobody listens there
+    return _Peer(rc, why.value.decode(errors="replace"), pid.value if pid.value > 0 else None,
+                 version.value if rc == errors.EVERSION and version.value > 0 else None)
 
 
 def _executable(pid: Optional[int]) -> Optional[str]:
@@ -457,20 +382,13 @@ def ensure_running(socket: Optional[str] = None, timeout: float = 10.0, started_
     if device is not None and (not isinstance(device, str) or not device):
         raise TypeError("device must be a non-empty str spec or None")
     path = _resolve(socket)
-    rc, why = _probe(path, 1000)
-    if rc == errors.OK:
-        return _found(path, None, None, None)
     peer = _look(path)
-    if peer is not None and ((peer.comem and peer.version != WIRE_VERSION) or
-                             (rc == errors.EPROTO and "protocol version" in why)):
-        raise OtherVersion(path, peer.pid, _executable(peer.pid), peer.version if peer.comem else None,
-                           comemd_path())
-    if peer is not None and peer.comem:
-        # One of ours that did not answer the probe: it came up since (another process started it at the
-        # same moment) or answers slowly. Wait for it; start nothing.
-        return _wait(path, time.monotonic() + timeout, timeout, None, None, None, 0)
-    if peer is not None or rc not in (errors.ENOENT, errors.ECLOSED):
-        raise errors.error(rc, "ensure_running", f"{why}; not starting another coordinator there")
+    if peer is not None and peer.status == errors.OK:
+        return _found(path, None, None, None)
+    if peer is not None and peer.status == errors.EVERSION:
+        raise OtherVersion(path, peer.pid, _executable(peer.pid), peer.version, comemd_path())
+    if peer is not None:  # someone is there, and not a coordinator this process can use: never replaced
+        raise errors.error(peer.status, "ensure_running", f"{peer.why}; not starting another coordinator there")
     if not enabled(autostart):
         return None
     binary = comemd_path()
@@ -507,9 +425,9 @@ def _wait(path: str, deadline: float, timeout: float, proc: Optional[subprocess.
                 proc.wait(5)  # its status, once the thread waiting for it has it
             except subprocess.TimeoutExpired:
                 pass
-            said = _lines_of(log, offset, proc.pid)
-            lost = proc.returncode == 3 or any("another coordinator already runs" in line for line in said)
+            lost = proc.returncode == _EXIT_TAKEN  # it found another coordinator holding the socket's lock
             if not lost:
+                said = _lines_of(log, offset, proc.pid)
                 code = proc.returncode if proc.returncode is not None else "unknown"
                 raise errors.Error(errors.EIO, "ensure_running",
                                    f"{binary} (pid {proc.pid}) exited (status {code}) and nobody answers at "

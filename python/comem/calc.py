@@ -34,8 +34,10 @@ from ._lib import CALC_DETACH_FN as _DETACH_FN, CALC_FREE_FN as _FREE_FN, CALC_P
 from .errors import check
 
 _L = _lib.lib
+_c = _lib.constant  # the library's values of calc.h's enums and flags (comem_constant): never copied here
 
-RULES: Dict[str, int] = {"current": 0, "a125cd84": 1, "783545f6": 2, "v0.39": 3}
+RULES: Dict[str, int] = {"current": _c("COMFYUI_CURRENT"), "a125cd84": _c("COMFYUI_A125CD84"),
+                         "783545f6": _c("COMFYUI_783545F6"), "v0.39": _c("COMFYUI_V039")}
 """The ComfyUI versions whose rules can be chosen, by name ("current" is what comem follows: 783545f6's)."""
 
 # The rules calc.h added for 783545f6 (load order, the pin step, pinned RAM), declared here.
@@ -58,22 +60,27 @@ for _name, _res, _args in (
     _fn = getattr(_L, _name)
     _fn.restype, _fn.argtypes = _res, _args
 
-VRAM_STATES: Dict[str, int] = {"disabled": 0, "no": 1, "low": 2, "normal": 3, "high": 4, "shared": 5}
+VRAM_STATES: Dict[str, int] = {name: _c("CALC_VRAM_" + name.upper())
+                               for name in ("disabled", "no", "low", "normal", "high", "shared")}
 """ComfyUI's VRAMState names (lower case, without ``_VRAM``) and their values."""
 
-CPU = -1
+CPU: int = _c("CALC_CPU")
 """The device number of the host CPU."""
 
-FULL_LOAD_SENTINEL = 1e32
-"""What LoadedModel.model_load passes on for a budget of 0 (load everything)."""
+FULL_LOAD_SENTINEL: float = float(_L.comem_calc_full_load_sentinel())
+"""What LoadedModel.model_load passes on for a budget of 0 (load everything: its 1e32), as the library has it."""
 
 NOTHING_BUDGET: float = float(_L.comem_calc_nothing_budget())
 """ComfyUI's budget for lowvram with nothing resident (its 0.1), as the library has it."""
 
-_DYNAMIC, _KEEP, _DEAD = 1, 2, 4
-_LOAD_CPU, _NO_LOWVRAM, _FORCE_FULL = 1, 2, 4
-_DEVICE_NONE, _FOR_DYNAMIC, _NO_SMART = 1, 2, 4
-_KINDS = {0: "full", 1: "nothing", 2: "bytes"}
+DEFAULT_RESERVE: float = float(_c("RESERVE_DEFAULT"))
+"""EXTRA_RESERVED_VRAM where nothing changes it (400 MiB): :func:`admission`'s default ``reserve``."""
+
+# comem_calc_model.flags; comem_calc_lowvram_budget's and comem_calc_free_memory's flags; the budget kinds
+_DYNAMIC, _KEEP, _DEAD = _c("CALC_DYNAMIC"), _c("CALC_KEEP"), _c("CALC_DEAD")
+_LOAD_CPU, _NO_LOWVRAM, _FORCE_FULL = _c("CALC_LOAD_DEVICE_CPU"), _c("CALC_NO_LOWVRAM"), _c("CALC_FORCE_FULL_LOAD")
+_DEVICE_NONE, _FOR_DYNAMIC, _NO_SMART = _c("CALC_DEVICE_NONE"), _c("CALC_FOR_DYNAMIC"), _c("CALC_NO_SMART_MEMORY")
+_KINDS = {_c("CALC_BUDGET_FULL"): "full", _c("CALC_BUDGET_NOTHING"): "nothing", _c("CALC_BUDGET_BYTES"): "bytes"}
 
 
 def _rules(rules: str) -> int:
@@ -189,8 +196,11 @@ def reserve(windows: bool = False, total_vram_mib: float = 0.0, reserve_vram_gb:
 
 
 def admission(memory_required: float = 0, minimum_memory_required: Optional[float] = None,
-              reserve: float = 400 * 1024 * 1024) -> Admission:
-    """load_models_gpu's minimum_inference, extra_mem and minimum_memory_required (after the reserve)."""
+              reserve: float = DEFAULT_RESERVE) -> Admission:
+    """load_models_gpu's minimum_inference, extra_mem and minimum_memory_required (after the reserve).
+
+    ``reserve``: EXTRA_RESERVED_VRAM in bytes (:func:`reserve` gives it; default :data:`DEFAULT_RESERVE`).
+    """
     i, e, m = c_double(), c_double(), c_double()
     given = minimum_memory_required is not None
     check(_L.comem_calc_admission(float(memory_required), 1 if given else 0,
@@ -332,12 +342,16 @@ def load_order(ids: Sequence[object], rules: str = "current") -> List[int]:
 
 # ---- pinned host RAM (783545f6, v0.39) ----
 
-PIN_SUBSETS: Tuple[Tuple[int, str], ...] = ((1, "weights"), (2, "patches"), (4, "weights-loaded"),
-                                             (8, "patches-loaded"), (16, "weights-fast"), (32, "patches-fast"))
+PIN_SUBSETS: Tuple[Tuple[int, str], ...] = tuple(
+    (_c("CALC_PINS_" + name.upper().replace("-", "_")), name)
+    for name in ("weights", "patches", "weights-loaded", "patches-loaded", "weights-fast", "patches-fast"))
 """The pin subsets: calc.h's bit and ComfyUI's name, in ComfyUI's list order (the "-fast" pair: v0.39)."""
 
-_PIN_DYNAMIC, _PIN_ACTIVE, _PIN_PROMPT = 1, 2, 4
-_PG_HIGH_RAM, _PG_FAST_DISK, _PG_LOADED, _PG_EVICT_ACTIVE = 1, 2, 4, 8
+# calc.h's flags of a model the pin ladders see (COMEM_CALC_PIN_MODEL_*) and of the pin gates (COMEM_CALC_PIN_*)
+_PIN_DYNAMIC, _PIN_ACTIVE = _c("CALC_PIN_MODEL_DYNAMIC"), _c("CALC_PIN_MODEL_ACTIVE")
+_PIN_PROMPT = _c("CALC_PIN_MODEL_CURRENT_PROMPT")
+_PG_HIGH_RAM, _PG_FAST_DISK = _c("CALC_PIN_HIGH_RAM"), _c("CALC_PIN_FAST_DISK")
+_PG_LOADED, _PG_EVICT_ACTIVE = _c("CALC_PIN_LOADED"), _c("CALC_PIN_EVICT_ACTIVE")
 
 
 class PinModel(NamedTuple):

@@ -37,6 +37,7 @@ EDRIVER = _c("EDRIVER")
 EEXIST = _c("EEXIST")
 ERANGE = _c("ERANGE")
 EFORKED = _c("EFORKED")
+EVERSION = _c("EVERSION")  # another protocol version: another comem install's coordinator
 
 MAX_DEVICES = _c("MAX_DEVICES")  # device indexes are below it
 MAX_KEEP = _c("MAX_KEEP")        # entries one admission may keep

@@ -64,6 +64,8 @@ COMEM_API int comem_calc_admission(double memory_required, int has_minimum, doub
 
 COMEM_API double comem_calc_nothing_budget(void) { return COMEM_LOAD_NOTHING_BUDGET; }
 
+COMEM_API double comem_calc_full_load_sentinel(void) { return COMEM_FULL_LOAD_SENTINEL; }
+
 COMEM_API double comem_calc_free_target(double need, double extra_mem)
 {
     return comem_admission_free_target(need, extra_mem);

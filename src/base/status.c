@@ -21,6 +21,7 @@ const char *comem_status_str(int status)
     case COMEM_EEXIST: return "already exists";
     case COMEM_ERANGE: return "out of range";
     case COMEM_EFORKED: return "opened by another process (a forked child must open its own client)";
+    case COMEM_EVERSION: return "another protocol version";
     default: return "unknown status";
     }
 }

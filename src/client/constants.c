@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "arith/reserve.h"
+#include "comem/calc.h"
 #include "comem/comem.h"
 #include "comem/pager.h"
 #include "wire/wire.h"
@@ -27,7 +29,7 @@ typedef struct constant {
 static const constant k_constants[] = {
     /* statuses */
     C(OK), C(EINVAL), C(ENOMEM), C(ENODEV), C(EIO), C(ETIMEDOUT), C(EPROTO), C(EPERM), C(EBUSY), C(ENOSPC),
-    C(ENOENT), C(ECLOSED), C(ENOTSUP), C(EDRIVER), C(EEXIST), C(ERANGE), C(EFORKED),
+    C(ENOENT), C(ECLOSED), C(ENOTSUP), C(EDRIVER), C(EEXIST), C(ERANGE), C(EFORKED), C(EVERSION),
     /* roles, open flags, holder kinds and answers, ask kinds, entry flags */
     C(CLIENT_HOST), C(CLIENT_WORKER), C(CLIENT_TOOL), C(OPEN_EMBED), C(OPEN_NO_LOCAL),
     C(KIND_MODELS), C(KIND_PAGER), C(KIND_PINS), C(KIND_RAW),
@@ -49,6 +51,20 @@ static const constant k_constants[] = {
     C(MAX_DEVICES), C(DEVICE_HOST_RAM),
     {"MAX_KEEP", COMEM_WIRE_MAX_ITEMS},        /* entries one admission may keep */
     {"NAME_MAX", COMEM_WIRE_NAME_MAX - 1},     /* bytes of a name, its terminator left out */
+    /* the rules (comem/calc.h): ComfyUI's versions, VRAM states, the CPU, flags, budget kinds, pin bits */
+    C(COMFYUI_CURRENT), C(COMFYUI_A125CD84), C(COMFYUI_783545F6), C(COMFYUI_V039),
+    C(CALC_VRAM_DISABLED), C(CALC_VRAM_NO), C(CALC_VRAM_LOW), C(CALC_VRAM_NORMAL), C(CALC_VRAM_HIGH),
+    C(CALC_VRAM_SHARED), C(CALC_CPU), C(CALC_DYNAMIC), C(CALC_KEEP), C(CALC_DEAD),
+    C(CALC_LOAD_DEVICE_CPU), C(CALC_NO_LOWVRAM), C(CALC_FORCE_FULL_LOAD),
+    C(CALC_BUDGET_FULL), C(CALC_BUDGET_NOTHING), C(CALC_BUDGET_BYTES),
+    C(CALC_DEVICE_NONE), C(CALC_FOR_DYNAMIC), C(CALC_NO_SMART_MEMORY),
+    C(CALC_PINS_WEIGHTS), C(CALC_PINS_PATCHES), C(CALC_PINS_WEIGHTS_LOADED), C(CALC_PINS_PATCHES_LOADED),
+    C(CALC_PINS_WEIGHTS_FAST), C(CALC_PINS_PATCHES_FAST),
+    C(CALC_PIN_MODEL_DYNAMIC), C(CALC_PIN_MODEL_ACTIVE), C(CALC_PIN_MODEL_CURRENT_PROMPT),
+    C(CALC_PIN_HIGH_RAM), C(CALC_PIN_FAST_DISK), C(CALC_PIN_LOADED), C(CALC_PIN_EVICT_ACTIVE),
+    C(RESERVE_DEFAULT), /* EXTRA_RESERVED_VRAM where nothing changes it: 400 MiB */
+    /* the protocol a coordinator speaks (comem_probe_peer names another's), and comemd's lost start */
+    C(WIRE_MAGIC), C(WIRE_VERSION), C(COMEMD_EXIT_TAKEN),
 };
 
 #undef C

@@ -57,6 +57,13 @@ int comem_port_look(const char *name, char *why, size_t whylen);
  */
 int comem_port_connect(const char *name, client_waits *service, client_sock **out, char *why, size_t whylen);
 
+/*
+ * The process listening at the other end of a connection, as the system names it (Linux:
+ * SO_PEERCRED, the listener's pid when it listened; Windows: the pipe's server process); 0 when
+ * the system does not name it (a process of another pid namespace).
+ */
+int64_t comem_port_peer_pid(client_sock *s);
+
 /* Closes a connection (it leaves every wait set with it). NULL is fine. */
 void comem_port_close(client_sock *s);
 

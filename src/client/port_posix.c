@@ -96,6 +96,15 @@ int comem_port_connect(const char *name, client_waits *service, client_sock **ou
     return COMEM_OK;
 }
 
+int64_t comem_port_peer_pid(client_sock *s)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(s->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return 0;
+    return cred.pid > 0 ? cred.pid : 0;
+}
+
 void comem_port_close(client_sock *s)
 {
     if (!s)

@@ -12,6 +12,7 @@
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <windows.h>
 
 #include "base/clock.h"
 #include "comem/common.h"
@@ -59,6 +60,14 @@ int comem_port_connect(const char *name, client_waits *service, client_sock **ou
     }
     *out = s;
     return COMEM_OK;
+}
+
+int64_t comem_port_peer_pid(client_sock *s)
+{
+    ULONG pid = 0;
+    if (!GetNamedPipeServerProcessId((HANDLE)comem_stream_handle(s->st), &pid))
+        return 0;
+    return (int64_t)pid;
 }
 
 void comem_port_close(client_sock *s)

@@ -7,7 +7,10 @@
  * listens on, another user's listener (left before a byte is sent: its uid
  * named), refused (another user's, a bad token), full, not accepting, or
  * accepted and silent (then the view next to the socket names the
- * coordinator's pid, and the system says whether that process is stopped or gone).
+ * coordinator's pid, and the system says whether that process is stopped or gone),
+ * or a coordinator of another comem that speaks another protocol version
+ * (COMEM_EVERSION: the version its answer's header names). comem_probe_peer
+ * also says who listens (the pid the system names) and that version.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,11 +46,20 @@ static void coordinator_state(const char *path, char *buf, size_t len)
         snprintf(buf, len, "; its process (pid %d) is running but does not answer: overloaded or stuck", (int)pid);
 }
 
-/* Waits for one whole frame into buf; 1, 0 at EOF, -1 at the deadline or on an error. */
-static int read_frame(client_sock *s, uint8_t *buf, size_t cap, int64_t deadline, comem_wire_header *h)
+/*
+ * Waits for one whole frame into buf: 1, 0 at EOF, -1 at the deadline or on an error, 2 when its
+ * header carries comem's magic and another protocol version (*other: that version). Every version
+ * answers a frame it cannot take with a REPLY in its own header before it closes, so the first 6
+ * bytes of an answer say what a coordinator of another comem speaks.
+ */
+static int read_frame(client_sock *s, uint8_t *buf, size_t cap, int64_t deadline, comem_wire_header *h,
+                      uint16_t *other)
 {
     size_t got = 0, want = COMEM_WIRE_HEADER_SIZE;
     for (;;) {
+        if (want == COMEM_WIRE_HEADER_SIZE && comem_wire_header_version(buf, got, other) == COMEM_OK &&
+            *other != COMEM_WIRE_VERSION)
+            return 2;
         if (got >= want) {
             if (want == COMEM_WIRE_HEADER_SIZE) {
                 if (comem_wire_decode_header(buf, got, h) != COMEM_OK || COMEM_WIRE_HEADER_SIZE + h->length > cap)
@@ -88,9 +100,12 @@ COMEM_PRINTF(4, 5) static int say(char *why, size_t len, int status, const char 
     return status;
 }
 
-int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whylen)
+/* comem_probe_peer, with *pid and *version always written (to -1 and 0 until known). */
+static int probe(const char *socket_path, int timeout_ms, int64_t *pid, int *version, char *why, size_t whylen)
 {
     char path[COMEM_CLIENT_PATH_MAX], token[COMEM_TOKEN_MAX + 1], err[512];
+    *pid = -1;
+    *version = 0;
     if (why && whylen)
         why[0] = '\0';
     if (timeout_ms < 0)
@@ -125,6 +140,7 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
     default:
         return say(why, whylen, rc, "cannot connect to %s: %s", path, comem_status_str(rc));
     }
+    *pid = comem_port_peer_pid(s);
     comem_msg m;
     memset(&m, 0, sizeof m);
     m.type = COMEM_MSG_HELLO;
@@ -143,8 +159,17 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
     int sent = n > 0 ? comem_port_send(s, buf, (size_t)n, timeout_ms) : n;
     if (sent != COMEM_OK)
         comem_debug("probe: HELLO not sent whole (%s); reading what was said", comem_status_str(sent));
-    int got = n > 0 ? read_frame(s, buf, sizeof buf, deadline, &h) : 0;
-    if (got < 0) {
+    uint16_t other = 0;
+    int got = n > 0 ? read_frame(s, buf, sizeof buf, deadline, &h, &other) : 0;
+    if (got == 1)
+        *version = h.version; /* this library's: a header of another version is refused */
+    if (got == 2) {
+        *version = other;
+        rc = say(why, whylen, COMEM_EVERSION,
+                 "the coordinator at %s speaks protocol version %u, this comem %u "
+                 "(another comem install's coordinator)",
+                 path, (unsigned)other, (unsigned)COMEM_WIRE_VERSION);
+    } else if (got < 0) {
         coordinator_state(path, state, sizeof state);
         rc = say(why, whylen, COMEM_ETIMEDOUT, "the coordinator at %s accepted the connection but did not answer within %d ms%s",
                  path, timeout_ms, state[0] ? state : ": it is frozen or overloaded");
@@ -154,6 +179,15 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
         rc = say(why, whylen, COMEM_EPROTO, "%s answered with a malformed frame (not a comem coordinator?)", path);
     } else if (m.type == COMEM_MSG_HELLO_REPLY) {
         rc = say(why, whylen, COMEM_OK, "the coordinator at %s answers (pid %u)", path, (unsigned)m.u.hello_reply.coord_pid);
+    } else if (m.type == COMEM_MSG_REPLY && m.u.reply.status == COMEM_EPROTO &&
+               strstr(m.u.reply.message, "protocol version")) {
+        /* Its frames' header is this one's, its HELLO another's (coord/session.c's "protocol version
+           not supported"): it names no version of its own. */
+        *version = 0;
+        rc = say(why, whylen, COMEM_EVERSION,
+                 "the coordinator at %s refused this comem's protocol version %u (%s): "
+                 "another comem install's coordinator",
+                 path, (unsigned)COMEM_WIRE_VERSION, m.u.reply.message);
     } else if (m.type == COMEM_MSG_REPLY && m.u.reply.status == COMEM_EPERM && strstr(m.u.reply.message, "token")) {
         rc = say(why, whylen, COMEM_EPERM,
                  "the coordinator at %s refused this process: bad token (COMEM_TOKEN %s the coordinator's)", path,
@@ -171,5 +205,24 @@ int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whyle
         rc = say(why, whylen, COMEM_EPROTO, "%s answered HELLO with an unexpected frame", path);
     }
     comem_port_close(s);
+    return rc;
+}
+
+int comem_probe(const char *socket_path, int timeout_ms, char *why, size_t whylen)
+{
+    int64_t pid;
+    int version;
+    return probe(socket_path, timeout_ms, &pid, &version, why, whylen);
+}
+
+int comem_probe_peer(const char *socket_path, int timeout_ms, int64_t *pid, int *version, char *why, size_t whylen)
+{
+    int64_t p;
+    int v;
+    int rc = probe(socket_path, timeout_ms, &p, &v, why, whylen);
+    if (pid)
+        *pid = p;
+    if (version)
+        *version = v;
     return rc;
 }

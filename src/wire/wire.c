@@ -584,6 +584,21 @@ int comem_wire_decode_header(const uint8_t *buf, size_t len, comem_wire_header *
     return COMEM_OK;
 }
 
+int comem_wire_header_version(const uint8_t *buf, size_t len, uint16_t *version)
+{
+    if (buf == NULL || version == NULL)
+        return COMEM_EINVAL;
+    comem_wire_cur c = comem_wire_reader(buf, len < 6 ? len : 6); /* u32 magic, u16 version */
+    uint32_t magic = 0;
+    uint16_t v = 0;
+    io_u32(&c, &magic);
+    io_u16(&c, &v);
+    if (c.err != 0 || magic != COMEM_WIRE_MAGIC)
+        return COMEM_EPROTO;
+    *version = v;
+    return COMEM_OK;
+}
+
 /* The size of the union member a type decodes into (0 for a type without a body). */
 static size_t body_size(uint16_t type)
 {

@@ -438,6 +438,15 @@ typedef struct comem_msg {
 int comem_wire_decode_header(const uint8_t *buf, size_t len, comem_wire_header *out);
 
 /*
+ * The protocol version a frame header names, whichever it is: what a peer of another comem
+ * speaks, whose header comem_wire_decode_header refuses. Reads only the magic and the version
+ * (the first 6 bytes), whose place every version keeps. Returns 0 and *version when they carry
+ * comem's magic, COMEM_EPROTO when they do not (or len < 6), COMEM_EINVAL when buf or version
+ * is NULL.
+ */
+int comem_wire_header_version(const uint8_t *buf, size_t len, uint16_t *version);
+
+/*
  * Decodes a payload of the header's type into *out (no allocation; status
  * text points into payload). payload must hold h->length bytes (it may be
  * NULL when that is 0); nothing outside payload[0..h->length) is read, so

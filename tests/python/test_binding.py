@@ -144,6 +144,8 @@ class TestErrors(unittest.TestCase):
                                               "EPERM", "EBUSY", "ENOSPC", "ENOENT", "ECLOSED", "ENOTSUP",
                                               "EDRIVER", "EEXIST", "ERANGE", "EFORKED")]
         self.assertEqual(len(set(codes)), len(codes))
+        self.assertNotIn(errors.EVERSION, codes)  # another protocol version: a code of its own, with its words
+        self.assertEqual(comem.status_str(errors.EVERSION), "another protocol version")
         self.assertNotIn("unknown status", [comem.status_str(c) for c in codes])
         from comem import _lib
         self.assertEqual(comem.HOST_RAM, _lib.constant("DEVICE_HOST_RAM"))

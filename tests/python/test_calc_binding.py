@@ -26,6 +26,19 @@ class TestCalcBinding(unittest.TestCase):
         needs, all_dynamic = calc.load_needs([calc.Model(6 * GiB, 2 * GiB, current_device=0)])
         self.assertEqual((needs, all_dynamic), ([calc.LoadNeed(0, 4 * GiB, 6 * GiB)], False))
 
+    def test_the_numbers_are_the_librarys(self) -> None:
+        # calc.h's enums, flags, sentinels and the default reserve come from libcomem (comem_constant), as
+        # calc.h has them: ComfyUI's values, never copies here.
+        from comem import _lib
+        self.assertEqual(calc.RULES, {"current": 0, "a125cd84": 1, "783545f6": 2, "v0.39": 3})
+        self.assertEqual(calc.VRAM_STATES, {"disabled": 0, "no": 1, "low": 2, "normal": 3, "high": 4, "shared": 5})
+        self.assertEqual((calc.CPU, calc.FULL_LOAD_SENTINEL, calc.NOTHING_BUDGET), (-1, 1e32, 0.1))
+        self.assertEqual(calc.DEFAULT_RESERVE, 400 * MiB)
+        self.assertEqual(calc.admission(GiB), calc.admission(GiB, reserve=400 * MiB))
+        self.assertEqual([bit for bit, _ in calc.PIN_SUBSETS], [1, 2, 4, 8, 16, 32])
+        self.assertEqual(calc.CPU, _lib.constant("CALC_CPU"))
+        self.assertEqual(calc.lowvram_budget(GiB, 0, 0, 0, vram_state="no"), ("nothing", 0.1))  # the kinds' names
+
     def test_free_memory_drives_the_callbacks(self) -> None:
         models = [calc.Model(300 * MiB, 300 * MiB), calc.Model(6 * GiB, 4 * GiB), calc.Model(2 * GiB, 2 * GiB)]
         freed = [0]

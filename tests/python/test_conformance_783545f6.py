@@ -280,7 +280,10 @@ if st is not None:
                 "keep": draw(st.integers(0, 9)) == 0, "dead": draw(st.integers(0, 30)) == 0,
                 "dynamic": draw(st.booleans()),
                 "chunk": draw(st.sampled_from([1, 4096, 64 * MiB, 300 * MiB]) | st.integers(1, 2 * GiB)),
-                "stuck": 0 if draw(st.booleans()) else draw(st.integers(0, loaded)),
+                # what a partial unload cannot free; all of it (a quarter of the models) makes a partial unload
+                # fall short by construction, not by the odd draw: Hypothesis also draws constants it finds in
+                # the local modules' source (comem's, ComfyUI's), so an edited literal re-deals every case
+                "stuck": draw(st.sampled_from([0, loaded]) | st.integers(0, loaded)),
                 "pins": draw(st.sampled_from([0, GiB, 3 * GiB]) | st.integers(0, 8 * GiB)),
                 "pin_chunk": draw(st.sampled_from([1, 64 * MiB, GiB])),
                 "active": draw(st.booleans()), "prompt": draw(st.booleans()),

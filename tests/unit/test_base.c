@@ -159,6 +159,7 @@ static void test_status_strings(void **s)
     (void)s;
     assert_string_equal(comem_status_str(COMEM_OK), "ok");
     assert_string_equal(comem_status_str(COMEM_EBUSY), "busy");
+    assert_string_equal(comem_status_str(COMEM_EVERSION), "another protocol version");
     assert_string_equal(comem_status_str(12345), "unknown status");
 }
 

@@ -75,6 +75,7 @@ static void test_lowvram_versions(void **st)
     /* V4c: nothing fits. Current: 0 -> 0.1; the snapshot's 128 MiB floor loads 128 MiB. */
     assert_true(budget(COMEM_COMFYUI_CURRENT, COMEM_CALC_VRAM_NORMAL, 0, 1 * GIB, 0, &k) == 0.1);
     assert_int_equal(k, COMEM_CALC_BUDGET_NOTHING);
+    assert_true(comem_calc_nothing_budget() == 0.1 && comem_calc_full_load_sentinel() == 1e32); /* the sentinels */
     assert_true(budget(COMEM_COMFYUI_A125CD84, COMEM_CALC_VRAM_NORMAL, 0, 1 * GIB, 0, &k) == 128 * MIB);
     /* V4i: more resident than fits. Current sheds (negative); the snapshot clamps at 0.1. */
     assert_true(budget(COMEM_COMFYUI_CURRENT, COMEM_CALC_VRAM_LOW, 0, 0.5 * GIB, 3 * GIB, &k) == -956301312.0);

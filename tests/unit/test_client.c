@@ -30,6 +30,7 @@
 #include "arith/cross_reserve.h"
 #include "base/bytes.h"
 #include "base/log.h"
+#include "comem/calc.h"
 #include "comem/comem.h"
 #include "wire/wire.h"
 
@@ -722,6 +723,22 @@ static void test_constants_by_name(void **state)
     assert_int_equal(comem_constant("DEVICE_HOST_RAM", NULL), comem_device_host_ram());
     assert_int_equal(comem_constant("MAX_KEEP", NULL), COMEM_WIRE_MAX_ITEMS);
     assert_int_equal(comem_constant("NAME_MAX", NULL), COMEM_WIRE_NAME_MAX - 1);
+    assert_int_equal(comem_constant("EVERSION", NULL), COMEM_EVERSION);
+    /* the rules' numbers (python/comem/calc.py reads every one), the reserve default, the protocol */
+    assert_int_equal(comem_constant("COMFYUI_V039", NULL), COMEM_COMFYUI_V039);
+    assert_int_equal(comem_constant("CALC_VRAM_SHARED", NULL), COMEM_CALC_VRAM_SHARED);
+    assert_int_equal(comem_constant("CALC_CPU", NULL), COMEM_CALC_CPU);
+    assert_int_equal(comem_constant("CALC_DEAD", NULL), COMEM_CALC_DEAD);
+    assert_int_equal(comem_constant("CALC_FORCE_FULL_LOAD", NULL), COMEM_CALC_FORCE_FULL_LOAD);
+    assert_int_equal(comem_constant("CALC_BUDGET_BYTES", NULL), COMEM_CALC_BUDGET_BYTES);
+    assert_int_equal(comem_constant("CALC_NO_SMART_MEMORY", NULL), COMEM_CALC_NO_SMART_MEMORY);
+    assert_int_equal(comem_constant("CALC_PINS_PATCHES_FAST", NULL), COMEM_CALC_PINS_PATCHES_FAST);
+    assert_int_equal(comem_constant("CALC_PIN_MODEL_CURRENT_PROMPT", NULL), COMEM_CALC_PIN_MODEL_CURRENT_PROMPT);
+    assert_int_equal(comem_constant("CALC_PIN_EVICT_ACTIVE", NULL), COMEM_CALC_PIN_EVICT_ACTIVE);
+    assert_int_equal(comem_constant("RESERVE_DEFAULT", NULL), 400 << 20);
+    assert_int_equal(comem_constant("WIRE_MAGIC", NULL), COMEM_WIRE_MAGIC);
+    assert_int_equal(comem_constant("WIRE_VERSION", NULL), COMEM_WIRE_VERSION);
+    assert_int_equal(comem_constant("COMEMD_EXIT_TAKEN", NULL), 3); /* comemd(8), the systemd unit */
     assert_int_equal(comem_constant("COMEM_EBUSY", &found), 0); /* names go without their prefix */
     assert_int_equal(found, 0);
     assert_int_equal(comem_constant(NULL, &found), 0);
@@ -777,6 +794,97 @@ static void test_hello_refused(void **state)
     assert_int_equal(comem_reserve(c, 0, &reserve, NULL), COMEM_OK);
     assert_int_equal(reserve, 400 * COMEM_MIB);
     comem_client_close(c);
+}
+
+/* A listener of another comem for one connection: reads what comes and answers with a REPLY in the header
+   of its own version (as every version answers a frame it cannot take), then closes. */
+typedef struct other_coord {
+    int lfd;
+    uint16_t version;
+    uint32_t request_id;
+    const char *text;
+} other_coord;
+
+static void *other_coord_main(void *arg)
+{
+    const other_coord *o = arg;
+    int fd = accept4(o->lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    uint8_t buf[1024];
+    ssize_t r = read(fd, buf, sizeof buf);
+    (void)r;
+    comem_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = COMEM_MSG_REPLY;
+    m.request_id = o->request_id;
+    m.u.reply.status = COMEM_EPROTO;
+    snprintf(m.u.reply.message, sizeof m.u.reply.message, "%s", o->text);
+    int n = comem_wire_encode(&m, buf, sizeof buf);
+    if (n > 0) {
+        buf[4] = (uint8_t)(o->version & 0xff); /* the header's version, little-endian */
+        buf[5] = (uint8_t)(o->version >> 8);
+        ssize_t w = send(fd, buf, (size_t)n, MSG_NOSIGNAL);
+        (void)w;
+    }
+    close(fd);
+    return NULL;
+}
+
+/* The probe: who answers at a socket, pid and protocol version (comem_probe_peer), another comem's told apart. */
+static void test_probe_peer_tells_another_version(void **state)
+{
+    (void)state;
+    int64_t pid = 0;
+    int version = -1;
+    char why[512];
+    /* Nobody: nothing at the path, then a socket nobody listens on. No connection, no pid. */
+    assert_int_equal(comem_probe_peer(g_sock, 500, &pid, &version, why, sizeof why), COMEM_ENOENT);
+    assert_true(pid == -1 && version == 0);
+    int lfd = mock_listen_fd(g_sock);
+    assert_true(lfd >= 0);
+    close(lfd);
+    assert_int_equal(comem_probe_peer(g_sock, 500, &pid, &version, NULL, 0), COMEM_ECLOSED);
+    assert_int_equal(pid, -1);
+
+    /* A coordinator of protocol version 1 answers in its own header: its version, and the listener's pid. */
+    lfd = mock_listen_fd(g_sock);
+    assert_true(lfd >= 0);
+    pthread_t t;
+    other_coord o = {lfd, 1, 0, "bad frame header"};
+    assert_int_equal(pthread_create(&t, NULL, other_coord_main, &o), 0);
+    assert_int_equal(comem_probe_peer(g_sock, 2000, &pid, &version, why, sizeof why), COMEM_EVERSION);
+    pthread_join(t, NULL);
+    assert_int_equal(pid, getpid());
+    assert_int_equal(version, 1);
+    assert_non_null(strstr(why, "speaks protocol version 1, this comem "));
+    /* comem_probe says the same, and the NULL out-pointers are fine. */
+    assert_int_equal(pthread_create(&t, NULL, other_coord_main, &o), 0);
+    assert_int_equal(comem_probe_peer(g_sock, 2000, NULL, NULL, NULL, 0), COMEM_EVERSION);
+    pthread_join(t, NULL);
+    assert_int_equal(pthread_create(&t, NULL, other_coord_main, &o), 0);
+    assert_int_equal(comem_probe(g_sock, 2000, why, sizeof why), COMEM_EVERSION);
+    pthread_join(t, NULL);
+
+    /* One whose header is this version's but whose HELLO is not: refused, no version named. */
+    other_coord same = {lfd, COMEM_WIRE_VERSION, 1, "protocol version not supported"};
+    assert_int_equal(pthread_create(&t, NULL, other_coord_main, &same), 0);
+    assert_int_equal(comem_probe_peer(g_sock, 2000, &pid, &version, why, sizeof why), COMEM_EVERSION);
+    pthread_join(t, NULL);
+    assert_true(pid == getpid() && version == 0);
+    assert_non_null(strstr(why, "refused this comem's protocol version"));
+    /* Any other refusal in this version is what it is. */
+    other_coord bad = {lfd, COMEM_WIRE_VERSION, 1, "malformed payload"};
+    assert_int_equal(pthread_create(&t, NULL, other_coord_main, &bad), 0);
+    assert_int_equal(comem_probe_peer(g_sock, 2000, &pid, &version, why, sizeof why), COMEM_EPROTO);
+    pthread_join(t, NULL);
+    assert_true(pid == getpid() && version == COMEM_WIRE_VERSION);
+    close(lfd);
+
+    /* This comem's coordinator answers: OK, its version. */
+    assert_int_equal(mock_start(g_mock, g_sock), 0);
+    assert_int_equal(comem_probe_peer(g_sock, 2000, &pid, &version, why, sizeof why), COMEM_OK);
+    assert_true(pid == getpid() && version == COMEM_WIRE_VERSION);
 }
 
 static void test_holders_entries_census(void **state)
@@ -2084,6 +2192,7 @@ int main(void)
         cmocka_unit_test(test_constants_by_name),
         cmocka_unit_test_setup_teardown(test_hello_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hello_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_probe_peer_tells_another_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_holders_entries_census, setup, teardown),
         cmocka_unit_test_setup_teardown(test_admit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ask_runs_callback_off_the_callers_thread, setup, teardown),

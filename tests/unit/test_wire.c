@@ -943,6 +943,31 @@ static void test_trailing_bytes_refused(void **st)
     }
 }
 
+/* A peer of another version is told by its header's version, which decode_header refuses. */
+static void test_header_version_of_any_version(void **st)
+{
+    (void)st;
+    sample(&g_a, COMEM_MSG_RESERVE, SMALL);
+    int n = comem_wire_encode(&g_a, g_buf, sizeof g_buf);
+    assert_true(n > 0);
+    uint16_t v = 0;
+    assert_int_equal(comem_wire_header_version(g_buf, (size_t)n, &v), 0);
+    assert_int_equal(v, COMEM_WIRE_VERSION);
+    static const uint16_t versions[] = {0, 1, COMEM_WIRE_VERSION + 1, 0xffff};
+    comem_wire_header h;
+    for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
+        put_le(g_buf + 4, versions[i], 2);
+        assert_int_equal(comem_wire_decode_header(g_buf, (size_t)n, &h), COMEM_EPROTO);
+        assert_int_equal(comem_wire_header_version(g_buf, 6, &v), 0); /* the magic and the version are enough */
+        assert_int_equal(v, versions[i]);
+    }
+    assert_int_equal(comem_wire_header_version(g_buf, 5, &v), COMEM_EPROTO); /* cut inside the version */
+    g_buf[0] ^= 0x20;
+    assert_int_equal(comem_wire_header_version(g_buf, (size_t)n, &v), COMEM_EPROTO); /* not comem's magic */
+    assert_int_equal(comem_wire_header_version(NULL, 16, &v), COMEM_EINVAL);
+    assert_int_equal(comem_wire_header_version(g_buf, 16, NULL), COMEM_EINVAL);
+}
+
 static void test_bad_headers_refused(void **st)
 {
     (void)st;
@@ -1479,6 +1504,7 @@ int main(void)
         cmocka_unit_test(test_every_truncation_refused),
         cmocka_unit_test(test_trailing_bytes_refused),
         cmocka_unit_test(test_bad_headers_refused),
+        cmocka_unit_test(test_header_version_of_any_version),
         cmocka_unit_test(test_text_limits),
         cmocka_unit_test(test_wddm_items_checked),
         cmocka_unit_test(test_list_limits),

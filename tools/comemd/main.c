@@ -11,7 +11,8 @@
  * and the socket it created is removed (nothing it did not create).
  * The token, if any, comes from COMEM_TOKEN. comemd(8) is the manual, exit
  * codes included: 0 after a clean stop, 1 when it cannot start or the loop
- * fails, 2 for bad arguments or environment.
+ * fails, 2 for bad arguments or environment, 3 (COMEM_COMEMD_EXIT_TAKEN) when
+ * another coordinator runs on the socket.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -50,7 +51,8 @@ static void on_stop(void)
  * the default one; where: that path resolved, for the reader). It asks the running one for its status, as
  * `comem status` does, to name its pid and who started it; one that does not answer (it holds the lock
  * and is still starting) is said so, with the probe's reason. Every variant begins "another coordinator
- * already runs on PATH": python/comem/autostart.py reads a lost start by those words.
+ * already runs on PATH", for a person; a program that started this comemd reads the lost start from its exit
+ * status (COMEM_COMEMD_EXIT_TAKEN: python/comem/autostart.py).
  */
 static void say_taken(const char *sock, const char *where)
 {
@@ -249,7 +251,7 @@ int main(int argc, char **argv)
         else if (comem_default_socket(where, sizeof where) != COMEM_OK)
             snprintf(where, sizeof where, "the default socket");
         say_taken(cfg.socket_path[0] ? cfg.socket_path : NULL, where);
-        return 3; /* not a failure to retry: the systemd unit says RestartPreventExitStatus=3 */
+        return COMEM_COMEMD_EXIT_TAKEN; /* 3: not a failure to retry (the unit's RestartPreventExitStatus=3) */
     }
     if (rc == COMEM_EINVAL) /* a setting it was given (--device, the environment): already named in one line */
         return 2;
