@@ -11,10 +11,12 @@
  *   │                   freed only under it (see "Lock order")
  *   ├── vmm             the backend (vmm.h); called only under the lock
  *   ├── usage [L]       Σ over VBARs of resident_count × page_size (derived,
- *   │                   kept incrementally; comem_pager_check verifies it)
+ *   │                   kept incrementally; the seam's comem_pager_check
+ *   │                   verifies it, pager_seam.h)
  *   ├── kept pool [L]   evicted pages' memory, unmapped, not released, at most
  *   │                   keep_limit bytes (keep.c); held = usage + kept_bytes
- *   ├── headrooms, poll state, clock, stats [L]
+ *   ├── headrooms, poll state, clock, stats [L]   (clock: CLOCK_MONOTONIC, or
+ *   │                   one a test set through the seam, pager_seam.h)
  *   ├── top ⇄ ... ⇄ bottom [L]   the priority list, doubly linked through
  *   │                   comem_vbar.higher/lower; top is the highest priority
  *   │                   (newest or last prioritized), eviction starts at bottom
@@ -35,7 +37,7 @@
  *                              serial (+1 per commit, never 0 once committed),
  *                              resident }
  *
- * Invariants (comem_pager_check): usage = Σ resident pages × page size; every
+ * Invariants (comem_pager_check, pager_seam.h): usage = Σ resident pages × page size; every
  * resident page at or above its VBAR's watermark is pinned (an eviction that
  * passes an unpinned page frees it; unpin frees what eviction passed); a page
  * that is not resident has no pins; kept_bytes = Σ the pool's pages and at
@@ -169,6 +171,9 @@ static inline int64_t comem_pager_held(const comem_pager *p) { return p->usage +
 
 /* The pressure formula (comem_pager_budget_deficit). Caller holds the lock. */
 int64_t comem_pager_deficit_locked(comem_pager *p, int64_t size);
+
+/* The pager's clock unless the seam replaced it (pager_seam.h): CLOCK_MONOTONIC in milliseconds. */
+int64_t comem_pager_monotonic_ms(void *user);
 
 /* ---- vbar.c ---- */
 

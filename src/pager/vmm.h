@@ -5,8 +5,8 @@
  * The pager core calls these and nothing else below it; it never names a
  * backend's internals and a backend never reaches into the core. Every call is
  * made with the pager lock held, so a backend needs no lock of its own for the
- * state these calls touch (the test-only injection counters excepted, which
- * are atomics). Addresses are uint64_t: a device virtual address (CUDA) or a
+ * state these calls touch (the seam's injection counters excepted, which are
+ * atomics: inject is called without the lock). Addresses are uint64_t: a device virtual address (CUDA) or a
  * host address (sim). A committed page is identified by (address, size,
  * handle); the handle is the backend's (a CUmemGenericAllocationHandle; unused
  * by the sim).
@@ -49,6 +49,10 @@ typedef struct comem_vmm_ops {
     /* The bytes the device charges this process for its committed pages, its context apart: what the
        invariant check holds against the pager's usage. NULL when the backend cannot tell (CUDA). */
     int (*charged)(comem_vmm *m, int64_t *bytes);
+    /* The seam's (pager_seam.h, comem_pager_inject_commit_failures), never the core's: the next `after`
+       commits go through, then `transient` fail with COMEM_EBUSY, then `oom` with COMEM_ENOSPC, replacing
+       what was pending. Called without the pager lock. NULL when the backend cannot script failures (CUDA). */
+    void (*inject)(comem_vmm *m, int after, int transient, int oom);
     /* Copies host memory into committed pages, and back. */
     int (*write)(comem_vmm *m, uint64_t va, const void *src, int64_t size);
     int (*read)(comem_vmm *m, uint64_t va, void *dst, int64_t size);

@@ -8,10 +8,10 @@
  * os/vm.h's pages do when never touched or dropped. An eviction drops the
  * pages, closes them again and gives the bytes back to the card. A kernel
  * never runs here, so sync has nothing to wait for. Granularity: 2 MiB, like
- * the CUDA VMM minimum on current GPUs.
+ * the CUDA VMM minimum on current GPUs. Commit failures can be scripted
+ * (the inject op), for the simulator and the tests through the pager's seam
+ * (pager_seam.h).
  */
-#include "pager/vmm_sim.h"
-
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +23,7 @@
 #include "os/env.h"
 #include "os/proc.h"
 #include "os/vm.h"
+#include "pager/vmm.h"
 #include "probe/sim.h"
 
 #define SIM_GRANULARITY (2 * COMEM_MIB)
@@ -187,6 +188,15 @@ static int sim_read(comem_vmm *m, uint64_t va, void *dst, int64_t size)
     return COMEM_OK;
 }
 
+/* Scripted commit failures (the seam's: pager_seam.h); sim_commit takes them. */
+static void sim_inject(comem_vmm *m, int after, int transient, int oom)
+{
+    vmm_sim *s = as_sim(m);
+    atomic_store(&s->inject_oom, oom);
+    atomic_store(&s->inject_transient, transient);
+    atomic_store(&s->inject_after, after);
+}
+
 static void sim_close(comem_vmm *m)
 {
     vmm_sim *s = as_sim(m);
@@ -208,6 +218,7 @@ static const comem_vmm_ops k_sim_ops = {
     .charged = sim_charged,
     .write = sim_write,
     .read = sim_read,
+    .inject = sim_inject,
     .close = sim_close,
 };
 
@@ -255,14 +266,4 @@ int comem_vmm_sim_open(int device, const char *sim_spec, comem_vmm **out)
     atomic_init(&s->inject_oom, 0);
     *out = &s->base;
     return COMEM_OK;
-}
-
-void comem_vmm_sim_inject(comem_vmm *m, int after, int transient, int oom)
-{
-    if (!m || m->ops != &k_sim_ops)
-        return;
-    vmm_sim *s = as_sim(m);
-    atomic_store(&s->inject_oom, oom);
-    atomic_store(&s->inject_transient, transient);
-    atomic_store(&s->inject_after, after);
 }

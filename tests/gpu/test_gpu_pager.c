@@ -25,7 +25,7 @@
 #include "base/bytes.h"
 #include "comem/common.h"
 #include "comem/pager.h"
-#include "pager/pager_test.h"
+#include "pager/pager_seam.h"
 
 #define SKIP 77
 #define MIB COMEM_MIB

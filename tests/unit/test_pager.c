@@ -25,8 +25,7 @@
 #include "comem/comem.h"
 #include "comem/common.h"
 #include "comem/pager.h"
-#include "pager/pager_test.h"
-#include "pager/vmm_sim.h"
+#include "pager/pager_seam.h"
 #include "probe/sim.h"
 
 #define MIB COMEM_MIB
@@ -727,17 +726,17 @@ static void test_transient_commit_failures_are_retried(void **s)
     int64_t freed = 0;
     assert_int_equal(comem_pager_free_memory(g_p, 2 * PS, &freed), COMEM_OK);
     assert_int_equal(freed, 2 * PS);
-    comem_vmm_sim_inject(comem_pager_vmm(g_p), 0, 3, 0);
+    comem_pager_inject_commit_failures(g_p, 0, 3, 0);
     assert_int_equal(fault(b, 0, 2), COMEM_VBAR_RESIDENT);
     unpin(b, 0, 2);
     assert_int_equal(pager_stat(COMEM_PAGER_STAT_TRANSIENT_RETRIES), 3);
     assert_string_equal(map(b), "rr..");
     /* Bounded: a device that never gets ready is an error, not a hang. */
-    comem_vmm_sim_inject(comem_pager_vmm(g_p), 0, 100, 0);
+    comem_pager_inject_commit_failures(g_p, 0, 100, 0);
     assert_int_equal(fault(b, 2, 1), COMEM_EDRIVER);
     assert_string_equal(map(b), "rr..");
     assert_int_equal(pager_stat(COMEM_PAGER_STAT_TRANSIENT_RETRIES), 3 + 8);
-    comem_vmm_sim_inject(comem_pager_vmm(g_p), 0, 0, 0);
+    comem_pager_inject_commit_failures(g_p, 0, 0, 0);
     assert_int_equal(fault(b, 2, 1), COMEM_VBAR_RESIDENT);
     unpin(b, 2, 1);
     close_card();
@@ -750,13 +749,13 @@ static void test_oom_is_recovered_once(void **s)
     comem_vbar *a = vbar(4, PS), *b = vbar(4, PS);
     load(a, 0, 4);
     /* One OOM: evict a page (from a, the bottom), commit again. */
-    comem_vmm_sim_inject(comem_pager_vmm(g_p), 0, 0, 1);
+    comem_pager_inject_commit_failures(g_p, 0, 0, 1);
     assert_int_equal(fault(b, 0, 1), COMEM_VBAR_RESIDENT);
     unpin(b, 0, 1);
     assert_int_equal(pager_stat(COMEM_PAGER_STAT_PRESSURE_RETRIES), 1);
     assert_string_equal(map(a), "rrr.");
     /* Page 1 commits, page 2 runs out twice: an error; page 1 stays resident, unpinned. */
-    comem_vmm_sim_inject(comem_pager_vmm(g_p), 1, 0, 2);
+    comem_pager_inject_commit_failures(g_p, 1, 0, 2);
     uint32_t sig[4] = {0};
     assert_int_equal(comem_vbar_fault(b, 1 * PS, 2 * PS, sig, 4), COMEM_ENOSPC);
     assert_int_equal(sig[0], 1);

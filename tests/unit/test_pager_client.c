@@ -25,7 +25,7 @@
 #include "base/bytes.h"
 #include "comem/comem.h"
 #include "comem/pager.h"
-#include "pager/pager_test.h"
+#include "pager/pager_seam.h"
 
 #define MIB COMEM_MIB
 #define PS (64 * MIB)

@@ -23,7 +23,7 @@
 #include "comem/common.h"
 #include "comem/pager.h"
 #include "fakes/fake_cuda.h"
-#include "pager/pager_test.h"
+#include "pager/pager_seam.h"
 #include "probe/cuda_driver.h"
 
 #define MIB COMEM_MIB

@@ -30,7 +30,7 @@
 #include "base/bytes.h"
 #include "comem/common.h"
 #include "comem/pager.h"
-#include "pager/pager_test.h"
+#include "pager/pager_seam.h"
 
 #define MIB COMEM_MIB
 #define PS (2 * MIB)

@@ -1,5 +1,6 @@
 /*
- * tools/simulate/agent.h - one scenario process, forked by the run (agent.c).
+ * tools/simulate/agent.h - one scenario process, forked by the run (agent.c, with its policies in
+ * agent_comem.c and agent_engine.c; agent_internal.h draws them).
  *
  * Fourth floor, on scenario.h, clock.h and engine.h's messages. run.c forks
  * one agent per scenario process; nothing else calls it.

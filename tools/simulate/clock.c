@@ -31,7 +31,7 @@ void sh_event_add(sh_run *r, int proc, sh_kind kind, int model, int card, int64_
 
 /*
  * Whether every process that starts before scenario time t has started or is
- * gone. A start (the client's open, CUDA initialisation: agent.c) takes real
+ * gone. A start (the client's open, CUDA initialisation: a policy's open, agent_*.c) takes real
  * time that grows with the machine's load and with how many processes start at
  * once; scenario time does not wait for it, so without this a step written
  * seconds after another process's start could still come before it (F14: a

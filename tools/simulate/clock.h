@@ -54,6 +54,7 @@ typedef enum sh_kind {
     EV_STREAMED,    /* a pass of a paged model streamed a bytes from host memory (the pager refused them) */
     EV_RAM_DROP,    /* RAM copies dropped for the ledger (a: bytes, b: 1 asked by another process, 0 to make room) */
     EV_RAM_REFUSED, /* a RAM growth the ledger refused even after dropping this process's own copies (a: bytes) */
+    EV_PRESSURE,    /* an out-of-memory retry site asked the other processes (a: bytes asked, b: bytes they freed) */
     EV_KIND_COUNT
 } sh_kind;
 

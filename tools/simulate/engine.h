@@ -7,7 +7,7 @@
  * socketpairs of its own, one eng_msg a packet.
  *
  * Third floor, on scenario.h and clock.h. run.c starts and stops the engine;
- * agent.c speaks the messages only.
+ * agent_engine.c speaks the messages only.
  */
 #ifndef COMEM_TOOLS_SIMULATE_ENGINE_H
 #define COMEM_TOOLS_SIMULATE_ENGINE_H

@@ -386,6 +386,10 @@ void sim_print_timeline(const scenario *s, const run_result *r)
         case EV_CUSTOM:
             snprintf(line, sizeof line, "custom node holds %s", sim_gib((double)e->a, a, 32));
             break;
+        case EV_PRESSURE:
+            snprintf(line, sizeof line, "at an out-of-memory retry: asked the others for %s, got %s",
+                     sim_gib((double)e->a, a, 32), sim_gib((double)e->b, b, 32));
+            break;
         default:
             break;
         }

@@ -23,7 +23,9 @@
  * The floors of tools/simulate/, each including only those below it:
  *
  *   5  run.h      run.c                  one run: fork, serve, sample, collect
- *   4  agent.h    agent.c                one scenario process
+ *   4  agent.h    agent.c                one scenario process (agent_internal.h:
+ *                agent_comem.c,         its policies: comem, and the engine's two)
+ *                agent_engine.c
  *   3  engine.h   engine.c               the model engine (comfy-env, uncoordinated)
  *   3  report.h   report.c, svg.c        a run's result; figures, tables, JSON, SVG
  *   2  clock.h    clock.c                the state a run's processes share

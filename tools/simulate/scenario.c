@@ -416,6 +416,12 @@ static bool step_line(parser *p, char **tok, int n)
         st->kind = ST_INJECT;
         if (!need_args(p, kw, 1, n, "a count") || !parse_int(p, kw, tok[1], 1, 1000, &st->count))
             return false;
+    } else if (!strcmp(kw, "pressure")) {
+        st->kind = ST_PRESSURE;
+        if (!need_args(p, kw, 1, n, "a size") || !parse_bytes(p, kw, tok[1], &st->bytes))
+            return false;
+        if (n > 2)
+            return fail(p, "'pressure' takes one size");
     } else {
         return fail(p, "unknown statement '%s' (see docs/scenarios.md)", kw);
     }
@@ -686,7 +692,8 @@ static bool statement(parser *p, char **tok, int n, const char *raw)
     if (!strcmp(kw, "expect-gap"))
         return expect_line(p, true, tok, n, raw);
     static const char *const steps[] = {"at", "idle", "wait", "load", "unload", "run", "foreign", "custom",
-                                        "pin", "unpin", "ram", "kill", "release", "inject-faults"};
+                                        "pin", "unpin", "ram", "kill", "release", "inject-faults",
+                                        "pressure"};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
         if (!strcmp(kw, steps[i]) && (p->cur || strcmp(kw, "ram")))
             return step_line(p, tok, n);

@@ -45,7 +45,8 @@ typedef enum sc_step_kind {
     ST_RAM,     /* hold bytes of plain host RAM (absolute) */
     ST_KILL,    /* die by SIGKILL */
     ST_RELEASE, /* ask process target to release bytes (-1: all) from the command line */
-    ST_INJECT   /* the next count page commits fail transiently (NOT_READY) */
+    ST_INJECT,  /* the next count page commits fail transiently (NOT_READY) */
+    ST_PRESSURE /* an out-of-memory retry site: ask the other processes for bytes on its card (comem_pressure) */
 } sc_step_kind;
 
 typedef struct sc_step {
