@@ -442,7 +442,13 @@ static int64_t keeps_room(comem_coord_srv *s, uint64_t jid, const job *j, int64_
             out = comem_add(out, comem_clamp0(a->bytes));
     }
     bool keeps_freed = j->state != JOB_WAITING || young;
-    return comem_add(out, keeps_freed ? comem_clamp0(j->freed) : 0);
+    int64_t kept = comem_add(out, keeps_freed ? comem_clamp0(j->freed) : 0);
+    /* During the hold an admission counts on all of its need, not only on what its asks bring back: the
+       room that was free when it planned is its too (a later one fitting in that room would leave it
+       short by what it took, its receipts notwithstanding). After the hold, as above. */
+    if (j->kind == JOB_ADMIT && young)
+        kept = comem_max(kept, comem_clamp0(j->need));
+    return kept;
 }
 
 /*
