@@ -42,6 +42,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -487,6 +488,126 @@ class TestRamCache(ServerCase):
         self.assertEqual(_comem_errors(self.run_.stderr()), [], "comem logged at ERROR level\n" + self.run_.logs())
         self.assertEqual(other.finish(), 0, other.errors())
         self.machine.check_ledger(self)
+
+
+LLAMA_SERVER = os.environ.get("COMEM_LLAMA_SERVER") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".cache", "llama", "build", "bin",
+    "llama-server")
+
+
+class TestLlmServerBeside(ServerCase):
+    """An LLM server beside the real ComfyUI (issue 42): ComfyUI's own admission makes the idle server unload.
+
+    comemd serves host RAM on a 4 GiB budget; ComfyUI keeps 1 GiB free for each node (``--cache-ram 1``),
+    and puts that to the machine before the node runs (an admission of the headroom on host RAM). The
+    LLM server holds its model in host RAM until less than the headroom is free; ``comem.apps`` speaks
+    for it. A prompt then runs: before its first node, the coordinator asks the idle server, which
+    unloads its model (its process exits); the receipt is the RSS measured to leave; the prompt
+    completes. The server is the real llama.cpp server where scripts/llama-server.sh built it, and an
+    Ollama-shaped one (procs/fake_llm.py: Ollama's documented calls, its model in a child process)
+    otherwise. It runs against one ComfyUI (783545f6): what it exercises does not change between eras.
+    """
+
+    comemd_extra = ["--ram", RAM_BUDGET]
+    server_extra = ["--cache-ram", str(HEADROOM_GB)]
+
+    def setUp(self) -> None:
+        super().setUp()
+        if support.comfyui_era() != "783545f6":
+            self.skipTest("the LLM server beside ComfyUI runs against ComfyUI 783545f6 only (era-independent)")
+
+    def _llama(self, mib: int) -> Any:
+        import importlib.util
+        if not os.access(LLAMA_SERVER, os.X_OK) or importlib.util.find_spec("gguf") is None:
+            return None
+        d = tempfile.mkdtemp(prefix="comem-llama-")
+        self.addCleanup(shutil.rmtree, d, True)
+        os.makedirs(os.path.join(d, "models"))
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "procs",
+                                                     "make_tiny_gguf.py"), os.path.join(d, "models", "tiny.gguf"),
+                        "--size-mib", str(mib)], check=True, capture_output=True, timeout=600)
+        port = _free_port()
+        log = open(os.path.join(d, "llama.log"), "w")
+        self.addCleanup(log.close)
+        proc = subprocess.Popen([LLAMA_SERVER, "--models-dir", os.path.join(d, "models"), "--host", "127.0.0.1",
+                                 "--port", str(port), "-t", "1", "--models-max", "1"], stdout=log,
+                                stderr=subprocess.STDOUT, env=dict(os.environ, LLAMA_CACHE=d))
+        self.addCleanup(lambda: (proc.terminate(), proc.wait(30)))
+        return proc, f"http://127.0.0.1:{port}", "llama-server", "tiny"
+
+    def _fake(self, mib: int) -> Any:
+        proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "procs",
+                                                              "fake_llm.py"), "--kind", "ollama", "--mib", str(mib)],
+                                stdout=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (proc.terminate(), proc.wait(30), proc.stdout.close()))
+        hello = json.loads(proc.stdout.readline())
+        return proc, f"http://127.0.0.1:{hello['port']}", "ollama", "tiny:latest"
+
+    def test_a_node_s_headroom_unloads_the_idle_llm_server(self):
+        from comem import apps
+        self.start_server()
+        free = _ram_device(self.machine.status())["free"]
+        mib = (free - HEADROOM // 3) // MiB  # leaves about a third of the headroom free once it is loaded
+        server = self._llama(mib) or self._fake(mib)
+        proc, url, recipe, model = server
+        what = "the real llama-server" if recipe == "llama-server" else "an Ollama-shaped server"
+        ep = apps.Endpoint("llm", url, timeout=120)
+        self.assertTrue(support.wait_for(lambda: _answers(ep), 120), f"{what} did not answer")
+        if recipe == "llama-server":
+            ep.call("POST", "/models/load", {"model": model})
+            state = support.wait_for(lambda: [m["status"]["value"] for m in ep.call("GET", "/models")["data"]
+                                              if m["status"]["value"] not in ("unloaded", "loading")] or None, 300)
+            self.assertEqual(state, ["loaded"], f"{what} did not load its {mib} MiB model")
+        cfg = apps.AppConfig("llm", recipe, url, "ram", None, "first", "never", 1, None)
+        runner = apps.Runner([cfg], socket=self.machine.socket, interval=0.1)
+        t = threading.Thread(target=runner.run, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 30)
+        self.addCleanup(runner.stop)
+        holder = runner.holders[0]
+
+        def loaded() -> Optional[Dict[str, Any]]:
+            dev = _ram_device(self.machine.status())
+            hs = [h for p in dev["processes"] for h in p["holders"] if h.get("app_pid")]
+            return hs[0] if hs and hs[0]["resident"] >= mib * MiB else None
+        h = support.wait_for(loaded, 120)
+        self.assertIsNotNone(h, f"{what}'s model never showed on the ledger\n{self.machine.status()}")
+        self.assertLess(_ram_device(self.machine.status())["free"], HEADROOM)
+
+        # A prompt: before its first node runs, ComfyUI's headroom admission asks the idle LLM server.
+        entry = self.queue({"1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1,
+                                                                         "color": 0}},
+                            "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}}})
+        self.assertEqual(entry["status"]["status_str"], "success")
+        unloads = [e for e in holder.events if e.what == "unload"]
+        self.assertEqual(len(unloads), 1, f"{what} was not asked\n" + self.run_.logs())
+        self.assertEqual(unloads[0].model, model)
+        self.assertGreaterEqual(unloads[0].nbytes, mib * MiB, "its model's process left with its RSS")
+        self.assertIn("MiB of host RAM given back by other processes", self.run_.stdout())
+        dev = _ram_device(self.machine.status())
+        self.assertLessEqual(dev["host_ram"]["bytes_freed"], unloads[0].nbytes, "counted at most what was measured")
+        self.assertGreaterEqual(dev["host_ram"]["bytes_freed"], unloads[0].nbytes - MiB)
+        self.assertIsNone(proc.poll(), f"{what} lives (it unloaded; nothing was killed)")
+        self.assertIsNone(self.run_.proc.poll(), "ComfyUI lives")
+        self.assertEqual(_comem_errors(self.run_.stderr()), [], "comem logged at ERROR level\n" + self.run_.logs())
+        print(f"\n{what}: unloaded {unloads[0].nbytes / MiB:.0f} MiB in {unloads[0].seconds:.3f} s for ComfyUI's node",
+              file=sys.stderr)
+        self.machine.check_ledger(self)
+
+
+def _answers(ep: Any) -> bool:
+    from comem import apps
+    try:
+        for path in ("/health", "/api/ps"):
+            try:
+                ep.call("GET", path, timeout=2)
+                return True
+            except apps.AppError as e:
+                if "HTTP 404" not in str(e):
+                    return False
+    except Exception:
+        return False
+    return False
 
 
 def _process(dev: Dict[str, Any], name: str) -> Dict[str, Any]:
