@@ -287,6 +287,37 @@ class AppsOnHostRamTest(unittest.TestCase):
                 s.stop()
         self.m.check_ledger(self)
 
+    def test_started_beside_comfyui_once_and_gone_with_it(self):
+        from comem.apps import launch
+        s = self.serve("ollama", mib=64)
+        with tempfile.TemporaryDirectory() as d:
+            cfg = os.path.join(d, "apps.toml")
+            with open(cfg, "w") as f:
+                f.write(f'[[app]]\nname = "llm"\nrecipe = "ollama"\nurl = "{s.url}"\nreload = "never"\n')
+            owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])  # plays ComfyUI
+            self.addCleanup(owner.kill)
+            saved = os.environ.get("COMEM_APPS")
+            os.environ["COMEM_APPS"] = cfg
+            try:
+                first = launch.start_beside(self.m.socket, owner.pid)
+                self.assertIsNotNone(first)
+                h = wait_for(lambda: next(iter(app_holders(self.m.status()).values()), None), timeout=60)
+                self.assertEqual(h["name"], "llm", "comem-apps speaks for the server of the apps file")
+                second = launch.start_beside(self.m.socket, owner.pid)  # another ComfyUI of this user
+                self.assertTrue(wait_for(lambda: not procs_alive(second), timeout=60), "the second exits at once")
+                self.assertTrue(procs_alive(first))
+                self.assertEqual([p["name"] for p in ram_device(self.m.status())["processes"]].count("comem-apps"), 1)
+            finally:
+                if saved is None:
+                    os.environ.pop("COMEM_APPS", None)
+                else:
+                    os.environ["COMEM_APPS"] = saved
+            owner.kill()
+            owner.wait()
+            self.assertTrue(wait_for(lambda: not procs_alive(first), timeout=60), "it ends with the process it serves")
+            self.assertEqual(wait_for(lambda: app_holders(self.m.status()) or None, timeout=2), None,
+                             "and the server leaves the ledger")
+
     def test_a_server_that_is_not_running_is_said_once_and_nothing_breaks(self):
         cfg = apps.AppConfig("ghost", "llama-server", "http://127.0.0.1:9", "ram", None, "first", "when-free", 1, None)
         r = apps.Runner([cfg], socket=self.m.socket, interval=0.1)

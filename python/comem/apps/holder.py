@@ -131,7 +131,7 @@ class AppHolder:
             for m in models:
                 if m.loaded:
                     by_pid.setdefault(model_process(root, m, self.recipe), []).append(m)
-                    if m.name in self.unloaded:  # loaded again, not by comem: seen after the fact
+                    if m.name in self.unloaded and m.name not in self._loading:  # loaded again, not by comem
                         self.events.append(Event(self.clock(), "reloaded-by-itself", m.name, 0, 0.0))
                         self._say("self-" + m.name, f"app '{self.app.name}' loaded '{m.name}' again by itself; "
                                                      "counted from now on (docs/apps.md: the proxy admits it first)")

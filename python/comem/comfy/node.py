@@ -65,6 +65,9 @@ def install_from_comfyui() -> Optional[Any]:
         # in ComfyUI's process either. Until the user's answers, ComfyUI decides locally; it joins it then.
         starting = enabled()
         _host = Host(embed=starting).install()
+        if starting:  # the LLM servers of the user's apps file, spoken for while this ComfyUI runs (docs/apps.md)
+            from ..apps.launch import start_beside
+            start_beside(None, os.getpid())
         if not starting and not _host.client.connected:
             log.info("comem: %s=%s and no coordinator answers: ComfyUI decides locally until one runs (start "
                      "`comemd` yourself, or the systemd user unit); it joins it then, within a second", SWITCH,
