@@ -239,6 +239,29 @@ class AppsOnHostRamTest(unittest.TestCase):
         self.assertEqual(holder.unloaded, {})
         self.m.check_ledger(self)
 
+    def test_what_an_idle_release_took_waits_for_a_request(self):
+        self.m.__exit__(None, None, None)  # this one's coordinator releases idle holders after 1 s
+        self.m = Machine(extra=["--ram", "2GiB"], idle_release=1)
+        self.m.__enter__()
+        s = self.serve("ollama", mib=64)
+        port = free_port()
+        holder = self.speak_for(s, "ollama", proxy=port)  # reload = "when-free"
+        self.assertTrue(wait_for(lambda: [e for e in holder.events if e.what == "unload"], timeout=60),
+                        "the idle server was never released")
+        unload = [e for e in holder.events if e.what == "unload"][0]
+        self.assertEqual(unload.model, "tiny:latest")
+        # The room is there, and stays: no reload when free, so no unload again either. Many looks later:
+        start = holder.looks
+        self.assertTrue(wait_for(lambda: holder.looks >= start + 30, timeout=60))
+        self.assertEqual([e.what for e in holder.events], ["unload"], "not loaded again for nobody")
+        self.assertEqual(s_log(s), [])
+        # A request loads it, through the proxy's admission.
+        via = apps.Endpoint("via-proxy", f"http://127.0.0.1:{port}", timeout=60)
+        self.assertEqual(via.call("POST", "/api/generate", {"model": "tiny:latest", "prompt": "hi"})["response"], "hi")
+        self.assertEqual(s_log(s), ["load", "generate"])
+        self.assertEqual([e.what for e in holder.events][:2], ["unload", "load"])
+        self.m.check_ledger(self)
+
     def test_a_busy_server_is_asked_at_its_boundary(self):
         s = self.serve("vllm")
         holder = self.speak_for(s, "vllm", reload="never")

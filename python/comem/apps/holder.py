@@ -12,7 +12,9 @@ the ask names (or, with no plan, the largest first until the bytes asked are cov
 with the recipe's call; the receipt is what the measurement shows leave (the process gone, or its
 RSS's drop), never what the server or the recipe claims. An unloaded model is loaded again, with
 ``reload = "when-free"``, only once the ledger's view shows room for what it held, and through an
-admission, so its bytes are booked before the server takes them.
+admission, so its bytes are booked before the server takes them; one an idle release took (nobody
+needed the room) waits for a request instead, or it would be unloaded and loaded again every
+idle-release period.
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ class AppHolder:
         self.events: List[Event] = []
         self.unloaded: Dict[str, int] = {}  #: model -> bytes it held when comem unloaded it
         self.inflight = 0                   #: requests the proxy is passing to the server now
+        self.looks = 0                      #: refresh() calls so far
         self._loading: Set[str] = set()     # models a load() is loading now
+        self._idle_taken: Set[str] = set()  # unloaded by an idle release: nobody needed the room, so no reload when free
         self._lock = threading.RLock()
         self._held: Dict[int, _Held] = {}
         self._root: Optional[int] = None
@@ -112,6 +116,7 @@ class AppHolder:
 
     def refresh(self) -> None:
         """One look at the server: its loaded models on the ledger, with what their processes hold."""
+        self.looks += 1
         with self._lock:
             root = self.root()
             if root is None:
@@ -136,6 +141,7 @@ class AppHolder:
                         self._say("self-" + m.name, f"app '{self.app.name}' loaded '{m.name}' again by itself; "
                                                      "counted from now on (docs/apps.md: the proxy admits it first)")
                         del self.unloaded[m.name]
+                        self._idle_taken.discard(m.name)
             for pid in [p for p in self._held if p not in by_pid]:
                 self._drop(pid)
             for pid, ms in by_pid.items():
@@ -203,9 +209,9 @@ class AppHolder:
                         break
                     named.append(e.name)
                     total += e.resident
-            return self._unload(held, named)
+            return self._unload(held, named, idle=ask.kind == "idle")
 
-    def _unload(self, held: _Held, names: List[str]) -> int:
+    def _unload(self, held: _Held, names: List[str], idle: bool = False) -> int:
         before = self.use(held.pid) or 0
         expect = sum(held.entries[n].resident for n in names)
         t0 = self.clock()
@@ -232,6 +238,10 @@ class AppHolder:
         for n in done:
             e = held.entries[n]
             self.unloaded[n] = max(self.unloaded.get(n, 0), e.resident)
+            if idle:  # nobody needed the room: loaded again by a request (the proxy), never when free
+                self._idle_taken.add(n)
+            else:
+                self._idle_taken.discard(n)
             e.resident = 0  # sent with the receipt
         self.events.append(Event(self.clock(), "unload", ",".join(done), freed, seconds))
         log.info("comem.apps: app '%s' unloaded %s: %d bytes left pid %d in %.2f s",
@@ -242,9 +252,10 @@ class AppHolder:
 
     def reload_when_free(self) -> Optional[str]:
         """Loads one model comem unloaded once the ledger has room for it, through an admission; its name, or None."""
-        if self.app.reload != "when-free" or not self.unloaded:
+        wanted = {n: b for n, b in self.unloaded.items() if n not in self._idle_taken}
+        if self.app.reload != "when-free" or not wanted:
             return None
-        name, need = max(self.unloaded.items(), key=lambda kv: kv[1])
+        name, need = max(wanted.items(), key=lambda kv: kv[1])
         room = self._room()
         if room is None or room < need:
             return None
@@ -296,6 +307,7 @@ class AppHolder:
             log.warning("comem.apps: %s", e)
             return False
         self.unloaded.pop(name, None)
+        self._idle_taken.discard(name)
         self.refresh()  # the process's entry holds the bytes now...
         grant.cancel()  # ...so the grant goes (briefly counted twice, never not at all)
         got = sum(e.resident for h in self._held.values() for n, e in h.entries.items() if n == name)
