@@ -60,6 +60,11 @@ class Simulate(unittest.TestCase):
             ("card 8GiB\nworker w\n  idle 1 until done\n", 3, "until released"),
             ("card 8GiB\napp a\n  idle 1 until released\n", 3, "holds no models"),
             ("card 8GiB\nram 8GiB ledger bogus\nworker w\n  idle 1\n", 2, "unknown or incomplete 'bogus'"),
+            ("card 8GiB\napp llm\n  model m 1GiB paged\n", 3, "holds whole models"),
+            ("card 8GiB\napp llm\n  idle 1\n  model m 1GiB\n", 4, "models come before its steps"),
+            ("card 8GiB\napp llm\n  unload m\n", 3, "declare its models first"),
+            ("card 8GiB\napp llm\n  pin 1GiB\n", 3, "an app (an unregistered program) cannot 'pin'"),
+            ("card 8GiB\napp browser\n  foreign 1GiB\nworker w\n  release browser\n", 5, "no models"),
         ]
         for i, (text, line, what) in enumerate(cases):
             path = self.write(f"bad{i}.scn", text)
@@ -190,6 +195,51 @@ expect evictions == 1
         path = self.write("until.scn", text)
         p = run("simulate", path, "--policy", "comem", timeout=60)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+    def test_an_llm_server_unloads_whole_and_is_admitted_again(self):
+        # An app with models is an LLM server. Under comem (comem-apps speaking for it) an ask for part of
+        # its model takes all of it, a request loads it again through an admission (ComfyUI's idle host gives
+        # room), and a request that finds no room is not served; nobody speaks for it under the others: it
+        # keeps its model, ComfyUI streams beside it, and its load after the host's fails, all or nothing.
+        text = """\
+scenario llm "an LLM server beside ComfyUI"
+speed 200
+card 8GiB
+app llm
+  model chat 4GiB
+  run 2
+  at 30
+  unload chat
+  at 40
+  run 2
+host comfy start 5
+  model sd 5GiB
+  load sd
+  run 2
+  at 32
+  run 2
+expect failed == 0
+expect resident llm after line 13 == 0
+"""
+        path, js = self.write("llm.scn", text), os.path.join(self.dir.name, "llm.json")
+        p = run("simulate", path, "--json", js, "--timeline", "all", timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("serves a request for 2 s", p.stdout)
+        runs = {r["policy"]: r for r in json.loads(self.read(js))["runs"]}
+        ev = [e for e in runs["comem"]["events"] if e["process"] == "llm"]
+        asked = [e for e in ev if e["kind"] == 6]  # EV_ASKED: asked for a, gave b
+        self.assertTrue(asked and all(e["b"] == 4 * 2**30 for e in asked), asked)
+        self.assertTrue(any(e["a"] < e["b"] for e in asked), "asked for part of it, it gave the whole model")
+        self.assertTrue(any(e["kind"] == 9 and e["a"] == 4 * 2**30 for e in ev), "loaded again (EV_RELOAD)")
+        self.assertEqual(runs["comem"]["metrics"]["streamed"], 0)
+        for policy in ("comfy-env", "uncoordinated"):
+            r = runs[policy]
+            ev = [e for e in r["events"] if e["process"] == "llm"]
+            self.assertFalse(any(e["kind"] in (6, 7, 8) for e in ev), "nobody asks it")
+            self.assertEqual(r["metrics"]["failed"], 1, policy)  # its load at 40, after the host's at 32
+            self.assertGreater(r["metrics"]["streamed"], 0, policy)  # the host beside its model
+            self.assertIn("a request FAILED: 4.0G of its model not on the card", p.stdout)
+            self.assertFalse(r["expectations"][0]["ok"])
 
     def test_scratch_folders_go_where_tmpdir_says(self):
         good = self.write("good.scn", GOOD)

@@ -84,6 +84,7 @@ static int64_t load_bytes(agent *a, int i, int64_t bytes, double cancel, bool *o
             m->resident += chunk;
             int64_t r = comem_min(chunk, m->evicted_pending);
             m->evicted_pending -= r;
+            m->idle_taken = false; /* on the card again */
             reloaded += r;
         }
         pthread_mutex_unlock(&a->lock);
@@ -255,27 +256,40 @@ static void bring_in(agent *a, int i, double cancel)
         }
         return;
     }
+    pthread_mutex_lock(&a->load_lock); /* an LLM server's reload on comem-apps' look waits for this one, and back */
     int64_t need = sm->size - m->resident;
     uint64_t grant = 0;
-    if (!a->policy->admit_whole(a, i, &need, &grant))
+    if (!a->policy->admit_whole(a, i, &need, &grant)) {
+        pthread_mutex_unlock(&a->load_lock);
         return;
+    }
     agent_ev(a, EV_LOAD, i, need, 0);
     bool oom;
     int64_t got = load_bytes(a, i, need, cancel, &oom);
-    m->listed = true;
+    if (oom && agent_server(a)) {
+        /* an LLM server's load is all or nothing (llama.cpp's, vLLM's): a failed one lets go of what it had */
+        pthread_mutex_lock(&a->lock);
+        agent_free_whole(a, i, -1, false);
+        pthread_mutex_unlock(&a->lock);
+        got = 0;
+    }
+    m->listed = m->resident > 0 || !agent_server(a);
     a->policy->whole_loaded(a, i, grant, got);
     a->policy->census(a, i);
     if (cancel > 0)
         agent_ev(a, EV_CANCEL, i, got, m->resident);
-    else
+    else if (!(oom && agent_server(a)))
         agent_ev(a, EV_LOADED, i, m->resident, got);
+    pthread_mutex_unlock(&a->load_lock);
 }
+
+void agent_bring_in(agent *a, int i) { bring_in(a, i, 0); }
 
 static void do_run(agent *a, const sc_step *st)
 {
     uint32_t use = st->models;
     for (int i = 0; i < a->pr->n_models && !st->models; i++)
-        if (a->m[i].wanted)
+        if (a->m[i].wanted || agent_server(a)) /* a request to a server names its model, loaded or not */
             use |= 1u << i;
     char prompt[64];
     snprintf(prompt, sizeof prompt, "%s-run-%d", a->pr->name, ++a->runs);
@@ -285,6 +299,16 @@ static void do_run(agent *a, const sc_step *st)
     for (int i = 0; i < a->pr->n_models; i++)
         if (use & (1u << i))
             bring_in(a, i, 0);
+    int64_t missing = 0; /* a server computes from the card or not at all: the request fails (HTTP 503, an error) */
+    for (int i = 0; i < a->pr->n_models && agent_server(a); i++)
+        if (use & (1u << i))
+            missing += comem_clamp0(a->pr->models[i].size - a->m[i].resident);
+    if (missing > 0) {
+        agent_ev(a, EV_REQ_FAILED, -1, missing, 0);
+        if (a->policy->busy_covers_loads)
+            a->policy->busy(a, false, prompt);
+        return;
+    }
     a->busy = true;
     if (!a->policy->busy_covers_loads)
         a->policy->busy(a, true, prompt);
@@ -330,7 +354,8 @@ static void do_unload(agent *a, int i)
     } else {
         pthread_mutex_lock(&a->lock);
         freed = agent_free_whole(a, i, -1, false);
-        m->evicted_pending = 0;
+        if (!agent_server(a)) /* a server's model comem unloaded stays comem-apps' to load again (docs/apps.md) */
+            m->evicted_pending = 0;
         pthread_mutex_unlock(&a->lock);
         a->policy->whole_unloaded(a, i);
     }
@@ -534,7 +559,9 @@ _Noreturn void sim_agent_main(const scenario *s, sc_policy policy, int idx, sh_r
     memset(&a, 0, sizeof a);
     a.s = s;
     a.pr = &s->procs[idx];
-    a.policy = policy == POL_COMEM ? &agent_policy_comem : &agent_policy_engine;
+    a.policy = policy == POL_COMEM    ? &agent_policy_comem
+               : sc_proc_server(a.pr) ? &agent_policy_alone /* no ComfyUI in it, nobody speaks for it */
+                                      : &agent_policy_engine;
     a.idx = idx;
     a.card = a.pr->card;
     a.sh = sh;
@@ -543,6 +570,11 @@ _Noreturn void sim_agent_main(const scenario *s, sc_policy policy, int idx, sh_r
     a.req_fd = req_fd;
     a.cmd_fd = cmd_fd;
     pthread_mutex_init(&a.lock, NULL);
+    pthread_mutexattr_t rec; /* recursive: comem-apps' look holds it around a bring_in, which takes it too */
+    pthread_mutexattr_init(&rec);
+    pthread_mutexattr_settype(&rec, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&a.load_lock, &rec);
+    pthread_mutexattr_destroy(&rec);
     alarm(600); /* never outlive a broken orchestrator */
     char go;
     if (read(go_fd, &go, 1) != 1)
@@ -554,7 +586,7 @@ _Noreturn void sim_agent_main(const scenario *s, sc_policy policy, int idx, sh_r
     sh_sleep_until(sh, a.pr->start);
     atomic_store(&sh->p[idx].state, 1);
     agent_ev(&a, EV_START, -1, getpid(), 0);
-    if (a.pr->role != ROLE_APP)
+    if (a.pr->role != ROLE_APP || sc_proc_server(a.pr))
         a.policy->open(&a);
     atomic_store(&sh->p[idx].started, 1); /* others' steps after this start may go on (clock.c) */
     for (int k = 0; k < a.pr->n_steps && !atomic_load(&sh->end); k++) {

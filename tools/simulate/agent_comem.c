@@ -59,7 +59,10 @@ static int largest_whole(agent *a, const bool *done)
  * The `models` holder's ask. An idle release frees every whole model; a
  * planned one (n entries) frees what the plan says of each; one with no plan
  * (comem_pressure's asks name no entry) frees the largest resident model
- * first, each for what is still missing, until `bytes` came off.
+ * first, each for what is still missing, until `bytes` came off. An LLM
+ * server unloads whole models whatever the plan says of them (comem-apps:
+ * the server's unload call takes all of a model), the largest first when
+ * there is no plan, and its receipt is what left its process.
  */
 static int on_release_models(void *user, uint64_t holder, int kind, int64_t bytes, const uint64_t *entries,
                              const int64_t *amounts, size_t n, int64_t *freed)
@@ -67,16 +70,19 @@ static int on_release_models(void *user, uint64_t holder, int kind, int64_t byte
     (void)holder;
     agent *a = user;
     int64_t total = 0, changed[SC_MAX_MODELS] = {0};
+    bool whole = agent_server(a);
     pthread_mutex_lock(&a->lock);
     if (kind == COMEM_RELEASE_IDLE) {
         for (int i = 0; i < a->pr->n_models; i++)
-            if (!a->pr->models[i].paged)
+            if (!a->pr->models[i].paged) {
                 changed[i] = agent_free_whole(a, i, -1, true);
+                a->m[i].idle_taken = whole && changed[i] > 0; /* comem-apps: nobody needed it, so no reload when free */
+            }
     } else if (n > 0) {
         for (size_t k = 0; k < n; k++) {
             int i = model_of_entry(a, entries[k]);
             if (i >= 0)
-                changed[i] += agent_free_whole(a, i, amounts[k], true);
+                changed[i] += agent_free_whole(a, i, whole ? -1 : amounts[k], true);
         }
     } else {
         bool done[SC_MAX_MODELS] = {false};
@@ -86,7 +92,7 @@ static int on_release_models(void *user, uint64_t holder, int kind, int64_t byte
             if (i < 0)
                 break;
             done[i] = true;
-            changed[i] = agent_free_whole(a, i, bytes - got, true);
+            changed[i] = agent_free_whole(a, i, whole ? -1 : bytes - got, true);
             got += changed[i];
         }
     }
@@ -214,10 +220,22 @@ static int admit_for(agent *a, int i, int64_t bytes, uint64_t *grant)
     double t0 = agent_now(a);
     uint64_t keep[1] = {a->m[i].entry};
     uint64_t holder = sm->paged ? comem_pager_holder(a->pager) : a->h_models;
+    int64_t inference = sm->inference;
+    if (agent_server(a)) { /* comem-apps admits the bytes the model held, for no holder, with nothing kept */
+        holder = 0;
+        inference = 0;
+        keep[0] = 0;
+    }
+    double wait = a->s->admit_wait;
+    int timeout_ms = 20000;
+    if (a->when_free) { /* comem-apps' reload when free waits 5 s (holder.py's load), and a miss is no failure */
+        wait = 5;
+        timeout_ms = (int)comem_max(1, (int64_t)(5000 / a->s->speed));
+    }
     for (;;) {
         comem_admission ad;
-        int rc = comem_admit_record(a->c, a->card, holder, bytes, sm->inference, 0, keep, keep[0] ? 1 : 0, 20000,
-                                    &ad);
+        int rc =
+            comem_admit_record(a->c, a->card, holder, bytes, inference, 0, keep, keep[0] ? 1 : 0, timeout_ms, &ad);
         if (rc == COMEM_OK) {
             *grant = ad.grant;
             agent_ev(a, EV_GRANT, i, (int64_t)(agent_waited(a, t0) * 1e6), ad.freed);
@@ -228,8 +246,8 @@ static int admit_for(agent *a, int i, int64_t bytes, uint64_t *grant)
             continue; /* this process's own manager made room among its own models: ask again */
         if (sm->paged)
             return rc; /* the pager takes what is free: no refusal, no wait */
-        if (rc != COMEM_ENOSPC || agent_waited(a, t0) >= a->s->admit_wait || atomic_load(&a->sh->end)) {
-            agent_ev(a, EV_REFUSE, i, bytes, short_by);
+        if (rc != COMEM_ENOSPC || agent_waited(a, t0) >= wait || atomic_load(&a->sh->end)) {
+            agent_ev(a, a->when_free ? EV_NO_ROOM_YET : EV_REFUSE, i, bytes, short_by);
             return rc;
         }
         sh_sleep(a->sh, 1.0); /* queued: try again when someone may have let go */
@@ -444,6 +462,42 @@ static int64_t cli_release(agent *a, const sc_step *st)
     return freed;
 }
 
+/* ---- an LLM server: comem-apps' look ---- */
+
+/*
+ * comem-apps' reload = "when-free" (python/comem/apps/holder.py, reload_when_free): once a second, the
+ * largest model comem unloaded for another process (not by an idle release) is loaded again when the coordinator's room (free, less what is granted
+ * and the reserve: the view's) covers what it held, through an admission (agent_bring_in) that waits at
+ * most 5 s; refused, it is looked at again a second later (EV_NO_ROOM_YET, no failure). A request that
+ * comes first loads it itself, through the proxy's admission (the scenario's admit-wait).
+ */
+static void *apps_look(void *arg)
+{
+    agent *a = arg;
+    while (!atomic_load(&a->sh->end)) {
+        sh_sleep(a->sh, 1.0);
+        int best = -1;
+        int64_t need = 0;
+        pthread_mutex_lock(&a->lock);
+        for (int i = 0; i < a->pr->n_models; i++)
+            if (a->m[i].evicted_pending > need && a->m[i].resident == 0 && !a->m[i].idle_taken) {
+                best = i;
+                need = a->m[i].evicted_pending;
+            }
+        pthread_mutex_unlock(&a->lock);
+        int64_t room = -1;
+        if (best < 0 || atomic_load(&a->sh->end) || comem_view_room(a->view, a->card, &room) != COMEM_OK ||
+            room < need)
+            continue;
+        pthread_mutex_lock(&a->load_lock); /* the timeline's loads wait, so when_free is this thread's */
+        a->when_free = true;
+        agent_bring_in(a, best);
+        a->when_free = false;
+        pthread_mutex_unlock(&a->load_lock);
+    }
+    return NULL;
+}
+
 /* ---- the policy ---- */
 
 static void open_comem(agent *a)
@@ -465,9 +519,13 @@ static void open_comem(agent *a)
     if (!comem_client_connected(a->c))
         agent_ev(a, EV_LOCAL, -1, 0, 0);
     comem_sim_touch(a->sim, a->card); /* CUDA initialisation */
-    unsigned hflags = COMEM_ANSWERS_RELEASE | (pr->role == ROLE_WORKER ? COMEM_ANSWERS_IDLE : 0);
+    /* a server's holder answers idle releases as a worker's does (comem-apps: answers release and idle) */
+    unsigned hflags = COMEM_ANSWERS_RELEASE | (pr->role != ROLE_HOST ? COMEM_ANSWERS_IDLE : 0);
     comem_holder_add(a->c, "models", a->card, COMEM_KIND_MODELS, hflags, on_release_models, a, &a->h_models);
-    if (a->s->ram_ledger && !agent_uma(a)) {
+    if (agent_server(a) && comem_client_connected(a->c) && comem_client_view(a->c, &a->view) == COMEM_OK &&
+        pthread_create(&a->look, NULL, apps_look, a) == 0)
+        a->look_on = true;
+    if (a->s->ram_ledger && !agent_uma(a) && !agent_server(a)) { /* a server's RAM stays plain RAM */
         comem_holder_add(a->c, "ram-copies", COMEM_DEVICE_HOST_RAM, COMEM_KIND_MODELS,
                          COMEM_ANSWERS_RELEASE | COMEM_ANSWERS_IDLE, on_release_ram, a, &a->h_ram);
         pthread_mutex_lock(&a->lock);
@@ -478,6 +536,10 @@ static void open_comem(agent *a)
 
 static void close_comem(agent *a)
 {
+    if (a->look_on) /* the run is over (sh->end): the look ends within its second */
+        pthread_join(a->look, NULL);
+    if (a->view)
+        comem_view_close(a->view);
     if (a->pager)
         comem_pager_close(a->pager); /* detaches first */
     if (a->c)
@@ -507,16 +569,20 @@ static void paged_loaded_comem(agent *a, int i, uint64_t grant)
 
 static bool admit_whole_comem(agent *a, int i, int64_t *need, uint64_t *grant)
 {
+    if (*need > 0 && agent_server(a) && !a->m[i].evicted_pending)
+        return true; /* a model comem did not unload: the server loads it by itself, admitted by nobody */
     return *need > 0 && admit_for(a, i, *need, grant) == COMEM_OK;
 }
 
 static void whole_loaded_comem(agent *a, int i, uint64_t grant, int64_t got)
 {
     amodel *m = &a->m[i];
-    if (!m->entry)
+    if (!m->entry && (m->resident > 0 || !agent_server(a))) /* comem-apps lists a server's loaded models only */
         comem_entry_add(a->c, a->h_models, a->pr->models[i].name, a->pr->models[i].size, 0, 0, &m->entry);
-    comem_grant_done(a->c, grant, m->entry, got); /* cancelled or short: what did load is re-attributed */
-    comem_entry_set_resident(a->c, m->entry, m->resident);
+    if (grant) /* cancelled or short: what did load is re-attributed */
+        comem_grant_done(a->c, grant, m->entry, m->entry ? got : 0);
+    if (m->entry)
+        comem_entry_set_resident(a->c, m->entry, m->resident);
 }
 
 static void whole_unloaded_comem(agent *a, int i)

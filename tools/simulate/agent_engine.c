@@ -12,6 +12,10 @@
  *
  * The service thread takes the agent's lock for the model table; everything
  * else runs on the main thread.
+ *
+ * An LLM server (an app with models) is no ComfyUI: under both policies it
+ * runs agent_policy_alone, at the end of this file, and the engine never
+ * hears of it.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -259,5 +263,61 @@ const agent_policy agent_policy_engine = {
     .ram = ram_engine,
     .ram_changed = ram_changed_engine,
     .release = release_engine,
+    .pressure = pressure_engine,
+};
+
+/* ---- an LLM server under these policies: nobody speaks for it ---- */
+
+/*
+ * An LLM server (an app with models) with no comem-apps: it is no ComfyUI and
+ * tells the engine nothing (neither ComfyUI nor comfy-env knows it is there;
+ * they see its bytes in the card's reading), loads a whole model whenever a
+ * request needs it, failing where it does not fit (agent.c lets go of a
+ * failed load), and never lets go of a model but by its own unload step.
+ */
+static void open_alone(agent *a) { comem_sim_touch(a->sim, a->card); /* its CUDA context */ }
+
+static void busy_alone(agent *a, bool on, const char *prompt)
+{
+    (void)a;
+    (void)on;
+    (void)prompt;
+}
+
+static bool admit_whole_alone(agent *a, int i, int64_t *need, uint64_t *grant)
+{
+    (void)a;
+    (void)i;
+    (void)grant;
+    return *need > 0; /* all of what is missing, no arithmetic: it fits, or the allocation fails */
+}
+
+static void census_alone(agent *a, int i)
+{
+    (void)a;
+    (void)i;
+}
+
+const agent_policy agent_policy_alone = {
+    .open = open_alone,
+    .close = close_engine, /* no service thread, no pager: closes its end of the engine's channel */
+    .busy = busy_alone,
+    .busy_covers_loads = false,
+    .admit_paged = admit_paged_engine, /* a server's models are whole (scenario.c): never called */
+    .paged_loaded = paged_loaded_engine,
+    .admit_whole = admit_whole_alone,
+    .whole_loaded = whole_loaded_engine,
+    .whole_unloaded = whole_unloaded_engine,
+    .census = census_alone,
+    .pager_opened = pager_opened_engine,
+    .inject_faults = inject_faults_engine,
+    .staging_target = staging_target_engine,
+    .book_staging = book_staging_engine,
+    .pin = pin_engine, /* an app does not pin (scenario.c): never called */
+    .unpin = unpin_engine,
+    .custom_changed = custom_changed_engine,
+    .ram = ram_engine, /* plain RAM */
+    .ram_changed = ram_changed_engine,
+    .release = release_engine, /* a `release` step typed beside it: ComfyUI's /free, as for anyone */
     .pressure = pressure_engine,
 };

@@ -11,7 +11,9 @@
  *                    release callbacks, admission, pins, host RAM on the ledger
  *   agent_engine.c   the comfy-env and uncoordinated policies: the model engine
  *                    (engine.c) decides and the agent carries its decisions
- *                    out; the two differ only inside the engine
+ *                    out; the two differ only inside the engine. And an LLM
+ *                    server's under both (agent_policy_alone): nobody decides
+ *                    for it
  *
  * agent.c reaches a policy only through its agent_policy table (the redis ae
  * pattern the pager's VMM backends follow); a policy's file uses agent.c's
@@ -25,12 +27,15 @@
  *   ├── m[] [lock]           its models (amodel)
  *   ├── busy                 computing: the engine's commands are answered busy
  *   ├── pager                its pager, opened at its first paged model
- *   ├── comem's              the client, holder and entry ids, RAM copies
+ *   ├── comem's              the client, holder and entry ids, RAM copies, an LLM server's look
  *   └── the engine's         request and command channels, service thread
  *
  * Threads: the main thread walks the timeline; libcomem's own threads run the
  * release callbacks (comem), or the service thread runs the engine's commands
- * (the others). Both take `lock` for the model table.
+ * (the others). Both take `lock` for the model table. An LLM server under
+ * comem has one more, comem-apps' look (agent_comem.c), which loads a model
+ * again through agent_bring_in; `load_lock` keeps its loads and the
+ * timeline's one at a time.
  */
 #ifndef COMEM_TOOLS_SIMULATE_AGENT_INTERNAL_H
 #define COMEM_TOOLS_SIMULATE_AGENT_INTERNAL_H
@@ -51,6 +56,7 @@ typedef struct amodel {
     bool listed;             /* loaded: in its manager's list */
     bool wanted;             /* the workflow loaded it and has not unloaded it: a run uses it */
     int64_t evicted_pending; /* taken by someone's eviction and not loaded again yet */
+    bool idle_taken;         /* an LLM server's, taken by an idle release: loaded again only by a request */
     uint64_t entry;          /* comem entry (whole models) */
     comem_vbar *vbar;        /* paged models */
     int64_t high;            /* most of it ever resident at once (paged) */
@@ -86,6 +92,13 @@ typedef struct agent {
         int64_t bytes;
     } ram_held[SC_MAX_STEPS];
     int64_t ram_nominal; /* what the timeline's `ram` steps said; less what was dropped is what it holds */
+    /* an LLM server (an app with models) under comem: comem-apps' look, which loads again what comem unloaded
+       once there is room (reload = "when-free"), on its own thread; one load at a time, its or the timeline's */
+    pthread_mutex_t load_lock;
+    bool when_free; /* [load_lock] the load in progress is the look's reload when free */
+    pthread_t look;
+    bool look_on;
+    comem_view *view;
     /* comfy-env, uncoordinated (agent_engine.c) */
     int req_fd, cmd_fd;
     pthread_t svc;
@@ -144,6 +157,7 @@ struct agent_policy {
 
 extern const agent_policy agent_policy_comem;  /* agent_comem.c */
 extern const agent_policy agent_policy_engine; /* agent_engine.c: comfy-env and uncoordinated */
+extern const agent_policy agent_policy_alone;  /* agent_engine.c: an LLM server under those two: nobody speaks for it */
 
 /* ---- agent.c's helpers, for the policies ---- */
 
@@ -165,6 +179,10 @@ int64_t agent_free_whole(agent *a, int i, int64_t bytes, bool eviction);
 int64_t agent_free_paged(agent *a, int i, int64_t bytes);
 /* Bytes of model i on the card. */
 int64_t agent_model_resident(agent *a, int i);
+/* Loads whole model i (what of it is missing) as a run would, its policy's admission first; under load_lock. */
+void agent_bring_in(agent *a, int i);
+/* This process is an LLM server (an app with models). */
+static inline bool agent_server(const agent *a) { return sc_proc_server(a->pr); }
 
 /* Books bytes of host RAM (pinned or plain) on the machine; false when it is not there. */
 bool agent_ram_take(agent *a, int64_t bytes);

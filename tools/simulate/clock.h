@@ -55,6 +55,8 @@ typedef enum sh_kind {
     EV_RAM_DROP,    /* RAM copies dropped for the ledger (a: bytes, b: 1 asked by another process, 0 to make room) */
     EV_RAM_REFUSED, /* a RAM growth the ledger refused even after dropping this process's own copies (a: bytes) */
     EV_PRESSURE,    /* an out-of-memory retry site asked the other processes (a: bytes asked, b: bytes they freed) */
+    EV_REQ_FAILED,  /* an LLM server could not serve a request: its model is not on the card (a: bytes missing) */
+    EV_NO_ROOM_YET, /* comem-apps' reload when free was not admitted within its wait (a: bytes); it looks again */
     EV_KIND_COUNT
 } sh_kind;
 

@@ -317,8 +317,18 @@ void sim_print_timeline(const scenario *s, const run_result *r)
             snprintf(line, sizeof line, "reloads %s of %s", sim_gib((double)e->a, a, 32), mname(s, e));
             break;
         case EV_RUN:
-            snprintf(line, sizeof line, "computes for %.0f s%s%s%s", (double)e->a / 1000, e->b ? " (" : "",
-                     e->b ? sim_gib((double)e->b, b, 32) : "", e->b ? " of its weights from host RAM)" : "");
+            if (e->proc >= 0 && sc_proc_server(&s->procs[e->proc]))
+                snprintf(line, sizeof line, "serves a request for %.0f s", (double)e->a / 1000);
+            else
+                snprintf(line, sizeof line, "computes for %.0f s%s%s%s", (double)e->a / 1000, e->b ? " (" : "",
+                         e->b ? sim_gib((double)e->b, b, 32) : "", e->b ? " of its weights from host RAM)" : "");
+            break;
+        case EV_NO_ROOM_YET:
+            snprintf(line, sizeof line, "comem-apps: no room to load %s again yet (%s)", mname(s, e),
+                     sim_gib((double)e->a, a, 32));
+            break;
+        case EV_REQ_FAILED:
+            snprintf(line, sizeof line, "a request FAILED: %s of its model not on the card", sim_gib((double)e->a, a, 32));
             break;
         case EV_UNLOAD:
             snprintf(line, sizeof line, "unloads %s (%s)", mname(s, e), sim_gib((double)e->a, a, 32));

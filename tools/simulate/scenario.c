@@ -280,8 +280,8 @@ static bool model_line(parser *p, char **tok, int n)
     sc_proc *pr = p->cur;
     if (!pr)
         return fail(p, "'model' must follow a process (host, worker or app NAME)");
-    if (pr->role == ROLE_APP)
-        return fail(p, "an app holds only outside bytes (foreign); it has no models");
+    if (pr->role == ROLE_APP && pr->n_steps > 0)
+        return fail(p, "an app's models come before its steps (an app with models is an LLM server)");
     if (!need_args(p, "model", 2, n, "a name and a size: model NAME SIZE [paged|whole] [inference SIZE]"))
         return false;
     if (pr->n_models == SC_MAX_MODELS)
@@ -299,7 +299,9 @@ static bool model_line(parser *p, char **tok, int n)
     if (m->size <= 0)
         return fail(p, "a model needs a size above 0");
     for (int i = 3; i < n; i++) {
-        if (!strcmp(tok[i], "paged"))
+        if (!strcmp(tok[i], "paged") && pr->role == ROLE_APP)
+            return fail(p, "an LLM server (an app with models) holds whole models: 'paged' is ComfyUI's");
+        else if (!strcmp(tok[i], "paged"))
             m->paged = true;
         else if (!strcmp(tok[i], "whole"))
             m->paged = false;
@@ -328,12 +330,19 @@ static bool step_line(parser *p, char **tok, int n)
     st->line = p->line;
     st->model = -1;
     st->target = -1;
+    /* an app: a program that registers nothing; one with models (an LLM server) also loads, serves (run) and
+       unloads them */
     static const char *const app_steps[] = {"at", "idle", "wait", "foreign", "ram", "kill", "release"};
-    bool app_ok = false;
+    static const char *const server_steps[] = {"load", "unload", "run"};
+    bool app_ok = false, server_ok = false;
     for (size_t k = 0; k < sizeof app_steps / sizeof app_steps[0]; k++)
         app_ok |= !strcmp(kw, app_steps[k]);
-    if (pr->role == ROLE_APP && !app_ok)
-        return fail(p, "an app (an unregistered program) cannot '%s': it only holds outside bytes", kw);
+    for (size_t k = 0; k < sizeof server_steps / sizeof server_steps[0]; k++)
+        server_ok |= !strcmp(kw, server_steps[k]);
+    if (pr->role == ROLE_APP && !app_ok && !(server_ok && pr->n_models > 0))
+        return fail(p, "an app (an unregistered program) cannot '%s'%s", kw,
+                    server_ok ? ": declare its models first (an app with models is an LLM server)"
+                              : ": it holds outside bytes and, an LLM server, whole models");
     if (!strcmp(kw, "at") || !strcmp(kw, "idle") || !strcmp(kw, "wait")) {
         st->kind = kw[0] == 'a' ? ST_AT : ST_IDLE;
         if (!need_args(p, kw, 1, n, "a number of seconds") || !parse_secs(p, kw, tok[1], &st->secs))
@@ -342,7 +351,7 @@ static bool step_line(parser *p, char **tok, int n)
         if (n > 2 && !st->until_released)
             return fail(p, "'%s' takes one number of seconds%s", kw,
                         st->kind == ST_IDLE ? ", optionally followed by 'until released'" : "");
-        if (st->until_released && pr->role == ROLE_APP)
+        if (st->until_released && pr->role == ROLE_APP && pr->n_models == 0)
             return fail(p, "an app holds no models: 'until released' waits for models to leave the card");
     } else if (!strcmp(kw, "load") || !strcmp(kw, "unload")) {
         st->kind = kw[0] == 'l' ? ST_LOAD : ST_UNLOAD;
@@ -752,8 +761,8 @@ static bool resolve(parser *p)
                 return fail(p, "release: no process named '%s'", st->tname);
             if (st->target == i)
                 return fail(p, "release: a process asks others, not itself");
-            if (s->procs[st->target].role == ROLE_APP)
-                return fail(p, "release: '%s' is an app; it answers no one", st->tname);
+            if (s->procs[st->target].role == ROLE_APP && !sc_proc_server(&s->procs[st->target]))
+                return fail(p, "release: '%s' is an app with no models; it answers no one", st->tname);
         }
     }
     for (int i = 0; i < s->n_expect; i++) {

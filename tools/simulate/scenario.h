@@ -21,6 +21,8 @@
 #define SC_MAX_MARKS 32
 #define SC_NAME 32
 
+/* An app registers nothing itself: one without models holds only outside bytes (a browser); one with models
+   is an LLM server (llama-server, Ollama, vLLM) that comem-apps speaks for under comem (sc_proc_server). */
 typedef enum sc_role { ROLE_HOST = 1, ROLE_WORKER = 2, ROLE_APP = 3 } sc_role;
 
 typedef enum sc_policy { POL_COMEM = 0, POL_COMFY_ENV = 1, POL_UNCOORD = 2, POL_COUNT = 3 } sc_policy;
@@ -81,6 +83,9 @@ typedef struct sc_proc {
     int n_steps;
     sc_step steps[SC_MAX_STEPS];
 } sc_proc;
+
+/* An LLM server: an app with models (whole ones), busy while it serves a request (a run). */
+static inline bool sc_proc_server(const sc_proc *pr) { return pr->role == ROLE_APP && pr->n_models > 0; }
 
 /* Metrics an expectation can name (scenario.c has their words and meanings, report.c computes them). */
 typedef enum sc_metric {

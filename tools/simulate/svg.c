@@ -42,7 +42,7 @@ static const char *const k_colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1
 
 static const char *color(const scenario *s, int p)
 {
-    if (s->procs[p].role == ROLE_APP)
+    if (s->procs[p].role == ROLE_APP && !sc_proc_server(&s->procs[p])) /* grey: outside bytes only */
         return "#7f7f7f";
     return k_colors[p % N_COLORS];
 }
@@ -300,7 +300,7 @@ static void row(FILE *f, const scenario *s, const run_result *r, const row_parts
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"h2\">", x0, y0 + 4);
     esc(f, title);
     fprintf(f, "</text>\n");
-    axes(f, &fr, false, G, "G", true);
+    axes(f, &fr, !sh->pins, G, "G", true); /* the time under the card's chart, unless the pinned one is below it */
     /* the driver's slice */
     for (int k = 0; k < r->n_samples; k++) {
         lo[k] = 0;
@@ -323,7 +323,7 @@ static void row(FILE *f, const scenario *s, const run_result *r, const row_parts
         }
         if (any) {
             char pat[48];
-            if (s->procs[p].role == ROLE_APP)
+            if (s->procs[p].role == ROLE_APP && !sc_proc_server(&s->procs[p]))
                 snprintf(pat, sizeof pat, "url(#hatchapp)");
             else
                 snprintf(pat, sizeof pat, "url(#hatch%d)", p % N_COLORS);
@@ -394,7 +394,10 @@ int sim_write_svg(const char *path, const scenario *s, run_result *const *rs, in
     double lx = W_LEFT, ly = 48;
     int shown = 0;
     for (int p = 0; p < s->n_procs && shown < 14; p++, shown++) {
-        const char *role = s->procs[p].role == ROLE_HOST ? "host" : s->procs[p].role == ROLE_WORKER ? "worker" : "app";
+        const char *role = s->procs[p].role == ROLE_HOST     ? "host"
+                           : s->procs[p].role == ROLE_WORKER ? "worker"
+                           : sc_proc_server(&s->procs[p])   ? "LLM server"
+                                                             : "app";
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx, ly - 10,
                 color(s, p));
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"lg\">", lx + 16, ly);
