@@ -47,23 +47,25 @@ set_target_properties(comem PROPERTIES PREFIX "" OUTPUT_NAME comem RUNTIME_OUTPU
 target_link_libraries(comem PRIVATE Threads::Threads advapi32 dxgi dxguid ${COMEM_JSONC_LIB})
 target_link_options(comem PRIVATE -static)
 
-# comemd.exe: the coordinator as a program, its --metrics file written as on Linux but for the
-# atomic replacement (tools/comem/prom_file_win.c).
-add_executable(comemd tools/comemd/main.c tools/comemd/metrics.c tools/comem/prom.c tools/comem/prom_file_win.c
-               tools/comem/text.c tools/comem/snapshot.c tools/comem/jsonout.c)
-target_include_directories(comemd PRIVATE tools/comem)
-target_link_libraries(comemd PRIVATE comem_portable)
+# What comemd.exe and comem.exe share (tools/common/, as on Linux), the metrics file written as on Linux
+# but for the atomic replacement (tools/common/prom_file_win.c).
+add_library(comem_tools STATIC tools/common/args.c tools/common/jsonout.c tools/common/prom.c
+            tools/common/prom_file_win.c tools/common/snapshot.c tools/common/text.c)
+target_include_directories(comem_tools PUBLIC tools)
+target_link_libraries(comem_tools PUBLIC comem_portable)
+
+# comemd.exe: the coordinator as a program.
+add_executable(comemd tools/comemd/main.c tools/comemd/metrics.c tools/comemd/options.c)
+target_link_libraries(comemd PRIVATE comem_tools)
 set_target_properties(comemd PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 
 # comem.exe: the CLI's status, devices, calc, release and metrics; run, demo, simulate and watch say
 # why they are not here (tools/comem/cmds_win.c).
-set(COMEM_CLI_WIN_SOURCES tools/comem/args.c tools/comem/calc.c tools/comem/calc_explain.c tools/comem/devices.c
-    tools/comem/jsonout.c tools/comem/main.c tools/comem/metrics.c tools/comem/prom.c tools/comem/release.c
-    tools/comem/snapshot.c tools/comem/status.c tools/comem/text.c tools/comem/cmds_win.c)
+set(COMEM_CLI_WIN_SOURCES tools/comem/calc.c tools/comem/calc_explain.c tools/comem/devices.c tools/comem/main.c
+    tools/comem/metrics.c tools/comem/output.c tools/comem/release.c tools/comem/status.c tools/comem/cmds_win.c)
 add_executable(comem_cli ${COMEM_CLI_WIN_SOURCES})
 set_target_properties(comem_cli PROPERTIES OUTPUT_NAME comem RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-target_include_directories(comem_cli PRIVATE tools)
-target_link_libraries(comem_cli PRIVATE comem_portable)
+target_link_libraries(comem_cli PRIVATE comem_tools)
 
 # A wheel (scikit-build-core sets SKBUILD; scripts/wheel-windows.sh cross-builds one): the binding's
 # package with comem.dll, comem.exe and comemd.exe in comem/_native/bin, where comem/_lib.py and

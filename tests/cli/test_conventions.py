@@ -18,10 +18,10 @@ class Conventions(unittest.TestCase):
             with open(os.path.join(SOURCE_DIR, *parts)) as f:
                 return f.read()
         man = read("docs", "man", "comem.1") + read("docs", "man", "comemd.8")
-        metrics = set(re.findall(r'"(comem_[a-z_]+_total)"', read("tools", "comem", "prom.c")))
+        metrics = set(re.findall(r'"(comem_[a-z_]+_total)"', read("tools", "common", "prom.c")))
         self.assertGreater(len(metrics), 5)
         self.assertEqual(sorted(m for m in metrics if m not in man), [])
-        code = "".join(read("tools", d, f) for d in ("comem", "comemd", "preload")
+        code = "".join(read("tools", d, f) for d in ("comem", "comemd", "common", "preload")
                        for f in sorted(os.listdir(os.path.join(SOURCE_DIR, "tools", d))) if f.endswith(".c"))
         variables = set(re.findall(r'getenv\("(COMEM_[A-Z_]+)"\)', code))
         self.assertIn("COMEM_PRELOAD_POLICY", variables)

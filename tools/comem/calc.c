@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
-#include "calc_explain.h"
 #include "arith/admission.h"
 #include "arith/cgroup.h"
 #include "arith/cross_reserve.h"
@@ -25,8 +23,10 @@
 #include "arith/reserve.h"
 #include "base/bytes.h"
 #include "base/size.h"
+#include "calc_explain.h"
 #include "cmds.h"
-#include "jsonout.h"
+#include "common/args.h"
+#include "common/jsonout.h"
 
 typedef struct rule_ctx {
     const arg_spec *specs;
@@ -714,6 +714,9 @@ int cmd_calc(int argc, char **argv)
         fprintf(stderr, "comem calc: unknown rule '%s' (see comem calc --help)\n", argv[0]);
         return 2;
     }
+    char who[64], err[256];
+    snprintf(who, sizeof who, "comem calc %s", r->name);
+    const arg_command cmd = {who, NULL, r->specs, r->n}; /* its help is the rule list above */
     /* --pretty and --explain are common to every rule; take them out before the rule's own flags. */
     int pretty = 0, explain = 0, m = 0;
     char **rest = calloc((size_t)argc, sizeof *rest);
@@ -728,26 +731,26 @@ int cmd_calc(int argc, char **argv)
             rest[m++] = argv[i];
     }
     if (pretty && explain) {
-        fprintf(stderr, "comem calc %s: --pretty and --explain do not go together (--explain prints text)\n", r->name);
         free(rest);
-        return 2;
+        return args_fail(&cmd, NULL, 2, "--pretty and --explain do not go together (--explain prints text)");
     }
     arg_value vals[16]; /* every rule declares fewer flags than this */
-    if (r->n > sizeof vals / sizeof vals[0])
-        return 1;
-    char err[256];
-    rule_ctx ctx = {.specs = r->specs, .n = r->n, .vals = vals, .err = err, .errlen = sizeof err};
-    int rc = 2;
-    if (args_parse(m, rest, r->specs, r->n, vals, err, sizeof err) != 0) {
-        fprintf(stderr, "comem calc %s: %s\n", r->name, err);
+    if (r->n > sizeof vals / sizeof vals[0]) {
         free(rest);
-        return 2;
+        return 1;
     }
+    rule_ctx ctx = {.specs = r->specs, .n = r->n, .vals = vals, .err = err, .errlen = sizeof err};
+    int rc = args_begin(&cmd, m, rest, vals);
+    if (rc != ARGS_GO) {
+        free(rest);
+        return rc;
+    }
+    rc = 2;
     json_object *out = json_object_new_object();
     json_object_object_add(out, "schema", jint(1)); /* docs/json.md */
     json_object_object_add(out, "rule", json_object_new_string(r->name));
     if (r->fn(&ctx, out) != 0) {
-        fprintf(stderr, "comem calc %s: %s\n", r->name, err);
+        args_fail(&cmd, NULL, 2, "%s", err);
     } else if (explain) {
         json_object *given = inputs_json(&ctx);
         arg_value *name = args_get(r->specs, r->n, vals, "comfyui");

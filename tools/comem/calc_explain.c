@@ -19,7 +19,7 @@
 #include "arith/reserve.h"
 #include "base/size.h"
 #include "calc_explain.h"
-#include "jsonout.h"
+#include "common/jsonout.h"
 
 #define MM "comfy/model_management.py"
 #define ENV "comfy-env reserve.py"

@@ -13,8 +13,6 @@ int cmd_metrics(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
-/* `comem --socket PATH run ...`: cmd_run with the coordinator's socket given before the command (NULL: none). */
-int cmd_run_at(const char *socket, int argc, char **argv);
 
 /*
  * Output that could not be written (a full disk, > /dev/full) is a failure, never a silent success.

@@ -21,12 +21,6 @@ int cmd_run(int argc, char **argv)
     return not_here("run", "it loads the Linux preload library (LD_PRELOAD) into the program");
 }
 
-int cmd_run_at(const char *socket, int argc, char **argv)
-{
-    (void)socket;
-    return cmd_run(argc, argv);
-}
-
 int cmd_demo(int argc, char **argv)
 {
     (void)argc, (void)argv;

@@ -12,20 +12,25 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "args.h"
 #include "base/size.h"
 #include "cmds.h"
 #include "comem/common.h"
-#include "jsonout.h"
+#include "common/args.h"
+#include "common/jsonout.h"
 #include "probe/hostmem.h"
 #include "probe/select.h"
 
-static const arg_spec k_specs[] = {
-    {"device", ARG_STRING, false},
-    {"json", ARG_FLAG, false},
-    {"pretty", ARG_FLAG, false},
+enum { F_DEVICE, F_JSON, F_PRETTY, N_SPECS };
+static const arg_spec k_specs[N_SPECS] = {
+    [F_DEVICE] = {"device", ARG_STRING, false},
+    [F_JSON] = {"json", ARG_FLAG, false},
+    [F_PRETTY] = {"pretty", ARG_FLAG, false},
 };
-#define N_SPECS (sizeof k_specs / sizeof k_specs[0])
+static const arg_command k_cmd = {
+    "comem devices",
+    "usage: comem devices [--device auto|nvml|cuda|sim[:SIZE][:NxSIZE][:linux|wddm]...] [--json]\n",
+    k_specs, N_SPECS,
+};
 
 static const char *sz(int64_t v, char *buf)
 {
@@ -80,23 +85,15 @@ static json_object *host_json(const comem_hostmem *h)
 int cmd_devices(int argc, char **argv)
 {
     arg_value vals[N_SPECS];
-    char err[256], note[512];
-    if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        printf("usage: comem devices [--device auto|nvml|cuda|sim[:SIZE][:NxSIZE][:linux|wddm]...] [--json]\n");
-        return 0;
-    }
-    if (args_parse(argc, argv, k_specs, N_SPECS, vals, err, sizeof err) != 0) {
-        fprintf(stderr, "comem devices: %s\n", err);
-        return 2;
-    }
-    bool json = vals[1].set;
+    int rc = args_begin(&k_cmd, argc, argv, vals);
+    if (rc != ARGS_GO)
+        return rc;
+    char note[512];
+    bool json = vals[F_JSON].set;
     comem_device_source *src = NULL;
-    int rc = comem_devices_open(vals[0].set ? vals[0].str : NULL, &src, note, sizeof note);
-    if (rc != COMEM_OK) {
-        fprintf(stderr, "comem devices: %s\n", note[0] ? note : comem_status_str(rc));
-        args_free(vals, N_SPECS);
-        return rc == COMEM_EINVAL ? 2 : 1;
-    }
+    rc = comem_devices_open(vals[F_DEVICE].set ? vals[F_DEVICE].str : NULL, &src, note, sizeof note);
+    if (rc != COMEM_OK)
+        return args_fail(&k_cmd, vals, rc == COMEM_EINVAL ? 2 : 1, "%s", note[0] ? note : comem_status_str(rc));
     int n = 0;
     comem_device_count(src, &n);
     static comem_device_reading r; /* large: keep it off the stack */
@@ -140,7 +137,7 @@ int cmd_devices(int argc, char **argv)
         json_object_object_add(out, "devices", list);
         json_object_object_add(out, "note", note[0] ? json_object_new_string(note) : NULL);
         json_object_object_add(out, "host", have_host ? host_json(&host) : NULL);
-        jprint(out, vals[2].set);
+        jprint(out, vals[F_PRETTY].set);
         cli_flush(); /* a document past stdout's buffer: why a write failed is known only now */
         json_object_put(out);
     } else if (have_host) {

@@ -18,49 +18,46 @@
 #include <io.h>
 #endif
 
-#include "args.h"
 #include "cmds.h"
-#include "jsonout.h"
-#include "prom.h"
-#include "snapshot.h"
+#include "common/args.h"
+#include "common/jsonout.h"
+#include "common/prom.h"
+#include "common/snapshot.h"
 
-static const arg_spec k_specs[] = {
-    {"socket", ARG_STRING, false},
-    {"timeout", ARG_STRING, false},
-    {"json", ARG_FLAG, false},
-    {"pretty", ARG_FLAG, false},
+enum { F_SOCKET, F_TIMEOUT, F_JSON, F_PRETTY, N_SPECS };
+static const arg_spec k_specs[N_SPECS] = {
+    [F_SOCKET] = {"socket", ARG_STRING, false},
+    [F_TIMEOUT] = {"timeout", ARG_STRING, false},
+    [F_JSON] = {"json", ARG_FLAG, false},
+    [F_PRETTY] = {"pretty", ARG_FLAG, false},
 };
-#define N_SPECS (sizeof k_specs / sizeof k_specs[0])
+static const arg_command k_cmd = {
+    "comem metrics",
+    "usage: comem metrics [--socket PATH] [--timeout SECONDS] [--json]\n"
+    "  Prints the coordinator's figures in the Prometheus text exposition format: per device\n"
+    "  capacity, free, reserve, attributed, unattributed, overcommit; per process and holder\n"
+    "  resident and granted bytes; counters and the admission latency histogram.\n"
+    "  comemd --metrics PATH keeps a file of the same text for node_exporter's textfile collector.\n",
+    k_specs, N_SPECS,
+};
 
 int cmd_metrics(int argc, char **argv)
 {
-    if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        printf("usage: comem metrics [--socket PATH] [--timeout SECONDS] [--json]\n"
-               "  Prints the coordinator's figures in the Prometheus text exposition format: per device\n"
-               "  capacity, free, reserve, attributed, unattributed, overcommit; per process and holder\n"
-               "  resident and granted bytes; counters and the admission latency histogram.\n"
-               "  comemd --metrics PATH keeps a file of the same text for node_exporter's textfile collector.\n");
-        return 0;
-    }
     arg_value v[N_SPECS];
+    int rc = args_begin(&k_cmd, argc, argv, v);
+    if (rc != ARGS_GO)
+        return rc;
     char err[512];
-    if (args_parse(argc, argv, k_specs, N_SPECS, v, err, sizeof err) != 0) {
-        fprintf(stderr, "comem metrics: %s\n", err);
-        return 2;
-    }
-    int timeout_ms = snapshot_timeout_ms(v[1].set ? v[1].str : NULL, err, sizeof err);
-    if (timeout_ms < 0) {
-        fprintf(stderr, "comem metrics: %s\n", err);
-        return 2;
-    }
-    json_object *st = snapshot_fetch(v[0].set ? v[0].str : NULL, "comem-metrics", timeout_ms, err, sizeof err);
-    if (!st) {
-        fprintf(stderr, "comem metrics: %s\n", err);
-        return 1;
-    }
-    int rc = 0;
-    if (v[2].set) {
-        jprint(st, v[3].set);
+    int timeout_ms = snapshot_timeout_ms(v[F_TIMEOUT].set ? v[F_TIMEOUT].str : NULL, err, sizeof err);
+    if (timeout_ms < 0)
+        return args_fail(&k_cmd, v, 2, "%s", err);
+    json_object *st = snapshot_fetch(v[F_SOCKET].set ? v[F_SOCKET].str : NULL, "comem-metrics", timeout_ms, err,
+                                     sizeof err);
+    if (!st)
+        return args_fail(&k_cmd, v, 1, "%s", err);
+    rc = 0;
+    if (v[F_JSON].set) {
+        jprint(st, v[F_PRETTY].set);
         cli_flush(); /* a document past stdout's buffer: why a write failed is known only now */
     } else {
         char *text = comem_prom_text(st);
@@ -75,5 +72,6 @@ int cmd_metrics(int argc, char **argv)
         free(text);
     }
     json_object_put(st);
+    args_free(v, N_SPECS);
     return rc;
 }

@@ -28,12 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
 #include "base/size.h"
 #include "cmds.h"
 #include "comem/comem.h"
-#include "jsonout.h"
-#include "snapshot.h"
+#include "common/args.h"
+#include "common/jsonout.h"
+#include "common/snapshot.h"
 
 enum { F_SOCKET, F_HOLDER, F_PID, F_ALL, F_PROCESS, F_ENTRY, F_DEVICE, F_BYTES, F_TIMEOUT, F_JSON, F_PRETTY, N_SPECS };
 static const arg_spec k_specs[N_SPECS] = {
@@ -43,6 +43,21 @@ static const arg_spec k_specs[N_SPECS] = {
     [F_DEVICE] = {"device", ARG_NUMBER, false}, [F_BYTES] = {"bytes", ARG_SIZE, false},
     [F_TIMEOUT] = {"timeout", ARG_STRING, false}, [F_JSON] = {"json", ARG_FLAG, false},
     [F_PRETTY] = {"pretty", ARG_FLAG, false},
+};
+static const arg_command k_cmd = {
+    "comem release",
+    "usage: comem release (--holder NAME | --pid PID | --all | --process NAME | --entry ID)\n"
+    "                     [--device N] [--bytes SIZE] [--timeout SECONDS] [--socket PATH] [--json]\n"
+    "  Asks holders, through the coordinator, to release SIZE bytes (everything without --bytes)\n"
+    "  now, largest entry first, and prints each receipt: the bytes that came off the entry.\n"
+    "  --holder NAME   every holder of that name, in any process\n"
+    "  --pid PID       every holder of that process      --process NAME  the same, by name\n"
+    "  --all           every holder that answers release asks\n"
+    "  --entry ID      one entry (its id as `comem status --json` lists it)\n"
+    "  --device N      only entries on device N\n"
+    "  Exit status: 0 something came back (or nothing was held), 1 nothing could be released\n"
+    "  (busy, not answering, no match, no coordinator), 2 bad arguments.\n",
+    k_specs, N_SPECS,
 };
 
 #define MAX_TARGETS 1024
@@ -134,48 +149,22 @@ static size_t pick(json_object *root, const selection *sel, target *out, size_t 
     return n;
 }
 
-static void usage(void)
-{
-    printf("usage: comem release (--holder NAME | --pid PID | --all | --process NAME | --entry ID)\n"
-           "                     [--device N] [--bytes SIZE] [--timeout SECONDS] [--socket PATH] [--json]\n"
-           "  Asks holders, through the coordinator, to release SIZE bytes (everything without --bytes)\n"
-           "  now, largest entry first, and prints each receipt: the bytes that came off the entry.\n"
-           "  --holder NAME   every holder of that name, in any process\n"
-           "  --pid PID       every holder of that process      --process NAME  the same, by name\n"
-           "  --all           every holder that answers release asks\n"
-           "  --entry ID      one entry (its id as `comem status --json` lists it)\n"
-           "  --device N      only entries on device N\n"
-           "  Exit status: 0 something came back (or nothing was held), 1 nothing could be released\n"
-           "  (busy, not answering, no match, no coordinator), 2 bad arguments.\n");
-}
-
 static json_object *jnull_or_int(bool set, int64_t v) { return set ? jint(v) : NULL; }
 
 int cmd_release(int argc, char **argv)
 {
-    if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        usage();
-        return 0;
-    }
     arg_value v[N_SPECS];
+    int rc = args_begin(&k_cmd, argc, argv, v);
+    if (rc != ARGS_GO)
+        return rc;
     char err[640];
-    if (args_parse(argc, argv, k_specs, N_SPECS, v, err, sizeof err) != 0) {
-        fprintf(stderr, "comem release: %s\n", err);
-        return 2;
-    }
     int modes = v[F_HOLDER].set + v[F_PID].set + v[F_ALL].set + v[F_PROCESS].set + v[F_ENTRY].set;
-    if (modes != 1) {
-        fprintf(stderr, "comem release: name one target: --holder NAME, --pid PID, --all, --process NAME or "
-                        "--entry ID\n");
-        args_free(v, N_SPECS);
-        return 2;
-    }
+    if (modes != 1)
+        return args_fail(&k_cmd, v, 2,
+                         "name one target: --holder NAME, --pid PID, --all, --process NAME or --entry ID");
     int timeout_ms = snapshot_timeout_ms(v[F_TIMEOUT].set ? v[F_TIMEOUT].str : NULL, err, sizeof err);
-    if (timeout_ms < 0) {
-        fprintf(stderr, "comem release: %s\n", err);
-        args_free(v, N_SPECS);
-        return 2;
-    }
+    if (timeout_ms < 0)
+        return args_fail(&k_cmd, v, 2, "%s", err);
     selection sel = {
         .holder = v[F_HOLDER].set ? v[F_HOLDER].str : NULL,
         .process = v[F_PROCESS].set ? v[F_PROCESS].str : NULL,
@@ -192,11 +181,9 @@ int cmd_release(int argc, char **argv)
                          sizeof err) == 0)
         root = snapshot_read(c, err, sizeof err);
     if (!root) {
-        fprintf(stderr, "comem release: %s\n", err);
         if (c)
             comem_client_close(c);
-        args_free(v, N_SPECS);
-        return 1;
+        return args_fail(&k_cmd, v, 1, "%s", err);
     }
     static target ts[MAX_TARGETS];
     int matched = 0, deaf = 0;
@@ -215,7 +202,7 @@ int cmd_release(int argc, char **argv)
                 sel.device >= 0 ? " on that device" : "");
     for (size_t i = 0; !none && i < n && (want < 0 || freed_total < want); i++) {
         int64_t ask = want < 0 ? -1 : want - freed_total, freed = 0, resident = 0;
-        int rc = comem_ask_release(c, ts[i].id, ask, timeout_ms, &freed, &resident);
+        rc = comem_ask_release(c, ts[i].id, ask, timeout_ms, &freed, &resident);
         if (rc == COMEM_OK || (rc == COMEM_ENOENT && freed > 0)) {
             answered++;
             freed_total += freed;

@@ -65,13 +65,6 @@ static bool find_library(char *out, size_t len)
     return installed;
 }
 
-int cmd_run_at(const char *socket, int argc, char **argv)
-{
-    if (socket) /* the preload finds the coordinator where the program's other settings are: the environment */
-        setenv("COMEM_SOCKET", socket, 1);
-    return cmd_run(argc, argv);
-}
-
 int cmd_run(int argc, char **argv)
 {
     int i = 0;
@@ -102,6 +95,8 @@ int cmd_run(int argc, char **argv)
             }
             setenv("COMEM_PRELOAD_MIN", argv[i], 1);
         } else if (!strcmp(a, "--socket") && has_value) {
+            /* the preload finds the coordinator where the program's other settings are: the environment
+               (main puts a --socket given before the command first, so that one given after it wins) */
             setenv("COMEM_SOCKET", argv[++i], 1);
         } else {
             fprintf(stderr, "comem run: unexpected '%s'%s\n", a,

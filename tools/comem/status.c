@@ -21,21 +21,27 @@
 #include <sys/types.h>
 #endif
 
-#include "args.h"
 #include "base/size.h"
-#include "comem/common.h"
 #include "cmds.h"
 #include "comem/comem.h"
-#include "jsonout.h"
-#include "snapshot.h"
+#include "comem/common.h"
+#include "common/args.h"
+#include "common/jsonout.h"
+#include "common/snapshot.h"
 
-static const arg_spec k_specs[] = {
-    {"socket", ARG_STRING, false},
-    {"json", ARG_FLAG, false},
-    {"pretty", ARG_FLAG, false},
-    {"timeout", ARG_STRING, false},
+enum { F_SOCKET, F_JSON, F_PRETTY, F_TIMEOUT, N_SPECS };
+static const arg_spec k_specs[N_SPECS] = {
+    [F_SOCKET] = {"socket", ARG_STRING, false},
+    [F_JSON] = {"json", ARG_FLAG, false},
+    [F_PRETTY] = {"pretty", ARG_FLAG, false},
+    [F_TIMEOUT] = {"timeout", ARG_STRING, false},
 };
-#define N_SPECS (sizeof k_specs / sizeof k_specs[0])
+static const arg_command k_cmd = {
+    "comem status",
+    "usage: comem status [--socket PATH] [--timeout SECONDS] [--json] [--pretty]\n"
+    "  --timeout SECONDS  how long to wait for the coordinator (default 5)\n",
+    k_specs, N_SPECS,
+};
 
 static const char *sz(int64_t v, char *b) { return v < 0 ? "-" : comem_format_bytes(v, b, 32); }
 
@@ -194,33 +200,23 @@ static void print_table(json_object *root)
 
 int cmd_status(int argc, char **argv)
 {
-    if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        printf("usage: comem status [--socket PATH] [--timeout SECONDS] [--json] [--pretty]\n"
-               "  --timeout SECONDS  how long to wait for the coordinator (default 5)\n");
-        return 0;
-    }
     arg_value vals[N_SPECS];
+    int rc = args_begin(&k_cmd, argc, argv, vals);
+    if (rc != ARGS_GO)
+        return rc;
     char err[256];
-    if (args_parse(argc, argv, k_specs, N_SPECS, vals, err, sizeof err) != 0) {
-        fprintf(stderr, "comem status: %s\n", err);
-        return 2;
-    }
     double timeout_s = 5;
-    if (vals[3].set && comem_parse_seconds("--timeout", vals[3].str, &timeout_s, err, sizeof err) != COMEM_OK) {
-        fprintf(stderr, "comem status: %s\n", err);
-        args_free(vals, N_SPECS);
-        return 2;
-    }
+    if (vals[F_TIMEOUT].set &&
+        comem_parse_seconds("--timeout", vals[F_TIMEOUT].str, &timeout_s, err, sizeof err) != COMEM_OK)
+        return args_fail(&k_cmd, vals, 2, "%s", err);
     int timeout_ms = timeout_s * 1000 > 3600000 ? 3600000 : (int)(timeout_s * 1000);
     /* Asks first whether anyone answers, and why not: the client's own failure says only that. */
-    json_object *root = snapshot_fetch(vals[0].set ? vals[0].str : NULL, "comem-status", timeout_ms, err, sizeof err);
-    if (!root) {
-        fprintf(stderr, "comem status: %s\n", err);
-        args_free(vals, N_SPECS);
-        return 1;
-    }
-    if (vals[1].set)
-        jprint(root, vals[2].set);
+    json_object *root = snapshot_fetch(vals[F_SOCKET].set ? vals[F_SOCKET].str : NULL, "comem-status", timeout_ms, err,
+                                       sizeof err);
+    if (!root)
+        return args_fail(&k_cmd, vals, 1, "%s", err);
+    if (vals[F_JSON].set)
+        jprint(root, vals[F_PRETTY].set);
     else
         print_table(root);
     cli_flush(); /* a document past stdout's buffer: why a write failed is known only now */

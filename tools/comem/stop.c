@@ -23,18 +23,29 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "args.h"
 #include "cmds.h"
-#include "jsonout.h"
-#include "snapshot.h"
+#include "common/args.h"
+#include "common/jsonout.h"
+#include "common/snapshot.h"
 
-static const arg_spec k_specs[] = {
-    {"socket", ARG_STRING, false},
-    {"timeout", ARG_STRING, false},
-    {"json", ARG_FLAG, false},
-    {"pretty", ARG_FLAG, false},
+enum { F_SOCKET, F_TIMEOUT, F_JSON, F_PRETTY, N_SPECS };
+static const arg_spec k_specs[N_SPECS] = {
+    [F_SOCKET] = {"socket", ARG_STRING, false},
+    [F_TIMEOUT] = {"timeout", ARG_STRING, false},
+    [F_JSON] = {"json", ARG_FLAG, false},
+    [F_PRETTY] = {"pretty", ARG_FLAG, false},
 };
-#define N_SPECS (sizeof k_specs / sizeof k_specs[0])
+static const arg_command k_cmd = {
+    "comem stop",
+    "usage: comem stop [--socket PATH] [--timeout SECONDS] [--json]\n"
+    "  Ends the coordinator that answers on the socket (default: COMEM_SOCKET, else the per-user\n"
+    "  socket): SIGTERM to its pid, once that pid is a comemd of yours, then waits until it is gone\n"
+    "  (--timeout, default 10 s). Its sessions end; their processes carry on deciding locally, and\n"
+    "  the next client that starts a coordinator gets a new one.\n"
+    "  Exit status: 0 stopped, 1 nobody answers, not a comemd of yours, or still running after\n"
+    "  the timeout, 2 bad arguments.\n",
+    k_specs, N_SPECS,
+};
 
 /* Whether pid is a process of this user running a program named comemd (why says what it is otherwise). */
 static bool is_my_comemd(long pid, char *why, size_t len)
@@ -88,32 +99,17 @@ static bool gone(long pid)
 
 int cmd_stop(int argc, char **argv)
 {
-    if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        printf("usage: comem stop [--socket PATH] [--timeout SECONDS] [--json]\n"
-               "  Ends the coordinator that answers on the socket (default: COMEM_SOCKET, else the per-user\n"
-               "  socket): SIGTERM to its pid, once that pid is a comemd of yours, then waits until it is gone\n"
-               "  (--timeout, default 10 s). Its sessions end; their processes carry on deciding locally, and\n"
-               "  the next client that starts a coordinator gets a new one.\n"
-               "  Exit status: 0 stopped, 1 nobody answers, not a comemd of yours, or still running after\n"
-               "  the timeout, 2 bad arguments.\n");
-        return 0;
-    }
     arg_value v[N_SPECS];
+    int rc = args_begin(&k_cmd, argc, argv, v);
+    if (rc != ARGS_GO)
+        return rc;
     char err[512];
-    if (args_parse(argc, argv, k_specs, N_SPECS, v, err, sizeof err) != 0) {
-        fprintf(stderr, "comem stop: %s\n", err);
-        return 2;
-    }
     int wait_ms = 10000;
-    if (v[1].set && (wait_ms = snapshot_timeout_ms(v[1].str, err, sizeof err)) < 0) {
-        fprintf(stderr, "comem stop: %s\n", err);
-        return 2;
-    }
-    json_object *st = snapshot_fetch(v[0].set ? v[0].str : NULL, "comem-stop", 5000, err, sizeof err);
-    if (!st) {
-        fprintf(stderr, "comem stop: %s\n", err);
-        return 1;
-    }
+    if (v[F_TIMEOUT].set && (wait_ms = snapshot_timeout_ms(v[F_TIMEOUT].str, err, sizeof err)) < 0)
+        return args_fail(&k_cmd, v, 2, "%s", err);
+    json_object *st = snapshot_fetch(v[F_SOCKET].set ? v[F_SOCKET].str : NULL, "comem-stop", 5000, err, sizeof err);
+    if (!st)
+        return args_fail(&k_cmd, v, 1, "%s", err);
     json_object *co = NULL, *jpid = NULL, *jsock = NULL;
     long pid = 0;
     char sock[PATH_MAX] = "";
@@ -123,39 +119,32 @@ int cmd_stop(int argc, char **argv)
         snprintf(sock, sizeof sock, "%s", json_object_get_string(jsock));
     json_object_put(st);
     char why[PATH_MAX + 128];
-    if (pid <= 1) {
-        fprintf(stderr, "comem stop: the coordinator on %s did not say its pid\n", sock);
-        return 1;
-    }
-    if (!is_my_comemd(pid, why, sizeof why)) {
-        fprintf(stderr, "comem stop: what answers on %s says it is pid %ld, but %s: not stopping it\n", sock, pid,
-                why);
-        return 1;
-    }
-    if (kill((pid_t)pid, SIGTERM) != 0 && errno != ESRCH) {
-        fprintf(stderr, "comem stop: cannot signal pid %ld: %s\n", pid, strerror(errno));
-        return 1;
-    }
+    if (pid <= 1)
+        return args_fail(&k_cmd, v, 1, "the coordinator on %s did not say its pid", sock);
+    if (!is_my_comemd(pid, why, sizeof why))
+        return args_fail(&k_cmd, v, 1, "what answers on %s says it is pid %ld, but %s: not stopping it", sock, pid,
+                         why);
+    if (kill((pid_t)pid, SIGTERM) != 0 && errno != ESRCH)
+        return args_fail(&k_cmd, v, 1, "cannot signal pid %ld: %s", pid, strerror(errno));
     struct timespec step = {0, 20 * 1000000L};
     for (int waited = 0; !gone(pid); waited += 20) {
-        if (waited >= wait_ms) {
-            fprintf(stderr, "comem stop: the coordinator (pid %ld) on %s is still running after %.1f s\n", pid, sock,
-                    wait_ms / 1000.0);
-            return 1;
-        }
+        if (waited >= wait_ms)
+            return args_fail(&k_cmd, v, 1, "the coordinator (pid %ld) on %s is still running after %.1f s", pid, sock,
+                             wait_ms / 1000.0);
         nanosleep(&step, NULL);
     }
-    if (v[2].set) {
+    if (v[F_JSON].set) {
         json_object *o = json_object_new_object();
         json_object_object_add(o, "schema", json_object_new_int(1));
         json_object_object_add(o, "stopped", json_object_new_boolean(1));
         json_object_object_add(o, "pid", json_object_new_int64(pid));
         json_object_object_add(o, "socket", json_object_new_string(sock));
-        jprint(o, v[3].set);
+        jprint(o, v[F_PRETTY].set);
         cli_flush(); /* a document past stdout's buffer: why a write failed is known only now */
         json_object_put(o);
     } else {
         printf("stopped the coordinator (pid %ld) on %s\n", pid, sock);
     }
+    args_free(v, N_SPECS);
     return 0;
 }

@@ -30,13 +30,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "args.h"
 #include "base/clock.h"
 #include "base/size.h"
 #include "cmds.h"
 #include "comem/comem.h"
-#include "jsonout.h"
-#include "snapshot.h"
+#include "common/args.h"
+#include "common/jsonout.h"
+#include "common/snapshot.h"
 
 enum { F_SOCKET, F_INTERVAL, F_STATUS_EVERY, F_COUNT, F_PLAIN, N_SPECS };
 static const arg_spec k_specs[N_SPECS] = {
@@ -45,6 +45,16 @@ static const arg_spec k_specs[N_SPECS] = {
     [F_STATUS_EVERY] = {"status-every", ARG_STRING, false},
     [F_COUNT] = {"count", ARG_NUMBER, false},
     [F_PLAIN] = {"plain", ARG_FLAG, false},
+};
+static const arg_command k_cmd = {
+    "comem watch",
+    "usage: comem watch [--socket PATH] [--interval SECONDS] [--status-every SECONDS] [--count N] [--plain]\n"
+    "  A live view of the machine as the coordinator's ledger sees it: per card free, reserve,\n"
+    "  reclaimable (from the shared-memory view, every --interval, default 1 s), and per process\n"
+    "  and holder, busy/idle, grants, asks in flight and recent events (from status, every\n"
+    "  --status-every, default 2 s). q quits. Not on a terminal, or with --plain: one plain\n"
+    "  frame per interval. --count N: stop after N frames.\n",
+    k_specs, N_SPECS,
 };
 
 #define MAX_EVENTS 8
@@ -376,38 +386,22 @@ static int seconds_ms(const char *flag, const char *text, int dflt, char *err, s
 
 int cmd_watch(int argc, char **argv)
 {
-    if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        printf("usage: comem watch [--socket PATH] [--interval SECONDS] [--status-every SECONDS] [--count N] [--plain]\n"
-               "  A live view of the machine as the coordinator's ledger sees it: per card free, reserve,\n"
-               "  reclaimable (from the shared-memory view, every --interval, default 1 s), and per process\n"
-               "  and holder, busy/idle, grants, asks in flight and recent events (from status, every\n"
-               "  --status-every, default 2 s). q quits. Not on a terminal, or with --plain: one plain\n"
-               "  frame per interval. --count N: stop after N frames.\n");
-        return 0;
-    }
     arg_value v[N_SPECS];
+    int rc = args_begin(&k_cmd, argc, argv, v);
+    if (rc != ARGS_GO)
+        return rc;
     char err[512] = "";
-    if (args_parse(argc, argv, k_specs, N_SPECS, v, err, sizeof err) != 0) {
-        fprintf(stderr, "comem watch: %s\n", err);
-        return 2;
-    }
     int interval = seconds_ms("--interval", v[F_INTERVAL].set ? v[F_INTERVAL].str : NULL, 1000, err, sizeof err);
     int every = interval < 0 ? -1
                              : seconds_ms("--status-every", v[F_STATUS_EVERY].set ? v[F_STATUS_EVERY].str : NULL, 2000,
                                           err, sizeof err);
     long count = v[F_COUNT].set ? (long)v[F_COUNT].num : -1;
-    if (interval < 0 || every < 0 || count == 0) {
-        fprintf(stderr, "comem watch: %s\n", count == 0 ? "--count: at least 1 frame" : err);
-        args_free(v, N_SPECS);
-        return 2;
-    }
+    if (interval < 0 || every < 0 || count == 0)
+        return args_fail(&k_cmd, v, 2, "%s", count == 0 ? "--count: at least 1 frame" : err);
     watch_state w = {.socket = v[F_SOCKET].set ? v[F_SOCKET].str : NULL};
     refresh_status(&w);
-    if (!w.last) {
-        fprintf(stderr, "comem watch: %s\n", w.note);
-        args_free(v, N_SPECS);
-        return 1;
-    }
+    if (!w.last)
+        return args_fail(&k_cmd, v, 1, "%s", w.note);
     comem_view_open(w.socket, &w.view); /* without it the figures come from status */
     screen s = {.tty = isatty(STDOUT_FILENO) && !v[F_PLAIN].set, .cols = 80, .rows = 24, .out = stdout};
     struct sigaction sa = {.sa_handler = on_winch};

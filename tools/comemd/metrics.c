@@ -11,8 +11,8 @@
 
 #include "base/log.h"
 #include "comem/comem.h"
-#include "prom.h"
-#include "snapshot.h"
+#include "common/prom.h"
+#include "common/snapshot.h"
 
 struct metrics_writer {
     pthread_t thread;

@@ -3,7 +3,7 @@
  *
  * A thread of the daemon joins its own coordinator as a tool (one observer
  * session, "comemd-metrics", which the metrics themselves leave out), takes a
- * status snapshot every interval and rewrites PATH atomically (tools/comem/prom.c):
+ * status snapshot every interval and rewrites PATH atomically (tools/common/prom.c):
  * node_exporter's textfile collector convention, so a scrape never reads half a
  * file. When the daemon stops the file is rewritten once more with comem_up 0.
  */

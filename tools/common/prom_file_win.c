@@ -1,5 +1,5 @@
 /*
- * tools/comem/prom_file_win.c - the metrics text file a collector reads (comem_prom_write_atomic,
+ * tools/common/prom_file_win.c - the metrics text file a collector reads (comem_prom_write_atomic,
  * prom.h) on Windows: a new file beside path (CREATE_NEW: nothing planted there is opened), written,
  * flushed to disk, then moved over path in one step (MoveFileExW with MOVEFILE_REPLACE_EXISTING),
  * so a collector reads the old file or the new one, never half. It is owned by this user and takes
@@ -7,7 +7,7 @@
  * at path must be this user's regular file: a folder, a link or junction (a reparse point), or
  * another owner's file is left alone.
  */
-#include "prom.h"
+#include "common/prom.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * tools/comem/prom.h - the coordinator's status snapshot in the Prometheus text exposition format.
+ * tools/common/prom.h - the coordinator's status snapshot in the Prometheus text exposition format.
  *
  * One function, shared by `comem metrics` (prints it) and `comemd --metrics PATH`
  * (writes it atomically for node_exporter's textfile collector). The metric

@@ -1,5 +1,5 @@
 /*
- * tools/comem/snapshot.h - one status snapshot from the coordinator, for the commands that read it.
+ * tools/common/snapshot.h - one status snapshot from the coordinator, for the commands that read it.
  *
  * Probes first (comem_probe), so that "nobody answers" comes with the reason
  * (nothing at the path, a stale socket, refused, frozen), then joins as a tool,

@@ -1,5 +1,5 @@
-/* tools/comem/text.c - text built in memory (text.h). */
-#include "text.h"
+/* tools/common/text.c - text built in memory (text.h). */
+#include "common/text.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * tools/comem/jsonout.h - JSON numbers that read back as the same double, and the
+ * tools/common/jsonout.h - JSON numbers that read back as the same double, and the
  * readers of a status snapshot the commands share.
  *
  * json-c prints doubles with %.17g; comem prints the shortest text that

@@ -1,5 +1,5 @@
-/* tools/comem/snapshot.c - probe, join as a tool, read and parse the status snapshot. */
-#include "snapshot.h"
+/* tools/common/snapshot.c - probe, join as a tool, read and parse the status snapshot. */
+#include "common/snapshot.h"
 
 #include <stdbool.h>
 #include <stdio.h>

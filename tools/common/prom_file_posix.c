@@ -1,8 +1,8 @@
 /*
- * tools/comem/prom_file_posix.c - the metrics text file a collector reads (comem_prom_write_atomic,
+ * tools/common/prom_file_posix.c - the metrics text file a collector reads (comem_prom_write_atomic,
  * prom.h) on Linux: replaced whole, never seen half written (tools/comemd's --metrics).
  */
-#include "prom.h"
+#include "common/prom.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
-/* tools/comem/jsonout.c - shortest round-trip doubles for json-c output. */
-#include "jsonout.h"
+/* tools/common/jsonout.c - shortest round-trip doubles for json-c output. */
+#include "common/jsonout.h"
 
 #include <stdio.h>
 

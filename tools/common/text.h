@@ -1,5 +1,5 @@
 /*
- * tools/comem/text.h - text built in memory, printf by printf, for the exposition format (prom.c):
+ * tools/common/text.h - text built in memory, printf by printf, for the exposition format (prom.c):
  * what open_memstream gives on Linux, on every system. A failed allocation is remembered, and the
  * text then taken is NULL.
  */

@@ -1,20 +1,20 @@
 /*
- * tools/comem/prom.c - status JSON to the Prometheus text exposition format (version 0.0.4).
+ * tools/common/prom.c - status JSON to the Prometheus text exposition format (version 0.0.4).
  *
  * Every family is written as one group (HELP, TYPE, then all its samples), as
  * the format requires; a figure the coordinator does not know (null) is left
  * out rather than written as a guess. Byte figures end in _bytes, counters in
  * _total, the latency histogram in seconds.
  */
-#include "prom.h"
+#include "common/prom.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonout.h"
-#include "text.h"
+#include "common/jsonout.h"
+#include "common/text.h"
 
 static json_object *at(json_object *a, size_t i) { return json_object_array_get_idx(a, i); }
 
