@@ -6,11 +6,12 @@
  * each writes the same record: the booking area, when it fits this session's
  * stock (client/fast.c: no round trip); the coordinator, with the link up
  * (an ADMIT, through the call helper: the figures are its ADMIT_REPLY's); this
- * process alone, without a coordinator (client/local.c). The record goes to
- * the caller through its pointer and nowhere else: comem_admit_record fills
- * it, comem_admit writes two of its figures, and comem_admit_details reads a
- * copy that only comem_admit keeps on the client (for callers written before
- * the record).
+ * process alone, without a coordinator (client/local.c). comem_admit_record
+ * gives the record to its caller through its pointer and keeps nothing.
+ * comem_admit and the preload's comem_admit_acked (client/admit.h) write two
+ * of its figures to their callers and keep the whole record on the client
+ * (c->last_admit), where comem_admit_details reads it for callers written
+ * before the record.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -173,14 +174,16 @@ int comem_admit_record(comem_client *c, int device, uint64_t holder, int64_t wei
     return admit(c, &q, 0, timeout_ms, out ? out : &scratch, &unanswered);
 }
 
-/* comem_admit's copy for comem_admit_details: a decision replaces it, a failure before one leaves it. */
+/*
+ * The copy comem_admit and comem_admit_acked keep for comem_admit_details: a
+ * decision replaces it, a failure before one leaves it.
+ */
 static void keep_last(comem_client *c, const comem_admission *a)
 {
     if (!a->decided)
         return;
-    client_last_admit l = {a->need, a->free_before, a->free_after, a->freed, a->n_asked, a->n_busy};
     pthread_mutex_lock(&c->lock);
-    c->last_admit = l;
+    c->last_admit = *a;
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -220,7 +223,7 @@ int comem_admit_acked(comem_client *c, int device, uint64_t holder, int64_t weig
 void comem_admit_details(comem_client *c, int64_t *need, int64_t *free_before, int64_t *free_after, int64_t *freed,
                          int *asked, int *busy)
 {
-    client_last_admit l = {0, 0, 0, 0, 0, 0};
+    comem_admission l = {0};
     if (c && c->opener == comem_client_this_process()) { /* not in a forked child: its lock may be held */
         pthread_mutex_lock(&c->lock);
         l = c->last_admit;
@@ -235,9 +238,9 @@ void comem_admit_details(comem_client *c, int64_t *need, int64_t *free_before, i
     if (freed)
         *freed = l.freed;
     if (asked)
-        *asked = l.asked;
+        *asked = l.n_asked;
     if (busy)
-        *busy = l.busy;
+        *busy = l.n_busy;
 }
 
 int64_t comem_admit_fits(int64_t weights, int64_t short_by) { return comem_admit_fitting(weights, short_by); }

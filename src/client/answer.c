@@ -64,6 +64,7 @@ void comem_answer_stop(comem_client *c)
     comem_callbacks_close(c);
     if (c->cb_started) {
         pthread_join(c->cb_thread, NULL); /* answers what was queued first: each ask gets its receipt */
+        comem_client_thread_unmark(c, CLIENT_THREAD_CALLBACKS);
         pthread_mutex_lock(&c->cb_lock);
         c->cb_started = false; /* asks read from now on are answered busy at once */
         pthread_mutex_unlock(&c->cb_lock);

@@ -67,6 +67,8 @@ static comem_client *client_alloc(void)
     atomic_init(&c->next_req, 1u);
     atomic_init(&c->stopping, false);
     atomic_init(&c->threads_running, 0);
+    atomic_init(&c->svc_self.marked, false); /* each thread marks itself as it starts (client/state.c) */
+    atomic_init(&c->cb_self.marked, false);
     atomic_init(&c->rest, NULL); /* c->cb: the callback thread's, made when it starts (client/answer.c) */
     atomic_init(&c->cb_idle, false);
     atomic_init(&c->service_reads, false);

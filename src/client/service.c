@@ -173,5 +173,6 @@ void comem_service_stop(comem_client *c)
     atomic_store(&c->stopping, true);
     comem_client_wake(c);
     pthread_join(c->thread, NULL);
+    comem_client_thread_unmark(c, CLIENT_THREAD_SERVICE);
     c->thread_started = false;
 }

@@ -1,16 +1,11 @@
 /*
  * client/state.c - what every floor of the client asks of its state: the
  * effective timeout, a fresh request id, the service thread's wake-up, and
- * which of the client's own threads the caller is (client/state.h).
+ * which of the client's own threads the caller is (client/state.h), which the
+ * client records: no thread-local state.
  */
 #include "client/port.h"
 #include "client/state.h"
-
-/* The thread's role, marked once as it starts: a thread serves one client. */
-static _Thread_local struct {
-    const comem_client *c;
-    client_thread which;
-} tl_thread;
 
 int comem_client_timeout(comem_client *c, int timeout_ms)
 {
@@ -37,18 +32,41 @@ uint32_t comem_client_next_req(comem_client *c)
     return id;
 }
 
-void comem_client_thread_mark(const comem_client *c, client_thread which)
+/*
+ * Which thread is which is the client's to know: each of its threads writes
+ * its own id into the client as it starts (svc_self, cb_self) and publishes
+ * it with a release store, so a thread that reads the flag set (acquire)
+ * reads the id whole. A thread that reads it unset is not that thread: the
+ * thread itself marks before it does anything else.
+ */
+static client_self *self_of(comem_client *c, client_thread which)
 {
-    tl_thread.c = c;
-    tl_thread.which = which;
+    return which == CLIENT_THREAD_SERVICE ? &c->svc_self : &c->cb_self;
+}
+
+void comem_client_thread_mark(comem_client *c, client_thread which)
+{
+    client_self *t = self_of(c, which);
+    t->id = pthread_self();
+    atomic_store_explicit(&t->marked, true, memory_order_release);
+}
+
+void comem_client_thread_unmark(comem_client *c, client_thread which)
+{
+    atomic_store_explicit(&self_of(c, which)->marked, false, memory_order_release);
+}
+
+static bool is_self(const client_self *t)
+{
+    return atomic_load_explicit(&t->marked, memory_order_acquire) && pthread_equal(t->id, pthread_self());
 }
 
 bool comem_on_service_thread(const comem_client *c)
 {
-    return c && tl_thread.c == c && tl_thread.which == CLIENT_THREAD_SERVICE;
+    return c && is_self(&c->svc_self);
 }
 
 bool comem_on_callback_thread(const comem_client *c)
 {
-    return c && tl_thread.c == c && tl_thread.which == CLIENT_THREAD_CALLBACKS;
+    return c && is_self(&c->cb_self);
 }

@@ -3,9 +3,10 @@
  * (one struct, its records, its locks and threads, the link's states), the
  * mirror's tables, and the few things every floor asks of it: ids, timeouts,
  * the service thread's wake-up, which thread am I, whose client this is, and
- * the reason of a refusal. Every file of src/client/ includes it; nothing
- * outside src/client/ does (tools/preload reaches the wing through
- * client/client_internal.h).
+ * the reason of a refusal (the wing's one thread-local state: the public
+ * API's per-thread reason, reason.c; probe.c's frame buffer is scratch).
+ * Every file of src/client/ includes it; nothing outside src/client/ does
+ * (tools/preload reaches the wing through client/client_internal.h).
  *
  * THE FLOORS. A file calls only into files of its own floor or below and
  * includes only their headers; nothing calls back up, and no two files call
@@ -48,7 +49,8 @@
  *   │   ├── entries[]   registered, and what the coordinator already knows
  *   │   ├── grants[]    (synced_*), so a new connection can be told the rest
  *   │   ├── pending     requests waiting for their reply (client/pending.c)
- *   │   └── last_admit  the last comem_admit's record, for comem_admit_details (admit.c)
+ *   │   └── last_admit  the last decision comem_admit or the preload's comem_admit_acked
+ *   │                   made, for comem_admit_details (admit.c)
  *   ├── write_lock      guards wsock/wgen and every frame write, so two frames
  *   │                   never interleave; taken after lock, never before it
  *   ├── read_lock       THE READER ROLE: whoever holds it may read the socket
@@ -75,7 +77,12 @@
  *   │                   lock held, and sends their receipts (answer.c, ask.c);
  *   │                   idle, reads the socket resting with it, so an ask is
  *   │                   answered on the thread that read it
- *   └── dev_lock        the device source for local-only decisions
+ *   ├── dev_lock        the device source for local-only decisions
+ *   └── svc_self,       which threads are the client's own (state.c): each of
+ *       cb_self         the two writes its id as it starts, before it counts
+ *                       itself running, and publishes it with its flag; the
+ *                       flag drops when the thread is joined. Written once,
+ *                       read by any thread without a lock
  *
  * The mirror is the truth: every call updates it first and then, when the
  * link is up, tells the coordinator. When the link is down the mirror alone
@@ -224,12 +231,6 @@ typedef struct client_grant {
     bool lost;            /* a new coordinator could not book it again: grant_done says so */
 } client_grant;
 
-/* What comem_admit_details reports: the figures of the last decision a comem_admit made (admit.c). */
-typedef struct client_last_admit {
-    int64_t need, free_before, free_after, freed;
-    int asked, busy;
-} client_last_admit;
-
 typedef struct client_fast client_fast;         /* one coordinator's booking area, mapped (client/fast.c) */
 
 /* The most shares that may ride on a HELLO_REPLY's bytes (os/stream.h's COMEM_STREAM_SHARES_MAX). */
@@ -241,6 +242,13 @@ typedef struct client_share {
     bool named;
 } client_share;
 typedef struct client_pending client_pending;   /* one request waiting for its reply (client/request.h) */
+
+/* One of the client's own threads, as it marked itself (state.c): id is set before marked, and read after it. */
+typedef struct client_self {
+    pthread_t id;
+    atomic_bool marked;
+} client_self;
+
 struct ask_node;                                /* one queued ask (client/callbacks.c) */
 
 struct comem_client {
@@ -275,7 +283,8 @@ struct comem_client {
     int64_t sess_pins, synced_sess_pins;
     char devmap[COMEM_MAX_DEVICES][COMEM_WIRE_TEXT_MAX]; /* this process's ordinal -> its card's UUID ("": unmapped) */
     uint64_t devmap_gen; /* the connection generation the map was last sent on (0: never) */
-    client_last_admit last_admit; /* the last decision a comem_admit made on c (all 0: none yet) */
+    comem_admission last_admit; /* the last decision comem_admit or comem_admit_acked made on c, whole
+                                   (all 0: none yet); comem_admit_details reads six of its figures */
 
     pthread_mutex_t read_lock; /* the reader role: sock reads, rbuf, in (above) */
     client_waits *svc;         /* the service thread waits here: its wake-up, and the socket while it rests here */
@@ -295,6 +304,7 @@ struct comem_client {
     atomic_uint next_req;
     atomic_bool stopping;
     atomic_int threads_running; /* the service and callback threads that have begun their work (open waits for both) */
+    client_self svc_self, cb_self; /* the service and callback threads, as they marked themselves (state.c) */
 
     /* owned by the service thread (and by open, before the thread starts) */
     pthread_t thread;
@@ -350,9 +360,15 @@ void comem_client_want_sync(comem_client *c);
 /* A fresh request id (never 0: that marks unsolicited frames). */
 uint32_t comem_client_next_req(comem_client *c);
 
-/* The client's own two threads. A thread is marked once, as it starts, and serves one client. */
+/*
+ * The client's own two threads. Each marks itself once, as it starts and
+ * before it counts itself running; its stop unmarks it once it is joined, so
+ * an id the system hands to a later thread is never taken for it. The marks
+ * live on the client (state.c), so "which thread am I" is asked of a client.
+ */
 typedef enum client_thread { CLIENT_THREAD_SERVICE = 1, CLIENT_THREAD_CALLBACKS = 2 } client_thread;
-void comem_client_thread_mark(const comem_client *c, client_thread which);
+void comem_client_thread_mark(comem_client *c, client_thread which);
+void comem_client_thread_unmark(comem_client *c, client_thread which);
 /* True on c's service thread: it reads the replies, so a call there must not wait for one. */
 bool comem_on_service_thread(const comem_client *c);
 /* True on c's callback thread: a release callback runs there (its censuses may ride on the receipt). */
@@ -371,7 +387,11 @@ int comem_client_owned(comem_client *c);
 /* The calling process's pid, as fork.c keeps it (current in a forked child too). */
 int32_t comem_client_this_process(void);
 
-/* ---- reason.c: what the coordinator said when it refused this thread's last call (comem_take_reason) ---- */
+/*
+ * ---- reason.c: what the coordinator said when it refused this thread's last call (comem_take_reason) ----
+ * Per thread because the public comem_take_reason names no client (reason.c says why); set only where a
+ * status is returned to the calling thread, and never read inside the library.
+ */
 #define COMEM_REASON_MAX COMEM_WIRE_TEXT_MAX
 void comem_client_set_reason(const char *why);
 

@@ -25,6 +25,7 @@ One adapter is active per process.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import math
@@ -38,11 +39,21 @@ from ..client import Client
 from . import ram, steer, versions
 from .devices import DeviceMap
 from .pins import ComfyPins, wrap_ensure_pin_budget, wrap_pin_memory
-from .models import ComfyModels, is_dynamic, is_foreign, set_memory_required
+from .models import ComfyModels, is_dynamic, is_foreign
 
 log = logging.getLogger("comem.comfy")
 
 _active: Optional["Adapter"] = None
+
+#: The working memory (``memory_required``) of the ``load_models_gpu`` call in progress, for the
+#: admissions of the ``model_load`` calls it makes (``ComfyModels.load``'s argument). ComfyUI's
+#: ``load_models_gpu(models, memory_required, ...)`` computes its budgets from it but calls
+#: ``LoadedModel.model_load(lowvram_model_memory, force_patch_weights=...)`` without it (a125cd84,
+#: 783545f6 and v0.39 alike), so it cannot travel as an argument without rewriting ComfyUI's loop.
+#: It follows the call instead: set by the ``load_models_gpu`` wrapper for the call and reset, when
+#: the call returns, to the enclosing call's value (0 outside any), read by the ``model_load`` wrapper
+#: and passed on. A context variable: one value per thread (and per asyncio task), as calls are.
+_memory_required: "contextvars.ContextVar[Any]" = contextvars.ContextVar("comem_memory_required", default=0)
 
 MIN_OFFLOAD = 1 << 20  #: an unload moving less than this to RAM is not asked for (small models: noise)
 OFFLOAD_ADMIT_S = 10.0  #: how long an unload waits for host RAM (it may run on the callback thread, for an ask)
@@ -356,11 +367,11 @@ class Adapter:
             with self.lock:
                 self._start_steering()
                 self.before_loop()
-                set_memory_required(memory_required)
+                outer = _memory_required.set(memory_required)
                 try:
                     return orig(models, memory_required, *args, **kwargs)
                 finally:
-                    set_memory_required(None)
+                    _memory_required.reset(outer)
                     self.models.sync()
         return load_models_gpu
 
@@ -407,7 +418,7 @@ def _wrap_model_load(orig: Callable[..., Any]) -> Callable[..., Any]:
             return orig(lm, lowvram_model_memory, force_patch_weights)
         with adapter.lock:
             return adapter.models.load(lm, lambda budget: orig(lm, budget, force_patch_weights),
-                                       lowvram_model_memory)
+                                       lowvram_model_memory, _memory_required.get())
     return model_load
 
 

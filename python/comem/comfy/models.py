@@ -43,8 +43,6 @@ log = logging.getLogger("comem.comfy")
 LOCK_WAIT_S = 0.05  # how long a release ask waits for the model lock before it says busy
 GIVE_WAIT_S = 1.0   # how long a busy process's aimdo has to evict what it was asked (under the ask's deadline)
 
-_tls = threading.local()
-
 
 def is_dynamic(loaded_model: Any) -> bool:
     """True for a model ComfyUI loads dynamically (783545f6's ModelPatcherDynamic: pages faulted in by aimdo)."""
@@ -301,8 +299,14 @@ class ComfyModels:
         """ComfyUI's own function ``name`` (before the adapter wrapped it)."""
         return ComfyModels.originals.get(name) or getattr(self.mm, name)
 
-    def load(self, lm: Any, load: Callable[[float], Any], lowvram_model_memory: float) -> Any:
-        """Admits the bytes ``lm.model_load(lowvram_model_memory)`` would add, then runs ``load(budget)``."""
+    def load(self, lm: Any, load: Callable[[float], Any], lowvram_model_memory: float,
+             memory_required: Optional[float] = 0) -> Any:
+        """Admits the bytes ``lm.model_load(lowvram_model_memory)`` would add, then runs ``load(budget)``.
+
+        ``memory_required``: the working memory the load is for, as ComfyUI's ``load_models_gpu``
+        that loads it was given it (0 or None for a load outside one); the admission keeps it free
+        beside the weights (its ``inference``).
+        """
         idx = self.devices.index(lm.device)
         if idx is None:
             return load(lowvram_model_memory)
@@ -315,7 +319,7 @@ class ComfyModels:
         want = size - loaded if lowvram_model_memory == 0 else min(size - loaded, int(lowvram_model_memory))
         if want <= 0:
             return load(lowvram_model_memory)
-        inference = int(getattr(_tls, "memory_required", 0) or 0)
+        inference = int(memory_required or 0)
         holder = self.holder(idx)
         entry = self._track(lm, idx)  # before the load: its residency then is what it had
         grant = None
@@ -344,7 +348,3 @@ class ComfyModels:
             grant.done(entry, min(entry.size, int(lm.model_loaded_memory())))
         return out
 
-
-def set_memory_required(value: Optional[float]) -> None:
-    """The working memory of the load_models_gpu call in progress on this thread (for admission)."""
-    _tls.memory_required = value

@@ -41,7 +41,7 @@ import logging
 import math
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -119,6 +119,49 @@ def ask_bytes(memory_to_free: Any, resident: int) -> int:
     if isinstance(memory_to_free, int):
         return memory_to_free
     return min(resident, math.ceil(want))
+
+
+class OtherModel(NamedTuple):
+    """One model another process holds on a card, as the ledger lists it: what a stand-in stands for."""
+    entry_id: str  #: the coordinator's entry id (hex text, as ``status()`` lists it)
+    name: str
+    process: str   #: the holding process's name
+    size: int      #: bytes
+    resident: int  #: bytes on the card now (> 0: an offloaded model has no stand-in)
+
+
+class OtherCard(NamedTuple):
+    """One card of the ledger as the stand-ins need it (comem device ``index``)."""
+    index: int
+    process_scope: str  #: the coordinator's ``process_scope`` there: "device-wide", or "process-local" (WDDM)
+    models: Tuple[OtherModel, ...]  #: other processes' models resident there, that their holders release on ask
+
+
+def other_models(status: Dict[str, Any], own_session: Optional[str]) -> List[OtherCard]:
+    """The cards in a ``Client.status()`` snapshot and the models on them that stand-ins stand for.
+
+    Every card (never host RAM: ComfyUI's loop for a card must never ask its holders), with the
+    resident entries of every process but ``own_session`` whose holders answer release asks. The one
+    place the status schema is read for stand-ins: the rest works on these records.
+    """
+    cards = []
+    for d in status.get("devices", []):
+        if d.get("host_ram"):
+            continue
+        models = []
+        for p in d.get("processes", []):
+            if own_session is not None and p.get("session") == own_session:
+                continue
+            for h in p.get("holders", []):
+                if "release" not in h.get("answers", []):
+                    continue
+                for e in h.get("entries", []):
+                    resident = int(e.get("resident", 0))
+                    if resident > 0:
+                        models.append(OtherModel(e["id"], e.get("name", "model"), p.get("name", "?"),
+                                                 int(e.get("size", 0)), resident))
+        cards.append(OtherCard(int(d["index"]), str(d.get("process_scope", "device-wide")), tuple(models)))
+    return cards
 
 
 class StandIn:
@@ -289,7 +332,8 @@ class StandIn:
 
 
 class StandIns:
-    """The host's stand-ins, kept in step with the ledger (``sync`` reads the coordinator's status).
+    """The host's stand-ins, kept in step with the ledger (``sync`` reads the coordinator's status as
+    :class:`OtherCard` records).
 
     ``freed(index)`` counts every byte the stand-ins' holders reported freed on comem device
     ``index`` since this object was made (monotonic; a removed stand-in's receipts stay counted),
@@ -330,9 +374,10 @@ class StandIns:
                 self._freed[index] = self._freed.get(index, 0) + int(nbytes)
         return note
 
-    def _insert(self, eid: str, name: str, process: str, size: int, resident: int, index: int) -> None:
+    def _insert(self, m: OtherModel, index: int) -> None:
+        eid = m.entry_id
         dev = self.devices.torch_device(index)
-        sp = StandIn(self.client, eid, name, process, size, resident, dev, on_freed=self._noter(index))
+        sp = StandIn(self.client, eid, m.name, m.process, m.size, m.resident, dev, on_freed=self._noter(index))
         lm = self.mm.LoadedModel(sp)
         lm.device = dev
         lm.currently_used = False
@@ -353,37 +398,27 @@ class StandIns:
             if lm.model_finalizer is not None:
                 lm.model_finalizer.detach()
 
-    def sync(self, status: Optional[Dict[str, Any]] = None) -> None:
-        """One stand-in per resident entry of every other process on the cards this host uses (not host RAM)."""
-        st = status if status is not None else self.client.status()
-        own = self.client.session
+    def sync(self, cards: Optional[Sequence[OtherCard]] = None) -> None:
+        """One stand-in per resident entry of every other process on the cards this host uses (not host RAM).
+
+        ``cards``: the ledger's cards as :func:`other_models` reads them (None: from the coordinator's
+        status now)."""
+        if cards is None:
+            cards = other_models(self.client.status(), self.client.session)
         live = set()
-        for d in st.get("devices", []):
-            if d.get("host_ram"):
-                continue  # host RAM is no card: ComfyUI's loop for a card must never ask its holders
-            index = int(d["index"])
-            self._scope[index] = str(d.get("process_scope", "device-wide"))
-            for p in d.get("processes", []):
-                if own is not None and p.get("session") == own:
-                    continue
-                for h in p.get("holders", []):
-                    if "release" not in h.get("answers", []):
-                        continue
-                    for e in h.get("entries", []):
-                        eid, resident = e["id"], int(e.get("resident", 0))
-                        if resident <= 0:
-                            continue
-                        live.add(eid)
-                        sp = self._patchers.get(eid)
-                        lm = self._by_entry.get(eid)
-                        if sp is None or lm not in self.mm.current_loaded_models:
-                            self._drop(eid)
-                            self._insert(eid, e.get("name", "model"), p.get("name", "?"), int(e.get("size", 0)),
-                                         resident, index)
-                        else:
-                            sp._state["resident"] = resident
-                            sp._state["size"] = int(e.get("size", sp._state["size"]))
-                            sp._state["deferred"] = False
+        for card in cards:
+            self._scope[card.index] = card.process_scope
+            for m in card.models:
+                live.add(m.entry_id)
+                sp = self._patchers.get(m.entry_id)
+                lm = self._by_entry.get(m.entry_id)
+                if sp is None or lm not in self.mm.current_loaded_models:
+                    self._drop(m.entry_id)
+                    self._insert(m, card.index)
+                else:
+                    sp._state["resident"] = m.resident
+                    sp._state["size"] = m.size
+                    sp._state["deferred"] = False
         for eid in [k for k in self._by_entry if k not in live]:
             self._drop(eid)
 
