@@ -7,6 +7,7 @@ host RAM than is free. What is asserted is what the coordinator and the kernel r
 processes), and in what order things happen; never how fast.
 """
 
+import http.client
 import importlib.util
 import json
 import os
@@ -219,6 +220,14 @@ class AppsOnHostRamTest(unittest.TestCase):
         wait_for(lambda: any(h["resident"] >= MODEL_MIB * MiB for h in app_holders(self.m.status()).values()),
                  timeout=30)
         self.assertEqual(proxy.call("POST", "/api/generate", {"model": "tiny:latest", "prompt": "hi"})["response"], "hi")
+        for length, code in (("lots", 400), (str(1 << 40), 413)):  # any local process reaches the port
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.putrequest("POST", "/api/generate")
+            conn.putheader("Content-Length", length)
+            conn.endheaders()
+            self.assertEqual(conn.getresponse().status, code)
+            conn.close()
+        self.assertEqual(s_log(s), ["generate"], "nothing of those reached the server")
         c = self.m.child("ram_holder.py", "comfyui")
         want = ram_device(self.m.status())["free"] // MiB + 300
         self.assertTrue(c.ask("admit", mib=want, timeout=30).get("granted"))

@@ -133,9 +133,10 @@ class AppHolder:
             self._said.pop("models", None)
             self._read_card()
             by_pid: Dict[int, List[Model]] = {}
+            kids = procs.descendants(root) if self.recipe.child_holds and any(m.loaded for m in models) else []
             for m in models:
                 if m.loaded:
-                    by_pid.setdefault(model_process(root, m, self.recipe), []).append(m)
+                    by_pid.setdefault(model_process(root, m, self.recipe, kids), []).append(m)
                     if m.name in self.unloaded and m.name not in self._loading:  # loaded again, not by comem
                         self.events.append(Event(self.clock(), "reloaded-by-itself", m.name, 0, 0.0))
                         self._say("self-" + m.name, f"app '{self.app.name}' loaded '{m.name}' again by itself; "
@@ -225,15 +226,18 @@ class AppHolder:
                 log.warning("comem.apps: %s", e)
         if not done:
             return 0
-        after = before
-        deadline = t0 + UNLOAD_WAIT_S
-        while True:  # watched until its bytes have left (half of them: a process keeps some) or the wait ends
-            now_use = self.use(held.pid) if procs.alive(held.pid) else 0
-            after = before if now_use is None else now_use
-            if after <= before - expect // 2 or self.clock() >= deadline:
-                break
-            time.sleep(0.05)
-        freed = max(0, before - after)
+        if self.device == HOST_RAM:
+            after = before
+            deadline = t0 + UNLOAD_WAIT_S
+            while True:  # watched until its bytes have left (half of them: a process keeps some) or the wait ends
+                now_use = self.use(held.pid) if procs.alive(held.pid) else 0
+                after = before if now_use is None else now_use
+                if after <= before - expect // 2 or self.clock() >= deadline:
+                    break
+                time.sleep(0.05)
+            freed = max(0, before - after)
+        else:  # this process has no fresh card reading of its own: the coordinator counts what the card shows leave
+            freed = expect
         seconds = self.clock() - t0
         for n in done:
             e = held.entries[n]

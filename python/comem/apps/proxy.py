@@ -31,6 +31,7 @@ log = logging.getLogger("comem.apps")
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
               "transfer-encoding", "upgrade", "content-length", "host"}
 ADMIT_WAIT_S = 60.0  #: how long a request waits for room to load its model
+MAX_BODY = 256 << 20  #: the largest request body passed on (images in a chat request stay well below)
 
 
 class Proxy:
@@ -77,7 +78,14 @@ class Proxy:
         h.wfile.write(data)
 
     def _pass(self, h: http.server.BaseHTTPRequestHandler) -> None:
-        n = int(h.headers.get("Content-Length") or 0)
+        try:  # any local process can reach the port: a length that is no number, or too large, is refused
+            n = int(h.headers.get("Content-Length") or 0)
+        except ValueError:
+            self._refuse(h, 400, "comem: Content-Length is not a number")
+            return
+        if n < 0 or n > MAX_BODY:
+            self._refuse(h, 413, f"comem: a request body is at most {MAX_BODY} bytes here")
+            return
         body = h.rfile.read(n) if n > 0 else b""
         self.holder.begin_request()
         try:

@@ -226,14 +226,15 @@ RECIPES: Dict[str, Type[Recipe]] = {r.kind: r for r in (LlamaServer, Ollama, Vll
 """The recipes by the name a configuration gives them."""
 
 
-def model_process(root: int, model: Model, recipe: Recipe) -> int:
+def model_process(root: int, model: Model, recipe: Recipe, kids: Optional[List[int]] = None) -> int:
     """The process that holds model: the one the server names; else, for a server that runs models in
     children, the child whose arguments name the model, or the largest child; else the server itself."""
     if model.pid:
         return model.pid
     if not recipe.child_holds:
         return root
-    kids = procs.descendants(root)
+    if kids is None:  # the caller's one reading of the process tree, else one now
+        kids = procs.descendants(root)
     if model.match:
         for pid in kids:
             if model.match in " ".join(procs.cmdline(pid)):
